@@ -1,0 +1,32 @@
+//! Errors of the protocol crate: malformed input, bad encodings, bad signatures.
+
+/// Everything that can go wrong decoding, validating or verifying protocol values.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProtocolError {
+    /// A textual value (id, scope, slug, …) did not parse; the message names it.
+    #[error("{0}")]
+    Malformed(String),
+    /// Bytes did not decode as the expected canonical encoding.
+    #[error("undecodable {what}: {reason}")]
+    Decode { what: &'static str, reason: String },
+    /// A value exceeded a size limit.
+    #[error("{what} is too large: {size} bytes (limit {limit})")]
+    TooLarge {
+        what: &'static str,
+        size: usize,
+        limit: usize,
+    },
+    /// A decoded fact broke a rule of the data model.
+    #[error("invalid fact: {0}")]
+    InvalidFact(String),
+    /// The signature does not verify for the fact's author.
+    #[error("bad signature")]
+    BadSignature,
+}
+
+impl ProtocolError {
+    pub(crate) fn malformed(msg: impl Into<String>) -> Self {
+        ProtocolError::Malformed(msg.into())
+    }
+}

@@ -1,0 +1,31 @@
+//! amos-protocol: the vocabulary every amos node shares.
+//!
+//! Owns ids ([`NodeId`], [`MemoryId`], slugs), the hybrid logical clock
+//! ([`Hlc`]), scopes and grants ([`Scope`], [`Grants`]), the replicated
+//! [`Fact`] types, their canonical encoding (bincode 2) and ed25519 signing
+//! ([`NodeIdentity`], [`SignedFact`], [`Verified`]).
+//!
+//! Invariant: a [`Verified`] fact carries a valid signature by its author and
+//! passed [`Fact::validate`]; only this crate can build one.
+//!
+//! Boundary: this crate does no I/O of any kind. Time and randomness come in
+//! as arguments.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod codec;
+pub mod error;
+pub mod fact;
+pub mod hlc;
+pub mod id;
+pub mod scope;
+pub mod sign;
+
+pub use error::ProtocolError;
+pub use fact::{
+    AgentFact, Fact, FactBody, LinkFact, MembershipFact, MemoryAcl, MemoryContent, MemoryFixed,
+    MemoryText, MemoryTombstone, OrgScope, ProfileFact, ProjectFact, Register, TeamFact,
+};
+pub use hlc::{Hlc, HlcState};
+pub use id::{AgentId, MemoryId, MemoryType, NodeId, ProjectId, Relation, Slug, TeamId};
+pub use scope::{Grants, Scope};
+pub use sign::{NodeIdentity, SignedFact, Verified};

@@ -1,0 +1,298 @@
+//! ed25519 identities and signed facts.
+//!
+//! A fact is signed over a domain-separated canonical encoding of the
+//! [`Fact`]. The signature is checked with `verify_strict` (no malleable or
+//! small-order keys).
+//!
+//! Invariant: [`Verified`] values exist only for facts whose signature
+//! verified against their author's key and which passed validation, or which
+//! this node just signed itself.
+
+use bincode::{Decode, Encode};
+use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
+
+use crate::{Fact, NodeId, ProtocolError, codec};
+
+const DOMAIN: &[u8] = b"amos-fact-v1\0";
+
+/// A node's secret identity. Never printed, never logged.
+pub struct NodeIdentity {
+    key: SigningKey,
+}
+
+impl std::fmt::Debug for NodeIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NodeIdentity({:?})", self.node_id())
+    }
+}
+
+impl NodeIdentity {
+    /// Build from 32 secret bytes (from a key file, or fresh randomness the
+    /// caller supplies).
+    pub fn from_secret(secret: [u8; 32]) -> Self {
+        NodeIdentity {
+            key: SigningKey::from_bytes(&secret),
+        }
+    }
+
+    /// The secret bytes, for writing the key file.
+    pub fn secret(&self) -> [u8; 32] {
+        self.key.to_bytes()
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        NodeId(self.key.verifying_key().to_bytes())
+    }
+
+    /// Sign a fact this node authored. The fact's clock must name this node.
+    pub fn sign(&self, fact: Fact) -> Result<Verified<SignedFact>, ProtocolError> {
+        if fact.author() != self.node_id() {
+            return Err(ProtocolError::InvalidFact(
+                "a node can only sign facts stamped with its own clock".into(),
+            ));
+        }
+        fact.validate()?;
+        let signature = self.key.sign(&signing_bytes(&fact)).to_bytes();
+        Ok(Verified(SignedFact { fact, signature }))
+    }
+}
+
+fn signing_bytes(fact: &Fact) -> Vec<u8> {
+    let mut msg = DOMAIN.to_vec();
+    msg.extend_from_slice(&codec::encode(fact));
+    msg
+}
+
+/// A fact with its author's signature, as stored and relayed verbatim.
+#[derive(Clone, Debug, PartialEq, Encode, Decode)]
+pub struct SignedFact {
+    pub fact: Fact,
+    pub signature: [u8; 64],
+}
+
+impl SignedFact {
+    /// Check the signature against the author's key and the fact's rules.
+    pub fn verify(self) -> Result<Verified<SignedFact>, ProtocolError> {
+        let key = VerifyingKey::from_bytes(&self.fact.author().0)
+            .map_err(|_| ProtocolError::BadSignature)?;
+        key.verify_strict(
+            &signing_bytes(&self.fact),
+            &Signature::from_bytes(&self.signature),
+        )
+        .map_err(|_| ProtocolError::BadSignature)?;
+        self.fact.validate()?;
+        Ok(Verified(self))
+    }
+
+    /// Decode wire bytes and verify them in one step.
+    pub fn decode_verified(bytes: &[u8]) -> Result<Verified<SignedFact>, ProtocolError> {
+        codec::decode_signed(bytes)?.verify()
+    }
+
+    /// The wire encoding.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        codec::encode_signed(self)
+    }
+}
+
+/// A value whose signature and validity were checked. Only this crate builds one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verified<T>(T);
+
+impl<T> Verified<T> {
+    pub fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+impl<T> std::ops::Deref for Verified<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::*;
+    use proptest::prelude::*;
+
+    fn identity(seed: u8) -> NodeIdentity {
+        NodeIdentity::from_secret([seed; 32])
+    }
+
+    fn arb_slug() -> BoxedStrategy<String> {
+        proptest::string::string_regex("[a-z0-9][a-z0-9._-]{0,12}")
+            .unwrap()
+            .boxed()
+    }
+
+    fn arb_scope() -> impl Strategy<Value = Scope> {
+        prop_oneof![
+            Just(Scope::Global),
+            arb_slug().prop_map(|s| Scope::Agent(AgentId::parse(&s).unwrap())),
+            arb_slug().prop_map(|s| Scope::Team(TeamId::parse(&s).unwrap())),
+            arb_slug().prop_map(|s| Scope::Project(ProjectId::parse(&s).unwrap())),
+        ]
+    }
+
+    fn arb_body(origin: NodeId) -> impl Strategy<Value = FactBody> {
+        let fixed = (arb_slug(), any::<u64>())
+            .prop_map(move |(o, c)| MemoryFixed {
+                owner: AgentId::parse(&o).unwrap(),
+                created_ms: c,
+                origin,
+            })
+            .boxed();
+        let text = proptest::string::string_regex("\\PC{1,200}").unwrap();
+        let id = any::<[u8; 16]>().prop_map(MemoryId);
+        prop_oneof![
+            (
+                id.clone(),
+                fixed.clone(),
+                arb_slug(),
+                text,
+                prop::collection::vec(arb_slug(), 0..4),
+                0.0f32..=1.0,
+                any::<bool>(),
+                prop::option::of(any::<u64>()),
+            )
+                .prop_filter("non-blank", |t| !t.3.trim().is_empty())
+                .prop_map(|(id, fixed, kind, text, tags, imp, pinned, exp)| {
+                    FactBody::MemoryContent(MemoryContent {
+                        id,
+                        fixed,
+                        kind: MemoryType::parse(&kind).unwrap(),
+                        text: MemoryText::Plain(text),
+                        tags,
+                        importance: imp,
+                        confidence: 1.0,
+                        pinned,
+                        expires_ms: exp,
+                        supersedes: None,
+                    })
+                }),
+            (id.clone(), fixed.clone(), prop::collection::vec(arb_scope(), 0..5)).prop_map(
+                |(id, fixed, g)| FactBody::MemoryAcl(MemoryAcl {
+                    id,
+                    fixed,
+                    grants: g.into_iter().collect()
+                })
+            ),
+            (id.clone(), fixed).prop_map(|(id, fixed)| FactBody::MemoryTombstone(
+                MemoryTombstone { id, fixed }
+            )),
+            (arb_slug(), "[ -~]{0,30}", any::<bool>()).prop_map(|(t, name, present)| {
+                FactBody::Team(TeamFact {
+                    id: TeamId::parse(&t).unwrap(),
+                    name,
+                    present,
+                })
+            }),
+            (arb_slug(), arb_slug(), any::<bool>()).prop_map(|(p, a, present)| {
+                FactBody::Membership(MembershipFact {
+                    scope: OrgScope::Project(ProjectId::parse(&p).unwrap()),
+                    agent: AgentId::parse(&a).unwrap(),
+                    role: "member".into(),
+                    present,
+                })
+            }),
+        ]
+    }
+
+    fn arb_signed() -> impl Strategy<Value = SignedFact> {
+        (any::<u8>(), any::<u64>(), any::<u32>()).prop_flat_map(|(seed, wall, logical)| {
+            let id = identity(seed);
+            let node = id.node_id();
+            arb_body(node).prop_map(move |body| {
+                let fact = Fact {
+                    clock: Hlc {
+                        wall_ms: wall,
+                        logical,
+                        node,
+                    },
+                    body,
+                };
+                identity(seed).sign(fact).unwrap().into_inner()
+            })
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn wire_round_trip(f in arb_signed()) {
+            let bytes = f.to_bytes();
+            let back = SignedFact::decode_verified(&bytes).unwrap();
+            prop_assert_eq!(&*back, &f);
+            prop_assert_eq!(back.to_bytes(), bytes);
+        }
+
+        /// Changing any single byte of a signed fact's wire form makes it fail:
+        /// it no longer decodes canonically, or no longer verifies.
+        #[test]
+        fn any_changed_byte_fails(f in arb_signed(), pos in any::<prop::sample::Index>(), flip in 1u8..=255) {
+            let mut bytes = f.to_bytes();
+            let i = pos.index(bytes.len());
+            bytes[i] ^= flip;
+            prop_assert!(SignedFact::decode_verified(&bytes).is_err());
+        }
+
+        #[test]
+        fn truncation_fails(f in arb_signed(), cut in any::<prop::sample::Index>()) {
+            let bytes = f.to_bytes();
+            let n = cut.index(bytes.len());
+            prop_assert!(SignedFact::decode_verified(&bytes[..n]).is_err());
+        }
+    }
+
+    #[test]
+    fn relayed_fact_keeps_author_and_cannot_be_resigned_by_another() {
+        let a = identity(1);
+        let b = identity(2);
+        let fact = Fact {
+            clock: Hlc {
+                wall_ms: 1,
+                logical: 0,
+                node: a.node_id(),
+            },
+            body: FactBody::Team(TeamFact {
+                id: TeamId::parse("apollo").unwrap(),
+                name: "Apollo".into(),
+                present: true,
+            }),
+        };
+        assert!(b.sign(fact.clone()).is_err(), "b may not sign a's clock");
+        let signed = a.sign(fact).unwrap().into_inner();
+        // b swaps in its own signature over the same fact: refused.
+        let forged = SignedFact {
+            signature: {
+                let mut s = signed.signature;
+                s[0] ^= 1;
+                s
+            },
+            ..signed.clone()
+        };
+        assert_eq!(forged.verify(), Err(ProtocolError::BadSignature));
+    }
+
+    #[test]
+    fn invalid_fact_is_refused_even_if_signed() {
+        let a = identity(3);
+        let fact = Fact {
+            clock: Hlc {
+                wall_ms: 1,
+                logical: 0,
+                node: a.node_id(),
+            },
+            body: FactBody::Link(LinkFact {
+                from: MemoryId([1; 16]),
+                to: MemoryId([1; 16]),
+                relation: Relation::default(),
+                weight: f32::NAN,
+                present: true,
+            }),
+        };
+        assert!(a.sign(fact).is_err());
+    }
+}
