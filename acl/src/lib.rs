@@ -1,1 +1,174 @@
-//! placeholder
+//! amos-acl: who may see what.
+//!
+//! Owns the visibility rule of DESIGN.md §5 over an org-graph view
+//! ([`OrgGraph`]), the per-query [`AuthorizedScopes`], and [`Visible`], the
+//! only proof of visibility that ranking and output accept.
+//!
+//! Invariant: a [`Visible<M>`] exists only if `M` passed the gate for the
+//! requester of the [`AuthorizedScopes`] that admitted it, at the given time.
+//! There is no implicit admin: [`AuthorizedScopes::local_admin`] is explicit
+//! and the node never builds one for a peer.
+//!
+//! Boundary: pure. No storage, no ranking, no clocks (time comes in as `now_ms`).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+use std::collections::BTreeSet;
+
+pub use amos_protocol::{AgentId, Grants, OrgScope, ProjectId, Scope, TeamId};
+
+/// What the gate needs to know of a team.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TeamState {
+    pub present: bool,
+}
+
+/// What the gate needs to know of a project.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProjectState {
+    pub team: TeamId,
+    pub present: bool,
+}
+
+/// A read-only view of the org graph (teams, projects, memberships) as the
+/// local store holds it now.
+pub trait OrgGraph {
+    fn team(&self, id: &TeamId) -> Option<TeamState>;
+    fn project(&self, id: &ProjectId) -> Option<ProjectState>;
+    /// The scopes in which `agent` has a *present* membership (the scopes
+    /// themselves may be absent; the gate checks).
+    fn memberships_of(&self, agent: &AgentId) -> Vec<OrgScope>;
+}
+
+/// What the gate reads of a memory.
+pub trait Gated {
+    fn owner(&self) -> &AgentId;
+    /// The grants in force on this node (for memories from a scoped peer,
+    /// already intersected with that peer's policy).
+    fn effective_grants(&self) -> &Grants;
+    fn is_tombstoned(&self) -> bool;
+    fn expires_ms(&self) -> Option<u64>;
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Who {
+    Agent(AgentId),
+    LocalAdmin,
+}
+
+/// The grants one requester satisfies right now, computed once per query from
+/// the current org graph. A memory is visible iff its owner is the requester
+/// or one of its grants is in this set (and it is live).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuthorizedScopes {
+    who: Who,
+    scopes: BTreeSet<Scope>,
+}
+
+impl AuthorizedScopes {
+    /// The scopes `agent` satisfies in `org`: `global`, `agent:<agent>`, every
+    /// present team it is a present member of, and every present project it is
+    /// a present member of whose team is present and has it as a present member.
+    pub fn for_agent(agent: AgentId, org: &impl OrgGraph) -> Self {
+        let mut scopes = BTreeSet::from([Scope::Global, Scope::Agent(agent.clone())]);
+        let memberships: BTreeSet<OrgScope> = org.memberships_of(&agent).into_iter().collect();
+        let team_ok = |t: &TeamId| {
+            memberships.contains(&OrgScope::Team(t.clone()))
+                && org.team(t).is_some_and(|s| s.present)
+        };
+        for m in &memberships {
+            match m {
+                OrgScope::Team(t) if team_ok(t) => {
+                    scopes.insert(Scope::Team(t.clone()));
+                }
+                OrgScope::Project(p) => {
+                    if let Some(ps) = org.project(p)
+                        && ps.present
+                        && team_ok(&ps.team)
+                    {
+                        scopes.insert(Scope::Project(p.clone()));
+                    }
+                }
+                OrgScope::Team(_) => {}
+            }
+        }
+        AuthorizedScopes {
+            who: Who::Agent(agent),
+            scopes,
+        }
+    }
+
+    /// The explicit, local-only administrator: sees every live memory. Never
+    /// built for a peer or by default.
+    pub fn local_admin() -> Self {
+        AuthorizedScopes {
+            who: Who::LocalAdmin,
+            scopes: BTreeSet::new(),
+        }
+    }
+
+    /// The requesting agent, or `None` for the local admin.
+    pub fn requester(&self) -> Option<&AgentId> {
+        match &self.who {
+            Who::Agent(a) => Some(a),
+            Who::LocalAdmin => None,
+        }
+    }
+
+    pub fn is_admin(&self) -> bool {
+        self.who == Who::LocalAdmin
+    }
+
+    /// The grants this requester satisfies (empty for the admin, who needs none).
+    pub fn scopes(&self) -> impl Iterator<Item = &Scope> {
+        self.scopes.iter()
+    }
+
+    /// Whether `m` is visible to this requester at `now_ms`.
+    pub fn may_see(&self, m: &impl Gated, now_ms: u64) -> bool {
+        if m.is_tombstoned() || m.expires_ms().is_some_and(|e| e <= now_ms) {
+            return false;
+        }
+        match &self.who {
+            Who::LocalAdmin => true,
+            Who::Agent(r) => {
+                m.owner() == r || m.effective_grants().iter().any(|g| self.scopes.contains(g))
+            }
+        }
+    }
+
+    /// The gate: `Some(Visible)` iff [`Self::may_see`].
+    pub fn admit<M: Gated>(&self, m: M, now_ms: u64) -> Option<Visible<M>> {
+        self.may_see(&m, now_ms).then_some(Visible(m))
+    }
+
+    /// Whether this requester owns `m` (the admin owns nothing).
+    pub fn owns(&self, m: &impl Gated) -> bool {
+        self.requester() == Some(m.owner())
+    }
+}
+
+/// Proof that the wrapped memory passed the gate. Built only by
+/// [`AuthorizedScopes::admit`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Visible<M>(M);
+
+impl<M> Visible<M> {
+    pub fn into_inner(self) -> M {
+        self.0
+    }
+
+    /// Transform the visible value (e.g. attach a score) keeping the proof.
+    pub fn map<N>(self, f: impl FnOnce(M) -> N) -> Visible<N> {
+        Visible(f(self.0))
+    }
+}
+
+impl<M> std::ops::Deref for Visible<M> {
+    type Target = M;
+    fn deref(&self) -> &M {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests;
