@@ -1,0 +1,614 @@
+//! Argument definitions and dispatch.
+
+mod demo;
+mod output;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use amos_acl::AuthorizedScopes;
+use amos_node::{Home, NewMemory, Node, NodeError};
+use amos_protocol::{MemoryType, Scope};
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use serde_json::json;
+
+use output::{Out, hit_json, memory_json};
+
+#[derive(Parser, Debug)]
+#[command(name = "amos", version, about = "amos — a federated peer-to-peer memory mesh for teams of AI agents")]
+struct Cli {
+    /// Node home directory [default: $AMOS_HOME, else the platform data dir]
+    #[arg(long, global = true, env = "AMOS_HOME")]
+    home: Option<PathBuf>,
+    /// Machine-readable output on stdout
+    #[arg(long, global = true)]
+    json: bool,
+    /// Print nothing but errors
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Args, Debug, Clone)]
+struct AsAgent {
+    /// The requesting agent [env: AMOS_AGENT]
+    #[arg(long = "as", env = "AMOS_AGENT", value_name = "AGENT")]
+    agent: Option<String>,
+    /// Act as the local node administrator (explicit, local-only)
+    #[arg(long, hide = true)]
+    admin: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Create the home, identity and database (idempotent)
+    Init {
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Print this node's NodeId
+    Id,
+    /// Node, peers, index lag
+    Status,
+    /// Check home permissions, database, index and clock
+    Doctor,
+    /// Integrity of store, index and links
+    Check,
+    /// The disposable index
+    #[command(subcommand)]
+    Index(IndexCmd),
+    /// Online backup of the store to FILE
+    Backup { file: PathBuf },
+    /// Replace the store with a backup
+    Restore {
+        file: PathBuf,
+        #[arg(long)]
+        force: bool,
+    },
+    /// Agents
+    #[command(subcommand)]
+    Agent(AgentCmd),
+    /// Teams and team membership
+    #[command(subcommand)]
+    Team(TeamCmd),
+    /// Projects and project membership
+    #[command(subcommand)]
+    Project(ProjectCmd),
+    /// Store a memory owned by the requesting agent (default: private)
+    Add {
+        /// The text; `-` reads stdin
+        text: String,
+        #[command(flatten)]
+        who: AsAgent,
+        #[arg(long = "type", value_name = "T")]
+        kind: Option<String>,
+        /// private, global, agent:ID, team:ID or project:ID (repeatable)
+        #[arg(long, value_name = "SCOPE")]
+        share: Vec<String>,
+        #[arg(long, default_value_t = 0.5)]
+        importance: f32,
+        #[arg(long)]
+        tag: Vec<String>,
+        #[arg(long)]
+        pin: bool,
+        /// A duration from now (e.g. 30d) or an RFC 3339 time
+        #[arg(long, value_name = "DURATION|RFC3339")]
+        expires: Option<String>,
+    },
+    /// One memory, if visible
+    Get {
+        id: String,
+        #[command(flatten)]
+        who: AsAgent,
+    },
+    /// Gated, ranked recall
+    Search {
+        query: String,
+        #[command(flatten)]
+        who: AsAgent,
+        #[arg(short, default_value_t = 10)]
+        k: usize,
+    },
+    /// Token-budgeted context pack
+    Pack {
+        query: String,
+        #[command(flatten)]
+        who: AsAgent,
+        #[arg(long)]
+        budget: usize,
+        #[arg(long)]
+        report: bool,
+    },
+    /// Edit a memory's content (owner only)
+    Update {
+        id: String,
+        text: String,
+        #[command(flatten)]
+        who: AsAgent,
+    },
+    /// Add a grant to a memory (owner only)
+    Share {
+        id: String,
+        scope: String,
+        #[command(flatten)]
+        who: AsAgent,
+    },
+    /// Remove a grant from a memory (owner only)
+    Unshare {
+        id: String,
+        scope: String,
+        #[command(flatten)]
+        who: AsAgent,
+    },
+    /// Tombstone a memory (owner only)
+    Forget {
+        id: String,
+        #[command(flatten)]
+        who: AsAgent,
+    },
+    /// Associate two memories the agent can see
+    Link {
+        a: String,
+        b: String,
+        #[arg(long)]
+        relation: Option<String>,
+        #[arg(long, default_value_t = 1.0)]
+        weight: f32,
+        #[command(flatten)]
+        who: AsAgent,
+    },
+    /// Recall feedback (local-only)
+    Feedback {
+        #[arg(required = true)]
+        ids: Vec<String>,
+        #[command(flatten)]
+        who: AsAgent,
+        #[arg(long, conflicts_with = "unhelpful", required_unless_present = "unhelpful")]
+        helpful: bool,
+        #[arg(long)]
+        unhelpful: bool,
+    },
+    /// Archive exact duplicates (dry run unless --apply)
+    Consolidate {
+        #[arg(long)]
+        apply: bool,
+    },
+    /// Archive expired memories (dry run unless --apply)
+    Retention {
+        #[arg(long)]
+        apply: bool,
+    },
+    /// Bring an archived memory back into recall
+    RestoreMemory {
+        id: String,
+        #[command(flatten)]
+        who: AsAgent,
+    },
+    /// Newest first, gated
+    List {
+        #[command(flatten)]
+        who: AsAgent,
+        #[arg(long = "type")]
+        kind: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// A scripted single-node demo in a throw-away home
+    Demo,
+}
+
+#[derive(Subcommand, Debug)]
+enum IndexCmd {
+    /// Drop and rebuild the index from the store
+    Rebuild,
+}
+
+#[derive(Subcommand, Debug)]
+enum AgentCmd {
+    Add {
+        id: String,
+        #[arg(long, default_value = "agent")]
+        kind: String,
+        #[arg(long)]
+        team: Vec<String>,
+    },
+    List,
+}
+
+#[derive(Subcommand, Debug)]
+enum TeamCmd {
+    Create {
+        id: String,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    List,
+    Delete {
+        id: String,
+    },
+    Add {
+        team: String,
+        agent: String,
+    },
+    Remove {
+        team: String,
+        agent: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ProjectCmd {
+    Create {
+        id: String,
+        #[arg(long)]
+        team: String,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    List,
+    Delete {
+        id: String,
+    },
+    Add {
+        project: String,
+        agent: String,
+    },
+    Remove {
+        project: String,
+        agent: String,
+    },
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    init_tracing();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let code = e.downcast_ref::<NodeError>().map(NodeError::exit_code).unwrap_or(1);
+            eprintln!("amos: {e:#}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AMOS_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn bad(msg: impl Into<String>) -> anyhow::Error {
+    NodeError::BadInput(msg.into()).into()
+}
+
+fn who(node: &Node, a: &AsAgent) -> Result<AuthorizedScopes> {
+    if a.admin {
+        return Ok(AuthorizedScopes::local_admin());
+    }
+    match &a.agent {
+        Some(agent) => Ok(node.requester(agent)?),
+        None => Err(bad("no requester: pass --as AGENT or set AMOS_AGENT")),
+    }
+}
+
+fn parse_expiry(s: &str, now_ms: u64) -> Result<u64> {
+    if let Ok(d) = humantime::parse_duration(s) {
+        return Ok(now_ms + d.as_millis() as u64);
+    }
+    let t = humantime::parse_rfc3339_weak(s).map_err(|_| {
+        bad(format!("malformed --expires {s:?}: use a duration (30d, 12h) or an RFC 3339 time"))
+    })?;
+    Ok(t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0))
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let out = Out {
+        json: cli.json,
+        quiet: cli.quiet,
+    };
+    let home = Home::new(cli.home.clone().unwrap_or_else(Home::default_root));
+    match cli.cmd {
+        Cmd::Init { name } => {
+            let r = Node::init(&home, name.as_deref())?;
+            out.emit(&json!({"node_id": r.node_id, "home": r.home}), || {
+                format!(
+                    "{} node {} in {}",
+                    if r.created { "created" } else { "already initialised:" },
+                    r.node_id,
+                    r.home
+                )
+            });
+            return Ok(());
+        }
+        Cmd::Demo => return demo::run(&out),
+        _ => {}
+    }
+    let mut node = Node::open(&home)?;
+    match cli.cmd {
+        Cmd::Init { .. } | Cmd::Demo => unreachable!("handled above"),
+        Cmd::Id => out.emit(
+            &json!({"node_id": node.node_id().to_string(), "name": node.name()}),
+            || node.node_id().to_string(),
+        ),
+        Cmd::Status => {
+            let s = node.status()?;
+            out.emit(&s, || {
+                format!(
+                    "node {} ({})\nhome {}\nmemories {}  agents {}  teams {}  projects {}\nschema v{}  seq {}  index lag {}\npeers: none",
+                    s.node_id, s.name, s.home, s.memories, s.agents, s.teams, s.projects,
+                    s.schema_version, s.seq, s.index_lag
+                )
+            })
+        }
+        Cmd::Doctor => {
+            let r = node.doctor()?;
+            out.emit(&r, || {
+                r.checks
+                    .iter()
+                    .map(|c| {
+                        let hint = c.hint.as_deref().map(|h| format!("  → {h}")).unwrap_or_default();
+                        format!("{:<5} {:<13} {}{hint}", c.status, c.name, c.detail)
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+            if !r.ok {
+                anyhow::bail!("doctor found failures");
+            }
+        }
+        Cmd::Check => {
+            let r = node.check()?;
+            out.emit(&r, || {
+                format!(
+                    "{}: schema v{}, integrity {}, {} memories, {} indexed (lag {}), {} dangling links",
+                    if r.ok { "ok" } else { "PROBLEMS" },
+                    r.schema_version, r.integrity, r.memories, r.index_docs, r.index_lag, r.dangling_links
+                )
+            });
+            if !r.ok {
+                anyhow::bail!("check failed");
+            }
+        }
+        Cmd::Index(IndexCmd::Rebuild) => {
+            let r = node.index_rebuild()?;
+            out.emit(&r, || format!("indexed {} memories ({} bytes)", r.indexed, r.index_bytes));
+        }
+        Cmd::Backup { file } => {
+            let bytes = node.backup(&file)?;
+            out.emit(&json!({"file": file, "bytes": bytes}), || {
+                format!("backed up to {} ({bytes} bytes)", file.display())
+            });
+        }
+        Cmd::Restore { file, force } => {
+            node.restore(&file, force)?;
+            out.emit(&json!({"restored": file}), || format!("restored from {}", file.display()));
+        }
+        Cmd::Agent(AgentCmd::Add { id, kind, team }) => {
+            node.agent_add(&id, &kind, &team)?;
+            out.emit(&json!({"agent": id}), || format!("agent {id}"));
+        }
+        Cmd::Agent(AgentCmd::List) => {
+            let agents = node.agent_list()?;
+            out.emit(&json!({"agents": agents}), || {
+                agents
+                    .iter()
+                    .map(|a| format!("{:<20} {:<10} teams: {}", a.id, a.kind, a.teams.join(",")))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+        }
+        Cmd::Team(t) => match t {
+            TeamCmd::Create { id, name } => {
+                node.team_create(&id, name.as_deref())?;
+                out.emit(&json!({"team": id}), || format!("team {id}"));
+            }
+            TeamCmd::List => {
+                let teams = node.team_list()?;
+                out.emit(&json!({"teams": teams}), || {
+                    teams
+                        .iter()
+                        .map(|t| format!("{:<20} {:<20} {}", t.id, t.name, t.members.join(",")))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                });
+            }
+            TeamCmd::Delete { id } => {
+                node.team_delete(&id)?;
+                out.emit(&json!({"team": id, "deleted": true}), || format!("team {id} deleted"));
+            }
+            TeamCmd::Add { team, agent } => {
+                node.team_member(&team, &agent, true)?;
+                out.emit(&json!({"team": team, "agent": agent}), || format!("{agent} joined team {team}"));
+            }
+            TeamCmd::Remove { team, agent } => {
+                node.team_member(&team, &agent, false)?;
+                out.emit(&json!({"team": team, "agent": agent, "removed": true}), || {
+                    format!("{agent} left team {team}")
+                });
+            }
+        },
+        Cmd::Project(p) => match p {
+            ProjectCmd::Create { id, team, name } => {
+                node.project_create(&id, &team, name.as_deref())?;
+                out.emit(&json!({"project": id, "team": team}), || format!("project {id} in team {team}"));
+            }
+            ProjectCmd::List => {
+                let projects = node.project_list()?;
+                out.emit(&json!({"projects": projects}), || {
+                    projects
+                        .iter()
+                        .map(|p| format!("{:<20} team {:<16} {}", p.id, p.team, p.members.join(",")))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                });
+            }
+            ProjectCmd::Delete { id } => {
+                node.project_delete(&id)?;
+                out.emit(&json!({"project": id, "deleted": true}), || format!("project {id} deleted"));
+            }
+            ProjectCmd::Add { project, agent } => {
+                node.project_member(&project, &agent, true)?;
+                out.emit(&json!({"project": project, "agent": agent}), || {
+                    format!("{agent} joined project {project}")
+                });
+            }
+            ProjectCmd::Remove { project, agent } => {
+                node.project_member(&project, &agent, false)?;
+                out.emit(&json!({"project": project, "agent": agent, "removed": true}), || {
+                    format!("{agent} left project {project}")
+                });
+            }
+        },
+        Cmd::Add { text, who: w, kind, share, importance, tag, pin, expires } => {
+            let text = if text == "-" {
+                let mut s = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).context("reading stdin")?;
+                s
+            } else {
+                text
+            };
+            let who = who(&node, &w)?;
+            let mut new = NewMemory::new(text);
+            if let Some(k) = kind {
+                new.kind = MemoryType::parse(&k).map_err(NodeError::from)?;
+            }
+            new.share = share
+                .iter()
+                .map(|s| s.parse::<Scope>().map_err(NodeError::from))
+                .collect::<Result<_, _>>()?;
+            new.importance = importance;
+            new.tags = tag;
+            new.pinned = pin;
+            new.expires_ms = expires.map(|e| parse_expiry(&e, node.now_ms())).transpose()?;
+            let id = node.add(&who, new)?;
+            out.emit(&json!({"id": id.to_string()}), || id.to_string());
+        }
+        Cmd::Get { id, who: w } => {
+            let who = who(&node, &w)?;
+            let m = node.get(&who, &id)?;
+            out.emit(&memory_json(&m), || output::memory_text(&m));
+        }
+        Cmd::Search { query, who: w, k } => {
+            let who = who(&node, &w)?;
+            let hits = node.search(&who, &query, k)?;
+            out.emit(&json!({"hits": hits.iter().map(hit_json).collect::<Vec<_>>()}), || {
+                hits.iter()
+                    .map(|h| {
+                        format!(
+                            "{:>7.3}  {}  [{}] {}: {}",
+                            h.score,
+                            h.memory.id,
+                            h.memory.kind,
+                            h.memory.owner,
+                            output::one_line(&h.memory.content, 100)
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+        }
+        Cmd::Pack { query, who: w, budget, report } => {
+            let who = who(&node, &w)?;
+            let p = node.pack(&who, &query, budget)?;
+            let mut v = json!({
+                "items": p.items.iter().map(hit_json).collect::<Vec<_>>(),
+                "tokens": p.tokens,
+                "budget": p.budget,
+            });
+            if report {
+                v["report"] = json!(p.report);
+            }
+            out.emit(&v, || {
+                let mut s: Vec<String> = p
+                    .items
+                    .iter()
+                    .map(|h| format!("- [{}] {}", h.memory.kind, h.memory.content))
+                    .collect();
+                s.push(format!("({} of {} tokens)", p.tokens, p.budget));
+                if report {
+                    for d in &p.report {
+                        s.push(format!(
+                            "{} {} ({} tokens): {}",
+                            if d.included { "+" } else { "-" },
+                            d.id,
+                            d.tokens,
+                            d.reason
+                        ));
+                    }
+                }
+                s.join("\n")
+            });
+        }
+        Cmd::Update { id, text, who: w } => {
+            let who = who(&node, &w)?;
+            let id = node.update(&who, &id, &text)?;
+            out.emit(&json!({"id": id.to_string()}), || format!("updated {id}"));
+        }
+        Cmd::Share { id, scope, who: w } => set_grant(&mut node, &out, &w, &id, &scope, true)?,
+        Cmd::Unshare { id, scope, who: w } => set_grant(&mut node, &out, &w, &id, &scope, false)?,
+        Cmd::Forget { id, who: w } => {
+            let who = who(&node, &w)?;
+            let id = node.forget(&who, &id)?;
+            out.emit(&json!({"id": id.to_string()}), || format!("forgot {id}"));
+        }
+        Cmd::Link { a, b, relation, weight, who: w } => {
+            let who = who(&node, &w)?;
+            node.link(&who, &a, &b, relation.as_deref(), weight)?;
+            out.emit(&json!({"from": a, "to": b}), || format!("linked {a} → {b}"));
+        }
+        Cmd::Feedback { ids, who: w, helpful, .. } => {
+            let who = who(&node, &w)?;
+            let n = node.feedback(&who, &ids, helpful)?;
+            out.emit(&json!({"updated": n}), || format!("feedback recorded for {n} memories"));
+        }
+        Cmd::Consolidate { apply } => {
+            let r = node.consolidate(apply)?;
+            out.emit(&r, || output::hygiene_text(&r));
+        }
+        Cmd::Retention { apply } => {
+            let r = node.retention(apply)?;
+            out.emit(&r, || output::hygiene_text(&r));
+        }
+        Cmd::RestoreMemory { id, who: w } => {
+            let who = who(&node, &w)?;
+            let changed = node.set_archived(&who, &id, false)?;
+            out.emit(&json!({"id": id, "restored": changed}), || {
+                if changed { format!("restored {id}") } else { format!("{id} was not archived") }
+            });
+        }
+        Cmd::List { who: w, kind, limit } => {
+            let who = who(&node, &w)?;
+            let kind = kind.map(|k| MemoryType::parse(&k)).transpose().map_err(NodeError::from)?;
+            let ms = node.list(&who, kind.as_ref(), limit)?;
+            out.emit(&json!({"memories": ms.iter().map(|m| memory_json(m)).collect::<Vec<_>>()}), || {
+                ms.iter()
+                    .map(|m| format!("{}  [{}] {}: {}", m.id, m.kind, m.owner, output::one_line(&m.content, 100)))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+        }
+    }
+    Ok(())
+}
+
+fn set_grant(node: &mut Node, out: &Out, w: &AsAgent, id: &str, scope: &str, share: bool) -> Result<()> {
+    let who = who(node, w)?;
+    let (id, grants) = node.set_grant(&who, id, scope, share)?;
+    out.emit(&json!({"id": id.to_string(), "visibility": grants.to_strings()}), || {
+        format!("{id} visible to: {grants}")
+    });
+    Ok(())
+}

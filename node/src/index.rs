@@ -1,0 +1,334 @@
+//! The disposable full-text index (tantivy): BM25 candidates, ids only.
+//!
+//! The index may be stale, missing or deleted at any time; SQLite is the
+//! truth. Each search first *catches up*: under `<home>/index.lock` it indexes
+//! every memory row whose `touched` is past the watermark stored in the
+//! index's commit payload (`amos-index v1 <epoch> <touched>`). So a write by
+//! any process is found by the next search of any process (read-your-writes),
+//! and deleting `<home>/index/` only costs a rebuild.
+//!
+//! The index also holds each memory's effective grants and owner as `access`
+//! terms, used as a *pre-filter* so that a requester who sees a small share of
+//! the store still gets its best visible hits, not the top of everyone's.
+//!
+//! Boundary: nothing the index says about content or visibility is trusted.
+//! It returns ids and a relevance score; the recall pipeline re-reads rows
+//! from SQLite and gates them.
+
+use std::fs::{self, File};
+use std::path::PathBuf;
+
+use amos_protocol::MemoryId;
+use rusqlite::params;
+use tantivy::collector::TopDocs;
+use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery};
+use tantivy::schema::{
+    Field, IndexRecordOption, STORED, STRING, Schema, TEXT, TantivyDocument, Value,
+};
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Term, doc};
+
+use crate::error::{NodeError, Result};
+use crate::home::Home;
+use crate::store::{self, Store};
+
+const PAYLOAD_PREFIX: &str = "amos-index v1";
+const WRITER_HEAP: usize = 64 * 1024 * 1024;
+
+struct Fields {
+    id: Field,
+    text: Field,
+    access: Field,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut b = Schema::builder();
+    let id = b.add_text_field("id", STRING | STORED);
+    let text = b.add_text_field("text", TEXT);
+    let access = b.add_text_field("access", STRING);
+    (b.build(), Fields { id, text, access })
+}
+
+/// What a catch-up did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct CatchUp {
+    pub indexed: usize,
+    pub removed: usize,
+    pub rebuilt: bool,
+}
+
+/// An open index.
+pub struct RecallIndex {
+    dir: PathBuf,
+    lock_path: PathBuf,
+    index: Index,
+    reader: IndexReader,
+    fields: Fields,
+}
+
+/// The access terms a memory is indexed under: its owner and effective grants.
+pub fn owner_term(owner: &str) -> String {
+    format!("owner:{owner}")
+}
+
+impl RecallIndex {
+    /// Open the index of `home`, creating it (empty) if missing or unreadable.
+    pub fn open(home: &Home) -> Result<RecallIndex> {
+        let dir = home.index_dir();
+        let lock_path = home.index_lock_path();
+        let _guard = lock(&lock_path)?;
+        let (schema, fields) = schema();
+        let opened = Index::open_in_dir(&dir).ok().filter(|i| i.schema() == schema);
+        let index = match opened {
+            Some(i) => i,
+            None => {
+                if dir.exists() {
+                    fs::remove_dir_all(&dir).map_err(NodeError::io("removing broken index"))?;
+                }
+                fs::create_dir_all(&dir).map_err(NodeError::io("creating index directory"))?;
+                Index::create_in_dir(&dir, schema)?
+            }
+        };
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        Ok(RecallIndex {
+            dir,
+            lock_path,
+            index,
+            reader,
+            fields,
+        })
+    }
+
+    /// `(epoch, watermark)` from the last commit, if any.
+    fn watermark(&self) -> Result<Option<(String, i64)>> {
+        let metas = self.index.load_metas()?;
+        Ok(metas.payload.as_deref().and_then(|p| {
+            let rest = p.strip_prefix(PAYLOAD_PREFIX)?.trim();
+            let (epoch, seq) = rest.split_once(' ')?;
+            Some((epoch.to_owned(), seq.parse().ok()?))
+        }))
+    }
+
+    /// How many index-relevant changes the index has not seen yet.
+    pub fn lag(&self, store: &Store) -> Result<i64> {
+        let epoch = store.epoch()?;
+        match self.watermark()? {
+            Some((e, w)) if e == epoch => Ok(store.max_seq()?.saturating_sub(w)),
+            _ => Ok(store.max_seq()?),
+        }
+    }
+
+    /// Bring the index up to date with the store (see the module docs).
+    pub fn catch_up(&mut self, store: &mut Store) -> Result<CatchUp> {
+        self.sync_with(store, false)
+    }
+
+    /// Drop every document and index the whole store again.
+    pub fn rebuild(&mut self, store: &mut Store) -> Result<CatchUp> {
+        self.sync_with(store, true)
+    }
+
+    fn sync_with(&mut self, store: &mut Store, force_rebuild: bool) -> Result<CatchUp> {
+        let epoch = store.epoch()?;
+        // Cheap check without the lock first: most searches find nothing to do.
+        if !force_rebuild && self.lag(store)? == 0 {
+            return Ok(CatchUp::default());
+        }
+        let _guard = lock(&self.lock_path)?;
+        let mut out = CatchUp::default();
+        let from = match self.watermark()? {
+            Some((e, w)) if e == epoch && !force_rebuild => w,
+            _ => {
+                out.rebuilt = true;
+                0
+            }
+        };
+        let (rows, high) = store.read(|conn| {
+            let high = store::max_seq(conn)?;
+            let mut stmt = conn.prepare(
+                "SELECT id, content, tags, kind, owner, effective,
+                        content_fact IS NOT NULL AND tombstone_fact IS NULL AND archived = 0
+                 FROM memories WHERE touched > ?1 AND touched <= ?2",
+            )?;
+            let rows = stmt
+                .query_map(params![from, high], |r| {
+                    Ok((
+                        r.get::<_, Vec<u8>>(0)?,
+                        r.get::<_, Option<String>>(1)?,
+                        r.get::<_, Option<String>>(2)?,
+                        r.get::<_, Option<String>>(3)?,
+                        r.get::<_, String>(4)?,
+                        r.get::<_, String>(5)?,
+                        r.get::<_, bool>(6)?,
+                    ))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok((rows, high))
+        })?;
+        if rows.is_empty() && !out.rebuilt {
+            // Someone else caught up meanwhile.
+            self.reader.reload()?;
+            return Ok(out);
+        }
+        let mut writer: IndexWriter<TantivyDocument> = self
+            .index
+            .writer_with_num_threads(1, WRITER_HEAP)
+            .map_err(|e| NodeError::Index(format!("opening index writer: {e}")))?;
+        if out.rebuilt {
+            writer.delete_all_documents()?;
+        }
+        for (id, content, tags, kind, owner, effective, live) in rows {
+            let Some(id) = MemoryId::from_slice(&id) else { continue };
+            let key = id_key(&id);
+            writer.delete_term(Term::from_field_text(self.fields.id, &key));
+            if !live {
+                out.removed += 1;
+                continue;
+            }
+            let tags: Vec<String> = tags
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or_default();
+            let text = format!(
+                "{} {} {}",
+                content.unwrap_or_default(),
+                tags.join(" "),
+                kind.unwrap_or_default()
+            );
+            let mut d = doc!(self.fields.id => key, self.fields.text => text);
+            d.add_text(self.fields.access, owner_term(&owner));
+            for g in effective.split(',').filter(|g| !g.is_empty()) {
+                d.add_text(self.fields.access, g);
+            }
+            writer.add_document(d)?;
+            out.indexed += 1;
+        }
+        let mut prepared = writer.prepare_commit()?;
+        prepared.set_payload(&format!("{PAYLOAD_PREFIX} {epoch} {high}"));
+        prepared.commit()?;
+        writer
+            .wait_merging_threads()
+            .map_err(|e| NodeError::Index(format!("merging index segments: {e}")))?;
+        self.reader.reload()?;
+        Ok(out)
+    }
+
+    /// Split text into index terms with the same analyzer the index uses.
+    pub fn terms(&self, text: &str) -> Result<Vec<String>> {
+        let mut analyzer = self.index.tokenizer_for_field(self.fields.text)?;
+        let mut stream = analyzer.token_stream(text);
+        let mut out: Vec<String> = Vec::new();
+        while stream.advance() {
+            let t = stream.token().text.clone();
+            if !out.contains(&t) {
+                out.push(t);
+            }
+        }
+        Ok(out)
+    }
+
+    /// BM25 candidates for `terms`, restricted to documents carrying one of
+    /// `access` terms (`None` = no restriction, for the local admin).
+    pub fn search(
+        &self,
+        terms: &[String],
+        access: Option<&[String]>,
+        limit: usize,
+    ) -> Result<Vec<(MemoryId, f32)>> {
+        if terms.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let text: Vec<(Occur, Box<dyn Query>)> = terms
+            .iter()
+            .map(|t| {
+                let q: Box<dyn Query> = Box::new(TermQuery::new(
+                    Term::from_field_text(self.fields.text, t),
+                    IndexRecordOption::WithFreqs,
+                ));
+                (Occur::Should, q)
+            })
+            .collect();
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> =
+            vec![(Occur::Must, Box::new(BooleanQuery::new(text)))];
+        if let Some(access) = access {
+            let any: Vec<(Occur, Box<dyn Query>)> = access
+                .iter()
+                .map(|a| {
+                    let q: Box<dyn Query> = Box::new(TermQuery::new(
+                        Term::from_field_text(self.fields.access, a),
+                        IndexRecordOption::Basic,
+                    ));
+                    (Occur::Should, q)
+                })
+                .collect();
+            clauses.push((
+                Occur::Must,
+                Box::new(ConstScoreQuery::new(Box::new(BooleanQuery::new(any)), 0.0)),
+            ));
+        }
+        let query = BooleanQuery::new(clauses);
+        let searcher = self.reader.searcher();
+        let top = searcher.search(&query, &TopDocs::with_limit(limit).order_by_score())?;
+        let mut out = Vec::with_capacity(top.len());
+        for (score, addr) in top {
+            let d: TantivyDocument = searcher.doc(addr)?;
+            if let Some(id) = d
+                .get_first(self.fields.id)
+                .and_then(|v| v.as_str())
+                .and_then(parse_id_key)
+            {
+                out.push((id, score));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Documents in the index and bytes on disk.
+    pub fn stats(&self) -> (u64, u64) {
+        let docs = self.reader.searcher().num_docs();
+        (docs, dir_size(&self.dir))
+    }
+}
+
+fn id_key(id: &MemoryId) -> String {
+    store::hex(&id.0)
+}
+
+fn parse_id_key(s: &str) -> Option<MemoryId> {
+    if s.len() != 32 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(MemoryId(out))
+}
+
+fn lock(path: &std::path::Path) -> Result<File> {
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(NodeError::io(format!("opening {}", path.display())))?;
+    f.lock()
+        .map_err(NodeError::io(format!("locking {}", path.display())))?;
+    Ok(f)
+}
+
+/// Total size of the files under `dir`.
+pub fn dir_size(dir: &std::path::Path) -> u64 {
+    fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| match e.metadata() {
+                    Ok(m) if m.is_dir() => dir_size(&e.path()),
+                    Ok(m) => m.len(),
+                    Err(_) => 0,
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,634 @@
+//! The node API: every operation the CLI (and later MCP) offers, as one
+//! method each, so no front end holds logic of its own.
+//!
+//! A write turns into signed facts ([`Node::commit`]) stamped with the
+//! persisted HLC. A read builds the requester's [`AuthorizedScopes`] from the
+//! org graph *as stored now*, and every memory it returns went through
+//! [`AuthorizedScopes::admit`].
+//!
+//! Invariant: a memory the requester cannot see is reported exactly like one
+//! that does not exist ([`NodeError::NoSuchMemory`]); owner-only operations
+//! on a visible memory refuse others with [`NodeError::Refused`].
+
+use std::sync::Arc;
+
+use amos_acl::{AuthorizedScopes, Gated, Visible};
+use amos_protocol::{
+    AgentFact, AgentId, Fact, FactBody, Grants, LinkFact, MembershipFact, MemoryAcl, MemoryContent,
+    MemoryFixed, MemoryId, MemoryText, MemoryTombstone, MemoryType, NodeId, NodeIdentity,
+    OrgScope, ProjectFact, ProjectId, Relation, Scope, SignedFact, TeamFact, TeamId, Verified,
+    fact::{check_tags, check_text, check_unit},
+};
+use rand::RngExt;
+
+use crate::clock::{SystemClock, WallClock};
+use crate::error::{NodeError, Result};
+use crate::home::Home;
+use crate::index::RecallIndex;
+use crate::store::memory::{self, MemoryRecord};
+use crate::store::org::{self, AgentInfo, ProjectInfo, StoredOrg, TeamInfo};
+use crate::store::{Store, Tx};
+
+/// A new memory as a caller describes it.
+#[derive(Debug, Clone)]
+pub struct NewMemory {
+    pub text: String,
+    pub kind: MemoryType,
+    pub share: Vec<Scope>,
+    pub tags: Vec<String>,
+    pub importance: f32,
+    pub pinned: bool,
+    pub expires_ms: Option<u64>,
+}
+
+impl NewMemory {
+    pub fn new(text: impl Into<String>) -> Self {
+        NewMemory {
+            text: text.into(),
+            kind: MemoryType::default(),
+            share: Vec::new(),
+            tags: Vec::new(),
+            importance: 0.5,
+            pinned: false,
+            expires_ms: None,
+        }
+    }
+}
+
+/// What `amos init` reports.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct InitReport {
+    pub node_id: String,
+    pub home: String,
+    pub created: bool,
+}
+
+/// An open node: identity, store and (lazily) the index.
+pub struct Node {
+    home: Home,
+    identity: NodeIdentity,
+    name: String,
+    pub(crate) store: Store,
+    index: Option<RecallIndex>,
+    clock: Arc<dyn WallClock>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Node({:?})", self.identity.node_id())
+    }
+}
+
+impl Node {
+    /// Create a home (identity, database) if it does not exist; idempotent.
+    pub fn init(home: &Home, name: Option<&str>) -> Result<InitReport> {
+        let mut rng = rand::rng();
+        let secret: [u8; 32] = rng.random();
+        let epoch: [u8; 16] = rng.random();
+        let default_name = std::env::var("HOSTNAME").unwrap_or_else(|_| "amos".into());
+        let (identity, created) = home.create(name.unwrap_or(&default_name), secret)?;
+        Store::create(&home.db_path(), epoch)?;
+        Ok(InitReport {
+            node_id: identity.node_id().to_string(),
+            home: home.root().display().to_string(),
+            created,
+        })
+    }
+
+    /// Open an existing home with the system clock.
+    pub fn open(home: &Home) -> Result<Node> {
+        Node::open_with_clock(home, Arc::new(SystemClock))
+    }
+
+    /// Open an existing home with an injected clock (tests).
+    pub fn open_with_clock(home: &Home, clock: Arc<dyn WallClock>) -> Result<Node> {
+        let info = home.info()?;
+        let identity = home.load_identity()?;
+        let store = Store::open(&home.db_path())?;
+        Ok(Node {
+            home: home.clone(),
+            identity,
+            name: info.name,
+            store,
+            index: None,
+            clock,
+        })
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.identity.node_id()
+    }
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn home(&self) -> &Home {
+        &self.home
+    }
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// The index, opened on first use.
+    pub(crate) fn index(&mut self) -> Result<&mut RecallIndex> {
+        if self.index.is_none() {
+            self.index = Some(RecallIndex::open(&self.home)?);
+        }
+        self.index
+            .as_mut()
+            .ok_or_else(|| NodeError::Index("index not open".into()))
+    }
+
+    /// Catch the index up and hand out both it and the store.
+    pub(crate) fn caught_up_index(&mut self) -> Result<(&RecallIndex, &mut Store)> {
+        self.index()?;
+        let Node { index, store, .. } = self;
+        let index = index
+            .as_mut()
+            .ok_or_else(|| NodeError::Index("index not open".into()))?;
+        index.catch_up(store)?;
+        Ok((index, store))
+    }
+
+    /// Drop and rebuild the index; returns what it did and `(docs, bytes)`.
+    pub(crate) fn rebuild_index(&mut self) -> Result<(crate::index::CatchUp, (u64, u64))> {
+        self.index()?;
+        let Node { index, store, .. } = self;
+        let index = index
+            .as_mut()
+            .ok_or_else(|| NodeError::Index("index not open".into()))?;
+        let done = index.rebuild(store)?;
+        Ok((done, index.stats()))
+    }
+
+    /// Sign and store facts authored by this node, all in one transaction.
+    /// `build` gets the transaction (to read current state) and returns the
+    /// bodies to write; each gets its own fresh clock.
+    pub(crate) fn commit<T>(
+        &mut self,
+        build: impl FnOnce(&mut Tx<'_>) -> Result<(Vec<FactBody>, T)>,
+    ) -> Result<(Vec<Verified<SignedFact>>, T)> {
+        let now = self.clock.now_ms();
+        let me = self.identity.node_id();
+        let identity = &self.identity;
+        self.store.write(|tx| {
+            let (bodies, out) = build(tx)?;
+            let mut facts = Vec::with_capacity(bodies.len());
+            for body in bodies {
+                let clock = tx.tick(now, me)?;
+                let signed = identity.sign(Fact { clock, body })?;
+                tx.put_fact(&signed, None)?;
+                facts.push(signed);
+            }
+            Ok((facts, out))
+        })
+    }
+
+    // ---------------------------------------------------------------- requesters
+
+    /// The gate for `agent`, built from the org graph as stored now. An
+    /// unknown agent is bad input (there is no implicit requester).
+    pub fn requester(&self, agent: &str) -> Result<AuthorizedScopes> {
+        let agent = AgentId::parse(agent)?;
+        if !org::agent_present(self.store.conn(), &agent)? {
+            return Err(NodeError::BadInput(format!(
+                "unknown agent {agent} (register it with `amos agent add {agent}`)"
+            )));
+        }
+        Ok(AuthorizedScopes::for_agent(agent, &StoredOrg(self.store.conn())))
+    }
+
+    /// Read a memory for `who`: missing and invisible are the same answer.
+    pub fn get(&self, who: &AuthorizedScopes, id: &str) -> Result<Visible<MemoryRecord>> {
+        let not_found = || NodeError::NoSuchMemory(id.trim().to_owned());
+        let mid: MemoryId = id.parse().map_err(|_| not_found())?;
+        let rec = memory::get(self.store.conn(), &mid)?.ok_or_else(not_found)?;
+        who.admit(rec, self.now_ms()).ok_or_else(not_found)
+    }
+
+    /// Newest first, gated.
+    pub fn list(
+        &self,
+        who: &AuthorizedScopes,
+        kind: Option<&MemoryType>,
+        limit: usize,
+    ) -> Result<Vec<Visible<MemoryRecord>>> {
+        let scopes: Vec<String> = who.scopes().map(ToString::to_string).collect();
+        let now = self.now_ms();
+        // Over-fetch a little: expired rows are dropped by the gate.
+        let mut fetch = limit.max(1);
+        loop {
+            let rows = memory::list_candidates(
+                self.store.conn(),
+                who.requester().map(AgentId::as_str),
+                &scopes,
+                kind.map(MemoryType::as_str),
+                fetch,
+            )?;
+            let exhausted = rows.len() < fetch;
+            let visible: Vec<_> = rows.into_iter().filter_map(|m| who.admit(m, now)).collect();
+            if visible.len() >= limit || exhausted {
+                return Ok(visible.into_iter().take(limit).collect());
+            }
+            fetch *= 2;
+        }
+    }
+
+    // ---------------------------------------------------------------- org graph
+
+    fn check_grant_target(conn: &rusqlite::Connection, s: &Scope) -> Result<()> {
+        let ok = match s {
+            Scope::Private | Scope::Global => true,
+            Scope::Agent(a) => org::agent_present(conn, a)?,
+            Scope::Team(t) => org::team_present(conn, t),
+            Scope::Project(p) => org::project_state(conn, p).is_some_and(|p| p.present),
+        };
+        if ok {
+            Ok(())
+        } else {
+            let what = match s {
+                Scope::Agent(_) => "agent",
+                Scope::Team(_) => "team",
+                _ => "project",
+            };
+            let id = s.to_string();
+            let id = id.split_once(':').map(|x| x.1).unwrap_or(&id);
+            Err(NodeError::BadInput(format!("unknown {what} {id}")))
+        }
+    }
+
+    /// Register (or update) an agent, optionally joining teams.
+    pub fn agent_add(&mut self, id: &str, kind: &str, teams: &[String]) -> Result<()> {
+        let id = AgentId::parse(id)?;
+        let teams = teams
+            .iter()
+            .map(|t| TeamId::parse(t))
+            .collect::<Result<Vec<_>, _>>()?;
+        let kind = kind.to_owned();
+        self.commit(|tx| {
+            for t in &teams {
+                if !org::team_present(tx.conn(), t) {
+                    return Err(NodeError::BadInput(format!("unknown team {t}")));
+                }
+            }
+            let mut bodies = vec![FactBody::Agent(AgentFact {
+                id: id.clone(),
+                kind,
+                display_name: id.to_string(),
+                present: true,
+            })];
+            for t in teams {
+                bodies.push(membership(OrgScope::Team(t), &id, true));
+            }
+            Ok((bodies, ()))
+        })?;
+        Ok(())
+    }
+
+    pub fn agent_list(&self) -> Result<Vec<AgentInfo>> {
+        org::list_agents(self.store.conn())
+    }
+
+    pub fn team_create(&mut self, id: &str, name: Option<&str>) -> Result<()> {
+        let id = TeamId::parse(id)?;
+        let name = name.unwrap_or(id.as_str()).to_owned();
+        self.commit(|_| {
+            Ok((
+                vec![FactBody::Team(TeamFact {
+                    id,
+                    name,
+                    present: true,
+                })],
+                (),
+            ))
+        })?;
+        Ok(())
+    }
+
+    pub fn team_delete(&mut self, id: &str) -> Result<()> {
+        let id = TeamId::parse(id)?;
+        self.commit(|tx| {
+            let name = org::list_teams(tx.conn())?
+                .into_iter()
+                .find(|t| t.id == id.as_str())
+                .map(|t| t.name)
+                .ok_or_else(|| NodeError::BadInput(format!("unknown team {id}")))?;
+            Ok((
+                vec![FactBody::Team(TeamFact {
+                    id,
+                    name,
+                    present: false,
+                })],
+                (),
+            ))
+        })?;
+        Ok(())
+    }
+
+    pub fn team_list(&self) -> Result<Vec<TeamInfo>> {
+        org::list_teams(self.store.conn())
+    }
+
+    /// Add or remove a team member.
+    pub fn team_member(&mut self, team: &str, agent: &str, present: bool) -> Result<()> {
+        let team = TeamId::parse(team)?;
+        let agent = AgentId::parse(agent)?;
+        self.commit(|tx| {
+            if !org::team_present(tx.conn(), &team) {
+                return Err(NodeError::BadInput(format!("unknown team {team}")));
+            }
+            if !org::agent_present(tx.conn(), &agent)? {
+                return Err(NodeError::BadInput(format!("unknown agent {agent}")));
+            }
+            let scope = OrgScope::Team(team.clone());
+            if !present && !org::is_member(tx.conn(), &scope, &agent)? {
+                return Err(NodeError::BadInput(format!(
+                    "agent {agent} is not a member of team {team}"
+                )));
+            }
+            Ok((vec![membership(scope, &agent, present)], ()))
+        })?;
+        Ok(())
+    }
+
+    pub fn project_create(&mut self, id: &str, team: &str, name: Option<&str>) -> Result<()> {
+        let id = ProjectId::parse(id)?;
+        let team = TeamId::parse(team)?;
+        let name = name.unwrap_or(id.as_str()).to_owned();
+        self.commit(|tx| {
+            if !org::team_present(tx.conn(), &team) {
+                return Err(NodeError::BadInput(format!("unknown team {team}")));
+            }
+            if let Some(existing) = org::project_state(tx.conn(), &id) {
+                if existing.team != team {
+                    return Err(NodeError::BadInput(format!(
+                        "project {id} belongs to team {}; a project cannot move teams",
+                        existing.team
+                    )));
+                }
+            }
+            Ok((
+                vec![FactBody::Project(ProjectFact {
+                    id,
+                    team,
+                    name,
+                    present: true,
+                })],
+                (),
+            ))
+        })?;
+        Ok(())
+    }
+
+    pub fn project_delete(&mut self, id: &str) -> Result<()> {
+        let id = ProjectId::parse(id)?;
+        self.commit(|tx| {
+            let p = org::list_projects(tx.conn())?
+                .into_iter()
+                .find(|p| p.id == id.as_str())
+                .ok_or_else(|| NodeError::BadInput(format!("unknown project {id}")))?;
+            Ok((
+                vec![FactBody::Project(ProjectFact {
+                    id,
+                    team: TeamId::parse(&p.team)?,
+                    name: p.name,
+                    present: false,
+                })],
+                (),
+            ))
+        })?;
+        Ok(())
+    }
+
+    pub fn project_list(&self) -> Result<Vec<ProjectInfo>> {
+        org::list_projects(self.store.conn())
+    }
+
+    /// Add or remove a project member; adding needs membership of the project's team.
+    pub fn project_member(&mut self, project: &str, agent: &str, present: bool) -> Result<()> {
+        let project = ProjectId::parse(project)?;
+        let agent = AgentId::parse(agent)?;
+        self.commit(|tx| {
+            let state = org::project_state(tx.conn(), &project)
+                .filter(|p| p.present)
+                .ok_or_else(|| NodeError::BadInput(format!("unknown project {project}")))?;
+            if !org::agent_present(tx.conn(), &agent)? {
+                return Err(NodeError::BadInput(format!("unknown agent {agent}")));
+            }
+            let scope = OrgScope::Project(project.clone());
+            if present {
+                if !org::is_member(tx.conn(), &OrgScope::Team(state.team.clone()), &agent)? {
+                    return Err(NodeError::BadInput(format!(
+                        "agent {agent} is not a member of team {}, which owns project {project}",
+                        state.team
+                    )));
+                }
+            } else if !org::is_member(tx.conn(), &scope, &agent)? {
+                return Err(NodeError::BadInput(format!(
+                    "agent {agent} is not a member of project {project}"
+                )));
+            }
+            Ok((vec![membership(scope, &agent, present)], ()))
+        })?;
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- memories
+
+    /// Store a new memory owned by the requester. Default visibility: private.
+    pub fn add(&mut self, who: &AuthorizedScopes, new: NewMemory) -> Result<MemoryId> {
+        let owner = who
+            .requester()
+            .cloned()
+            .ok_or_else(|| NodeError::BadInput("a memory needs an owner: pass --as AGENT".into()))?;
+        check_text(&new.text)?;
+        check_tags(&new.tags)?;
+        check_unit("importance", new.importance)?;
+        let now = self.now_ms();
+        let random: [u8; 10] = rand::rng().random();
+        let id = MemoryId::new(now, random);
+        let fixed = MemoryFixed {
+            owner,
+            created_ms: now,
+            origin: self.node_id(),
+        };
+        let grants = Grants::from_scopes(new.share.iter().cloned());
+        self.commit(|tx| {
+            for s in grants.iter() {
+                Self::check_grant_target(tx.conn(), s)?;
+            }
+            Ok((
+                vec![
+                    FactBody::MemoryContent(MemoryContent {
+                        id,
+                        fixed: fixed.clone(),
+                        kind: new.kind,
+                        text: MemoryText::Plain(new.text),
+                        tags: new.tags,
+                        importance: new.importance,
+                        confidence: 1.0,
+                        pinned: new.pinned,
+                        expires_ms: new.expires_ms,
+                        supersedes: None,
+                    }),
+                    FactBody::MemoryAcl(MemoryAcl { id, fixed, grants }),
+                ],
+                (),
+            ))
+        })?;
+        Ok(id)
+    }
+
+    /// The memory, visible to `who`, that `who` may change: owner (or the
+    /// explicit local admin when `admin_ok`), and authored here.
+    fn editable(&self, who: &AuthorizedScopes, id: &str, admin_ok: bool) -> Result<MemoryRecord> {
+        let rec = self.get(who, id)?.into_inner();
+        if !(who.owns(&rec) || (admin_ok && who.is_admin())) {
+            return Err(NodeError::Refused(format!(
+                "only the owner ({}) may change memory {}",
+                rec.owner(),
+                rec.id
+            )));
+        }
+        if rec.origin != self.node_id() {
+            return Err(NodeError::Refused(format!(
+                "memory {} originates at node {}; a replica is read-only, change it there",
+                rec.id,
+                rec.origin.short()
+            )));
+        }
+        Ok(rec)
+    }
+
+    /// Edit a memory's text (owner, or the local admin).
+    pub fn update(&mut self, who: &AuthorizedScopes, id: &str, text: &str) -> Result<MemoryId> {
+        check_text(text)?;
+        let rec = self.editable(who, id, true)?;
+        let body = FactBody::MemoryContent(MemoryContent {
+            id: rec.id,
+            fixed: fixed_of(&rec),
+            kind: rec.kind.clone(),
+            text: MemoryText::Plain(text.to_owned()),
+            tags: rec.tags.clone(),
+            importance: rec.importance,
+            confidence: rec.confidence,
+            pinned: rec.pinned,
+            expires_ms: rec.expires_ms,
+            supersedes: rec.supersedes,
+        });
+        self.commit(|_| Ok((vec![body], ())))?;
+        Ok(rec.id)
+    }
+
+    /// Add (`share`) or remove a grant. Owner only. Returns the new grants.
+    pub fn set_grant(
+        &mut self,
+        who: &AuthorizedScopes,
+        id: &str,
+        scope: &str,
+        share: bool,
+    ) -> Result<(MemoryId, Grants)> {
+        let scope: Scope = scope.parse()?;
+        let rec = self.editable(who, id, false)?;
+        let mut grants = rec.grants.clone();
+        if share {
+            grants.insert(scope.clone());
+        } else if scope == Scope::Private {
+            return Err(NodeError::BadInput(
+                "cannot unshare private; share with a scope instead".into(),
+            ));
+        } else {
+            grants.remove(&scope);
+        }
+        let fixed = fixed_of(&rec);
+        let out = grants.clone();
+        self.commit(|tx| {
+            if share {
+                Self::check_grant_target(tx.conn(), &scope)?;
+            }
+            Ok((
+                vec![FactBody::MemoryAcl(MemoryAcl {
+                    id: rec.id,
+                    fixed,
+                    grants,
+                })],
+                (),
+            ))
+        })?;
+        Ok((rec.id, out))
+    }
+
+    /// Tombstone a memory (owner only): terminal, content erased.
+    pub fn forget(&mut self, who: &AuthorizedScopes, id: &str) -> Result<MemoryId> {
+        let rec = self.editable(who, id, false)?;
+        let body = FactBody::MemoryTombstone(MemoryTombstone {
+            id: rec.id,
+            fixed: fixed_of(&rec),
+        });
+        self.commit(|_| Ok((vec![body], ())))?;
+        Ok(rec.id)
+    }
+
+    /// Link two memories the requester can both see.
+    pub fn link(
+        &mut self,
+        who: &AuthorizedScopes,
+        a: &str,
+        b: &str,
+        relation: Option<&str>,
+        weight: f32,
+    ) -> Result<()> {
+        let relation = relation.map(Relation::parse).transpose()?.unwrap_or_default();
+        check_unit("weight", weight)?;
+        let from = self.get(who, a)?.id;
+        let to = self.get(who, b)?.id;
+        if from == to {
+            return Err(NodeError::BadInput("cannot link a memory to itself".into()));
+        }
+        self.commit(|_| {
+            Ok((
+                vec![FactBody::Link(LinkFact {
+                    from,
+                    to,
+                    relation,
+                    weight,
+                    present: true,
+                })],
+                (),
+            ))
+        })?;
+        Ok(())
+    }
+
+    /// Archive or restore a memory locally (local-only state).
+    pub fn set_archived(&mut self, who: &AuthorizedScopes, id: &str, archived: bool) -> Result<bool> {
+        let rec = self.get(who, id)?;
+        if !who.owns(&*rec) && !who.is_admin() {
+            return Err(NodeError::Refused(format!(
+                "only the owner ({}) may archive memory {}",
+                rec.owner, rec.id
+            )));
+        }
+        let mid = rec.id;
+        self.store.write(|tx| tx.set_archived(&mid, archived))
+    }
+}
+
+fn membership(scope: OrgScope, agent: &AgentId, present: bool) -> FactBody {
+    FactBody::Membership(MembershipFact {
+        scope,
+        agent: agent.clone(),
+        role: "member".into(),
+        present,
+    })
+}
+
+fn fixed_of(rec: &MemoryRecord) -> MemoryFixed {
+    MemoryFixed {
+        owner: rec.owner.clone(),
+        created_ms: rec.created_ms,
+        origin: rec.origin,
+    }
+}

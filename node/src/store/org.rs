@@ -1,0 +1,188 @@
+//! The org graph as stored: agents, teams, projects, memberships, and the
+//! [`OrgGraph`] view the gate reads.
+
+use amos_acl::{OrgGraph, ProjectState, TeamState};
+use amos_protocol::{AgentId, OrgScope, ProjectId, TeamId};
+use rusqlite::{Connection, OptionalExtension};
+use serde::Serialize;
+
+use crate::error::Result;
+
+/// The org graph read straight from SQLite (so a membership change is in
+/// force on the very next query).
+pub struct StoredOrg<'c>(pub &'c Connection);
+
+impl OrgGraph for StoredOrg<'_> {
+    fn team(&self, id: &TeamId) -> Option<TeamState> {
+        self.0
+            .prepare_cached("SELECT present FROM teams WHERE id = ?1")
+            .and_then(|mut s| s.query_row([id.as_str()], |r| r.get(0)).optional())
+            .ok()
+            .flatten()
+            .map(|present| TeamState { present })
+    }
+
+    fn project(&self, id: &ProjectId) -> Option<ProjectState> {
+        let row: Option<(String, bool)> = self
+            .0
+            .prepare_cached("SELECT team, present FROM projects WHERE id = ?1")
+            .and_then(|mut s| {
+                s.query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
+            .ok()
+            .flatten();
+        let (team, present) = row?;
+        Some(ProjectState {
+            team: TeamId::parse(&team).ok()?,
+            present,
+        })
+    }
+
+    fn memberships_of(&self, agent: &AgentId) -> Vec<OrgScope> {
+        let Ok(mut stmt) = self
+            .0
+            .prepare_cached("SELECT scope FROM memberships WHERE agent = ?1 AND present = 1")
+        else {
+            return Vec::new();
+        };
+        let Ok(rows) = stmt.query_map([agent.as_str()], |r| r.get::<_, String>(0)) else {
+            return Vec::new();
+        };
+        rows.filter_map(|r| r.ok())
+            .filter_map(|s| parse_org_scope(&s))
+            .collect()
+    }
+}
+
+/// Parse `team:ID` / `project:ID`.
+pub fn parse_org_scope(s: &str) -> Option<OrgScope> {
+    match s.split_once(':')? {
+        ("team", t) => TeamId::parse(t).ok().map(OrgScope::Team),
+        ("project", p) => ProjectId::parse(p).ok().map(OrgScope::Project),
+        _ => None,
+    }
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct AgentInfo {
+    pub id: String,
+    pub kind: String,
+    pub display_name: String,
+    pub teams: Vec<String>,
+    pub projects: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TeamInfo {
+    pub id: String,
+    pub name: String,
+    pub members: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ProjectInfo {
+    pub id: String,
+    pub team: String,
+    pub name: String,
+    pub members: Vec<String>,
+}
+
+pub fn agent_present(conn: &Connection, id: &AgentId) -> Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT present FROM agents WHERE id = ?1")?
+        .query_row([id.as_str()], |r| r.get::<_, bool>(0))
+        .optional()?
+        .unwrap_or(false))
+}
+
+pub fn team_present(conn: &Connection, id: &TeamId) -> bool {
+    StoredOrg(conn).team(id).is_some_and(|t| t.present)
+}
+
+pub fn project_state(conn: &Connection, id: &ProjectId) -> Option<ProjectState> {
+    StoredOrg(conn).project(id)
+}
+
+/// Whether `agent` is a present member of `scope`.
+pub fn is_member(conn: &Connection, scope: &OrgScope, agent: &AgentId) -> Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT present FROM memberships WHERE scope = ?1 AND agent = ?2")?
+        .query_row([scope.to_string(), agent.to_string()], |r| r.get::<_, bool>(0))
+        .optional()?
+        .unwrap_or(false))
+}
+
+fn members(conn: &Connection, scope: &str) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT agent FROM memberships WHERE scope = ?1 AND present = 1 ORDER BY agent",
+    )?;
+    let rows = stmt.query_map([scope], |r| r.get(0))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub fn list_agents(conn: &Connection) -> Result<Vec<AgentInfo>> {
+    let mut stmt = conn.prepare(
+        "SELECT id, kind, display_name FROM agents WHERE present = 1 ORDER BY id",
+    )?;
+    let rows: Vec<(String, String, String)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut scope_stmt = conn.prepare_cached(
+        "SELECT scope FROM memberships WHERE agent = ?1 AND present = 1 ORDER BY scope",
+    )?;
+    let mut out = Vec::new();
+    for (id, kind, display_name) in rows {
+        let scopes: Vec<String> = scope_stmt
+            .query_map([&id], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        let pick = |prefix: &str| {
+            scopes
+                .iter()
+                .filter_map(|s| s.strip_prefix(prefix).map(str::to_owned))
+                .collect()
+        };
+        out.push(AgentInfo {
+            teams: pick("team:"),
+            projects: pick("project:"),
+            id,
+            kind,
+            display_name,
+        });
+    }
+    Ok(out)
+}
+
+pub fn list_teams(conn: &Connection) -> Result<Vec<TeamInfo>> {
+    let mut stmt = conn.prepare("SELECT id, name FROM teams WHERE present = 1 ORDER BY id")?;
+    let rows: Vec<(String, String)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    rows.into_iter()
+        .map(|(id, name)| {
+            Ok(TeamInfo {
+                members: members(conn, &format!("team:{id}"))?,
+                id,
+                name,
+            })
+        })
+        .collect()
+}
+
+pub fn list_projects(conn: &Connection) -> Result<Vec<ProjectInfo>> {
+    let mut stmt =
+        conn.prepare("SELECT id, team, name FROM projects WHERE present = 1 ORDER BY id")?;
+    let rows: Vec<(String, String, String)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    rows.into_iter()
+        .map(|(id, team, name)| {
+            Ok(ProjectInfo {
+                members: members(conn, &format!("project:{id}"))?,
+                id,
+                team,
+                name,
+            })
+        })
+        .collect()
+}

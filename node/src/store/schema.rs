@@ -1,0 +1,153 @@
+//! Versioned, one-way schema migrations. `PRAGMA user_version` holds the
+//! version; a database newer than this binary is refused, never downgraded.
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::error::{NodeError, Result};
+
+/// Each entry moves the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[
+    // v1: the replicated registers, their clocks (`*_v`, as Hlc sort keys),
+    // the signed facts verbatim, and local-only columns.
+    r#"
+    CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value ANY NOT NULL
+    ) STRICT;
+
+    CREATE TABLE memories (
+        id            BLOB PRIMARY KEY,       -- 16-byte UUIDv7
+        owner         TEXT NOT NULL,          -- fixed
+        origin        BLOB NOT NULL,          -- fixed: NodeId of the creating node
+        created_ms    INTEGER NOT NULL,       -- fixed
+        -- content register (clock v)
+        kind          TEXT,
+        content       TEXT,
+        tags          TEXT,                   -- JSON array
+        importance    REAL,
+        confidence    REAL,
+        pinned        INTEGER,
+        expires_ms    INTEGER,
+        supersedes    BLOB,
+        v             BLOB,
+        content_fact  BLOB,
+        -- acl register (clock acl_v)
+        grants        TEXT NOT NULL DEFAULT '',   -- signed grants, comma-joined, '' = private
+        effective     TEXT NOT NULL DEFAULT '',   -- grants in force on this node
+        acl_v         BLOB,
+        acl_fact      BLOB,
+        -- terminal tombstone
+        tombstone_fact BLOB,
+        -- bookkeeping: seq moves when a replicated fact changes (sync),
+        -- touched when anything the index needs changes.
+        seq           INTEGER NOT NULL,
+        touched       INTEGER NOT NULL,
+        -- local-only state: never replicated, never moves v or acl_v
+        archived      INTEGER NOT NULL DEFAULT 0,
+        recall_count  INTEGER NOT NULL DEFAULT 0,
+        last_access_ms INTEGER,
+        reinforcement REAL NOT NULL DEFAULT 1.0
+    ) STRICT;
+    CREATE INDEX memories_seq ON memories(seq);
+    CREATE INDEX memories_touched ON memories(touched);
+    CREATE INDEX memories_owner_created ON memories(owner, created_ms);
+    CREATE INDEX memories_created ON memories(created_ms);
+
+    -- effective grants, one row each, for gated listing in SQL
+    CREATE TABLE memory_grants (
+        memory BLOB NOT NULL REFERENCES memories(id) ON DELETE CASCADE,
+        scope  TEXT NOT NULL,
+        PRIMARY KEY (scope, memory)
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX memory_grants_memory ON memory_grants(memory);
+
+    CREATE TABLE links (
+        from_id   BLOB NOT NULL,
+        to_id     BLOB NOT NULL,
+        relation  TEXT NOT NULL,
+        weight    REAL NOT NULL,
+        present   INTEGER NOT NULL,
+        v         BLOB NOT NULL,
+        fact      BLOB NOT NULL,
+        seq       INTEGER NOT NULL,
+        strength  REAL NOT NULL DEFAULT 1.0,   -- local-only reinforcement
+        PRIMARY KEY (from_id, to_id, relation)
+    ) STRICT;
+    CREATE INDEX links_to ON links(to_id);
+    CREATE INDEX links_seq ON links(seq);
+
+    CREATE TABLE teams (
+        id       TEXT PRIMARY KEY,
+        name     TEXT NOT NULL,
+        present  INTEGER NOT NULL,
+        v        BLOB NOT NULL,
+        fact     BLOB NOT NULL,
+        seq      INTEGER NOT NULL
+    ) STRICT;
+
+    CREATE TABLE projects (
+        id       TEXT PRIMARY KEY,
+        team     TEXT NOT NULL,
+        name     TEXT NOT NULL,
+        present  INTEGER NOT NULL,
+        v        BLOB NOT NULL,
+        fact     BLOB NOT NULL,
+        seq      INTEGER NOT NULL
+    ) STRICT;
+
+    CREATE TABLE memberships (
+        scope    TEXT NOT NULL,     -- team:ID or project:ID
+        agent    TEXT NOT NULL,
+        role     TEXT NOT NULL,
+        present  INTEGER NOT NULL,
+        v        BLOB NOT NULL,
+        fact     BLOB NOT NULL,
+        seq      INTEGER NOT NULL,
+        PRIMARY KEY (scope, agent)
+    ) STRICT;
+    CREATE INDEX memberships_agent ON memberships(agent);
+
+    CREATE TABLE agents (
+        id           TEXT PRIMARY KEY,
+        kind         TEXT NOT NULL,
+        display_name TEXT NOT NULL,
+        present      INTEGER NOT NULL,
+        v            BLOB NOT NULL,
+        fact         BLOB NOT NULL,
+        seq          INTEGER NOT NULL
+    ) STRICT;
+
+    CREATE TABLE profiles (
+        agent    TEXT PRIMARY KEY,
+        weights  TEXT NOT NULL,     -- JSON object type -> weight
+        v        BLOB NOT NULL,
+        fact     BLOB NOT NULL,
+        seq      INTEGER NOT NULL
+    ) STRICT;
+    "#,
+];
+
+/// The schema version this binary writes.
+pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// Bring the database to [`SCHEMA_VERSION`]. Safe to call from many processes
+/// at once: the check and the migration run under one write lock.
+pub fn migrate(conn: &mut Connection) -> Result<u32> {
+    let current: u32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if current == SCHEMA_VERSION {
+        return Ok(current);
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let current: u32 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if current > SCHEMA_VERSION {
+        return Err(NodeError::Corrupt(format!(
+            "database schema v{current} is newer than this amos (v{SCHEMA_VERSION}); upgrade amos"
+        )));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as u32)?;
+    }
+    tx.commit()?;
+    Ok(SCHEMA_VERSION)
+}
