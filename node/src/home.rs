@@ -101,10 +101,8 @@ impl Home {
                 self.root.display()
             )));
         }
-        fs::create_dir_all(&self.root).map_err(NodeError::io(format!(
-            "creating {}",
-            self.root.display()
-        )))?;
+        fs::create_dir_all(&self.root)
+            .map_err(NodeError::io(format!("creating {}", self.root.display())))?;
         let _ = fs::set_permissions(&self.root, fs::Permissions::from_mode(0o700));
         let identity = if self.key_path().exists() {
             self.load_identity()?
@@ -129,17 +127,24 @@ impl Home {
     pub fn load_identity(&self) -> Result<NodeIdentity> {
         let path = self.key_path();
         let text = fs::read_to_string(&path).map_err(|_| {
-            NodeError::Corrupt(format!("identity key {} is missing or unreadable", path.display()))
+            NodeError::Corrupt(format!(
+                "identity key {} is missing or unreadable",
+                path.display()
+            ))
         })?;
         let b32 = text
             .trim()
             .strip_prefix(KEY_HEADER.trim_end())
             .map(str::trim)
-            .ok_or_else(|| NodeError::Corrupt(format!("{} is not an amos identity key", path.display())))?;
+            .ok_or_else(|| {
+                NodeError::Corrupt(format!("{} is not an amos identity key", path.display()))
+            })?;
         let secret: [u8; 32] = base32_decode(b32)
             .ok()
             .and_then(|v| v.try_into().ok())
-            .ok_or_else(|| NodeError::Corrupt(format!("{} is not an amos identity key", path.display())))?;
+            .ok_or_else(|| {
+                NodeError::Corrupt(format!("{} is not an amos identity key", path.display()))
+            })?;
         let identity = NodeIdentity::from_secret(secret);
         if let Ok(info) = self.info() {
             if info.node_id != identity.node_id().to_string() {
@@ -154,7 +159,9 @@ impl Home {
 
     /// The mode bits of the identity key file.
     pub fn key_mode(&self) -> Option<u32> {
-        fs::metadata(self.key_path()).ok().map(|m| m.permissions().mode() & 0o777)
+        fs::metadata(self.key_path())
+            .ok()
+            .map(|m| m.permissions().mode() & 0o777)
     }
 }
 

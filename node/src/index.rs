@@ -77,7 +77,9 @@ impl RecallIndex {
         let lock_path = home.index_lock_path();
         let _guard = lock(&lock_path)?;
         let (schema, fields) = schema();
-        let opened = Index::open_in_dir(&dir).ok().filter(|i| i.schema() == schema);
+        let opened = Index::open_in_dir(&dir)
+            .ok()
+            .filter(|i| i.schema() == schema);
         let index = match opened {
             Some(i) => i,
             None => {
@@ -180,7 +182,9 @@ impl RecallIndex {
             writer.delete_all_documents()?;
         }
         for (id, content, tags, kind, owner, effective, live) in rows {
-            let Some(id) = MemoryId::from_slice(&id) else { continue };
+            let Some(id) = MemoryId::from_slice(&id) else {
+                continue;
+            };
             let key = id_key(&id);
             writer.delete_term(Term::from_field_text(self.fields.id, &key));
             if !live {

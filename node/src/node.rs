@@ -15,8 +15,8 @@ use std::sync::Arc;
 use amos_acl::{AuthorizedScopes, Gated, Visible};
 use amos_protocol::{
     AgentFact, AgentId, Fact, FactBody, Grants, LinkFact, MembershipFact, MemoryAcl, MemoryContent,
-    MemoryFixed, MemoryId, MemoryText, MemoryTombstone, MemoryType, NodeId, NodeIdentity,
-    OrgScope, ProjectFact, ProjectId, Relation, Scope, SignedFact, TeamFact, TeamId, Verified,
+    MemoryFixed, MemoryId, MemoryText, MemoryTombstone, MemoryType, NodeId, NodeIdentity, OrgScope,
+    ProjectFact, ProjectId, Relation, Scope, SignedFact, TeamFact, TeamId, Verified,
     fact::{check_tags, check_text, check_unit},
 };
 use rand::RngExt;
@@ -197,7 +197,10 @@ impl Node {
                 "unknown agent {agent} (register it with `amos agent add {agent}`)"
             )));
         }
-        Ok(AuthorizedScopes::for_agent(agent, &StoredOrg(self.store.conn())))
+        Ok(AuthorizedScopes::for_agent(
+            agent,
+            &StoredOrg(self.store.conn()),
+        ))
     }
 
     /// Read a memory for `who`: missing and invisible are the same answer.
@@ -439,10 +442,9 @@ impl Node {
 
     /// Store a new memory owned by the requester. Default visibility: private.
     pub fn add(&mut self, who: &AuthorizedScopes, new: NewMemory) -> Result<MemoryId> {
-        let owner = who
-            .requester()
-            .cloned()
-            .ok_or_else(|| NodeError::BadInput("a memory needs an owner: pass --as AGENT".into()))?;
+        let owner = who.requester().cloned().ok_or_else(|| {
+            NodeError::BadInput("a memory needs an owner: pass --as AGENT".into())
+        })?;
         check_text(&new.text)?;
         check_tags(&new.tags)?;
         check_unit("importance", new.importance)?;
@@ -580,7 +582,10 @@ impl Node {
         relation: Option<&str>,
         weight: f32,
     ) -> Result<()> {
-        let relation = relation.map(Relation::parse).transpose()?.unwrap_or_default();
+        let relation = relation
+            .map(Relation::parse)
+            .transpose()?
+            .unwrap_or_default();
         check_unit("weight", weight)?;
         let from = self.get(who, a)?.id;
         let to = self.get(who, b)?.id;
@@ -603,7 +608,12 @@ impl Node {
     }
 
     /// Archive or restore a memory locally (local-only state).
-    pub fn set_archived(&mut self, who: &AuthorizedScopes, id: &str, archived: bool) -> Result<bool> {
+    pub fn set_archived(
+        &mut self,
+        who: &AuthorizedScopes,
+        id: &str,
+        archived: bool,
+    ) -> Result<bool> {
         let rec = self.get(who, id)?;
         if !who.owns(&*rec) && !who.is_admin() {
             return Err(NodeError::Refused(format!(

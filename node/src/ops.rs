@@ -93,7 +93,10 @@ impl Node {
 
     pub fn status(&mut self) -> Result<Status> {
         let conn = self.store.conn();
-        let live = format!("SELECT count(*) FROM memories WHERE {}", store::memory::LIVE);
+        let live = format!(
+            "SELECT count(*) FROM memories WHERE {}",
+            store::memory::LIVE
+        );
         Ok(Status {
             node_id: self.node_id().to_string(),
             name: self.name().to_owned(),
@@ -116,7 +119,10 @@ impl Node {
         let conn = self.store.conn();
         let integrity: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
         let schema_version = self.store.schema_version()?;
-        let live = format!("SELECT count(*) FROM memories WHERE {}", store::memory::LIVE);
+        let live = format!(
+            "SELECT count(*) FROM memories WHERE {}",
+            store::memory::LIVE
+        );
         let memories = count(conn, &live)?;
         let dangling_links = count(
             conn,
@@ -174,7 +180,10 @@ impl Node {
                     format!("{} has mode {m:o}", key_path.display()),
                     format!("chmod 600 {}", key_path.display()),
                 )),
-                None => Err(("identity key missing".into(), "restore it from backup".into())),
+                None => Err((
+                    "identity key missing".into(),
+                    "restore it from backup".into(),
+                )),
             },
             false,
         );
@@ -187,7 +196,10 @@ impl Node {
             if integrity == "ok" {
                 Ok("quick_check ok".into())
             } else {
-                Err((integrity, "restore from a backup: amos restore FILE --force".into()))
+                Err((
+                    integrity,
+                    "restore from a backup: amos restore FILE --force".into(),
+                ))
             },
             false,
         );
@@ -197,7 +209,10 @@ impl Node {
             if v == SCHEMA_VERSION {
                 Ok(format!("v{v}"))
             } else {
-                Err((format!("v{v}, expected v{SCHEMA_VERSION}"), "upgrade amos".into()))
+                Err((
+                    format!("v{v}, expected v{SCHEMA_VERSION}"),
+                    "upgrade amos".into(),
+                ))
             },
             false,
         );
@@ -252,8 +267,11 @@ impl Node {
         self.store
             .conn()
             .backup(MAIN_DB, &tmp, None::<fn(rusqlite::backup::Progress)>)
-            .map_err(|e| NodeError::BadInput(format!("cannot write backup {}: {e}", file.display())))?;
-        std::fs::rename(&tmp, file).map_err(NodeError::io(format!("writing {}", file.display())))?;
+            .map_err(|e| {
+                NodeError::BadInput(format!("cannot write backup {}: {e}", file.display()))
+            })?;
+        std::fs::rename(&tmp, file)
+            .map_err(NodeError::io(format!("writing {}", file.display())))?;
         Ok(std::fs::metadata(file).map(|m| m.len()).unwrap_or(0))
     }
 
@@ -266,12 +284,19 @@ impl Node {
                 .map_err(|e| NodeError::BadInput(format!("cannot open {}: {e}", file.display())))?;
             let version: u32 = src
                 .query_row("PRAGMA user_version", [], |r| r.get(0))
-                .map_err(|_| NodeError::BadInput(format!("{} is not an amos backup", file.display())))?;
+                .map_err(|_| {
+                    NodeError::BadInput(format!("{} is not an amos backup", file.display()))
+                })?;
             let has_meta = src
-                .query_row("SELECT count(*) FROM meta WHERE key = 'epoch'", [], |r| r.get::<_, i64>(0))
+                .query_row("SELECT count(*) FROM meta WHERE key = 'epoch'", [], |r| {
+                    r.get::<_, i64>(0)
+                })
                 .unwrap_or(0);
             if version == 0 || version > SCHEMA_VERSION || has_meta != 1 {
-                return Err(NodeError::BadInput(format!("{} is not an amos backup", file.display())));
+                return Err(NodeError::BadInput(format!(
+                    "{} is not an amos backup",
+                    file.display()
+                )));
             }
         }
         let live = count(self.store.conn(), "SELECT count(*) FROM memories")?;
@@ -345,8 +370,14 @@ impl Node {
             Default::default();
         let mut dups = Vec::new();
         for (id, owner, grants, content) in rows {
-            let Some(id) = MemoryId::from_slice(&id) else { continue };
-            let norm = content.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase();
+            let Some(id) = MemoryId::from_slice(&id) else {
+                continue;
+            };
+            let norm = content
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .to_lowercase();
             match first.get(&(owner.clone(), grants.clone(), norm.clone())) {
                 Some(keep) => dups.push((id, *keep)),
                 None => {

@@ -61,7 +61,9 @@ impl Node {
             return Err(NodeError::BadInput("empty query".into()));
         }
         if k == 0 || k > MAX_K {
-            return Err(NodeError::BadInput(format!("-k must be between 1 and {MAX_K}")));
+            return Err(NodeError::BadInput(format!(
+                "-k must be between 1 and {MAX_K}"
+            )));
         }
         let now = self.now_ms();
         let (index, store) = self.caught_up_index()?;
@@ -154,7 +156,12 @@ impl Node {
 
     /// Recall feedback: raise (`helpful`) or lower the local reinforcement of
     /// visible memories. Local-only: no replicated fact changes.
-    pub fn feedback(&mut self, who: &AuthorizedScopes, ids: &[String], helpful: bool) -> Result<usize> {
+    pub fn feedback(
+        &mut self,
+        who: &AuthorizedScopes,
+        ids: &[String],
+        helpful: bool,
+    ) -> Result<usize> {
         if ids.is_empty() {
             return Err(NodeError::BadInput("name at least one memory".into()));
         }

@@ -32,12 +32,11 @@ pub fn decode<T: Decode<()>>(what: &'static str, bytes: &[u8]) -> Result<T, Prot
             limit: MAX_FACT_BYTES,
         });
     }
-    let (value, used) = bincode::decode_from_slice(bytes, config()).map_err(|e| {
-        ProtocolError::Decode {
+    let (value, used) =
+        bincode::decode_from_slice(bytes, config()).map_err(|e| ProtocolError::Decode {
             what,
             reason: e.to_string(),
-        }
-    })?;
+        })?;
     if used != bytes.len() {
         return Err(ProtocolError::Decode {
             what,

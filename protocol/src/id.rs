@@ -73,7 +73,11 @@ pub struct MemoryId(pub [u8; 16]);
 impl MemoryId {
     /// A new id from the creation time and 10 random bytes (supplied by the caller).
     pub fn new(unix_ms: u64, random: [u8; 10]) -> Self {
-        MemoryId(*uuid::Builder::from_unix_timestamp_millis(unix_ms, &random).as_uuid().as_bytes())
+        MemoryId(
+            *uuid::Builder::from_unix_timestamp_millis(unix_ms, &random)
+                .as_uuid()
+                .as_bytes(),
+        )
     }
 
     pub fn as_bytes(&self) -> &[u8; 16] {
@@ -237,7 +241,17 @@ mod tests {
         for ok in ["a", "0", "apollo", "agent-07", "a.b_c-d", &"x".repeat(64)] {
             assert!(Slug::is_valid(ok), "{ok}");
         }
-        for bad in ["", "-a", ".a", "A", "a b", "a:b", "é", &"x".repeat(65), "a/b"] {
+        for bad in [
+            "",
+            "-a",
+            ".a",
+            "A",
+            "a b",
+            "a:b",
+            "é",
+            &"x".repeat(65),
+            "a/b",
+        ] {
             assert!(!Slug::is_valid(bad), "{bad}");
         }
     }

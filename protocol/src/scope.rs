@@ -85,7 +85,12 @@ impl Grants {
     }
 
     pub fn from_scopes(scopes: impl IntoIterator<Item = Scope>) -> Self {
-        Grants(scopes.into_iter().filter(|s| *s != Scope::Private).collect())
+        Grants(
+            scopes
+                .into_iter()
+                .filter(|s| *s != Scope::Private)
+                .collect(),
+        )
     }
 
     pub fn is_private(&self) -> bool {
@@ -160,10 +165,25 @@ mod tests {
 
     #[test]
     fn scope_text_round_trip() {
-        for s in ["private", "global", "agent:a1", "team:apollo", "project:apollo-ui"] {
+        for s in [
+            "private",
+            "global",
+            "agent:a1",
+            "team:apollo",
+            "project:apollo-ui",
+        ] {
             assert_eq!(s.parse::<Scope>().unwrap().to_string(), s);
         }
-        for bad in ["", "public", "team:", "team:Apollo", "role:x", "agent", ":x", "team:a:b"] {
+        for bad in [
+            "",
+            "public",
+            "team:",
+            "team:Apollo",
+            "role:x",
+            "agent",
+            ":x",
+            "team:a:b",
+        ] {
             let err = bad.parse::<Scope>().unwrap_err().to_string();
             assert!(err.contains("scope") || err.contains("id"), "{bad}: {err}");
         }

@@ -173,16 +173,18 @@ mod tests {
                         supersedes: None,
                     })
                 }),
-            (id.clone(), fixed.clone(), prop::collection::vec(arb_scope(), 0..5)).prop_map(
-                |(id, fixed, g)| FactBody::MemoryAcl(MemoryAcl {
+            (
+                id.clone(),
+                fixed.clone(),
+                prop::collection::vec(arb_scope(), 0..5)
+            )
+                .prop_map(|(id, fixed, g)| FactBody::MemoryAcl(MemoryAcl {
                     id,
                     fixed,
                     grants: g.into_iter().collect()
-                })
-            ),
-            (id.clone(), fixed).prop_map(|(id, fixed)| FactBody::MemoryTombstone(
-                MemoryTombstone { id, fixed }
-            )),
+                })),
+            (id.clone(), fixed)
+                .prop_map(|(id, fixed)| FactBody::MemoryTombstone(MemoryTombstone { id, fixed })),
             (arb_slug(), "[ -~]{0,30}", any::<bool>()).prop_map(|(t, name, present)| {
                 FactBody::Team(TeamFact {
                     id: TeamId::parse(&t).unwrap(),

@@ -1,1 +1,4 @@
-//! placeholder
+//! amos-tests: cross-crate and multi-node tests, simulations and the
+//! benchmark harness. Single-node CLI tests live beside the binary in
+//! `node/tests/` (they need `CARGO_BIN_EXE_amos`); multi-node tests that
+//! start several `amos` processes arrive here with replication.

@@ -15,7 +15,11 @@ pub fn run(out: &Out) -> Result<()> {
     let mut node = Node::open(&home)?;
     node.team_create("apollo", Some("Apollo"))?;
     node.project_create("apollo-ui", "apollo", Some("Apollo UI"))?;
-    for (agent, teams) in [("alice", vec!["apollo"]), ("bob", vec!["apollo"]), ("carol", vec![])] {
+    for (agent, teams) in [
+        ("alice", vec!["apollo"]),
+        ("bob", vec!["apollo"]),
+        ("carol", vec![]),
+    ] {
         let teams: Vec<String> = teams.into_iter().map(String::from).collect();
         node.agent_add(agent, "agent", &teams)?;
     }
@@ -23,16 +27,35 @@ pub fn run(out: &Out) -> Result<()> {
 
     let alice = node.requester("alice")?;
     let memories: [(&str, Option<&str>); 5] = [
-        ("deploy key rotation: alice keeps her staging deploy token in the vault", None),
-        ("deploy runbook: the apollo team deploys on Tuesdays after the standup", Some("team:apollo")),
-        ("deploy checklist for the apollo-ui project: run the visual tests first", Some("project:apollo-ui")),
-        ("deploy tip for bob: the canary dashboard is in grafana", Some("agent:bob")),
-        ("deploy policy: every deploy needs a green CI run", Some("global")),
+        (
+            "deploy key rotation: alice keeps her staging deploy token in the vault",
+            None,
+        ),
+        (
+            "deploy runbook: the apollo team deploys on Tuesdays after the standup",
+            Some("team:apollo"),
+        ),
+        (
+            "deploy checklist for the apollo-ui project: run the visual tests first",
+            Some("project:apollo-ui"),
+        ),
+        (
+            "deploy tip for bob: the canary dashboard is in grafana",
+            Some("agent:bob"),
+        ),
+        (
+            "deploy policy: every deploy needs a green CI run",
+            Some("global"),
+        ),
     ];
     let mut rows = Vec::new();
     for (text, share) in memories {
         let mut m = NewMemory::new(text);
-        m.share = share.map(|s| s.parse::<Scope>()).transpose()?.into_iter().collect();
+        m.share = share
+            .map(|s| s.parse::<Scope>())
+            .transpose()?
+            .into_iter()
+            .collect();
         let id = node.add(&alice, m)?;
         rows.push(json!({"id": id.to_string(), "scope": share.unwrap_or("private"), "text": text}));
     }
@@ -43,15 +66,26 @@ pub fn run(out: &Out) -> Result<()> {
         "alice wrote 5 memories about deploys, one in each scope:".into(),
     ];
     for r in &rows {
-        text.push(format!("  {:<20} {}", r["scope"].as_str().unwrap_or(""), r["text"].as_str().unwrap_or("")));
+        text.push(format!(
+            "  {:<20} {}",
+            r["scope"].as_str().unwrap_or(""),
+            r["text"].as_str().unwrap_or("")
+        ));
     }
     text.push(String::new());
     text.push("who recalls what for the query \"deploy\":".into());
     for agent in ["alice", "bob", "carol"] {
         let who = node.requester(agent)?;
         let hits = node.search(&who, "deploy", 10)?;
-        let seen: Vec<String> = hits.iter().map(|h| h.memory.effective.to_string()).collect();
-        text.push(format!("  {agent:<6} sees {} memories: {}", hits.len(), seen.join(" | ")));
+        let seen: Vec<String> = hits
+            .iter()
+            .map(|h| h.memory.effective.to_string())
+            .collect();
+        text.push(format!(
+            "  {agent:<6} sees {} memories: {}",
+            hits.len(),
+            seen.join(" | ")
+        ));
         recalls.insert(agent.into(), json!(seen));
     }
     node.team_member("apollo", "bob", false)?;
@@ -60,7 +94,11 @@ pub fn run(out: &Out) -> Result<()> {
     text.push(format!(
         "after `amos team remove apollo bob`, bob sees {}: {}",
         after.len(),
-        after.iter().map(|h| h.memory.effective.to_string()).collect::<Vec<_>>().join(" | ")
+        after
+            .iter()
+            .map(|h| h.memory.effective.to_string())
+            .collect::<Vec<_>>()
+            .join(" | ")
     ));
     out.emit(
         &json!({"node_id": node.node_id().to_string(), "memories": rows, "recalls": recalls,

@@ -16,7 +16,11 @@ use serde_json::json;
 use output::{Out, hit_json, memory_json};
 
 #[derive(Parser, Debug)]
-#[command(name = "amos", version, about = "amos — a federated peer-to-peer memory mesh for teams of AI agents")]
+#[command(
+    name = "amos",
+    version,
+    about = "amos — a federated peer-to-peer memory mesh for teams of AI agents"
+)]
 struct Cli {
     /// Node home directory [default: $AMOS_HOME, else the platform data dir]
     #[arg(long, global = true, env = "AMOS_HOME")]
@@ -165,7 +169,11 @@ enum Cmd {
         ids: Vec<String>,
         #[command(flatten)]
         who: AsAgent,
-        #[arg(long, conflicts_with = "unhelpful", required_unless_present = "unhelpful")]
+        #[arg(
+            long,
+            conflicts_with = "unhelpful",
+            required_unless_present = "unhelpful"
+        )]
         helpful: bool,
         #[arg(long)]
         unhelpful: bool,
@@ -273,7 +281,10 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let code = e.downcast_ref::<NodeError>().map(NodeError::exit_code).unwrap_or(1);
+            let code = e
+                .downcast_ref::<NodeError>()
+                .map(NodeError::exit_code)
+                .unwrap_or(1);
             eprintln!("amos: {e:#}");
             ExitCode::from(code)
         }
@@ -309,9 +320,13 @@ fn parse_expiry(s: &str, now_ms: u64) -> Result<u64> {
         return Ok(now_ms + d.as_millis() as u64);
     }
     let t = humantime::parse_rfc3339_weak(s).map_err(|_| {
-        bad(format!("malformed --expires {s:?}: use a duration (30d, 12h) or an RFC 3339 time"))
+        bad(format!(
+            "malformed --expires {s:?}: use a duration (30d, 12h) or an RFC 3339 time"
+        ))
     })?;
-    Ok(t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0))
+    Ok(t.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0))
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -326,7 +341,11 @@ fn run(cli: Cli) -> Result<()> {
             out.emit(&json!({"node_id": r.node_id, "home": r.home}), || {
                 format!(
                     "{} node {} in {}",
-                    if r.created { "created" } else { "already initialised:" },
+                    if r.created {
+                        "created"
+                    } else {
+                        "already initialised:"
+                    },
                     r.node_id,
                     r.home
                 )
@@ -359,7 +378,11 @@ fn run(cli: Cli) -> Result<()> {
                 r.checks
                     .iter()
                     .map(|c| {
-                        let hint = c.hint.as_deref().map(|h| format!("  → {h}")).unwrap_or_default();
+                        let hint = c
+                            .hint
+                            .as_deref()
+                            .map(|h| format!("  → {h}"))
+                            .unwrap_or_default();
                         format!("{:<5} {:<13} {}{hint}", c.status, c.name, c.detail)
                     })
                     .collect::<Vec<_>>()
@@ -384,7 +407,9 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Index(IndexCmd::Rebuild) => {
             let r = node.index_rebuild()?;
-            out.emit(&r, || format!("indexed {} memories ({} bytes)", r.indexed, r.index_bytes));
+            out.emit(&r, || {
+                format!("indexed {} memories ({} bytes)", r.indexed, r.index_bytes)
+            });
         }
         Cmd::Backup { file } => {
             let bytes = node.backup(&file)?;
@@ -394,7 +419,9 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Restore { file, force } => {
             node.restore(&file, force)?;
-            out.emit(&json!({"restored": file}), || format!("restored from {}", file.display()));
+            out.emit(&json!({"restored": file}), || {
+                format!("restored from {}", file.display())
+            });
         }
         Cmd::Agent(AgentCmd::Add { id, kind, team }) => {
             node.agent_add(&id, &kind, &team)?;
@@ -427,37 +454,48 @@ fn run(cli: Cli) -> Result<()> {
             }
             TeamCmd::Delete { id } => {
                 node.team_delete(&id)?;
-                out.emit(&json!({"team": id, "deleted": true}), || format!("team {id} deleted"));
+                out.emit(&json!({"team": id, "deleted": true}), || {
+                    format!("team {id} deleted")
+                });
             }
             TeamCmd::Add { team, agent } => {
                 node.team_member(&team, &agent, true)?;
-                out.emit(&json!({"team": team, "agent": agent}), || format!("{agent} joined team {team}"));
+                out.emit(&json!({"team": team, "agent": agent}), || {
+                    format!("{agent} joined team {team}")
+                });
             }
             TeamCmd::Remove { team, agent } => {
                 node.team_member(&team, &agent, false)?;
-                out.emit(&json!({"team": team, "agent": agent, "removed": true}), || {
-                    format!("{agent} left team {team}")
-                });
+                out.emit(
+                    &json!({"team": team, "agent": agent, "removed": true}),
+                    || format!("{agent} left team {team}"),
+                );
             }
         },
         Cmd::Project(p) => match p {
             ProjectCmd::Create { id, team, name } => {
                 node.project_create(&id, &team, name.as_deref())?;
-                out.emit(&json!({"project": id, "team": team}), || format!("project {id} in team {team}"));
+                out.emit(&json!({"project": id, "team": team}), || {
+                    format!("project {id} in team {team}")
+                });
             }
             ProjectCmd::List => {
                 let projects = node.project_list()?;
                 out.emit(&json!({"projects": projects}), || {
                     projects
                         .iter()
-                        .map(|p| format!("{:<20} team {:<16} {}", p.id, p.team, p.members.join(",")))
+                        .map(|p| {
+                            format!("{:<20} team {:<16} {}", p.id, p.team, p.members.join(","))
+                        })
                         .collect::<Vec<_>>()
                         .join("\n")
                 });
             }
             ProjectCmd::Delete { id } => {
                 node.project_delete(&id)?;
-                out.emit(&json!({"project": id, "deleted": true}), || format!("project {id} deleted"));
+                out.emit(&json!({"project": id, "deleted": true}), || {
+                    format!("project {id} deleted")
+                });
             }
             ProjectCmd::Add { project, agent } => {
                 node.project_member(&project, &agent, true)?;
@@ -467,15 +505,26 @@ fn run(cli: Cli) -> Result<()> {
             }
             ProjectCmd::Remove { project, agent } => {
                 node.project_member(&project, &agent, false)?;
-                out.emit(&json!({"project": project, "agent": agent, "removed": true}), || {
-                    format!("{agent} left project {project}")
-                });
+                out.emit(
+                    &json!({"project": project, "agent": agent, "removed": true}),
+                    || format!("{agent} left project {project}"),
+                );
             }
         },
-        Cmd::Add { text, who: w, kind, share, importance, tag, pin, expires } => {
+        Cmd::Add {
+            text,
+            who: w,
+            kind,
+            share,
+            importance,
+            tag,
+            pin,
+            expires,
+        } => {
             let text = if text == "-" {
                 let mut s = String::new();
-                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).context("reading stdin")?;
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+                    .context("reading stdin")?;
                 s
             } else {
                 text
@@ -492,7 +541,9 @@ fn run(cli: Cli) -> Result<()> {
             new.importance = importance;
             new.tags = tag;
             new.pinned = pin;
-            new.expires_ms = expires.map(|e| parse_expiry(&e, node.now_ms())).transpose()?;
+            new.expires_ms = expires
+                .map(|e| parse_expiry(&e, node.now_ms()))
+                .transpose()?;
             let id = node.add(&who, new)?;
             out.emit(&json!({"id": id.to_string()}), || id.to_string());
         }
@@ -504,23 +555,31 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Search { query, who: w, k } => {
             let who = who(&node, &w)?;
             let hits = node.search(&who, &query, k)?;
-            out.emit(&json!({"hits": hits.iter().map(hit_json).collect::<Vec<_>>()}), || {
-                hits.iter()
-                    .map(|h| {
-                        format!(
-                            "{:>7.3}  {}  [{}] {}: {}",
-                            h.score,
-                            h.memory.id,
-                            h.memory.kind,
-                            h.memory.owner,
-                            output::one_line(&h.memory.content, 100)
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            });
+            out.emit(
+                &json!({"hits": hits.iter().map(hit_json).collect::<Vec<_>>()}),
+                || {
+                    hits.iter()
+                        .map(|h| {
+                            format!(
+                                "{:>7.3}  {}  [{}] {}: {}",
+                                h.score,
+                                h.memory.id,
+                                h.memory.kind,
+                                h.memory.owner,
+                                output::one_line(&h.memory.content, 100)
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                },
+            );
         }
-        Cmd::Pack { query, who: w, budget, report } => {
+        Cmd::Pack {
+            query,
+            who: w,
+            budget,
+            report,
+        } => {
             let who = who(&node, &w)?;
             let p = node.pack(&who, &query, budget)?;
             let mut v = json!({
@@ -564,15 +623,28 @@ fn run(cli: Cli) -> Result<()> {
             let id = node.forget(&who, &id)?;
             out.emit(&json!({"id": id.to_string()}), || format!("forgot {id}"));
         }
-        Cmd::Link { a, b, relation, weight, who: w } => {
+        Cmd::Link {
+            a,
+            b,
+            relation,
+            weight,
+            who: w,
+        } => {
             let who = who(&node, &w)?;
             node.link(&who, &a, &b, relation.as_deref(), weight)?;
             out.emit(&json!({"from": a, "to": b}), || format!("linked {a} → {b}"));
         }
-        Cmd::Feedback { ids, who: w, helpful, .. } => {
+        Cmd::Feedback {
+            ids,
+            who: w,
+            helpful,
+            ..
+        } => {
             let who = who(&node, &w)?;
             let n = node.feedback(&who, &ids, helpful)?;
-            out.emit(&json!({"updated": n}), || format!("feedback recorded for {n} memories"));
+            out.emit(&json!({"updated": n}), || {
+                format!("feedback recorded for {n} memories")
+            });
         }
         Cmd::Consolidate { apply } => {
             let r = node.consolidate(apply)?;
@@ -586,29 +658,59 @@ fn run(cli: Cli) -> Result<()> {
             let who = who(&node, &w)?;
             let changed = node.set_archived(&who, &id, false)?;
             out.emit(&json!({"id": id, "restored": changed}), || {
-                if changed { format!("restored {id}") } else { format!("{id} was not archived") }
+                if changed {
+                    format!("restored {id}")
+                } else {
+                    format!("{id} was not archived")
+                }
             });
         }
-        Cmd::List { who: w, kind, limit } => {
+        Cmd::List {
+            who: w,
+            kind,
+            limit,
+        } => {
             let who = who(&node, &w)?;
-            let kind = kind.map(|k| MemoryType::parse(&k)).transpose().map_err(NodeError::from)?;
+            let kind = kind
+                .map(|k| MemoryType::parse(&k))
+                .transpose()
+                .map_err(NodeError::from)?;
             let ms = node.list(&who, kind.as_ref(), limit)?;
-            out.emit(&json!({"memories": ms.iter().map(|m| memory_json(m)).collect::<Vec<_>>()}), || {
-                ms.iter()
-                    .map(|m| format!("{}  [{}] {}: {}", m.id, m.kind, m.owner, output::one_line(&m.content, 100)))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            });
+            out.emit(
+                &json!({"memories": ms.iter().map(|m| memory_json(m)).collect::<Vec<_>>()}),
+                || {
+                    ms.iter()
+                        .map(|m| {
+                            format!(
+                                "{}  [{}] {}: {}",
+                                m.id,
+                                m.kind,
+                                m.owner,
+                                output::one_line(&m.content, 100)
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                },
+            );
         }
     }
     Ok(())
 }
 
-fn set_grant(node: &mut Node, out: &Out, w: &AsAgent, id: &str, scope: &str, share: bool) -> Result<()> {
+fn set_grant(
+    node: &mut Node,
+    out: &Out,
+    w: &AsAgent,
+    id: &str,
+    scope: &str,
+    share: bool,
+) -> Result<()> {
     let who = who(node, w)?;
     let (id, grants) = node.set_grant(&who, id, scope, share)?;
-    out.emit(&json!({"id": id.to_string(), "visibility": grants.to_strings()}), || {
-        format!("{id} visible to: {grants}")
-    });
+    out.emit(
+        &json!({"id": id.to_string(), "visibility": grants.to_strings()}),
+        || format!("{id} visible to: {grants}"),
+    );
     Ok(())
 }

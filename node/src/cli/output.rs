@@ -1,8 +1,8 @@
 //! Printing: `--json` objects with CLI.md's field names, or short text.
 
+use amos_node::ops::HygieneReport;
 use amos_node::recall::Hit;
 use amos_node::store::memory::MemoryRecord;
-use amos_node::ops::HygieneReport;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -95,7 +95,10 @@ pub fn hygiene_text(r: &HygieneReport) -> String {
     lines.push(if r.applied {
         format!("applied {} actions", r.actions.len())
     } else {
-        format!("dry run: {} actions (pass --apply to apply)", r.actions.len())
+        format!(
+            "dry run: {} actions (pass --apply to apply)",
+            r.actions.len()
+        )
     });
     lines.join("\n")
 }

@@ -170,7 +170,10 @@ pub fn list_candidates(
         sql.push_str(&format!(" AND kind = ?{}", args.len()));
     }
     args.push((limit as i64).into());
-    sql.push_str(&format!(" ORDER BY created_ms DESC, id DESC LIMIT ?{}", args.len()));
+    sql.push_str(&format!(
+        " ORDER BY created_ms DESC, id DESC LIMIT ?{}",
+        args.len()
+    ));
     let mut stmt = conn.prepare(&sql)?;
     let rows = stmt.query_map(rusqlite::params_from_iter(args), from_row)?;
     let mut out = Vec::new();

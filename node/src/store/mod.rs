@@ -42,7 +42,10 @@ impl std::fmt::Debug for Store {
 fn corrupt_if_not_db(path: &Path) -> impl Fn(rusqlite::Error) -> NodeError + '_ {
     move |e| match e.sqlite_error_code() {
         Some(rusqlite::ErrorCode::NotADatabase) | Some(rusqlite::ErrorCode::DatabaseCorrupt) => {
-            NodeError::Corrupt(format!("{} is not a valid amos database: {e}", path.display()))
+            NodeError::Corrupt(format!(
+                "{} is not a valid amos database: {e}",
+                path.display()
+            ))
         }
         _ => NodeError::Db(e),
     }
@@ -59,7 +62,10 @@ impl Store {
                 "INSERT OR IGNORE INTO meta(key, value) VALUES ('epoch', ?1)",
                 params![hex(&epoch)],
             )?;
-            tx.tx.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('seq', 0)", [])?;
+            tx.tx.execute(
+                "INSERT OR IGNORE INTO meta(key, value) VALUES ('seq', 0)",
+                [],
+            )?;
             Ok(())
         })?;
         Ok(store)
@@ -68,7 +74,10 @@ impl Store {
     /// Open an existing database; never creates one.
     pub fn open(path: &Path) -> Result<Store> {
         if !path.is_file() {
-            return Err(NodeError::Corrupt(format!("database {} is missing", path.display())));
+            return Err(NodeError::Corrupt(format!(
+                "database {} is missing",
+                path.display()
+            )));
         }
         let conn = Connection::open_with_flags(
             path,
@@ -104,7 +113,9 @@ impl Store {
 
     /// Run `f` inside one immediate (write-locked) transaction; commit on Ok.
     pub fn write<T>(&mut self, f: impl FnOnce(&mut Tx<'_>) -> Result<T>) -> Result<T> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut w = Tx { tx };
         let out = f(&mut w)?;
         w.tx.commit()?;
@@ -113,7 +124,9 @@ impl Store {
 
     /// Run `f` inside one read transaction (a consistent snapshot).
     pub fn read<T>(&mut self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Deferred)?;
         let out = f(&tx)?;
         tx.commit()?;
         Ok(out)
@@ -136,7 +149,9 @@ impl Store {
     }
 
     pub fn schema_version(&self) -> Result<u32> {
-        Ok(self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?)
+        Ok(self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))?)
     }
 }
 
@@ -222,7 +237,11 @@ impl Tx<'_> {
     /// signature. `effective` is the grant set in force on this node for an
     /// acl fact (defaults to the signed grants). Does not decide whether the
     /// fact should win: callers (local writes, `amos-sync`) have.
-    pub fn put_fact(&mut self, fact: &Verified<SignedFact>, effective: Option<&Grants>) -> Result<()> {
+    pub fn put_fact(
+        &mut self,
+        fact: &Verified<SignedFact>,
+        effective: Option<&Grants>,
+    ) -> Result<()> {
         let seq = self.next_seq()?;
         let bytes = fact.to_bytes();
         let v = fact.fact.clock.sort_key().to_vec();
@@ -350,7 +369,15 @@ impl Tx<'_> {
                      ON CONFLICT(id) DO UPDATE SET name = excluded.name, present = excluded.present,
                         v = excluded.v, fact = excluded.fact, seq = excluded.seq",
                 )?
-                .execute(params![p.id.as_str(), p.team.as_str(), p.name, p.present, v, bytes, seq])?;
+                .execute(params![
+                    p.id.as_str(),
+                    p.team.as_str(),
+                    p.name,
+                    p.present,
+                    v,
+                    bytes,
+                    seq
+                ])?;
             }
             FactBody::Membership(m) => {
                 tx.prepare_cached(
@@ -360,7 +387,15 @@ impl Tx<'_> {
                         present = excluded.present, v = excluded.v, fact = excluded.fact,
                         seq = excluded.seq",
                 )?
-                .execute(params![m.scope.to_string(), m.agent.as_str(), m.role, m.present, v, bytes, seq])?;
+                .execute(params![
+                    m.scope.to_string(),
+                    m.agent.as_str(),
+                    m.role,
+                    m.present,
+                    v,
+                    bytes,
+                    seq
+                ])?;
             }
             FactBody::Agent(a) => {
                 tx.prepare_cached(
@@ -370,7 +405,15 @@ impl Tx<'_> {
                         display_name = excluded.display_name, present = excluded.present,
                         v = excluded.v, fact = excluded.fact, seq = excluded.seq",
                 )?
-                .execute(params![a.id.as_str(), a.kind, a.display_name, a.present, v, bytes, seq])?;
+                .execute(params![
+                    a.id.as_str(),
+                    a.kind,
+                    a.display_name,
+                    a.present,
+                    v,
+                    bytes,
+                    seq
+                ])?;
             }
             FactBody::Profile(p) => {
                 let weights: serde_json::Map<String, serde_json::Value> = p
@@ -409,7 +452,10 @@ impl Tx<'_> {
 
 /// Grants as stored: canonical, comma-joined, empty for private.
 pub fn join_grants(g: &Grants) -> String {
-    g.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
+    g.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Inverse of [`join_grants`]. Stored values were canonical when written;
@@ -425,7 +471,11 @@ impl Store {
     /// Replace the whole database with the one in `file` (SQLite backup API).
     pub fn restore_from(&mut self, file: &Path) -> Result<()> {
         self.conn
-            .restore(rusqlite::MAIN_DB, file, None::<fn(rusqlite::backup::Progress)>)
+            .restore(
+                rusqlite::MAIN_DB,
+                file,
+                None::<fn(rusqlite::backup::Progress)>,
+            )
             .map_err(|e| NodeError::BadInput(format!("cannot restore {}: {e}", file.display())))?;
         schema::migrate(&mut self.conn)?;
         Ok(())

@@ -108,7 +108,9 @@ pub fn project_state(conn: &Connection, id: &ProjectId) -> Option<ProjectState> 
 pub fn is_member(conn: &Connection, scope: &OrgScope, agent: &AgentId) -> Result<bool> {
     Ok(conn
         .prepare_cached("SELECT present FROM memberships WHERE scope = ?1 AND agent = ?2")?
-        .query_row([scope.to_string(), agent.to_string()], |r| r.get::<_, bool>(0))
+        .query_row([scope.to_string(), agent.to_string()], |r| {
+            r.get::<_, bool>(0)
+        })
         .optional()?
         .unwrap_or(false))
 }
@@ -122,9 +124,8 @@ fn members(conn: &Connection, scope: &str) -> Result<Vec<String>> {
 }
 
 pub fn list_agents(conn: &Connection) -> Result<Vec<AgentInfo>> {
-    let mut stmt = conn.prepare(
-        "SELECT id, kind, display_name FROM agents WHERE present = 1 ORDER BY id",
-    )?;
+    let mut stmt =
+        conn.prepare("SELECT id, kind, display_name FROM agents WHERE present = 1 ORDER BY id")?;
     let rows: Vec<(String, String, String)> = stmt
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
         .collect::<rusqlite::Result<_>>()?;

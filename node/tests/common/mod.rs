@@ -1,0 +1,119 @@
+//! Shared harness for tests that drive the real `amos` binary in a temp home.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+/// The `amos` binary cargo built for these tests.
+pub fn amos_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_amos"))
+}
+
+/// The result of one `amos` invocation.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    fn from(o: Output) -> Run {
+        Run {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+
+    /// Parse stdout as JSON (panics with the whole run on failure).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(self.stdout.trim())
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
+    }
+}
+
+/// A throw-away amos home, initialised.
+pub struct Home {
+    pub dir: tempfile::TempDir,
+}
+
+impl Home {
+    /// A fresh, initialised home.
+    pub fn new() -> Home {
+        let h = Home::uninit();
+        h.ok(&["init"]);
+        h
+    }
+
+    /// A temp dir that is *not* initialised.
+    pub fn uninit() -> Home {
+        Home {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(amos_bin());
+        c.env("AMOS_HOME", self.path())
+            .env_remove("AMOS_AGENT")
+            .env("AMOS_LOG", "warn")
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Run `amos ARGS` with this home.
+    pub fn run(&self, args: &[&str]) -> Run {
+        Run::from(self.cmd().args(args).output().expect("spawn amos"))
+    }
+
+    /// Run and require exit 0.
+    pub fn ok(&self, args: &[&str]) -> Run {
+        let r = self.run(args);
+        assert_eq!(r.code, 0, "amos {args:?} failed: {r:?}");
+        r
+    }
+
+    /// Run with `--json`, require exit 0, parse stdout.
+    pub fn json(&self, args: &[&str]) -> Value {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        self.ok(&a).json()
+    }
+
+    /// `amos add TEXT --as AGENT [--share S]...` → the new id.
+    pub fn add(&self, agent: &str, text: &str, share: &[&str]) -> String {
+        let mut a = vec!["add", text, "--as", agent];
+        for s in share {
+            a.extend_from_slice(&["--share", s]);
+        }
+        self.json(&a)["id"].as_str().expect("id").to_owned()
+    }
+
+    /// Ids returned by `amos search QUERY --as AGENT -k K`.
+    pub fn search_ids(&self, agent: &str, query: &str, k: usize) -> Vec<String> {
+        let k = k.to_string();
+        self.json(&["search", query, "--as", agent, "-k", &k])["hits"]
+            .as_array()
+            .expect("hits")
+            .iter()
+            .map(|h| h["id"].as_str().expect("id").to_owned())
+            .collect()
+    }
+
+    /// A fingerprint of the replicated state: the store's sequence counter
+    /// and counts. Unchanged after a refused command.
+    pub fn fingerprint(&self) -> Value {
+        let s = self.json(&["status"]);
+        serde_json::json!({
+            "seq": s["seq"], "memories": s["memories"], "agents": s["agents"],
+            "teams": s["teams"], "projects": s["projects"],
+        })
+    }
+}
