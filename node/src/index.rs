@@ -21,11 +21,15 @@ use std::path::PathBuf;
 use amos_protocol::MemoryId;
 use rusqlite::params;
 use tantivy::collector::TopDocs;
-use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery};
+use tantivy::query::{
+    Bm25StatisticsProvider, BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery,
+};
 use tantivy::schema::{
     Field, IndexRecordOption, STORED, STRING, Schema, TEXT, TantivyDocument, Value,
 };
-use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Term, doc};
+use tantivy::{
+    DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TERMINATED, Term, doc,
+};
 
 use crate::error::{NodeError, Result};
 use crate::home::Home;
@@ -62,6 +66,9 @@ pub struct RecallIndex {
     lock_path: PathBuf,
     index: Index,
     reader: IndexReader,
+    /// The commit `reader` was last loaded at (or an older one): when the
+    /// index on disk differs from it, the reader reloads.
+    reader_commit: CommitKey,
     fields: Fields,
 }
 
@@ -90,6 +97,7 @@ impl RecallIndex {
                 Index::create_in_dir(&dir, schema)?
             }
         };
+        let reader_commit = commit_key(&index.load_metas()?);
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
@@ -99,8 +107,17 @@ impl RecallIndex {
             lock_path,
             index,
             reader,
+            reader_commit,
             fields,
         })
+    }
+
+    /// Load the latest commit on disk into the reader.
+    fn reload(&mut self) -> Result<()> {
+        let commit = commit_key(&self.index.load_metas()?);
+        self.reader.reload()?;
+        self.reader_commit = commit;
+        Ok(())
     }
 
     /// `(epoch, watermark)` from the last commit, if any.
@@ -136,6 +153,11 @@ impl RecallIndex {
         let epoch = store.epoch()?;
         // Cheap check without the lock first: most searches find nothing to do.
         if !force_rebuild && self.lag(store)? == 0 {
+            // Another process (or another open node) may have caught the
+            // index up since this reader loaded: search that, not our past.
+            if commit_key(&self.index.load_metas()?) != self.reader_commit {
+                self.reload()?;
+            }
             return Ok(CatchUp::default());
         }
         let _guard = lock(&self.lock_path)?;
@@ -150,7 +172,7 @@ impl RecallIndex {
         let (rows, high) = store.read(|conn| {
             let high = store::max_seq(conn)?;
             let mut stmt = conn.prepare(
-                "SELECT id, content, tags, kind, owner, effective,
+                "SELECT id, content, tags, kind, CASE WHEN owner_trusted = 1 THEN owner END, effective,
                         content_fact IS NOT NULL AND tombstone_fact IS NULL AND archived = 0
                  FROM memories WHERE touched > ?1 AND touched <= ?2",
             )?;
@@ -161,7 +183,7 @@ impl RecallIndex {
                         r.get::<_, Option<String>>(1)?,
                         r.get::<_, Option<String>>(2)?,
                         r.get::<_, Option<String>>(3)?,
-                        r.get::<_, String>(4)?,
+                        r.get::<_, Option<String>>(4)?,
                         r.get::<_, String>(5)?,
                         r.get::<_, bool>(6)?,
                     ))
@@ -171,7 +193,7 @@ impl RecallIndex {
         })?;
         if rows.is_empty() && !out.rebuilt {
             // Someone else caught up meanwhile.
-            self.reader.reload()?;
+            self.reload()?;
             return Ok(out);
         }
         let mut writer: IndexWriter<TantivyDocument> = self
@@ -201,7 +223,11 @@ impl RecallIndex {
                 kind.unwrap_or_default()
             );
             let mut d = doc!(self.fields.id => key, self.fields.text => text);
-            d.add_text(self.fields.access, owner_term(&owner));
+            // The owner rule holds only where the memory's origin is trusted
+            // (this node or a full peer); elsewhere the owner is just a name.
+            if let Some(owner) = owner {
+                d.add_text(self.fields.access, owner_term(&owner));
+            }
             for g in effective.split(',').filter(|g| !g.is_empty()) {
                 d.add_text(self.fields.access, g);
             }
@@ -214,7 +240,7 @@ impl RecallIndex {
         writer
             .wait_merging_threads()
             .map_err(|e| NodeError::Index(format!("merging index segments: {e}")))?;
-        self.reader.reload()?;
+        self.reload()?;
         Ok(out)
     }
 
@@ -273,7 +299,11 @@ impl RecallIndex {
         }
         let query = BooleanQuery::new(clauses);
         let searcher = self.reader.searcher();
-        let top = searcher.search(&query, &TopDocs::with_limit(limit).order_by_score())?;
+        let top = searcher.search_with_statistics_provider(
+            &query,
+            &TopDocs::with_limit(limit).order_by_score(),
+            &AliveStats::new(&searcher),
+        )?;
         let mut out = Vec::with_capacity(top.len());
         for (score, addr) in top {
             let d: TantivyDocument = searcher.doc(addr)?;
@@ -293,6 +323,82 @@ impl RecallIndex {
         let docs = self.reader.searcher().num_docs();
         (docs, dir_size(&self.dir))
     }
+}
+
+/// BM25 statistics over the documents alive in the index. Tantivy's own count
+/// deleted (replaced) documents until their segments merge, so an index that
+/// saw edits would rank differently from a rebuild of the same store; with
+/// these, relevance depends only on the documents indexed now, and deleting
+/// or rebuilding the index gives the same results.
+struct AliveStats<'s> {
+    searcher: &'s Searcher,
+    tokens: std::cell::RefCell<Vec<(Field, u64)>>,
+}
+
+impl<'s> AliveStats<'s> {
+    fn new(searcher: &'s Searcher) -> Self {
+        AliveStats {
+            searcher,
+            tokens: Default::default(),
+        }
+    }
+}
+
+impl Bm25StatisticsProvider for AliveStats<'_> {
+    fn total_num_tokens(&self, field: Field) -> tantivy::Result<u64> {
+        if let Some(&(_, n)) = self.tokens.borrow().iter().find(|(f, _)| *f == field) {
+            return Ok(n);
+        }
+        // Summed from the per-document norms (not the segments' exact totals,
+        // which include deleted documents) so every index of the same
+        // documents agrees.
+        let mut total = 0u64;
+        for seg in self.searcher.segment_readers() {
+            let norms = seg.get_fieldnorms_reader(field)?;
+            total += seg
+                .doc_ids_alive()
+                .map(|d| u64::from(norms.fieldnorm(d)))
+                .sum::<u64>();
+        }
+        self.tokens.borrow_mut().push((field, total));
+        Ok(total)
+    }
+
+    fn total_num_docs(&self) -> tantivy::Result<u64> {
+        Ok(self.searcher.num_docs())
+    }
+
+    fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
+        let mut n = 0u64;
+        for seg in self.searcher.segment_readers() {
+            let inverted = seg.inverted_index(term.field())?;
+            let Some(alive) = seg.alive_bitset() else {
+                n += u64::from(inverted.doc_freq(term)?);
+                continue;
+            };
+            if let Some(mut postings) = inverted.read_postings(term, IndexRecordOption::Basic)? {
+                let mut doc = postings.doc();
+                while doc != TERMINATED {
+                    n += u64::from(alive.is_alive(doc));
+                    doc = postings.advance();
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// What identifies one commit of the index: its opstamp and its segments
+/// (with their deletes), so a rebuilt or replaced index never looks the same.
+type CommitKey = (u64, Vec<(String, u32)>);
+
+fn commit_key(metas: &tantivy::IndexMeta) -> CommitKey {
+    let segments = metas
+        .segments
+        .iter()
+        .map(|s| (s.id().uuid_string(), s.num_deleted_docs()))
+        .collect();
+    (metas.opstamp, segments)
 }
 
 fn id_key(id: &MemoryId) -> String {

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use amos_acl::AuthorizedScopes;
 use amos_node::{Home, NewMemory, Node, NodeError};
 use amos_protocol::{MemoryType, Scope};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use serde_json::json;
 
@@ -91,7 +91,7 @@ enum Cmd {
         /// private, global, agent:ID, team:ID or project:ID (repeatable)
         #[arg(long, value_name = "SCOPE")]
         share: Vec<String>,
-        #[arg(long, default_value_t = 0.5)]
+        #[arg(long, default_value_t = 0.5, allow_negative_numbers = true)]
         importance: f32,
         #[arg(long)]
         tag: Vec<String>,
@@ -158,7 +158,7 @@ enum Cmd {
         b: String,
         #[arg(long)]
         relation: Option<String>,
-        #[arg(long, default_value_t = 1.0)]
+        #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
         weight: f32,
         #[command(flatten)]
         who: AsAgent,
@@ -203,8 +203,56 @@ enum Cmd {
         #[arg(long, default_value_t = 20)]
         limit: usize,
     },
+    /// Convergence digest of the replicated facts (optionally those scopes admit)
+    Digest {
+        #[arg(long = "scope", value_name = "S")]
+        scopes: Vec<String>,
+    },
+    /// Peers and their policies
+    #[command(subcommand)]
+    Peers(PeersCmd),
+    /// Facts refused from peers, newest first
+    Audit {
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
     /// A scripted single-node demo in a throw-away home
     Demo,
+    /// Benchmark on a workload directory (org.json, memories.jsonl, queries.jsonl)
+    Bench {
+        #[arg(long)]
+        corpus: PathBuf,
+        #[arg(long, default_value_t = 3)]
+        passes: usize,
+        /// Load at most N memories
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+        /// Single durable adds to time after the load
+        #[arg(long, default_value_t = 200)]
+        adds: usize,
+        /// Directory for the temporary home
+        #[arg(long)]
+        workdir: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum PeersCmd {
+    /// Register a peer by NodeId, with the policy we give it
+    Add {
+        node_id: String,
+        /// host:port, if it serves (omit for bundle-only peers)
+        addr: Option<String>,
+        /// full, or a comma-separated list of global, team:ID, project:ID
+        #[arg(long)]
+        policy: String,
+    },
+    /// Forget a peer; its connections and bundles are refused from now on
+    Remove { node_id: String },
+    /// List peers
+    List,
+    /// Change the policy we give a peer
+    Policy { node_id: String, policy: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -273,6 +321,12 @@ pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
+            if e.use_stderr()
+                && e.kind() != clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            {
+                eprintln!("amos: {}", one_line(&e));
+                return ExitCode::from(2);
+            }
             let _ = e.print();
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
@@ -288,6 +342,32 @@ pub fn main() -> ExitCode {
             eprintln!("amos: {e:#}");
             ExitCode::from(code)
         }
+    }
+}
+
+/// clap's usage errors span several lines (message, tip, usage, help hint);
+/// DESIGN.md §10 wants one line naming the problem: keep the message and any
+/// tip, drop the usage and the help hint.
+fn one_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let mut msg = String::new();
+    for line in text.lines().map(str::trim) {
+        if line.starts_with("Usage:") || line.starts_with("For more information") {
+            break;
+        }
+        let line = line.strip_prefix("error:").map(str::trim).unwrap_or(line);
+        if line.is_empty() {
+            continue;
+        }
+        if !msg.is_empty() {
+            msg.push_str(if msg.ends_with(':') { " " } else { "; " });
+        }
+        msg.push_str(line);
+    }
+    if msg.is_empty() {
+        e.kind().to_string()
+    } else {
+        msg
     }
 }
 
@@ -353,11 +433,30 @@ fn run(cli: Cli) -> Result<()> {
             return Ok(());
         }
         Cmd::Demo => return demo::run(&out),
+        Cmd::Bench {
+            corpus,
+            passes,
+            limit,
+            adds,
+            workdir,
+        } => {
+            let cfg = amos_node::bench::BenchConfig {
+                corpus,
+                passes: passes.max(1),
+                limit,
+                single_adds: adds,
+                workdir,
+                progress: !cli.quiet && !cli.json,
+            };
+            let r = amos_node::bench::run(&cfg)?;
+            out.emit(&r, || serde_json::to_string_pretty(&r).unwrap_or_default());
+            return Ok(());
+        }
         _ => {}
     }
     let mut node = Node::open(&home)?;
     match cli.cmd {
-        Cmd::Init { .. } | Cmd::Demo => unreachable!("handled above"),
+        Cmd::Init { .. } | Cmd::Demo | Cmd::Bench { .. } => unreachable!("handled above"),
         Cmd::Id => out.emit(
             &json!({"node_id": node.node_id().to_string(), "name": node.name()}),
             || node.node_id().to_string(),
@@ -365,11 +464,38 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Status => {
             let s = node.status()?;
             out.emit(&s, || {
-                format!(
-                    "node {} ({})\nhome {}\nmemories {}  agents {}  teams {}  projects {}\nschema v{}  seq {}  index lag {}\npeers: none",
-                    s.node_id, s.name, s.home, s.memories, s.agents, s.teams, s.projects,
-                    s.schema_version, s.seq, s.index_lag
-                )
+                let mut lines = vec![
+                    format!("node {} ({})", s.node_id, s.name),
+                    format!("home {}", s.home),
+                    format!(
+                        "memories {}  agents {}  teams {}  projects {}",
+                        s.memories, s.agents, s.teams, s.projects
+                    ),
+                    format!(
+                        "schema v{}  seq {}  index lag {}",
+                        s.schema_version, s.seq, s.index_lag
+                    ),
+                    format!("peers: {}", if s.peers.is_empty() { "none" } else { "" }),
+                ];
+                for p in &s.peers {
+                    lines.push(format!(
+                        "  {} {} {}",
+                        &p.node_id[..10.min(p.node_id.len())],
+                        p.policy,
+                        p.last_result.as_deref().unwrap_or("never synced")
+                    ));
+                }
+                lines.push(format!("quarantined facts: {}", s.quarantined.len()));
+                for q in &s.quarantined {
+                    lines.push(format!(
+                        "  from {} {}: {}",
+                        &q.peer[..10.min(q.peer.len())],
+                        q.register,
+                        q.reason
+                    ));
+                }
+                lines.push(format!("refused facts (audit): {}", s.audit_refusals));
+                lines.join("\n")
             })
         }
         Cmd::Doctor => {
@@ -421,6 +547,72 @@ fn run(cli: Cli) -> Result<()> {
             node.restore(&file, force)?;
             out.emit(&json!({"restored": file}), || {
                 format!("restored from {}", file.display())
+            });
+        }
+        Cmd::Digest { scopes } => {
+            let (digest, facts) = node.digest(&scopes)?;
+            out.emit(&json!({"digest": digest, "facts": facts}), || {
+                format!("{digest}  ({facts} facts)")
+            });
+        }
+        Cmd::Peers(p) => match p {
+            PeersCmd::Add {
+                node_id,
+                addr,
+                policy,
+            } => {
+                node.peer_add(&node_id, addr.as_deref(), &policy)?;
+                out.emit(&json!({"peer": node_id, "policy": policy}), || {
+                    format!("peer {node_id} ({policy})")
+                });
+            }
+            PeersCmd::Remove { node_id } => {
+                node.peer_remove(&node_id)?;
+                out.emit(&json!({"peer": node_id, "removed": true}), || {
+                    format!("removed peer {node_id}")
+                });
+            }
+            PeersCmd::List => {
+                let peers = node.peer_list()?;
+                out.emit(&json!({"peers": peers}), || {
+                    peers
+                        .iter()
+                        .map(|p| {
+                            format!(
+                                "{}  {:<22} {:<24} {}",
+                                p.node_id,
+                                p.addr.as_deref().unwrap_or("-"),
+                                p.policy,
+                                p.last_result.as_deref().unwrap_or("never synced")
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                });
+            }
+            PeersCmd::Policy { node_id, policy } => {
+                node.peer_set_policy(&node_id, &policy)?;
+                out.emit(&json!({"peer": node_id, "policy": policy}), || {
+                    format!("peer {node_id} now {policy}")
+                });
+            }
+        },
+        Cmd::Audit { limit } => {
+            let entries = node.audit(limit)?;
+            out.emit(&json!({"refused": entries}), || {
+                entries
+                    .iter()
+                    .map(|e| {
+                        format!(
+                            "{}  peer {}  {}  {}",
+                            output::rfc3339(e.time_ms),
+                            &e.peer[..10.min(e.peer.len())],
+                            e.register,
+                            e.reason
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
             });
         }
         Cmd::Agent(AgentCmd::Add { id, kind, team }) => {
@@ -523,8 +715,13 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             let text = if text == "-" {
                 let mut s = String::new();
-                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
-                    .context("reading stdin")?;
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|e| {
+                    if e.kind() == std::io::ErrorKind::InvalidData {
+                        bad("content on stdin is not valid UTF-8")
+                    } else {
+                        anyhow::Error::new(e).context("reading stdin")
+                    }
+                })?;
                 s
             } else {
                 text
