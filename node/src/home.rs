@@ -146,13 +146,13 @@ impl Home {
                 NodeError::Corrupt(format!("{} is not an amos identity key", path.display()))
             })?;
         let identity = NodeIdentity::from_secret(secret);
-        if let Ok(info) = self.info() {
-            if info.node_id != identity.node_id().to_string() {
-                return Err(NodeError::Corrupt(format!(
-                    "identity key does not match node id {} in node.json",
-                    info.node_id
-                )));
-            }
+        if let Ok(info) = self.info()
+            && info.node_id != identity.node_id().to_string()
+        {
+            return Err(NodeError::Corrupt(format!(
+                "identity key does not match node id {} in node.json",
+                info.node_id
+            )));
         }
         Ok(identity)
     }

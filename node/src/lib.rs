@@ -9,13 +9,16 @@
 //! is `amos-acl`, facts and signatures are `amos-protocol`.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod bench;
 pub mod clock;
 pub mod error;
 pub mod home;
 pub mod index;
 pub mod node;
 pub mod ops;
+pub mod peers;
 pub mod recall;
+pub mod replica;
 pub mod store;
 
 pub use error::{NodeError, Result};

@@ -132,7 +132,7 @@ impl Node {
     }
 
     /// The index, opened on first use.
-    pub(crate) fn index(&mut self) -> Result<&mut RecallIndex> {
+    pub fn index(&mut self) -> Result<&mut RecallIndex> {
         if self.index.is_none() {
             self.index = Some(RecallIndex::open(&self.home)?);
         }
@@ -142,7 +142,7 @@ impl Node {
     }
 
     /// Catch the index up and hand out both it and the store.
-    pub(crate) fn caught_up_index(&mut self) -> Result<(&RecallIndex, &mut Store)> {
+    pub fn caught_up_index(&mut self) -> Result<(&RecallIndex, &mut Store)> {
         self.index()?;
         let Node { index, store, .. } = self;
         let index = index
@@ -179,7 +179,7 @@ impl Node {
             for body in bodies {
                 let clock = tx.tick(now, me)?;
                 let signed = identity.sign(Fact { clock, body })?;
-                tx.put_fact(&signed, None)?;
+                tx.put_fact(&signed, &amos_sync::Effect::local(&signed.fact.body))?;
                 facts.push(signed);
             }
             Ok((facts, out))
@@ -218,6 +218,9 @@ impl Node {
         kind: Option<&MemoryType>,
         limit: usize,
     ) -> Result<Vec<Visible<MemoryRecord>>> {
+        if limit == 0 {
+            return Err(NodeError::BadInput("--limit must be at least 1".into()));
+        }
         let scopes: Vec<String> = who.scopes().map(ToString::to_string).collect();
         let now = self.now_ms();
         // Over-fetch a little: expired rows are dropped by the gate.
@@ -364,13 +367,13 @@ impl Node {
             if !org::team_present(tx.conn(), &team) {
                 return Err(NodeError::BadInput(format!("unknown team {team}")));
             }
-            if let Some(existing) = org::project_state(tx.conn(), &id) {
-                if existing.team != team {
-                    return Err(NodeError::BadInput(format!(
-                        "project {id} belongs to team {}; a project cannot move teams",
-                        existing.team
-                    )));
-                }
+            if let Some(existing) = org::project_state(tx.conn(), &id)
+                && existing.team != team
+            {
+                return Err(NodeError::BadInput(format!(
+                    "project {id} belongs to team {}; a project cannot move teams",
+                    existing.team
+                )));
             }
             Ok((
                 vec![FactBody::Project(ProjectFact {
@@ -442,45 +445,71 @@ impl Node {
 
     /// Store a new memory owned by the requester. Default visibility: private.
     pub fn add(&mut self, who: &AuthorizedScopes, new: NewMemory) -> Result<MemoryId> {
-        let owner = who.requester().cloned().ok_or_else(|| {
-            NodeError::BadInput("a memory needs an owner: pass --as AGENT".into())
-        })?;
-        check_text(&new.text)?;
-        check_tags(&new.tags)?;
-        check_unit("importance", new.importance)?;
+        let ids = self.add_many(vec![(who, new)])?;
+        ids.into_iter()
+            .next()
+            .ok_or_else(|| NodeError::Corrupt("add produced no id".into()))
+    }
+
+    /// Store several memories in one transaction (all or none), each owned by
+    /// its requester. The same checks and facts as [`Node::add`].
+    pub fn add_many(
+        &mut self,
+        items: Vec<(&AuthorizedScopes, NewMemory)>,
+    ) -> Result<Vec<MemoryId>> {
         let now = self.now_ms();
-        let random: [u8; 10] = rand::rng().random();
-        let id = MemoryId::new(now, random);
-        let fixed = MemoryFixed {
-            owner,
-            created_ms: now,
-            origin: self.node_id(),
-        };
-        let grants = Grants::from_scopes(new.share.iter().cloned());
-        self.commit(|tx| {
-            for s in grants.iter() {
-                Self::check_grant_target(tx.conn(), s)?;
+        let origin = self.node_id();
+        let mut rng = rand::rng();
+        let mut prepared = Vec::with_capacity(items.len());
+        for (who, new) in items {
+            let owner = who.requester().cloned().ok_or_else(|| {
+                NodeError::BadInput("a memory needs an owner: pass --as AGENT".into())
+            })?;
+            check_text(&new.text)?;
+            check_tags(&new.tags)?;
+            check_unit("importance", new.importance)?;
+            if new.expires_ms.is_some_and(|e| e <= now) {
+                return Err(NodeError::BadInput(
+                    "expiry is in the past: a memory must expire after it is made".into(),
+                ));
             }
-            Ok((
-                vec![
-                    FactBody::MemoryContent(MemoryContent {
-                        id,
-                        fixed: fixed.clone(),
-                        kind: new.kind,
-                        text: MemoryText::Plain(new.text),
-                        tags: new.tags,
-                        importance: new.importance,
-                        confidence: 1.0,
-                        pinned: new.pinned,
-                        expires_ms: new.expires_ms,
-                        supersedes: None,
-                    }),
-                    FactBody::MemoryAcl(MemoryAcl { id, fixed, grants }),
-                ],
-                (),
-            ))
+            let id = MemoryId::new(now, rng.random());
+            let fixed = MemoryFixed {
+                owner,
+                created_ms: now,
+                origin,
+            };
+            let grants = Grants::from_scopes(new.share.iter().cloned());
+            prepared.push((id, fixed, grants, new));
+        }
+        let ids = prepared.iter().map(|p| p.0).collect();
+        self.commit(|tx| {
+            let mut checked: Vec<Scope> = Vec::new();
+            let mut bodies = Vec::with_capacity(2 * prepared.len());
+            for (id, fixed, grants, new) in prepared {
+                for s in grants.iter() {
+                    if !checked.contains(s) {
+                        Self::check_grant_target(tx.conn(), s)?;
+                        checked.push(s.clone());
+                    }
+                }
+                bodies.push(FactBody::MemoryContent(MemoryContent {
+                    id,
+                    fixed: fixed.clone(),
+                    kind: new.kind,
+                    text: MemoryText::Plain(new.text),
+                    tags: new.tags,
+                    importance: new.importance,
+                    confidence: 1.0,
+                    pinned: new.pinned,
+                    expires_ms: new.expires_ms,
+                    supersedes: None,
+                }));
+                bodies.push(FactBody::MemoryAcl(MemoryAcl { id, fixed, grants }));
+            }
+            Ok((bodies, ()))
         })?;
-        Ok(id)
+        Ok(ids)
     }
 
     /// The memory, visible to `who`, that `who` may change: owner (or the

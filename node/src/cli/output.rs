@@ -29,7 +29,7 @@ impl Out {
     }
 }
 
-fn rfc3339(ms: u64) -> String {
+pub fn rfc3339(ms: u64) -> String {
     humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
         .to_string()
 }

@@ -21,6 +21,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use amos_protocol::{FactBody, Grants, Hlc, HlcState, NodeId, SignedFact, Verified};
+use amos_sync::Effect;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
 use crate::error::{NodeError, Result};
@@ -116,8 +117,13 @@ impl Store {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut w = Tx { tx };
+        let mut w = Tx {
+            tx,
+            seq: None,
+            hlc: None,
+        };
         let out = f(&mut w)?;
+        w.flush()?;
         w.tx.commit()?;
         Ok(out)
     }
@@ -186,9 +192,12 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A write transaction.
+/// A write transaction. The sequence counter and the clock are read once,
+/// advanced in memory, and written back once when the transaction commits.
 pub struct Tx<'c> {
     tx: rusqlite::Transaction<'c>,
+    seq: Option<i64>,
+    hlc: Option<HlcState>,
 }
 
 impl Tx<'_> {
@@ -198,50 +207,60 @@ impl Tx<'_> {
 
     /// Hand out the next local sequence number.
     pub fn next_seq(&mut self) -> Result<i64> {
-        let seq = max_seq(&self.tx)? + 1;
-        self.tx.execute(
-            "INSERT INTO meta(key, value) VALUES ('seq', ?1)
-             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            [seq],
-        )?;
+        let seq = match self.seq {
+            Some(s) => s + 1,
+            None => max_seq(&self.tx)? + 1,
+        };
+        self.seq = Some(seq);
         Ok(seq)
+    }
+
+    fn hlc(&mut self) -> Result<HlcState> {
+        match self.hlc {
+            Some(h) => Ok(h),
+            None => hlc_state(&self.tx),
+        }
     }
 
     /// Issue the clock of a local write: the persisted clock, advanced past
     /// `now_ms` and past everything issued or observed before.
     pub fn tick(&mut self, now_ms: u64, node: NodeId) -> Result<Hlc> {
-        let mut state = hlc_state(&self.tx)?;
+        let mut state = self.hlc()?;
         let hlc = state.tick(now_ms, node);
-        self.save_hlc(state)?;
+        self.hlc = Some(state);
         Ok(hlc)
     }
 
     /// Record a clock seen on an incoming fact.
     pub fn observe(&mut self, remote: &Hlc) -> Result<()> {
-        let mut state = hlc_state(&self.tx)?;
+        let mut state = self.hlc()?;
         state.observe(remote);
-        self.save_hlc(state)
+        self.hlc = Some(state);
+        Ok(())
     }
 
-    fn save_hlc(&mut self, s: HlcState) -> Result<()> {
+    /// Persist the advanced counter and clock (inside the transaction).
+    fn flush(&mut self) -> Result<()> {
         let mut stmt = self.tx.prepare_cached(
             "INSERT INTO meta(key, value) VALUES (?1, ?2)
              ON CONFLICT(key) DO UPDATE SET value = excluded.value",
         )?;
-        stmt.execute(params!["hlc_wall", s.wall_ms as i64])?;
-        stmt.execute(params!["hlc_logical", s.logical as i64])?;
+        if let Some(seq) = self.seq {
+            stmt.execute(params!["seq", seq])?;
+        }
+        if let Some(s) = self.hlc {
+            stmt.execute(params!["hlc_wall", s.wall_ms as i64])?;
+            stmt.execute(params!["hlc_logical", s.logical as i64])?;
+        }
         Ok(())
     }
 
     /// Write a verified fact into its register row, verbatim with its
-    /// signature. `effective` is the grant set in force on this node for an
-    /// acl fact (defaults to the signed grants). Does not decide whether the
-    /// fact should win: callers (local writes, `amos-sync`) have.
-    pub fn put_fact(
-        &mut self,
-        fact: &Verified<SignedFact>,
-        effective: Option<&Grants>,
-    ) -> Result<()> {
+    /// signature. `effect` says how (for an acl fact: the grants in force on
+    /// this node; whether the owner rule holds; whether to erase content).
+    /// Does not decide whether the fact should win: callers (local writes,
+    /// `amos-sync`) have.
+    pub fn put_fact(&mut self, fact: &Verified<SignedFact>, effect: &Effect) -> Result<()> {
         let seq = self.next_seq()?;
         let bytes = fact.to_bytes();
         let v = fact.fact.clock.sort_key().to_vec();
@@ -252,14 +271,15 @@ impl Tx<'_> {
                 tx.prepare_cached(
                     "INSERT INTO memories(id, owner, origin, created_ms, kind, content, tags,
                         importance, confidence, pinned, expires_ms, supersedes, v, content_fact,
-                        seq, touched)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?15)
+                        seq, touched, owner_trusted)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?15, ?16)
                      ON CONFLICT(id) DO UPDATE SET kind = excluded.kind, content = excluded.content,
                         tags = excluded.tags, importance = excluded.importance,
                         confidence = excluded.confidence, pinned = excluded.pinned,
                         expires_ms = excluded.expires_ms, supersedes = excluded.supersedes,
                         v = excluded.v, content_fact = excluded.content_fact,
-                        seq = excluded.seq, touched = excluded.touched",
+                        seq = excluded.seq, touched = excluded.touched,
+                        owner_trusted = excluded.owner_trusted",
                 )?
                 .execute(params![
                     &m.id.0[..],
@@ -277,17 +297,28 @@ impl Tx<'_> {
                     v,
                     bytes,
                     seq,
+                    effect.owner_trusted,
                 ])?;
             }
             FactBody::MemoryAcl(m) => {
-                let effective = effective.unwrap_or(&m.grants);
+                let effective = effect.effective.as_ref().unwrap_or(&m.grants);
+                let mut ever: Grants = tx
+                    .prepare_cached("SELECT grants_ever FROM memories WHERE id = ?1")?
+                    .query_row([&m.id.0[..]], |r| r.get::<_, String>(0))
+                    .optional()?
+                    .map(|s| split_grants(&s))
+                    .unwrap_or_default();
+                for g in effective.iter() {
+                    ever.insert(g.clone());
+                }
                 tx.prepare_cached(
                     "INSERT INTO memories(id, owner, origin, created_ms, grants, effective, acl_v,
-                        acl_fact, seq, touched)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)
+                        acl_fact, seq, touched, owner_trusted, grants_ever)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?10, ?11)
                      ON CONFLICT(id) DO UPDATE SET grants = excluded.grants,
                         effective = excluded.effective, acl_v = excluded.acl_v,
-                        acl_fact = excluded.acl_fact, seq = excluded.seq, touched = excluded.touched",
+                        acl_fact = excluded.acl_fact, seq = excluded.seq, touched = excluded.touched,
+                        owner_trusted = excluded.owner_trusted, grants_ever = excluded.grants_ever",
                 )?
                 .execute(params![
                     &m.id.0[..],
@@ -299,6 +330,8 @@ impl Tx<'_> {
                     v,
                     bytes,
                     seq,
+                    effect.owner_trusted,
+                    join_grants(&ever),
                 ])?;
                 tx.prepare_cached("DELETE FROM memory_grants WHERE memory = ?1")?
                     .execute([&m.id.0[..]])?;
@@ -307,11 +340,23 @@ impl Tx<'_> {
                 for g in effective.iter() {
                     ins.execute(params![&m.id.0[..], g.to_string()])?;
                 }
+                if effect.purge_content {
+                    // No local agent can see it and it is not ours: erase the
+                    // content (the origin re-sends it whole if it is shared again).
+                    tx.prepare_cached(
+                        "UPDATE memories SET kind = NULL, content = NULL, tags = NULL,
+                            importance = NULL, confidence = NULL, pinned = NULL,
+                            expires_ms = NULL, supersedes = NULL, v = NULL, content_fact = NULL
+                         WHERE id = ?1",
+                    )?
+                    .execute([&m.id.0[..]])?;
+                }
             }
             FactBody::MemoryTombstone(m) => {
                 tx.prepare_cached(
-                    "INSERT INTO memories(id, owner, origin, created_ms, tombstone_fact, seq, touched)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
+                    "INSERT INTO memories(id, owner, origin, created_ms, tombstone_fact, seq, touched,
+                        owner_trusted)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7)
                      ON CONFLICT(id) DO UPDATE SET tombstone_fact = excluded.tombstone_fact,
                         seq = excluded.seq, touched = excluded.touched",
                 )?
@@ -322,6 +367,7 @@ impl Tx<'_> {
                     m.fixed.created_ms as i64,
                     bytes,
                     seq,
+                    effect.owner_trusted,
                 ])?;
                 // Terminal: erase content and visibility everywhere.
                 tx.prepare_cached(

@@ -1,0 +1,314 @@
+//! `amos bench`: load the shared benchmark workload (`../shared/bench/`)
+//! into a fresh temporary home through the normal write path, then time
+//! adds, searches and context packs as each query's own requester.
+//!
+//! Figures are medians/percentiles over every query of every pass; the JSON
+//! field names are stable so runs can be compared with each other and with
+//! other systems measured on the same workload.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use amos_acl::AuthorizedScopes;
+use amos_protocol::{MemoryType, Scope};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{NodeError, Result};
+use crate::home::Home;
+use crate::index::dir_size;
+use crate::node::{NewMemory, Node};
+
+/// How to run the benchmark.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    pub corpus: PathBuf,
+    /// Query passes (each runs every query once).
+    pub passes: usize,
+    /// Load at most this many memories (None = all).
+    pub limit: Option<usize>,
+    /// Single durable adds timed after the load.
+    pub single_adds: usize,
+    /// Where to make the temporary home (None = the system temp dir).
+    pub workdir: Option<PathBuf>,
+    /// Show a progress bar (only when stderr is a terminal).
+    pub progress: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct Org {
+    agents: Vec<String>,
+    teams: BTreeMap<String, Vec<String>>,
+    projects: BTreeMap<String, OrgProject>,
+}
+
+#[derive(Debug, Deserialize)]
+struct OrgProject {
+    team: String,
+    members: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WorkloadMemory {
+    owner: String,
+    #[serde(rename = "type")]
+    kind: String,
+    content: String,
+    #[serde(default)]
+    share: Vec<String>,
+    #[serde(default)]
+    tags: Vec<String>,
+    #[serde(default = "half")]
+    importance: f32,
+}
+
+fn half() -> f32 {
+    0.5
+}
+
+#[derive(Debug, Deserialize)]
+struct WorkloadQuery {
+    #[serde(rename = "as")]
+    agent: String,
+    query: String,
+}
+
+/// Percentiles in milliseconds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Millis {
+    pub p50: f64,
+    pub p99: f64,
+}
+
+/// What `amos bench --json` prints.
+#[derive(Debug, Serialize)]
+pub struct BenchReport {
+    pub memories: usize,
+    pub queries: usize,
+    pub passes: usize,
+    pub load_s: f64,
+    pub load_per_s: f64,
+    pub add_ms: Millis,
+    pub search_ms: Millis,
+    pub pack_ms: Millis,
+    pub index_build_s: f64,
+    pub index_rebuild_s: f64,
+    pub db_bytes: u64,
+    pub index_bytes: u64,
+    pub peak_rss_bytes: u64,
+    /// Correctness: searches that returned at least one hit.
+    pub queries_with_hits: usize,
+    /// Correctness: mean hits per search.
+    pub mean_hits: f64,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let idx = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn millis(mut xs: Vec<f64>) -> Millis {
+    xs.sort_by(f64::total_cmp);
+    Millis {
+        p50: percentile(&xs, 0.5),
+        p99: percentile(&xs, 0.99),
+    }
+}
+
+fn read_jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
+    let text = fs::read_to_string(path)
+        .map_err(|e| NodeError::BadInput(format!("cannot read {}: {e}", path.display())))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l)
+                .map_err(|e| NodeError::BadInput(format!("{}:{}: {e}", path.display(), i + 1)))
+        })
+        .collect()
+}
+
+/// Peak resident set size of this process (Linux `VmHWM`), 0 elsewhere.
+pub fn peak_rss_bytes() -> u64 {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+fn progress_bar(show: bool, len: usize, what: &str) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !show || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let pb = indicatif::ProgressBar::new(len as u64);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{msg:>10} [{bar:40}] {pos}/{len} ({per_sec}, eta {eta})",
+    ) {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_message(what.to_owned());
+    pb
+}
+
+/// Run the benchmark.
+pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
+    let org: Org = serde_json::from_str(&fs::read_to_string(cfg.corpus.join("org.json")).map_err(
+        |e| {
+            NodeError::BadInput(format!(
+                "cannot read {}/org.json: {e}",
+                cfg.corpus.display()
+            ))
+        },
+    )?)
+    .map_err(|e| NodeError::BadInput(format!("org.json: {e}")))?;
+    let mut memories: Vec<WorkloadMemory> = read_jsonl(&cfg.corpus.join("memories.jsonl"))?;
+    if let Some(n) = cfg.limit {
+        memories.truncate(n);
+    }
+    let queries: Vec<WorkloadQuery> = read_jsonl(&cfg.corpus.join("queries.jsonl"))?;
+
+    let tmp = match &cfg.workdir {
+        Some(d) => tempfile::tempdir_in(d),
+        None => tempfile::tempdir(),
+    }
+    .map_err(NodeError::io("creating a temporary home"))?;
+    let home = Home::new(tmp.path().join("home"));
+    Node::init(&home, Some("bench"))?;
+    let mut node = Node::open(&home)?;
+
+    // Org graph.
+    for team in org.teams.keys() {
+        node.team_create(team, None)?;
+    }
+    let mut teams_of: HashMap<&str, Vec<String>> = HashMap::new();
+    for (team, members) in &org.teams {
+        for m in members {
+            teams_of.entry(m.as_str()).or_default().push(team.clone());
+        }
+    }
+    for agent in &org.agents {
+        let teams = teams_of.get(agent.as_str()).cloned().unwrap_or_default();
+        node.agent_add(agent, "bench", &teams)?;
+    }
+    for (p, proj) in &org.projects {
+        node.project_create(p, &proj.team, None)?;
+        for m in &proj.members {
+            node.project_member(p, m, true)?;
+        }
+    }
+
+    // Load, in batches of 1000 per transaction, through the normal write path.
+    let mut requesters: HashMap<String, AuthorizedScopes> = HashMap::new();
+    for a in &org.agents {
+        requesters.insert(a.clone(), node.requester(a)?);
+    }
+    let to_new = |m: &WorkloadMemory| -> Result<NewMemory> {
+        let mut n = NewMemory::new(m.content.clone());
+        n.kind = MemoryType::parse(&m.kind)?;
+        n.share = m
+            .share
+            .iter()
+            .map(|s| s.parse::<Scope>())
+            .collect::<Result<_, _>>()?;
+        n.tags = m.tags.clone();
+        n.importance = m.importance;
+        Ok(n)
+    };
+    let pb = progress_bar(cfg.progress, memories.len(), "load");
+    let t0 = Instant::now();
+    for chunk in memories.chunks(1000) {
+        let mut batch = Vec::with_capacity(chunk.len());
+        for m in chunk {
+            let who = requesters
+                .get(&m.owner)
+                .ok_or_else(|| NodeError::BadInput(format!("unknown owner {}", m.owner)))?;
+            batch.push((who, to_new(m)?));
+        }
+        node.add_many(batch)?;
+        pb.inc(chunk.len() as u64);
+    }
+    let load_s = t0.elapsed().as_secs_f64();
+    pb.finish_and_clear();
+
+    // First catch-up builds the index.
+    let t0 = Instant::now();
+    node.index()?;
+    node.caught_up_index()?;
+    let index_build_s = t0.elapsed().as_secs_f64();
+
+    // Queries, each as its own requester (the gate is rebuilt per query).
+    let pb = progress_bar(cfg.progress, queries.len() * cfg.passes * 2, "queries");
+    let mut search = Vec::new();
+    let mut pack = Vec::new();
+    let mut with_hits = 0;
+    let mut total_hits = 0;
+    for _ in 0..cfg.passes {
+        for q in &queries {
+            let t0 = Instant::now();
+            let who = node.requester(&q.agent)?;
+            let hits = node.search(&who, &q.query, 10)?;
+            search.push(t0.elapsed().as_secs_f64() * 1e3);
+            with_hits += usize::from(!hits.is_empty());
+            total_hits += hits.len();
+            pb.inc(1);
+            let t0 = Instant::now();
+            let who = node.requester(&q.agent)?;
+            node.pack(&who, &q.query, 1200)?;
+            pack.push(t0.elapsed().as_secs_f64() * 1e3);
+            pb.inc(1);
+        }
+    }
+    pb.finish_and_clear();
+
+    // Single durable adds after the load.
+    let mut adds = Vec::new();
+    for i in 0..cfg.single_adds {
+        let m = &memories[i % memories.len().max(1)];
+        let who = requesters
+            .get(&m.owner)
+            .ok_or_else(|| NodeError::BadInput(format!("unknown owner {}", m.owner)))?;
+        let new = to_new(m)?;
+        let t0 = Instant::now();
+        node.add(who, new)?;
+        adds.push(t0.elapsed().as_secs_f64() * 1e3);
+    }
+
+    let t0 = Instant::now();
+    node.index_rebuild()?;
+    let index_rebuild_s = t0.elapsed().as_secs_f64();
+
+    let db_bytes = ["amos.db", "amos.db-wal"]
+        .iter()
+        .filter_map(|f| fs::metadata(home.root().join(f)).ok())
+        .map(|m| m.len())
+        .sum();
+    let searches = search.len();
+    Ok(BenchReport {
+        memories: memories.len(),
+        queries: queries.len(),
+        passes: cfg.passes,
+        load_s,
+        load_per_s: memories.len() as f64 / load_s.max(1e-9),
+        add_ms: millis(adds),
+        search_ms: millis(search),
+        pack_ms: millis(pack),
+        index_build_s,
+        index_rebuild_s,
+        db_bytes,
+        index_bytes: dir_size(&home.index_dir()),
+        peak_rss_bytes: peak_rss_bytes(),
+        queries_with_hits: with_hits,
+        mean_hits: total_hits as f64 / searches.max(1) as f64,
+    })
+}
