@@ -2,7 +2,9 @@
 //!
 //! Owns the visibility rule of DESIGN.md §5 over an org-graph view
 //! ([`OrgGraph`]), the per-query [`AuthorizedScopes`], and [`Visible`], the
-//! only proof of visibility that ranking and output accept.
+//! only proof of visibility that ranking and output accept; and peer
+//! policies ([`PeerPolicy`]): what may leave for a peer and what a peer's
+//! facts may do here.
 //!
 //! Invariant: a [`Visible<M>`] exists only if `M` passed the gate for the
 //! requester of the [`AuthorizedScopes`] that admitted it, at the given time.
@@ -47,6 +49,12 @@ pub trait Gated {
     fn effective_grants(&self) -> &Grants;
     fn is_tombstoned(&self) -> bool;
     fn expires_ms(&self) -> Option<u64>;
+    /// Whether the owner may see the memory by being its owner. False for a
+    /// memory that arrived from a scoped peer: a peer cannot make a memory
+    /// visible to one of our agents by naming it as the owner.
+    fn owner_is_authoritative(&self) -> bool {
+        true
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -131,7 +139,8 @@ impl AuthorizedScopes {
         match &self.who {
             Who::LocalAdmin => true,
             Who::Agent(r) => {
-                m.owner() == r || m.effective_grants().iter().any(|g| self.scopes.contains(g))
+                (m.owner_is_authoritative() && m.owner() == r)
+                    || m.effective_grants().iter().any(|g| self.scopes.contains(g))
             }
         }
     }
@@ -169,6 +178,9 @@ impl<M> std::ops::Deref for Visible<M> {
         &self.0
     }
 }
+
+mod policy;
+pub use policy::PeerPolicy;
 
 #[cfg(test)]
 mod tests;

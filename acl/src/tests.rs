@@ -667,3 +667,61 @@ fn visible_keeps_the_value_through_map() {
     assert_eq!(scored.0.0, m);
     assert_eq!(scored.into_inner().1, 0.5);
 }
+
+/// A memory that arrived from a scoped peer: the owner rule does not hold,
+/// so a peer cannot make a memory visible to one of our agents by naming it
+/// as the owner. Its grants still work.
+struct ForeignMem {
+    inner: Mem,
+}
+
+impl Gated for ForeignMem {
+    fn owner(&self) -> &AgentId {
+        &self.inner.owner
+    }
+    fn effective_grants(&self) -> &Grants {
+        &self.inner.grants
+    }
+    fn is_tombstoned(&self) -> bool {
+        self.inner.tombstoned
+    }
+    fn expires_ms(&self) -> Option<u64> {
+        self.inner.expires_ms
+    }
+    fn owner_is_authoritative(&self) -> bool {
+        false
+    }
+}
+
+#[test]
+fn owner_rule_only_holds_where_the_owner_is_authoritative() {
+    struct NoOrg;
+    impl OrgGraph for NoOrg {
+        fn team(&self, _: &TeamId) -> Option<TeamState> {
+            None
+        }
+        fn project(&self, _: &ProjectId) -> Option<ProjectState> {
+            None
+        }
+        fn memberships_of(&self, _: &AgentId) -> Vec<OrgScope> {
+            Vec::new()
+        }
+    }
+    let carol = AuthorizedScopes::for_agent(agent("carol"), &NoOrg);
+    let private = Mem::new("carol", &[]);
+    assert!(
+        carol.may_see(&private, 0),
+        "local private memory: owner sees it"
+    );
+    let foreign = ForeignMem {
+        inner: Mem::new("carol", &[]),
+    };
+    assert!(
+        !carol.may_see(&foreign, 0),
+        "a foreign memory naming carol as owner stays hidden"
+    );
+    let foreign_global = ForeignMem {
+        inner: Mem::new("carol", &["global"]),
+    };
+    assert!(carol.may_see(&foreign_global, 0), "grants still apply");
+}

@@ -29,8 +29,9 @@ pub struct Status {
     pub teams: i64,
     pub projects: i64,
     pub index_lag: i64,
-    pub peers: Vec<serde_json::Value>,
-    pub quarantined: i64,
+    pub peers: Vec<crate::replica::PeerInfo>,
+    pub quarantined: Vec<crate::replica::DeferredInfo>,
+    pub audit_refusals: i64,
 }
 
 #[derive(Debug, Serialize)]
@@ -109,8 +110,9 @@ impl Node {
             teams: count(conn, "SELECT count(*) FROM teams WHERE present = 1")?,
             projects: count(conn, "SELECT count(*) FROM projects WHERE present = 1")?,
             index_lag: self.index_lag()?,
-            peers: Vec::new(),
-            quarantined: 0,
+            peers: self.peer_list()?,
+            quarantined: self.quarantined()?,
+            audit_refusals: count(self.store.conn(), "SELECT count(*) FROM audit")?,
         })
     }
 

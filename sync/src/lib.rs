@@ -1,11 +1,29 @@
 //! amos-sync: how facts converge between nodes.
 //!
-//! Will own the merge rules (last-writer-wins per register, terminal
-//! tombstones, fixed-field checks), export selection and the sans-IO sync
-//! session, talking to storage through a trait that `amos-node` implements
-//! over SQLite and tests implement in memory. Nothing here yet: a single node
-//! writes only its own facts, each with a fresh clock, so no merge decision
-//! arises until replication lands (issue: replication core).
+//! Owns the merge rule ([`merge`]: last-writer-wins per register, terminal
+//! tombstones, fixed fields), the import gate ([`gate`]: what a peer's facts
+//! may do here), applying a batch of verified facts through both
+//! ([`apply::apply_batch`]), export selection ([`export`]: what may leave for
+//! a peer, including retractions) and the convergence digest ([`digest`]).
+//! Storage is reached only through [`ReplicaStore`], which `amos-node`
+//! implements over SQLite and [`memstore::MemStore`] implements in memory.
 //!
-//! Boundary: no SQL, no sockets, no clocks; the dependency direction is
-//! `amos-protocol` ← `amos-acl` ← `amos-sync` ← `amos-node`.
+//! Invariant: apply takes only `Verified` facts; every fact from a peer goes
+//! through the gate before the merge rule, and a refused fact never reaches
+//! the store (it is reported, and the rest of the batch still applies).
+//!
+//! Boundary: no SQL, no sockets, no clocks (`now_ms` is an argument); the
+//! dependency direction is `amos-protocol` ← `amos-acl` ← `amos-sync` ←
+//! `amos-node`.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod apply;
+pub mod digest;
+pub mod export;
+pub mod gate;
+pub mod memstore;
+pub mod merge;
+
+pub use apply::{ApplyReport, Effect, MemoryState, ReplicaStore, Sender, apply_batch};
+pub use gate::{DeferReason, Refusal};
+pub use merge::Verdict;

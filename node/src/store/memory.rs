@@ -34,6 +34,9 @@ pub struct MemoryRecord {
     pub archived: bool,
     /// Local-only reinforcement factor from recall feedback.
     pub reinforcement: f32,
+    /// Whether the owner rule holds here (the memory's origin is this node or
+    /// a `full` peer); false for memories from scoped peers.
+    pub owner_trusted: bool,
     pub seq: i64,
 }
 
@@ -50,12 +53,15 @@ impl Gated for MemoryRecord {
     fn expires_ms(&self) -> Option<u64> {
         self.expires_ms
     }
+    fn owner_is_authoritative(&self) -> bool {
+        self.owner_trusted
+    }
 }
 
 /// The columns [`from_row`] reads, in order.
 pub const COLUMNS: &str = "id, owner, origin, created_ms, v, kind, content, tags, importance, \
      confidence, pinned, expires_ms, supersedes, grants, effective, tombstone_fact IS NOT NULL, \
-     archived, reinforcement, seq";
+     archived, reinforcement, seq, owner_trusted";
 
 /// Rows that can be shown at all: content present (a memory whose acl fact
 /// arrived before its content is not yet a memory), not tombstoned.
@@ -107,6 +113,7 @@ pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Option<MemoryRecord>> {
         archived: r.get(16)?,
         reinforcement: r.get::<_, f64>(17)? as f32,
         seq: r.get(18)?,
+        owner_trusted: r.get(19)?,
     }))
 }
 
@@ -160,7 +167,7 @@ pub fn list_candidates(
             .join(",");
         args.push(owner.to_owned().into());
         sql.push_str(&format!(
-            " AND (owner = ?1 OR EXISTS (SELECT 1 FROM memory_grants g WHERE g.memory = m.id AND g.scope IN ({})))",
+            " AND ((owner = ?1 AND owner_trusted = 1) OR EXISTS (SELECT 1 FROM memory_grants g WHERE g.memory = m.id AND g.scope IN ({})))",
             if placeholders.is_empty() { "NULL".to_owned() } else { placeholders }
         ));
         args.extend(scopes.iter().map(|s| s.clone().into()));

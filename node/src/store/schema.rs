@@ -125,6 +125,47 @@ const MIGRATIONS: &[&str] = &[
         seq      INTEGER NOT NULL
     ) STRICT;
     "#,
+    // v2: replication — peers and watermarks, the audit log of refused facts,
+    // deferred (quarantined) facts, and per-memory provenance: whether the
+    // owner rule holds here, and every grant the memory ever had here (so a
+    // revocation reaches every peer that received it).
+    r#"
+    ALTER TABLE memories ADD COLUMN owner_trusted INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE memories ADD COLUMN grants_ever TEXT NOT NULL DEFAULT '';
+    UPDATE memories SET grants_ever = effective;
+
+    CREATE TABLE peers (
+        node_id      BLOB PRIMARY KEY,
+        name         TEXT NOT NULL DEFAULT '',
+        addr         TEXT,
+        policy       TEXT NOT NULL,
+        added_ms     INTEGER NOT NULL,
+        last_sync_ms INTEGER,
+        last_result  TEXT,
+        their_epoch  TEXT,                         -- watermark: their log epoch …
+        their_seq    INTEGER NOT NULL DEFAULT 0,   -- … and the highest seq of theirs applied
+        successor    BLOB                          -- key rotation: the identity this one moved to
+    ) STRICT;
+
+    CREATE TABLE audit (
+        id        INTEGER PRIMARY KEY,
+        time_ms   INTEGER NOT NULL,
+        peer      BLOB NOT NULL,
+        author    BLOB NOT NULL,
+        register  TEXT NOT NULL,
+        reason    TEXT NOT NULL,
+        fact      BLOB NOT NULL
+    ) STRICT;
+
+    CREATE TABLE deferred (
+        hash      BLOB PRIMARY KEY,
+        fact      BLOB NOT NULL,
+        peer      BLOB NOT NULL,
+        reason    TEXT NOT NULL,
+        ahead_ms  INTEGER,
+        since_ms  INTEGER NOT NULL
+    ) STRICT;
+    "#,
 ];
 
 /// The schema version this binary writes.

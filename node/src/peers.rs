@@ -1,0 +1,208 @@
+//! The node API for replication: peers and their policies, applying verified
+//! facts from a peer through `amos-sync`, the convergence digest, the audit
+//! log, and retrying deferred facts.
+//!
+//! Invariant: a peer's policy is set only here, by the local operator; a
+//! change of policy resets that peer's watermark so the next sync re-sends
+//! what the new policy admits.
+
+use amos_acl::PeerPolicy;
+use amos_protocol::{NodeId, Scope, SignedFact, Verified};
+use amos_sync::{ApplyReport, Sender, apply_batch};
+use rusqlite::params;
+
+use crate::error::{NodeError, Result};
+use crate::node::Node;
+use crate::replica::{self, AuditEntry, DeferredInfo, PeerInfo, SqlReplica};
+
+/// Facts whose clock is further ahead of ours than this are quarantined.
+pub const DEFAULT_MAX_SKEW_MS: u64 = 10 * 60 * 1000;
+
+fn parse_node_id(s: &str) -> Result<NodeId> {
+    s.parse::<NodeId>()
+        .map_err(|e| NodeError::BadInput(e.to_string()))
+}
+
+impl Node {
+    /// Register a peer (or update its address and policy).
+    pub fn peer_add(&mut self, node_id: &str, addr: Option<&str>, policy: &str) -> Result<()> {
+        let id = parse_node_id(node_id)?;
+        if id == self.node_id() {
+            return Err(NodeError::BadInput("a node cannot be its own peer".into()));
+        }
+        let policy: PeerPolicy = policy.parse()?;
+        let now = self.now_ms() as i64;
+        self.store.write(|tx| {
+            let old = replica::peer_policy(tx.conn(), &id)?;
+            tx.conn().execute(
+                "INSERT INTO peers(node_id, addr, policy, added_ms) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT(node_id) DO UPDATE SET addr = coalesce(excluded.addr, addr),
+                    policy = excluded.policy",
+                params![&id.0[..], addr, policy.to_string(), now],
+            )?;
+            if old.is_some_and(|o| o != policy) {
+                reset_watermark(tx.conn(), &id)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Forget a peer: its connections and bundles are refused from now on.
+    pub fn peer_remove(&mut self, node_id: &str) -> Result<()> {
+        let id = parse_node_id(node_id)?;
+        let n = self.store.write(|tx| {
+            Ok(tx
+                .conn()
+                .execute("DELETE FROM peers WHERE node_id = ?1", [&id.0[..]])?)
+        })?;
+        if n == 0 {
+            return Err(NodeError::BadInput(format!("unknown peer {}", id.short())));
+        }
+        Ok(())
+    }
+
+    /// Change a peer's policy; its watermark resets so the new scope re-syncs.
+    pub fn peer_set_policy(&mut self, node_id: &str, policy: &str) -> Result<()> {
+        let id = parse_node_id(node_id)?;
+        let policy: PeerPolicy = policy.parse()?;
+        self.store.write(|tx| {
+            let n = tx.conn().execute(
+                "UPDATE peers SET policy = ?2 WHERE node_id = ?1",
+                params![&id.0[..], policy.to_string()],
+            )?;
+            if n == 0 {
+                return Err(NodeError::BadInput(format!("unknown peer {}", id.short())));
+            }
+            reset_watermark(tx.conn(), &id)
+        })
+    }
+
+    pub fn peer_list(&self) -> Result<Vec<PeerInfo>> {
+        replica::list_peers(self.store.conn())
+    }
+
+    /// The policy we gave a registered peer.
+    pub fn peer_policy(&self, id: &NodeId) -> Result<Option<PeerPolicy>> {
+        replica::peer_policy(self.store.conn(), id)
+    }
+
+    /// Apply verified facts from `from` (a registered peer) in one
+    /// transaction, through the import gate and the merge rule; then retry
+    /// deferred facts.
+    pub fn apply_from(
+        &mut self,
+        from: &NodeId,
+        facts: Vec<Verified<SignedFact>>,
+    ) -> Result<ApplyReport> {
+        let policy = self.peer_policy(from)?.ok_or_else(|| {
+            NodeError::Refused(format!("{} is not a registered peer", from.short()))
+        })?;
+        let sender = Sender {
+            node: *from,
+            policy,
+        };
+        let now = self.now_ms();
+        let me = self.node_id();
+        self.store.write(|tx| {
+            let mut r = SqlReplica {
+                tx,
+                me,
+                now_ms: now,
+            };
+            apply_batch(&mut r, &sender, facts, now, DEFAULT_MAX_SKEW_MS)
+        })
+    }
+
+    /// Retry every deferred fact (clock skew that has passed, links whose
+    /// endpoints arrived). Facts from peers no longer registered are dropped
+    /// into the audit log.
+    pub fn retry_deferred(&mut self) -> Result<ApplyReport> {
+        let now = self.now_ms();
+        let me = self.node_id();
+        self.store.write(|tx| {
+            let rows = replica::take_deferred(tx.conn())?;
+            let mut total = ApplyReport::default();
+            for (peer, bytes) in rows {
+                let Ok(fact) = SignedFact::decode_verified(&bytes) else {
+                    continue;
+                };
+                let policy = replica::peer_policy(tx.conn(), &peer)?;
+                let mut r = SqlReplica {
+                    tx,
+                    me,
+                    now_ms: now,
+                };
+                match policy {
+                    Some(policy) => {
+                        let sender = Sender { node: peer, policy };
+                        total.add(apply_batch(
+                            &mut r,
+                            &sender,
+                            vec![fact],
+                            now,
+                            DEFAULT_MAX_SKEW_MS,
+                        )?);
+                    }
+                    None => {
+                        use amos_sync::ReplicaStore;
+                        r.refuse(&fact, &peer, &amos_sync::Refusal::UnknownPeer)?;
+                        total.refused += 1;
+                    }
+                }
+            }
+            Ok(total)
+        })
+    }
+
+    /// `(digest, facts)` over the replicated facts the scopes admit (all, if none).
+    pub fn digest(&self, scopes: &[String]) -> Result<(String, usize)> {
+        let policy = if scopes.is_empty() {
+            PeerPolicy::Full
+        } else {
+            let scopes = scopes
+                .iter()
+                .map(|s| s.parse::<Scope>())
+                .collect::<Result<Vec<_>, _>>()?;
+            PeerPolicy::scoped(scopes)?
+        };
+        replica::digest(self.store.conn(), &policy)
+    }
+
+    /// Stream, in batches, the wire bytes of every fact that may go to a peer
+    /// with `policy` from rows changed after `since` (with retractions);
+    /// returns the highest `seq` covered (the sender's side of a watermark).
+    pub fn export(
+        &self,
+        policy: &PeerPolicy,
+        since: i64,
+        batch: usize,
+        emit: impl FnMut(Vec<Vec<u8>>) -> Result<()>,
+    ) -> Result<i64> {
+        replica::export_facts(
+            self.store.conn(),
+            &replica::ExportSpec {
+                policy,
+                since,
+                retractions: true,
+            },
+            batch,
+            emit,
+        )
+    }
+
+    pub fn audit(&self, limit: usize) -> Result<Vec<AuditEntry>> {
+        replica::audit(self.store.conn(), limit)
+    }
+
+    pub fn quarantined(&self) -> Result<Vec<DeferredInfo>> {
+        replica::deferred(self.store.conn())
+    }
+}
+
+fn reset_watermark(conn: &rusqlite::Connection, id: &NodeId) -> Result<()> {
+    conn.execute(
+        "UPDATE peers SET their_epoch = NULL, their_seq = 0 WHERE node_id = ?1",
+        [&id.0[..]],
+    )?;
+    Ok(())
+}

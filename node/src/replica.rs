@@ -1,0 +1,508 @@
+//! Replication on the SQLite store: the [`ReplicaStore`] that `amos-sync`
+//! applies batches through, export of the facts a peer may receive, the
+//! convergence digest, peers, the audit log and deferred (quarantined) facts.
+//!
+//! Boundary: the merge rule, the import gate and the export rules are
+//! `amos-sync`'s and `amos-acl`'s; this module only reads and writes rows.
+
+use std::collections::HashMap;
+
+use amos_acl::PeerPolicy;
+use amos_protocol::{
+    FactBody, Grants, Hlc, MemoryFixed, MemoryId, NodeId, OrgScope, ProjectId, Register,
+    SignedFact, TeamId, Verified,
+};
+use amos_sync::export::{self, MemoryExport};
+use amos_sync::{DeferReason, Effect, MemoryState, Refusal, ReplicaStore};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+use crate::error::{NodeError, Result};
+use crate::store::{Tx, split_grants};
+
+/// The replica view of one write transaction.
+pub struct SqlReplica<'t, 'c> {
+    pub tx: &'t mut Tx<'c>,
+    pub me: NodeId,
+    pub now_ms: u64,
+}
+
+fn clock(bytes: Option<Vec<u8>>) -> Option<Hlc> {
+    bytes.as_deref().and_then(Hlc::from_sort_key)
+}
+
+fn one_clock(conn: &Connection, sql: &str, args: impl rusqlite::Params) -> Result<Option<Hlc>> {
+    Ok(clock(
+        conn.prepare_cached(sql)?
+            .query_row(args, |r| r.get::<_, Option<Vec<u8>>>(0))
+            .optional()?
+            .flatten(),
+    ))
+}
+
+/// The policy we gave `node`, if registered.
+pub fn peer_policy(conn: &Connection, node: &NodeId) -> Result<Option<PeerPolicy>> {
+    let text: Option<String> = conn
+        .prepare_cached("SELECT policy FROM peers WHERE node_id = ?1")?
+        .query_row([&node.0[..]], |r| r.get(0))
+        .optional()?;
+    text.map(|t| {
+        t.parse::<PeerPolicy>()
+            .map_err(|e| NodeError::Corrupt(format!("stored policy of peer {}: {e}", node.short())))
+    })
+    .transpose()
+}
+
+fn project_team(conn: &Connection, p: &ProjectId) -> Result<Option<TeamId>> {
+    let t: Option<String> = conn
+        .prepare_cached("SELECT team FROM projects WHERE id = ?1")?
+        .query_row([p.as_str()], |r| r.get(0))
+        .optional()?;
+    Ok(t.and_then(|t| TeamId::parse(&t).ok()))
+}
+
+impl ReplicaStore for SqlReplica<'_, '_> {
+    type Error = NodeError;
+
+    fn local_node(&self) -> NodeId {
+        self.me
+    }
+
+    fn peer_policy(&mut self, node: &NodeId) -> Result<Option<PeerPolicy>> {
+        peer_policy(self.tx.conn(), node)
+    }
+
+    fn memory(&mut self, id: &MemoryId) -> Result<Option<MemoryState>> {
+        type Row = (
+            String,
+            i64,
+            Vec<u8>,
+            Option<Vec<u8>>,
+            Option<Vec<u8>>,
+            bool,
+            String,
+        );
+        let row: Option<Row> = self
+            .tx
+            .conn()
+            .prepare_cached(
+                "SELECT owner, created_ms, origin, v, acl_v, tombstone_fact IS NOT NULL, effective
+                 FROM memories WHERE id = ?1",
+            )?
+            .query_row([&id.0[..]], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                ))
+            })
+            .optional()?;
+        let Some((owner, created, origin, v, acl_v, tombstoned, effective)) = row else {
+            return Ok(None);
+        };
+        let fixed = MemoryFixed {
+            owner: amos_protocol::AgentId::parse(&owner)
+                .map_err(|e| NodeError::Corrupt(format!("stored owner: {e}")))?,
+            created_ms: created as u64,
+            origin: NodeId(
+                origin
+                    .try_into()
+                    .map_err(|_| NodeError::Corrupt("stored origin is not a node id".into()))?,
+            ),
+        };
+        Ok(Some(MemoryState {
+            fixed,
+            content_v: clock(v),
+            acl_v: clock(acl_v),
+            tombstoned,
+            effective: split_grants(&effective),
+        }))
+    }
+
+    fn clock_of(&mut self, register: &Register) -> Result<Option<Hlc>> {
+        let c = self.tx.conn();
+        match register {
+            Register::Link(a, b, rel) => one_clock(
+                c,
+                "SELECT v FROM links WHERE from_id = ?1 AND to_id = ?2 AND relation = ?3",
+                params![&a.0[..], &b.0[..], rel.as_str()],
+            ),
+            Register::Team(t) => one_clock(c, "SELECT v FROM teams WHERE id = ?1", [t.as_str()]),
+            Register::Project(p) => {
+                one_clock(c, "SELECT v FROM projects WHERE id = ?1", [p.as_str()])
+            }
+            Register::Membership(s, a) => one_clock(
+                c,
+                "SELECT v FROM memberships WHERE scope = ?1 AND agent = ?2",
+                params![s.to_string(), a.as_str()],
+            ),
+            Register::Agent(a) => one_clock(c, "SELECT v FROM agents WHERE id = ?1", [a.as_str()]),
+            Register::Profile(a) => {
+                one_clock(c, "SELECT v FROM profiles WHERE agent = ?1", [a.as_str()])
+            }
+            Register::MemoryContent(id) => {
+                one_clock(c, "SELECT v FROM memories WHERE id = ?1", [&id.0[..]])
+            }
+            Register::MemoryAcl(id) => {
+                one_clock(c, "SELECT acl_v FROM memories WHERE id = ?1", [&id.0[..]])
+            }
+            Register::MemoryTombstone(_) => Ok(None),
+        }
+    }
+
+    fn project_team(&mut self, project: &ProjectId) -> Result<Option<TeamId>> {
+        project_team(self.tx.conn(), project)
+    }
+
+    fn put(&mut self, fact: &Verified<SignedFact>, effect: &Effect) -> Result<()> {
+        self.tx.put_fact(fact, effect)
+    }
+
+    fn observe(&mut self, clock: &Hlc) -> Result<()> {
+        self.tx.observe(clock)
+    }
+
+    fn defer(&mut self, fact: &SignedFact, from: &NodeId, reason: &DeferReason) -> Result<()> {
+        let bytes = fact.to_bytes();
+        let ahead = match reason {
+            DeferReason::ClockSkew { ahead_ms } => Some(*ahead_ms as i64),
+            DeferReason::MissingEndpoint => None,
+        };
+        self.tx.conn().prepare_cached(
+            "INSERT INTO deferred(hash, fact, peer, reason, ahead_ms, since_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT(hash) DO UPDATE SET reason = excluded.reason, ahead_ms = excluded.ahead_ms",
+        )?
+        .execute(params![
+            blake3::hash(&bytes).as_bytes().to_vec(),
+            bytes,
+            &from.0[..],
+            reason.to_string(),
+            ahead,
+            self.now_ms as i64
+        ])?;
+        Ok(())
+    }
+
+    fn refuse(&mut self, fact: &SignedFact, from: &NodeId, reason: &Refusal) -> Result<()> {
+        self.tx
+            .conn()
+            .prepare_cached(
+                "INSERT INTO audit(time_ms, peer, author, register, reason, fact)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute(params![
+                self.now_ms as i64,
+                &from.0[..],
+                &fact.fact.author().0[..],
+                register_text(&fact.fact.body.register()),
+                reason.to_string(),
+                fact.to_bytes()
+            ])?;
+        Ok(())
+    }
+}
+
+/// A register as people read it: `memory:<id>/acl`, `team:apollo`, …
+pub fn register_text(r: &Register) -> String {
+    match r {
+        Register::MemoryContent(id) => format!("memory:{id}/content"),
+        Register::MemoryAcl(id) => format!("memory:{id}/acl"),
+        Register::MemoryTombstone(id) => format!("memory:{id}/tombstone"),
+        Register::Link(a, b, rel) => format!("link:{a}->{b}/{rel}"),
+        Register::Team(t) => format!("team:{t}"),
+        Register::Project(p) => format!("project:{p}"),
+        Register::Membership(s, a) => format!("membership:{s}/{a}"),
+        Register::Agent(a) => format!("agent:{a}"),
+        Register::Profile(a) => format!("profile:{a}"),
+    }
+}
+
+// ------------------------------------------------------------------ export
+
+/// How an export reads the store: which facts of rows changed after `since`
+/// may go to a peer with `policy`. `retractions` = false gives the facts the
+/// policy admits *now* (what the scoped digest covers).
+pub struct ExportSpec<'a> {
+    pub policy: &'a PeerPolicy,
+    pub since: i64,
+    pub retractions: bool,
+}
+
+/// Read, in `seq` order, the wire bytes of every fact that `spec` lets out,
+/// calling `emit` per batch of at most `batch` facts; returns the highest
+/// `seq` covered.
+pub fn export_facts(
+    conn: &Connection,
+    spec: &ExportSpec<'_>,
+    batch: usize,
+    mut emit: impl FnMut(Vec<Vec<u8>>) -> Result<()>,
+) -> Result<i64> {
+    let high = crate::store::max_seq(conn)?;
+    let team_cache: std::cell::RefCell<HashMap<ProjectId, Option<TeamId>>> = Default::default();
+    let team_of = |p: &ProjectId| -> Option<TeamId> {
+        if let Some(t) = team_cache.borrow().get(p) {
+            return t.clone();
+        }
+        let t = project_team(conn, p).ok().flatten();
+        team_cache.borrow_mut().insert(p.clone(), t.clone());
+        t
+    };
+    let decide = |effective: &str, ever: &str, tombstoned: bool| -> MemoryExport {
+        let effective = split_grants(effective);
+        let ever = if spec.retractions {
+            split_grants(ever)
+        } else {
+            Grants::private()
+        };
+        let d = export::memory(spec.policy, &effective, &ever, tombstoned);
+        if !spec.retractions && !spec.policy.is_full() && d == MemoryExport::Retraction {
+            MemoryExport::None
+        } else {
+            d
+        }
+    };
+    let mut out: Vec<Vec<u8>> = Vec::with_capacity(batch);
+    let mut push = |f: Vec<u8>, out: &mut Vec<Vec<u8>>| -> Result<()> {
+        out.push(f);
+        if out.len() >= batch {
+            emit(std::mem::take(out))?;
+        }
+        Ok(())
+    };
+
+    // Org records first, so a receiver applying frame by frame has them
+    // before the memories that are shared with them.
+    for (table, kind) in [("teams", 0), ("projects", 1), ("memberships", 2)] {
+        let sql = match kind {
+            0 => format!("SELECT id, fact FROM {table} WHERE seq > ?1 AND seq <= ?2 ORDER BY seq"),
+            1 => format!("SELECT id, fact FROM {table} WHERE seq > ?1 AND seq <= ?2 ORDER BY seq"),
+            _ => {
+                format!("SELECT scope, fact FROM {table} WHERE seq > ?1 AND seq <= ?2 ORDER BY seq")
+            }
+        };
+        let mut stmt = conn.prepare(&sql)?;
+        let mut rows = stmt.query(params![spec.since, high])?;
+        while let Some(r) = rows.next()? {
+            let key: String = r.get(0)?;
+            let scope = match kind {
+                0 => TeamId::parse(&key).ok().map(OrgScope::Team),
+                1 => ProjectId::parse(&key).ok().map(OrgScope::Project),
+                _ => crate::store::org::parse_org_scope(&key),
+            };
+            if scope.is_some_and(|s| export::org(spec.policy, &s, team_of)) {
+                push(r.get(1)?, &mut out)?;
+            }
+        }
+    }
+    if export::registry(spec.policy) {
+        for table in ["agents", "profiles"] {
+            let mut stmt = conn.prepare(&format!(
+                "SELECT fact FROM {table} WHERE seq > ?1 AND seq <= ?2 ORDER BY seq"
+            ))?;
+            let mut rows = stmt.query(params![spec.since, high])?;
+            while let Some(r) = rows.next()? {
+                push(r.get(0)?, &mut out)?;
+            }
+        }
+    }
+    {
+        let mut stmt = conn.prepare(
+            "SELECT effective, grants_ever, tombstone_fact IS NOT NULL, content_fact, acl_fact,
+                    tombstone_fact
+             FROM memories WHERE seq > ?1 AND seq <= ?2 ORDER BY seq",
+        )?;
+        let mut rows = stmt.query(params![spec.since, high])?;
+        while let Some(r) = rows.next()? {
+            let d = decide(&r.get::<_, String>(0)?, &r.get::<_, String>(1)?, r.get(2)?);
+            let content: Option<Vec<u8>> = r.get(3)?;
+            let acl: Option<Vec<u8>> = r.get(4)?;
+            let tomb: Option<Vec<u8>> = r.get(5)?;
+            match d {
+                MemoryExport::None => {}
+                MemoryExport::Retraction => {
+                    for f in [acl, tomb].into_iter().flatten() {
+                        push(f, &mut out)?;
+                    }
+                }
+                MemoryExport::Whole => {
+                    for f in [content, acl, tomb].into_iter().flatten() {
+                        push(f, &mut out)?;
+                    }
+                }
+            }
+        }
+    }
+    {
+        let mut ends = conn.prepare_cached(
+            "SELECT effective, grants_ever, tombstone_fact IS NOT NULL FROM memories WHERE id = ?1",
+        )?;
+        let mut end = |id: &[u8]| -> Result<MemoryExport> {
+            Ok(ends
+                .query_row([id], |r| {
+                    Ok(decide(
+                        &r.get::<_, String>(0)?,
+                        &r.get::<_, String>(1)?,
+                        r.get(2)?,
+                    ))
+                })
+                .optional()?
+                .unwrap_or(MemoryExport::None))
+        };
+        let mut stmt = conn.prepare(
+            "SELECT from_id, to_id, fact FROM links WHERE seq > ?1 AND seq <= ?2 ORDER BY seq",
+        )?;
+        let mut rows = stmt.query(params![spec.since, high])?;
+        while let Some(r) = rows.next()? {
+            let a: Vec<u8> = r.get(0)?;
+            let b: Vec<u8> = r.get(1)?;
+            if export::link(end(&a)?, end(&b)?) {
+                push(r.get(2)?, &mut out)?;
+            }
+        }
+    }
+    if !out.is_empty() {
+        emit(out)?;
+    }
+    Ok(high)
+}
+
+/// The convergence digest over the facts `policy` admits now (`Full` = all).
+pub fn digest(conn: &Connection, policy: &PeerPolicy) -> Result<(String, usize)> {
+    let mut d = amos_sync::digest::Digest::new();
+    export_facts(
+        conn,
+        &ExportSpec {
+            policy,
+            since: 0,
+            retractions: false,
+        },
+        4096,
+        |facts| {
+            for f in facts {
+                d.add(&f);
+            }
+            Ok(())
+        },
+    )?;
+    Ok(d.finish())
+}
+
+// ------------------------------------------------------------------ peers
+
+/// One registered peer.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerInfo {
+    pub node_id: String,
+    pub name: String,
+    pub addr: Option<String>,
+    pub policy: String,
+    pub last_sync: Option<u64>,
+    pub last_result: Option<String>,
+}
+
+pub fn list_peers(conn: &Connection) -> Result<Vec<PeerInfo>> {
+    let mut stmt = conn.prepare(
+        "SELECT node_id, name, addr, policy, last_sync_ms, last_result FROM peers ORDER BY added_ms",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        let id: Vec<u8> = r.get(0)?;
+        Ok(PeerInfo {
+            node_id: <[u8; 32]>::try_from(id.as_slice())
+                .map(|a| NodeId(a).to_string())
+                .unwrap_or_default(),
+            name: r.get(1)?,
+            addr: r.get(2)?,
+            policy: r.get(3)?,
+            last_sync: r.get::<_, Option<i64>>(4)?.map(|x| x as u64),
+            last_result: r.get(5)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// One audit entry: a refused fact.
+#[derive(Debug, Clone, Serialize)]
+pub struct AuditEntry {
+    pub time_ms: u64,
+    pub peer: String,
+    pub author: String,
+    pub register: String,
+    pub reason: String,
+}
+
+pub fn audit(conn: &Connection, limit: usize) -> Result<Vec<AuditEntry>> {
+    let mut stmt = conn.prepare(
+        "SELECT time_ms, peer, author, register, reason FROM audit ORDER BY id DESC LIMIT ?1",
+    )?;
+    let id = |b: Vec<u8>| {
+        <[u8; 32]>::try_from(b.as_slice())
+            .map(|a| NodeId(a).to_string())
+            .unwrap_or_default()
+    };
+    let rows = stmt.query_map([limit as i64], |r| {
+        Ok(AuditEntry {
+            time_ms: r.get::<_, i64>(0)? as u64,
+            peer: id(r.get(1)?),
+            author: id(r.get(2)?),
+            register: r.get(3)?,
+            reason: r.get(4)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Deferred (quarantined) facts: `(peer, reason, ahead_ms)`.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeferredInfo {
+    pub peer: String,
+    pub reason: String,
+    pub ahead_ms: Option<u64>,
+    pub register: String,
+}
+
+pub fn deferred(conn: &Connection) -> Result<Vec<DeferredInfo>> {
+    let mut stmt =
+        conn.prepare("SELECT peer, reason, ahead_ms, fact FROM deferred ORDER BY since_ms")?;
+    let rows = stmt.query_map([], |r| {
+        let peer: Vec<u8> = r.get(0)?;
+        let fact: Vec<u8> = r.get(3)?;
+        Ok(DeferredInfo {
+            peer: <[u8; 32]>::try_from(peer.as_slice())
+                .map(|a| NodeId(a).to_string())
+                .unwrap_or_default(),
+            reason: r.get(1)?,
+            ahead_ms: r.get::<_, Option<i64>>(2)?.map(|x| x as u64),
+            register: amos_protocol::codec::decode_signed(&fact)
+                .map(|f| register_text(&f.fact.body.register()))
+                .unwrap_or_else(|_| "?".into()),
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Take every deferred fact out of the table (for a retry), grouped by peer.
+pub fn take_deferred(conn: &Connection) -> Result<Vec<(NodeId, Vec<u8>)>> {
+    let mut stmt = conn.prepare("SELECT peer, fact FROM deferred ORDER BY since_ms")?;
+    let rows: Vec<(Vec<u8>, Vec<u8>)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    conn.execute("DELETE FROM deferred", [])?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(p, f)| {
+            <[u8; 32]>::try_from(p.as_slice())
+                .ok()
+                .map(|a| (NodeId(a), f))
+        })
+        .collect())
+}
+
+/// Whether a fact body is about a memory (for counting).
+pub fn is_memory_fact(body: &FactBody) -> bool {
+    body.memory().is_some()
+}

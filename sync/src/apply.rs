@@ -1,0 +1,240 @@
+//! Applying a batch of verified facts from one sender: gate → clock skew →
+//! merge → store, fact by fact, in a dependency-friendly order (org records,
+//! then memory content, acl, tombstones, then links).
+//!
+//! The caller wraps one call in one storage transaction; a refused or
+//! deferred fact never stops the rest of the batch.
+
+use amos_acl::PeerPolicy;
+use amos_protocol::{
+    FactBody, Grants, Hlc, MemoryFixed, MemoryId, NodeId, ProjectId, Register, SignedFact, TeamId,
+    Verified,
+};
+
+use crate::gate::{self, DeferReason, Gate, Refusal};
+use crate::merge::{self, Verdict};
+
+/// Who sent a batch, with the policy *we* gave it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sender {
+    pub node: NodeId,
+    pub policy: PeerPolicy,
+}
+
+/// What the merge rule and the gate need to know of a stored memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryState {
+    pub fixed: MemoryFixed,
+    pub content_v: Option<Hlc>,
+    pub acl_v: Option<Hlc>,
+    pub tombstoned: bool,
+    /// The grants in force on this node.
+    pub effective: Grants,
+}
+
+/// How to store an admitted fact.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Effect {
+    /// For acl facts: the grants in force on this node (`grants ∩ restriction`).
+    pub effective: Option<Grants>,
+    /// For memory facts: whether the owner rule holds (origin is us or a full peer).
+    pub owner_trusted: bool,
+    /// For acl facts: no local agent can see the memory any longer and it is
+    /// not ours: its content may be erased.
+    pub purge_content: bool,
+}
+
+impl Effect {
+    /// The effect of a fact this node authored itself.
+    pub fn local(fact: &FactBody) -> Effect {
+        Effect {
+            effective: match fact {
+                FactBody::MemoryAcl(a) => Some(a.grants.clone()),
+                _ => None,
+            },
+            owner_trusted: true,
+            purge_content: false,
+        }
+    }
+}
+
+/// Storage as the replication core sees it. `amos-node` implements it over
+/// SQLite (inside one transaction per batch); tests implement it in memory.
+pub trait ReplicaStore {
+    type Error;
+    /// This node's id.
+    fn local_node(&self) -> NodeId;
+    /// The policy we gave `node`, if it is a registered peer.
+    fn peer_policy(&mut self, node: &NodeId) -> Result<Option<PeerPolicy>, Self::Error>;
+    fn memory(&mut self, id: &MemoryId) -> Result<Option<MemoryState>, Self::Error>;
+    /// The clock of a register, if held: every non-memory register, and a
+    /// memory's tombstone (concurrent tombstones are ordered by their clocks).
+    fn clock_of(&mut self, register: &Register) -> Result<Option<Hlc>, Self::Error>;
+    /// A project's team in our org graph.
+    fn project_team(&mut self, project: &ProjectId) -> Result<Option<TeamId>, Self::Error>;
+    /// Write an admitted fact that won the merge.
+    fn put(&mut self, fact: &Verified<SignedFact>, effect: &Effect) -> Result<(), Self::Error>;
+    /// Advance our clock past a received one.
+    fn observe(&mut self, clock: &Hlc) -> Result<(), Self::Error>;
+    /// Keep a fact aside to retry later.
+    fn defer(
+        &mut self,
+        fact: &SignedFact,
+        from: &NodeId,
+        reason: &DeferReason,
+    ) -> Result<(), Self::Error>;
+    /// Record a refusal (the audit log).
+    fn refuse(
+        &mut self,
+        fact: &SignedFact,
+        from: &NodeId,
+        reason: &Refusal,
+    ) -> Result<(), Self::Error>;
+}
+
+/// Counts of what happened to a batch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ApplyReport {
+    pub applied: u64,
+    pub stale: u64,
+    pub refused: u64,
+    pub deferred: u64,
+}
+
+impl ApplyReport {
+    pub fn add(&mut self, o: ApplyReport) {
+        self.applied += o.applied;
+        self.stale += o.stale;
+        self.refused += o.refused;
+        self.deferred += o.deferred;
+    }
+}
+
+fn order(body: &FactBody) -> u8 {
+    match body {
+        FactBody::Team(_) => 0,
+        FactBody::Project(_) => 1,
+        FactBody::Membership(_) => 2,
+        FactBody::Agent(_) => 3,
+        FactBody::Profile(_) => 4,
+        FactBody::MemoryContent(_) => 5,
+        FactBody::MemoryAcl(_) => 6,
+        FactBody::MemoryTombstone(_) => 7,
+        FactBody::Link(_) => 8,
+    }
+}
+
+/// Apply `facts` from `sender` at physical time `now_ms`; facts whose clock is
+/// more than `max_skew_ms` ahead are deferred (quarantined), not applied.
+pub fn apply_batch<S: ReplicaStore>(
+    store: &mut S,
+    sender: &Sender,
+    mut facts: Vec<Verified<SignedFact>>,
+    now_ms: u64,
+    max_skew_ms: u64,
+) -> Result<ApplyReport, S::Error> {
+    facts.sort_by_key(|f| order(&f.fact.body));
+    let mut report = ApplyReport::default();
+    for f in facts {
+        let outcome = apply_one(store, sender, &f, now_ms, max_skew_ms)?;
+        match outcome {
+            Outcome::Applied => report.applied += 1,
+            Outcome::Stale => report.stale += 1,
+            Outcome::Refused(r) => {
+                store.refuse(&f, &sender.node, &r)?;
+                report.refused += 1;
+            }
+            Outcome::Deferred(d) => {
+                store.defer(&f, &sender.node, &d)?;
+                report.deferred += 1;
+            }
+        }
+    }
+    Ok(report)
+}
+
+enum Outcome {
+    Applied,
+    Stale,
+    Refused(Refusal),
+    Deferred(DeferReason),
+}
+
+fn apply_one<S: ReplicaStore>(
+    store: &mut S,
+    sender: &Sender,
+    f: &Verified<SignedFact>,
+    now_ms: u64,
+    max_skew_ms: u64,
+) -> Result<Outcome, S::Error> {
+    let fact = &f.fact;
+    let (restriction, owner_trusted) = match gate::check(store, sender, fact)? {
+        Gate::Refuse(r) => return Ok(Outcome::Refused(r)),
+        Gate::Defer(d) => return Ok(Outcome::Deferred(d)),
+        Gate::Admit {
+            restriction,
+            owner_trusted,
+        } => (restriction, owner_trusted),
+    };
+    if fact.clock.wall_ms > now_ms.saturating_add(max_skew_ms) {
+        return Ok(Outcome::Deferred(DeferReason::ClockSkew {
+            ahead_ms: fact.clock.wall_ms - now_ms,
+        }));
+    }
+    let verdict = match &fact.body {
+        FactBody::MemoryContent(_) | FactBody::MemoryAcl(_) | FactBody::MemoryTombstone(_) => {
+            let held = match fact.body.memory() {
+                Some((id, _)) => store.memory(&id)?,
+                None => None,
+            };
+            match (&fact.body, merge::decide_memory(fact, held.as_ref())) {
+                // Two nodes forgot the same memory concurrently: the
+                // tombstone register is last-writer-wins like any other, or
+                // the replicas would keep different tombstones forever and
+                // their digests would never agree.
+                (FactBody::MemoryTombstone(_), Verdict::Stale)
+                    if held.as_ref().is_some_and(|h| h.tombstoned) =>
+                {
+                    match store.clock_of(&fact.body.register())? {
+                        Some(held_clock) => merge::newer(&fact.clock, Some(&held_clock)),
+                        // A store that cannot tell keeps the one it has.
+                        None => Verdict::Stale,
+                    }
+                }
+                (_, verdict) => verdict,
+            }
+        }
+        body => {
+            let reg = body.register();
+            merge::newer(&fact.clock, store.clock_of(&reg)?.as_ref())
+        }
+    };
+    // A refused fact never reaches the store, not even its clock.
+    if let Verdict::Refuse(r) = verdict {
+        return Ok(Outcome::Refused(r));
+    }
+    store.observe(&fact.clock)?;
+    match verdict {
+        Verdict::Stale => Ok(Outcome::Stale),
+        Verdict::Refuse(r) => Ok(Outcome::Refused(r)),
+        Verdict::Apply => {
+            let effective = match &fact.body {
+                FactBody::MemoryAcl(a) => Some(match &restriction {
+                    Some(p) => p.effective(&a.grants),
+                    None => a.grants.clone(),
+                }),
+                _ => None,
+            };
+            let purge_content = !owner_trusted && effective.as_ref().is_some_and(Grants::is_empty);
+            store.put(
+                f,
+                &Effect {
+                    effective,
+                    owner_trusted,
+                    purge_content,
+                },
+            )?;
+            Ok(Outcome::Applied)
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! An in-memory [`ReplicaStore`]: the reference implementation the property
+//! tests and simulations run replicas on. It keeps the latest fact of every
+//! register, the per-memory state the gate needs, and the deferred and
+//! refused facts.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::convert::Infallible;
+
+use amos_acl::{AuthorizedScopes, Gated, OrgGraph, PeerPolicy, ProjectState, TeamState};
+use amos_protocol::{
+    AgentId, Fact, FactBody, Grants, Hlc, HlcState, MemoryFixed, MemoryId, NodeId, NodeIdentity,
+    OrgScope, ProjectId, Register, SignedFact, TeamId, Verified,
+};
+
+use crate::apply::{Effect, MemoryState, ReplicaStore};
+use crate::digest::Digest;
+use crate::export::{self, MemoryExport};
+use crate::gate::{DeferReason, Refusal};
+
+/// Per-memory state beside its facts.
+#[derive(Debug, Clone)]
+pub struct MemMeta {
+    pub fixed: MemoryFixed,
+    pub effective: Grants,
+    pub grants_ever: Grants,
+    pub owner_trusted: bool,
+    pub tombstoned: bool,
+}
+
+/// One replica held in memory.
+#[derive(Debug)]
+pub struct MemStore {
+    pub me: NodeId,
+    pub peers: BTreeMap<NodeId, PeerPolicy>,
+    pub facts: BTreeMap<Register, Verified<SignedFact>>,
+    pub memories: BTreeMap<MemoryId, MemMeta>,
+    pub hlc: HlcState,
+    pub deferred: Vec<(SignedFact, NodeId, DeferReason)>,
+    pub refused: Vec<(SignedFact, NodeId, Refusal)>,
+}
+
+impl MemStore {
+    pub fn new(me: NodeId) -> Self {
+        MemStore {
+            me,
+            peers: BTreeMap::new(),
+            facts: BTreeMap::new(),
+            memories: BTreeMap::new(),
+            hlc: HlcState::default(),
+            deferred: Vec::new(),
+            refused: Vec::new(),
+        }
+    }
+
+    /// Author, sign and store a local write at physical time `now_ms`.
+    pub fn write(
+        &mut self,
+        id: &NodeIdentity,
+        body: FactBody,
+        now_ms: u64,
+    ) -> Verified<SignedFact> {
+        let clock = self.hlc.tick(now_ms, self.me);
+        let signed = match id.sign(Fact { clock, body }) {
+            Ok(s) => s,
+            Err(e) => panic!("memstore write of an invalid fact: {e}"),
+        };
+        let effect = Effect::local(&signed.fact.body);
+        let Ok(()) = self.put(&signed, &effect);
+        signed
+    }
+
+    fn org_fact(&self, reg: &Register) -> Option<&Fact> {
+        self.facts.get(reg).map(|f| &f.fact)
+    }
+
+    /// The facts that may go to a peer with `policy` (the whole state, filtered).
+    pub fn export(&self, policy: &PeerPolicy) -> Vec<Verified<SignedFact>> {
+        let team_of = |p: &ProjectId| self.project_team_of(p);
+        let mut decisions: BTreeMap<MemoryId, MemoryExport> = BTreeMap::new();
+        for (id, m) in &self.memories {
+            decisions.insert(
+                *id,
+                export::memory(policy, &m.effective, &m.grants_ever, m.tombstoned),
+            );
+        }
+        let mut out = Vec::new();
+        for (reg, f) in &self.facts {
+            let go = match reg {
+                Register::MemoryContent(id) => decisions.get(id) == Some(&MemoryExport::Whole),
+                Register::MemoryAcl(id) | Register::MemoryTombstone(id) => {
+                    decisions.get(id).is_some_and(|d| *d != MemoryExport::None)
+                }
+                Register::Link(a, b, _) => {
+                    let d = |x| decisions.get(x).copied().unwrap_or(MemoryExport::None);
+                    export::link(d(a), d(b))
+                }
+                Register::Team(t) => export::org(policy, &OrgScope::Team(t.clone()), team_of),
+                Register::Project(p) => export::org(policy, &OrgScope::Project(p.clone()), team_of),
+                Register::Membership(s, _) => export::org(policy, s, team_of),
+                Register::Agent(_) | Register::Profile(_) => export::registry(policy),
+            };
+            if go {
+                out.push(f.clone());
+            }
+        }
+        out
+    }
+
+    fn project_team_of(&self, p: &ProjectId) -> Option<TeamId> {
+        match self.org_fact(&Register::Project(p.clone()))?.body {
+            FactBody::Project(ref pf) => Some(pf.team.clone()),
+            _ => None,
+        }
+    }
+
+    /// Digest over every held fact.
+    pub fn digest(&self) -> String {
+        let mut d = Digest::new();
+        for f in self.facts.values() {
+            d.add(&f.to_bytes());
+        }
+        d.finish().0
+    }
+
+    /// Digest over the facts a policy admits (as [`Self::export`] without retractions).
+    pub fn scoped_digest(&self, policy: &PeerPolicy) -> String {
+        let mut d = Digest::new();
+        for f in self.export(policy) {
+            if let Some((id, _)) = f.fact.body.memory()
+                && let Some(m) = self.memories.get(&id)
+                && !policy.admits_grants(&m.effective)
+            {
+                continue;
+            }
+            d.add(&f.to_bytes());
+        }
+        d.finish().0
+    }
+
+    /// Ids of live memories `agent` may see here.
+    pub fn visible_to(&self, agent: &AgentId) -> BTreeSet<MemoryId> {
+        let who = AuthorizedScopes::for_agent(agent.clone(), self);
+        self.memories
+            .iter()
+            .filter(|(id, m)| {
+                self.facts.contains_key(&Register::MemoryContent(**id))
+                    && who.may_see(&GatedMeta(m), 0)
+            })
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// The text of a memory, if its content is held.
+    pub fn text(&self, id: &MemoryId) -> Option<String> {
+        match &self.facts.get(&Register::MemoryContent(*id))?.fact.body {
+            FactBody::MemoryContent(c) => Some(c.text.as_str().to_owned()),
+            _ => None,
+        }
+    }
+}
+
+struct GatedMeta<'a>(&'a MemMeta);
+
+impl Gated for GatedMeta<'_> {
+    fn owner(&self) -> &AgentId {
+        &self.0.fixed.owner
+    }
+    fn effective_grants(&self) -> &Grants {
+        &self.0.effective
+    }
+    fn is_tombstoned(&self) -> bool {
+        self.0.tombstoned
+    }
+    fn expires_ms(&self) -> Option<u64> {
+        None
+    }
+    fn owner_is_authoritative(&self) -> bool {
+        self.0.owner_trusted
+    }
+}
+
+impl OrgGraph for MemStore {
+    fn team(&self, id: &TeamId) -> Option<TeamState> {
+        match &self.org_fact(&Register::Team(id.clone()))?.body {
+            FactBody::Team(t) => Some(TeamState { present: t.present }),
+            _ => None,
+        }
+    }
+    fn project(&self, id: &ProjectId) -> Option<ProjectState> {
+        match &self.org_fact(&Register::Project(id.clone()))?.body {
+            FactBody::Project(p) => Some(ProjectState {
+                team: p.team.clone(),
+                present: p.present,
+            }),
+            _ => None,
+        }
+    }
+    fn memberships_of(&self, agent: &AgentId) -> Vec<OrgScope> {
+        self.facts
+            .iter()
+            .filter_map(|(reg, f)| match (reg, &f.fact.body) {
+                (Register::Membership(s, a), FactBody::Membership(m))
+                    if a == agent && m.present =>
+                {
+                    Some(s.clone())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+impl ReplicaStore for MemStore {
+    type Error = Infallible;
+
+    fn local_node(&self) -> NodeId {
+        self.me
+    }
+    fn peer_policy(&mut self, node: &NodeId) -> Result<Option<PeerPolicy>, Infallible> {
+        Ok(self.peers.get(node).cloned())
+    }
+    fn memory(&mut self, id: &MemoryId) -> Result<Option<MemoryState>, Infallible> {
+        Ok(self.memories.get(id).map(|m| MemoryState {
+            fixed: m.fixed.clone(),
+            content_v: self
+                .facts
+                .get(&Register::MemoryContent(*id))
+                .map(|f| f.fact.clock),
+            acl_v: self
+                .facts
+                .get(&Register::MemoryAcl(*id))
+                .map(|f| f.fact.clock),
+            tombstoned: m.tombstoned,
+            effective: m.effective.clone(),
+        }))
+    }
+    fn clock_of(&mut self, register: &Register) -> Result<Option<Hlc>, Infallible> {
+        Ok(self.facts.get(register).map(|f| f.fact.clock))
+    }
+    fn project_team(&mut self, project: &ProjectId) -> Result<Option<TeamId>, Infallible> {
+        Ok(self.project_team_of(project))
+    }
+    fn put(&mut self, fact: &Verified<SignedFact>, effect: &Effect) -> Result<(), Infallible> {
+        let body = &fact.fact.body;
+        if let Some((id, fixed)) = body.memory() {
+            let m = self.memories.entry(id).or_insert_with(|| MemMeta {
+                fixed: fixed.clone(),
+                effective: Grants::private(),
+                grants_ever: Grants::private(),
+                owner_trusted: effect.owner_trusted,
+                tombstoned: false,
+            });
+            m.owner_trusted = effect.owner_trusted;
+            match body {
+                FactBody::MemoryTombstone(_) => {
+                    m.tombstoned = true;
+                    m.effective = Grants::private();
+                    self.facts.remove(&Register::MemoryContent(id));
+                    self.facts.remove(&Register::MemoryAcl(id));
+                }
+                FactBody::MemoryAcl(_) => {
+                    let eff = effect.effective.clone().unwrap_or_default();
+                    for g in eff.iter() {
+                        m.grants_ever.insert(g.clone());
+                    }
+                    m.effective = eff;
+                    if effect.purge_content {
+                        self.facts.remove(&Register::MemoryContent(id));
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.facts.insert(body.register(), fact.clone());
+        Ok(())
+    }
+    fn observe(&mut self, clock: &Hlc) -> Result<(), Infallible> {
+        self.hlc.observe(clock);
+        Ok(())
+    }
+    fn defer(
+        &mut self,
+        fact: &SignedFact,
+        from: &NodeId,
+        reason: &DeferReason,
+    ) -> Result<(), Infallible> {
+        self.deferred.push((fact.clone(), *from, reason.clone()));
+        Ok(())
+    }
+    fn refuse(
+        &mut self,
+        fact: &SignedFact,
+        from: &NodeId,
+        reason: &Refusal,
+    ) -> Result<(), Infallible> {
+        self.refused.push((fact.clone(), *from, reason.clone()));
+        Ok(())
+    }
+}
