@@ -55,9 +55,17 @@ impl NodeIdentity {
         let signature = self.key.sign(&signing_bytes(&fact)).to_bytes();
         Ok(Verified(SignedFact { fact, signature }))
     }
+
+    /// Sign arbitrary bytes. Callers inside this crate own the domain
+    /// separation of `msg` (e.g. the bundle trailer).
+    pub(crate) fn sign_raw(&self, msg: &[u8]) -> [u8; 64] {
+        self.key.sign(msg).to_bytes()
+    }
 }
 
-fn signing_bytes(fact: &Fact) -> Vec<u8> {
+/// The exact bytes a fact's signature covers: a domain tag, then the
+/// canonical encoding of the fact.
+pub(crate) fn signing_bytes(fact: &Fact) -> Vec<u8> {
     let mut msg = DOMAIN.to_vec();
     msg.extend_from_slice(&codec::encode(fact));
     msg
@@ -100,6 +108,12 @@ impl SignedFact {
 pub struct Verified<T>(T);
 
 impl<T> Verified<T> {
+    /// Wrap a value this crate has already checked by other means (batch
+    /// verification, or bytes proven identical to bytes that were checked).
+    pub(crate) fn assume_verified(value: T) -> Self {
+        Verified(value)
+    }
+
     pub fn into_inner(self) -> T {
         self.0
     }

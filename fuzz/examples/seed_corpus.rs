@@ -1,0 +1,88 @@
+//! Write valid inputs for the fuzz targets into `corpus/<target>/`, so the
+//! fuzzer starts from well-formed bundles and facts and mutates inward.
+//! `cargo run --example seed_corpus` (run.sh does it).
+
+use std::fs;
+use std::path::Path;
+
+use amos_protocol::{
+    AgentId, BundleWriter, Fact, FactBody, Hlc, MemoryContent, MemoryFixed, MemoryId, MemoryText,
+    MemoryType, MeshKey, NodeIdentity, TeamFact, TeamId,
+};
+
+fn fact(id: &NodeIdentity, i: u64) -> Vec<u8> {
+    let node = id.node_id();
+    let clock = Hlc {
+        wall_ms: 1_700_000_000_000 + i,
+        logical: 0,
+        node,
+    };
+    let body = if i.is_multiple_of(2) {
+        FactBody::Team(TeamFact {
+            id: TeamId::parse(&format!("team-{i}")).expect("slug"),
+            name: format!("Team {i}"),
+            present: true,
+        })
+    } else {
+        FactBody::MemoryContent(MemoryContent {
+            id: MemoryId::new(clock.wall_ms, [i as u8; 10]),
+            fixed: MemoryFixed {
+                owner: AgentId::parse("claude-1").expect("slug"),
+                created_ms: clock.wall_ms,
+                origin: node,
+            },
+            kind: MemoryType::default(),
+            text: MemoryText::Plain(format!("memory {i}")),
+            tags: vec!["seed".into()],
+            importance: 0.5,
+            confidence: 1.0,
+            pinned: false,
+            expires_ms: None,
+            supersedes: None,
+        })
+    };
+    id.sign(Fact { clock, body })
+        .expect("valid fact")
+        .to_bytes()
+}
+
+fn bundle(id: &NodeIdentity, key: Option<&MeshKey>, frames: &[Vec<Vec<u8>>]) -> Vec<u8> {
+    let created = Hlc {
+        wall_ms: 1,
+        logical: 0,
+        node: id.node_id(),
+    };
+    let mut w = BundleWriter::new(Vec::new(), id, created, vec!["global".into()], key, [7; 16])
+        .expect("header");
+    for f in frames {
+        w.write_frame(f).expect("frame");
+    }
+    w.finish().expect("finish").0
+}
+
+fn main() -> std::io::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
+    let (b, f) = (root.join("bundle_reader"), root.join("fact_decoder"));
+    fs::create_dir_all(&b)?;
+    fs::create_dir_all(&f)?;
+    let id = NodeIdentity::from_secret([1; 32]);
+    let other = NodeIdentity::from_secret([2; 32]);
+    let key = MeshKey::from_bytes([0x42; 32]); // FUZZ_KEY in bundle_reader.rs
+    let facts: Vec<Vec<u8>> = (0..6u64)
+        .map(|i| fact(if i.is_multiple_of(3) { &other } else { &id }, i))
+        .collect();
+    for (i, x) in facts.iter().enumerate() {
+        fs::write(f.join(format!("seed-{i}")), x)?;
+    }
+    let frames = vec![
+        facts[..2].to_vec(),
+        facts[2..3].to_vec(),
+        facts[3..].to_vec(),
+    ];
+    fs::write(b.join("seed-plain"), bundle(&id, None, &frames))?;
+    fs::write(b.join("seed-encrypted"), bundle(&id, Some(&key), &frames))?;
+    fs::write(b.join("seed-empty"), bundle(&id, None, &[]))?;
+    fs::write(b.join("seed-one"), bundle(&id, Some(&key), &frames[1..2]))?;
+    println!("seed corpus written to {}", root.display());
+    Ok(())
+}
