@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
-use amos_protocol::{Grants, OrgScope, ProtocolError, Scope, TeamId};
+use amos_protocol::{Grants, OrgScope, ProtocolError, Scope};
 
 /// What flows between us and one peer.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -63,25 +63,18 @@ impl PeerPolicy {
     }
 
     /// Whether org records of `scope` (the team or project record and its
-    /// memberships) are inside the policy. A project's team is inside a
-    /// policy that names the project, because project access needs team
-    /// membership; `team_of` resolves a project's team in *our* org graph.
-    pub fn admits_org(
-        &self,
-        scope: &OrgScope,
-        team_of: impl Fn(&amos_protocol::ProjectId) -> Option<TeamId>,
-    ) -> bool {
+    /// memberships) are inside the policy: a team only if the policy names
+    /// the team, a project only if it names the project. A `project:` policy
+    /// does *not* admit the project's team: who belongs to one of our teams
+    /// is never decided by a peer the team was not shared with (else a peer
+    /// could name one of our teams as its project's team and then rewrite
+    /// that team's members).
+    pub fn admits_org(&self, scope: &OrgScope) -> bool {
         let PeerPolicy::Scoped(s) = self else {
             return true;
         };
         match scope {
-            OrgScope::Team(t) => {
-                s.contains(&Scope::Team(t.clone()))
-                    || s.iter().any(|g| match g {
-                        Scope::Project(p) => team_of(p).as_ref() == Some(t),
-                        _ => false,
-                    })
-            }
+            OrgScope::Team(t) => s.contains(&Scope::Team(t.clone())),
             OrgScope::Project(p) => s.contains(&Scope::Project(p.clone())),
         }
     }
@@ -127,7 +120,7 @@ impl fmt::Display for PeerPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use amos_protocol::ProjectId;
+    use amos_protocol::{ProjectId, TeamId};
 
     fn g(s: &[&str]) -> Grants {
         s.iter().map(|x| x.parse().unwrap()).collect()
@@ -169,16 +162,18 @@ mod tests {
     }
 
     #[test]
-    fn org_admission_uses_our_project_team() {
+    fn org_admission_names_the_scope_exactly() {
         let p: PeerPolicy = "project:ui".parse().unwrap();
-        let ours = |_: &ProjectId| Some(TeamId::parse("apollo").unwrap());
-        let none = |_: &ProjectId| None;
-        let team = OrgScope::Team(TeamId::parse("apollo").unwrap());
-        assert!(p.admits_org(&team, ours));
-        assert!(!p.admits_org(&team, none));
-        assert!(p.admits_org(&OrgScope::Project(ProjectId::parse("ui").unwrap()), none));
-        assert!(!p.admits_org(&OrgScope::Project(ProjectId::parse("other").unwrap()), ours));
+        let apollo = OrgScope::Team(TeamId::parse("apollo").unwrap());
+        assert!(
+            !p.admits_org(&apollo),
+            "a project policy never admits a team"
+        );
+        assert!(p.admits_org(&OrgScope::Project(ProjectId::parse("ui").unwrap())));
+        assert!(!p.admits_org(&OrgScope::Project(ProjectId::parse("other").unwrap())));
         let t: PeerPolicy = "team:apollo".parse().unwrap();
-        assert!(!t.admits_org(&OrgScope::Project(ProjectId::parse("ui").unwrap()), ours));
+        assert!(t.admits_org(&apollo));
+        assert!(!t.admits_org(&OrgScope::Project(ProjectId::parse("ui").unwrap())));
+        assert!(PeerPolicy::Full.admits_org(&apollo));
     }
 }

@@ -1,6 +1,6 @@
 //! Applying a batch of verified facts from one sender: gate → clock skew →
 //! merge → store, fact by fact, in a dependency-friendly order (org records,
-//! then memory content, acl, tombstones, then links).
+//! then memory acl, content, tombstones, then links).
 //!
 //! The caller wraps one call in one storage transaction; a refused or
 //! deferred fact never stops the rest of the batch.
@@ -25,9 +25,13 @@ pub struct Sender {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryState {
     pub fixed: MemoryFixed,
+    /// The content register's clock — kept after a purge.
     pub content_v: Option<Hlc>,
+    /// Whether the content itself is held (false after a purge).
+    pub content_held: bool,
     pub acl_v: Option<Hlc>,
-    pub tombstoned: bool,
+    /// The tombstone's clock, if the memory is forgotten.
+    pub tombstone_v: Option<Hlc>,
     /// The grants in force on this node.
     pub effective: Grants,
 }
@@ -67,8 +71,7 @@ pub trait ReplicaStore {
     /// The policy we gave `node`, if it is a registered peer.
     fn peer_policy(&mut self, node: &NodeId) -> Result<Option<PeerPolicy>, Self::Error>;
     fn memory(&mut self, id: &MemoryId) -> Result<Option<MemoryState>, Self::Error>;
-    /// The clock of a register, if held: every non-memory register, and a
-    /// memory's tombstone (concurrent tombstones are ordered by their clocks).
+    /// The clock of a non-memory register, if held.
     fn clock_of(&mut self, register: &Register) -> Result<Option<Hlc>, Self::Error>;
     /// A project's team in our org graph.
     fn project_team(&mut self, project: &ProjectId) -> Result<Option<TeamId>, Self::Error>;
@@ -117,8 +120,10 @@ fn order(body: &FactBody) -> u8 {
         FactBody::Membership(_) => 2,
         FactBody::Agent(_) => 3,
         FactBody::Profile(_) => 4,
-        FactBody::MemoryContent(_) => 5,
-        FactBody::MemoryAcl(_) => 6,
+        // acl before content: a re-share must be in force before the
+        // content it brings back is judged (see `merge::decide_memory`).
+        FactBody::MemoryAcl(_) => 5,
+        FactBody::MemoryContent(_) => 6,
         FactBody::MemoryTombstone(_) => 7,
         FactBody::Link(_) => 8,
     }
@@ -187,22 +192,7 @@ fn apply_one<S: ReplicaStore>(
                 Some((id, _)) => store.memory(&id)?,
                 None => None,
             };
-            match (&fact.body, merge::decide_memory(fact, held.as_ref())) {
-                // Two nodes forgot the same memory concurrently: the
-                // tombstone register is last-writer-wins like any other, or
-                // the replicas would keep different tombstones forever and
-                // their digests would never agree.
-                (FactBody::MemoryTombstone(_), Verdict::Stale)
-                    if held.as_ref().is_some_and(|h| h.tombstoned) =>
-                {
-                    match store.clock_of(&fact.body.register())? {
-                        Some(held_clock) => merge::newer(&fact.clock, Some(&held_clock)),
-                        // A store that cannot tell keeps the one it has.
-                        None => Verdict::Stale,
-                    }
-                }
-                (_, verdict) => verdict,
-            }
+            merge::decide_memory(fact, held.as_ref())
         }
         body => {
             let reg = body.register();

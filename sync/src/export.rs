@@ -9,7 +9,7 @@
 //!   policy; agents and profiles only to `full` peers.
 
 use amos_acl::PeerPolicy;
-use amos_protocol::{Grants, OrgScope, ProjectId, TeamId};
+use amos_protocol::{Grants, OrgScope};
 
 /// What of a memory row goes to a peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,12 +50,8 @@ pub fn memory(
 }
 
 /// Decide an org record (team/project and their memberships).
-pub fn org(
-    policy: &PeerPolicy,
-    scope: &OrgScope,
-    team_of: impl Fn(&ProjectId) -> Option<TeamId>,
-) -> bool {
-    policy.admits_org(scope, team_of)
+pub fn org(policy: &PeerPolicy, scope: &OrgScope) -> bool {
+    policy.admits_org(scope)
 }
 
 /// Agents and profiles go only to full peers.

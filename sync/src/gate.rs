@@ -8,8 +8,9 @@
 //!   origin is a stranger to us). A peer therefore cannot make a memory
 //!   `global` here, or visible to one of our agents by naming it (the owner
 //!   rule only holds for memories whose origin is us or a `full` peer).
-//! * Org records only for scopes inside the policy, a project's team checked
-//!   against *our* org graph; agents and profiles only from `full` peers.
+//! * Org records only for scopes the policy names (a project's team is
+//!   checked against *our* org graph, and a `project:` policy never admits
+//!   the team itself); agents and profiles only from `full` peers.
 //! * Links from a scoped peer only between memories that peer may share.
 //!
 //! Invariant: nothing here widens access beyond the policy the local
@@ -124,7 +125,7 @@ pub fn check<S: ReplicaStore>(
                 owner_trusted,
             })
         }
-        FactBody::Team(t) => org(store, &sender.policy, &OrgScope::Team(t.id.clone())),
+        FactBody::Team(t) => Ok(org(&sender.policy, &OrgScope::Team(t.id.clone()))),
         FactBody::Project(p) => {
             if let Some(team) = store.project_team(&p.id)?
                 && team != p.team
@@ -134,9 +135,9 @@ pub fn check<S: ReplicaStore>(
                     p.id, p.team
                 ))));
             }
-            org(store, &sender.policy, &OrgScope::Project(p.id.clone()))
+            Ok(org(&sender.policy, &OrgScope::Project(p.id.clone())))
         }
-        FactBody::Membership(m) => org(store, &sender.policy, &m.scope),
+        FactBody::Membership(m) => Ok(org(&sender.policy, &m.scope)),
         FactBody::Agent(_) | FactBody::Profile(_) => Ok(if full {
             admit()
         } else {
@@ -163,30 +164,10 @@ pub fn check<S: ReplicaStore>(
     }
 }
 
-fn org<S: ReplicaStore>(
-    store: &mut S,
-    policy: &PeerPolicy,
-    scope: &OrgScope,
-) -> Result<Gate, S::Error> {
-    if policy.is_full() {
-        return Ok(admit());
-    }
-    // Resolve every project the policy names to its team in *our* org graph.
-    let mut teams = Vec::new();
-    for s in policy.scopes() {
-        if let amos_protocol::Scope::Project(p) = s {
-            teams.push((p.clone(), store.project_team(p)?));
-        }
-    }
-    let team_of = |p: &amos_protocol::ProjectId| {
-        teams
-            .iter()
-            .find(|(q, _)| q == p)
-            .and_then(|(_, t)| t.clone())
-    };
-    Ok(if policy.admits_org(scope, team_of) {
+fn org(policy: &PeerPolicy, scope: &OrgScope) -> Gate {
+    if policy.admits_org(scope) {
         admit()
     } else {
         Gate::Refuse(Refusal::OutsidePolicy(format!("org records of {scope}")))
-    })
+    }
 }

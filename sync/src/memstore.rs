@@ -25,6 +25,8 @@ pub struct MemMeta {
     pub grants_ever: Grants,
     pub owner_trusted: bool,
     pub tombstoned: bool,
+    /// The clock of content erased by a purge (kept so replays stay stale).
+    pub purged_v: Option<Hlc>,
 }
 
 /// One replica held in memory.
@@ -75,7 +77,6 @@ impl MemStore {
 
     /// The facts that may go to a peer with `policy` (the whole state, filtered).
     pub fn export(&self, policy: &PeerPolicy) -> Vec<Verified<SignedFact>> {
-        let team_of = |p: &ProjectId| self.project_team_of(p);
         let mut decisions: BTreeMap<MemoryId, MemoryExport> = BTreeMap::new();
         for (id, m) in &self.memories {
             decisions.insert(
@@ -94,9 +95,9 @@ impl MemStore {
                     let d = |x| decisions.get(x).copied().unwrap_or(MemoryExport::None);
                     export::link(d(a), d(b))
                 }
-                Register::Team(t) => export::org(policy, &OrgScope::Team(t.clone()), team_of),
-                Register::Project(p) => export::org(policy, &OrgScope::Project(p.clone()), team_of),
-                Register::Membership(s, _) => export::org(policy, s, team_of),
+                Register::Team(t) => export::org(policy, &OrgScope::Team(t.clone())),
+                Register::Project(p) => export::org(policy, &OrgScope::Project(p.clone())),
+                Register::Membership(s, _) => export::org(policy, s),
                 Register::Agent(_) | Register::Profile(_) => export::registry(policy),
             };
             if go {
@@ -220,18 +221,17 @@ impl ReplicaStore for MemStore {
         Ok(self.peers.get(node).cloned())
     }
     fn memory(&mut self, id: &MemoryId) -> Result<Option<MemoryState>, Infallible> {
-        Ok(self.memories.get(id).map(|m| MemoryState {
-            fixed: m.fixed.clone(),
-            content_v: self
-                .facts
-                .get(&Register::MemoryContent(*id))
-                .map(|f| f.fact.clock),
-            acl_v: self
-                .facts
-                .get(&Register::MemoryAcl(*id))
-                .map(|f| f.fact.clock),
-            tombstoned: m.tombstoned,
-            effective: m.effective.clone(),
+        let clock = |r: Register| self.facts.get(&r).map(|f| f.fact.clock);
+        Ok(self.memories.get(id).map(|m| {
+            let content = clock(Register::MemoryContent(*id));
+            MemoryState {
+                fixed: m.fixed.clone(),
+                content_held: content.is_some(),
+                content_v: content.or(m.purged_v),
+                acl_v: clock(Register::MemoryAcl(*id)),
+                tombstone_v: clock(Register::MemoryTombstone(*id)),
+                effective: m.effective.clone(),
+            }
         }))
     }
     fn clock_of(&mut self, register: &Register) -> Result<Option<Hlc>, Infallible> {
@@ -249,6 +249,7 @@ impl ReplicaStore for MemStore {
                 grants_ever: Grants::private(),
                 owner_trusted: effect.owner_trusted,
                 tombstoned: false,
+                purged_v: None,
             });
             m.owner_trusted = effect.owner_trusted;
             match body {
@@ -264,8 +265,10 @@ impl ReplicaStore for MemStore {
                         m.grants_ever.insert(g.clone());
                     }
                     m.effective = eff;
-                    if effect.purge_content {
-                        self.facts.remove(&Register::MemoryContent(id));
+                    if effect.purge_content
+                        && let Some(c) = self.facts.remove(&Register::MemoryContent(id))
+                    {
+                        m.purged_v = Some(c.fact.clock);
                     }
                 }
                 _ => {}

@@ -26,6 +26,13 @@ pub enum Verdict {
 }
 
 /// Decide a memory fact against the memory's stored state.
+///
+/// * Two tombstones (concurrent forgets) compete like any register, so every
+///   replica keeps the same one; content and acl facts after a tombstone are
+///   stale whatever their clock.
+/// * Content purged by a revocation keeps its clock: a replay stays stale,
+///   while the same fact re-sent once the memory is shared here again (equal
+///   clock, non-empty effective grants) is taken back.
 pub fn decide_memory(fact: &Fact, held: Option<&MemoryState>) -> Verdict {
     let Some((_, fixed)) = fact.body.memory() else {
         return Verdict::Stale;
@@ -38,13 +45,18 @@ pub fn decide_memory(fact: &Fact, held: Option<&MemoryState>) -> Verdict {
             "owner, creation time or origin differ from the stored memory".into(),
         ));
     }
-    if held.tombstoned {
-        return Verdict::Stale;
-    }
-    match &fact.body {
-        FactBody::MemoryTombstone(_) => Verdict::Apply,
-        FactBody::MemoryContent(_) => newer(&fact.clock, held.content_v.as_ref()),
-        FactBody::MemoryAcl(_) => newer(&fact.clock, held.acl_v.as_ref()),
+    match (&fact.body, held.tombstone_v.as_ref()) {
+        (FactBody::MemoryTombstone(_), t) => newer(&fact.clock, t),
+        (_, Some(_)) => Verdict::Stale,
+        (FactBody::MemoryContent(_), None) => match held.content_v.as_ref() {
+            // Purged content comes back only with the memory shared here
+            // again (acl facts apply before content in a batch).
+            Some(v) if !held.content_held && !held.effective.is_empty() && fact.clock >= *v => {
+                Verdict::Apply
+            }
+            v => newer(&fact.clock, v),
+        },
+        (FactBody::MemoryAcl(_), None) => newer(&fact.clock, held.acl_v.as_ref()),
         _ => Verdict::Stale,
     }
 }
