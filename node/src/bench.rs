@@ -97,6 +97,16 @@ pub struct BenchReport {
     pub db_bytes: u64,
     pub index_bytes: u64,
     pub peak_rss_bytes: u64,
+    /// Full, signed, encrypted bundle export of the whole store.
+    pub export_s: f64,
+    /// Verify + import of that bundle into a fresh peer home.
+    pub import_s: f64,
+    pub bundle_bytes: u64,
+    /// Of `import_s`: verifying every signature and tag (pass 1) and applying (pass 2).
+    pub import_verify_s: f64,
+    pub import_apply_s: f64,
+    /// Correctness: facts the import applied (all of them, into an empty home).
+    pub import_applied: u64,
     /// Correctness: searches that returned at least one hit.
     pub queries_with_hits: usize,
     /// Correctness: mean hits per search.
@@ -288,6 +298,27 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
     node.index_rebuild()?;
     let index_rebuild_s = t0.elapsed().as_secs_f64();
 
+    // Bundle: export everything (signed, encrypted), import into a fresh peer.
+    let peer_home = Home::new(tmp.path().join("peer"));
+    Node::init(&peer_home, Some("bench-peer"))?;
+    let mut peer = Node::open(&peer_home)?;
+    node.peer_add(&peer.node_id().to_string(), None, "full")?;
+    peer.peer_add(&node.node_id().to_string(), None, "full")?;
+    let key = node.mesh_key_generate()?;
+    peer.mesh_key_set(&key.to_string())?;
+    let bundle_path = tmp.path().join("bench.bndl");
+    let t0 = Instant::now();
+    let exported = node.bundle_export(&bundle_path, &[], None)?;
+    let export_s = t0.elapsed().as_secs_f64();
+    let t0 = Instant::now();
+    let imported = peer.bundle_import(&bundle_path)?;
+    let import_s = t0.elapsed().as_secs_f64();
+    if node.digest(&[])? != peer.digest(&[])? {
+        return Err(NodeError::Failed(
+            "bench: the imported peer's digest differs from the exporter's".into(),
+        ));
+    }
+
     let db_bytes = ["amos.db", "amos.db-wal"]
         .iter()
         .filter_map(|f| fs::metadata(home.root().join(f)).ok())
@@ -308,6 +339,12 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         db_bytes,
         index_bytes: dir_size(&home.index_dir()),
         peak_rss_bytes: peak_rss_bytes(),
+        export_s,
+        import_s,
+        bundle_bytes: exported.bytes,
+        import_verify_s: imported.verify_ms as f64 / 1e3,
+        import_apply_s: imported.apply_ms as f64 / 1e3,
+        import_applied: imported.applied,
         queries_with_hits: with_hits,
         mean_hits: total_hits as f64 / searches.max(1) as f64,
     })

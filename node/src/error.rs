@@ -16,6 +16,10 @@ pub enum NodeError {
     /// The requester may not do this (e.g. a non-owner sharing a memory).
     #[error("refused: {0}")]
     Refused(String),
+    /// An operation failed (a bundle that does not verify, a peer that
+    /// cannot be reached); the message says why.
+    #[error("{0}")]
+    Failed(String),
     /// The directory is not an amos home.
     #[error("{} is not an amos home (run `amos init` first)", .0.display())]
     NotAHome(PathBuf),

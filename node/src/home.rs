@@ -5,6 +5,7 @@
 //! <home>/node.json      marker + name + node id (format 1)
 //! <home>/identity.key   ed25519 secret, mode 0600
 //! <home>/amos.db        authoritative SQLite store (WAL)
+//! <home>/mesh.key       the mesh key that encrypts bundles, mode 0600 (optional)
 //! <home>/index/         disposable tantivy index
 //! <home>/index.lock     serialises index catch-up between processes
 //! ```
@@ -61,6 +62,9 @@ impl Home {
     }
     pub fn db_path(&self) -> PathBuf {
         self.root.join("amos.db")
+    }
+    pub fn mesh_key_path(&self) -> PathBuf {
+        self.root.join("mesh.key")
     }
     pub fn index_dir(&self) -> PathBuf {
         self.root.join("index")

@@ -124,6 +124,10 @@ impl Node {
     pub fn home(&self) -> &Home {
         &self.home
     }
+    /// The node's signing identity (for bundle trailers and pairing).
+    pub(crate) fn identity(&self) -> &NodeIdentity {
+        &self.identity
+    }
     pub fn store(&self) -> &Store {
         &self.store
     }
@@ -175,12 +179,16 @@ impl Node {
         let identity = &self.identity;
         self.store.write(|tx| {
             let (bodies, out) = build(tx)?;
-            let mut facts = Vec::with_capacity(bodies.len());
+            let mut unsigned = Vec::with_capacity(bodies.len());
             for body in bodies {
-                let clock = tx.tick(now, me)?;
-                let signed = identity.sign(Fact { clock, body })?;
-                tx.put_fact(&signed, &amos_sync::Effect::local(&signed.fact.body))?;
-                facts.push(signed);
+                unsigned.push(Fact {
+                    clock: tx.tick(now, me)?,
+                    body,
+                });
+            }
+            let facts = sign_all(identity, unsigned)?;
+            for signed in &facts {
+                tx.put_fact(signed, &amos_sync::Effect::local(&signed.fact.body))?;
             }
             Ok((facts, out))
         })
@@ -653,6 +661,49 @@ impl Node {
         let mid = rec.id;
         self.store.write(|tx| tx.set_archived(&mid, archived))
     }
+}
+
+/// Sign facts, spreading large batches over the machine's cores (ed25519
+/// signing is the bulk of a batched write).
+fn sign_all(identity: &NodeIdentity, facts: Vec<Fact>) -> Result<Vec<Verified<SignedFact>>> {
+    const PARALLEL_MIN: usize = 64;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if facts.len() < PARALLEL_MIN || threads < 2 {
+        return facts
+            .into_iter()
+            .map(|f| identity.sign(f).map_err(NodeError::from))
+            .collect();
+    }
+    let chunk = facts.len().div_ceil(threads);
+    let mut chunks: Vec<Vec<Fact>> = Vec::new();
+    let mut it = facts.into_iter().peekable();
+    while it.peek().is_some() {
+        chunks.push(it.by_ref().take(chunk).collect());
+    }
+    let results: Vec<Result<Vec<Verified<SignedFact>>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = chunks
+            .into_iter()
+            .map(|c| {
+                scope.spawn(move || {
+                    c.into_iter()
+                        .map(|f| identity.sign(f).map_err(NodeError::from))
+                        .collect::<Result<Vec<_>>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(NodeError::Corrupt("a signing thread panicked".into())))
+            })
+            .collect()
+    });
+    let mut out = Vec::new();
+    for r in results {
+        out.extend(r?);
+    }
+    Ok(out)
 }
 
 fn membership(scope: OrgScope, agent: &AgentId, present: bool) -> FactBody {

@@ -342,18 +342,7 @@ impl Node {
                 reason: "expired".into(),
             })
             .collect();
-        if apply {
-            self.store.write(|tx| {
-                for id in &ids {
-                    tx.set_archived(id, true)?;
-                }
-                Ok(())
-            })?;
-        }
-        Ok(HygieneReport {
-            applied: apply,
-            actions,
-        })
+        self.archive_for_hygiene(&ids, actions, apply)
     }
 
     /// Archive exact duplicates (same owner, grants and normalised text),
@@ -375,11 +364,7 @@ impl Node {
             let Some(id) = MemoryId::from_slice(&id) else {
                 continue;
             };
-            let norm = content
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ")
-                .to_lowercase();
+            let norm = crate::recall::normalize_text(&content);
             match first.get(&(owner.clone(), grants.clone(), norm.clone())) {
                 Some(keep) => dups.push((id, *keep)),
                 None => {
@@ -395,9 +380,21 @@ impl Node {
                 reason: format!("duplicate of {keep}"),
             })
             .collect();
+        let ids: Vec<MemoryId> = dups.iter().map(|(id, _)| *id).collect();
+        self.archive_for_hygiene(&ids, actions, apply)
+    }
+
+    /// The common tail of the hygiene jobs: archive `ids` (local-only state)
+    /// when applying, and report `actions` either way.
+    fn archive_for_hygiene(
+        &mut self,
+        ids: &[MemoryId],
+        actions: Vec<HygieneAction>,
+        apply: bool,
+    ) -> Result<HygieneReport> {
         if apply {
             self.store.write(|tx| {
-                for (id, _) in &dups {
+                for id in ids {
                     tx.set_archived(id, true)?;
                 }
                 Ok(())

@@ -104,11 +104,7 @@ impl Node {
         let now = self.now_ms();
         let me = self.node_id();
         self.store.write(|tx| {
-            let mut r = SqlReplica {
-                tx,
-                me,
-                now_ms: now,
-            };
+            let mut r = SqlReplica::new(tx, me, now);
             apply_batch(&mut r, &sender, facts, now, DEFAULT_MAX_SKEW_MS)
         })
     }
@@ -127,11 +123,7 @@ impl Node {
                     continue;
                 };
                 let policy = replica::peer_policy(tx.conn(), &peer)?;
-                let mut r = SqlReplica {
-                    tx,
-                    me,
-                    now_ms: now,
-                };
+                let mut r = SqlReplica::new(tx, me, now);
                 match policy {
                     Some(policy) => {
                         let sender = Sender { node: peer, policy };
@@ -188,6 +180,28 @@ impl Node {
             batch,
             emit,
         )
+    }
+
+    /// Like [`Node::export`] from `seq` 0, inside one read transaction (a
+    /// consistent snapshot even while other processes write).
+    pub fn export_snapshot(
+        &mut self,
+        policy: &PeerPolicy,
+        batch: usize,
+        emit: impl FnMut(Vec<Vec<u8>>) -> Result<()>,
+    ) -> Result<i64> {
+        self.store.read(|conn| {
+            replica::export_facts(
+                conn,
+                &replica::ExportSpec {
+                    policy,
+                    since: 0,
+                    retractions: true,
+                },
+                batch,
+                emit,
+            )
+        })
     }
 
     pub fn audit(&self, limit: usize) -> Result<Vec<AuditEntry>> {

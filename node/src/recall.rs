@@ -125,7 +125,7 @@ impl Node {
         let mut seen: Vec<(String, MemoryId)> = Vec::new();
         for hit in hits {
             let tokens = estimate_tokens(&hit.memory.content);
-            let norm = normalize(&hit.memory.content);
+            let norm = normalize_text(&hit.memory.content);
             let (included, reason) = if let Some((_, dup)) = seen.iter().find(|(n, _)| *n == norm) {
                 (false, format!("duplicate of {dup}"))
             } else if used + tokens > budget {
@@ -182,7 +182,8 @@ impl Node {
     }
 }
 
-fn normalize(text: &str) -> String {
+/// Text compared for exact duplicates: lower case, whitespace folded.
+pub fn normalize_text(text: &str) -> String {
     text.split_whitespace()
         .map(str::to_lowercase)
         .collect::<Vec<_>>()

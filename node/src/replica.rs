@@ -5,8 +5,6 @@
 //! Boundary: the merge rule, the import gate and the export rules are
 //! `amos-sync`'s and `amos-acl`'s; this module only reads and writes rows.
 
-use std::collections::HashMap;
-
 use amos_acl::PeerPolicy;
 use amos_protocol::{
     FactBody, Grants, Hlc, MemoryFixed, MemoryId, NodeId, OrgScope, ProjectId, Register,
@@ -22,9 +20,22 @@ use crate::store::{Tx, split_grants};
 
 /// The replica view of one write transaction.
 pub struct SqlReplica<'t, 'c> {
-    pub tx: &'t mut Tx<'c>,
-    pub me: NodeId,
-    pub now_ms: u64,
+    tx: &'t mut Tx<'c>,
+    me: NodeId,
+    now_ms: u64,
+    /// Peer policies read during this transaction (they cannot change in it).
+    policies: std::collections::HashMap<NodeId, Option<PeerPolicy>>,
+}
+
+impl<'t, 'c> SqlReplica<'t, 'c> {
+    pub fn new(tx: &'t mut Tx<'c>, me: NodeId, now_ms: u64) -> Self {
+        SqlReplica {
+            tx,
+            me,
+            now_ms,
+            policies: Default::default(),
+        }
+    }
 }
 
 fn clock(bytes: Option<Vec<u8>>) -> Option<Hlc> {
@@ -69,7 +80,12 @@ impl ReplicaStore for SqlReplica<'_, '_> {
     }
 
     fn peer_policy(&mut self, node: &NodeId) -> Result<Option<PeerPolicy>> {
-        peer_policy(self.tx.conn(), node)
+        if let Some(p) = self.policies.get(node) {
+            return Ok(p.clone());
+        }
+        let p = peer_policy(self.tx.conn(), node)?;
+        self.policies.insert(*node, p.clone());
+        Ok(p)
     }
 
     fn memory(&mut self, id: &MemoryId) -> Result<Option<MemoryState>> {
@@ -78,15 +94,17 @@ impl ReplicaStore for SqlReplica<'_, '_> {
             i64,
             Vec<u8>,
             Option<Vec<u8>>,
-            Option<Vec<u8>>,
             bool,
+            Option<Vec<u8>>,
+            Option<Vec<u8>>,
             String,
         );
         let row: Option<Row> = self
             .tx
             .conn()
             .prepare_cached(
-                "SELECT owner, created_ms, origin, v, acl_v, tombstone_fact IS NOT NULL, effective
+                "SELECT owner, created_ms, origin, v, content_fact IS NOT NULL, acl_v,
+                        tombstone_fact, effective
                  FROM memories WHERE id = ?1",
             )?
             .query_row([&id.0[..]], |r| {
@@ -98,10 +116,11 @@ impl ReplicaStore for SqlReplica<'_, '_> {
                     r.get(4)?,
                     r.get(5)?,
                     r.get(6)?,
+                    r.get(7)?,
                 ))
             })
             .optional()?;
-        let Some((owner, created, origin, v, acl_v, tombstoned, effective)) = row else {
+        let Some((owner, created, origin, v, content_held, acl_v, tomb, effective)) = row else {
             return Ok(None);
         };
         let fixed = MemoryFixed {
@@ -114,11 +133,19 @@ impl ReplicaStore for SqlReplica<'_, '_> {
                     .map_err(|_| NodeError::Corrupt("stored origin is not a node id".into()))?,
             ),
         };
+        let tombstone_v = tomb
+            .map(|b| {
+                amos_protocol::codec::decode_signed(&b)
+                    .map(|f| f.fact.clock)
+                    .map_err(|e| NodeError::Corrupt(format!("stored tombstone: {e}")))
+            })
+            .transpose()?;
         Ok(Some(MemoryState {
             fixed,
             content_v: clock(v),
+            content_held,
             acl_v: clock(acl_v),
-            tombstoned,
+            tombstone_v,
             effective: split_grants(&effective),
         }))
     }
@@ -150,7 +177,7 @@ impl ReplicaStore for SqlReplica<'_, '_> {
             Register::MemoryAcl(id) => {
                 one_clock(c, "SELECT acl_v FROM memories WHERE id = ?1", [&id.0[..]])
             }
-            Register::MemoryTombstone(_) => Ok(None),
+            Register::MemoryTombstone(id) => Ok(self.memory(id)?.and_then(|m| m.tombstone_v)),
         }
     }
 
@@ -189,11 +216,12 @@ impl ReplicaStore for SqlReplica<'_, '_> {
     }
 
     fn refuse(&mut self, fact: &SignedFact, from: &NodeId, reason: &Refusal) -> Result<()> {
+        let bytes = fact.to_bytes();
         self.tx
             .conn()
             .prepare_cached(
-                "INSERT INTO audit(time_ms, peer, author, register, reason, fact)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT OR IGNORE INTO audit(time_ms, peer, author, register, reason, fact, hash)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?
             .execute(params![
                 self.now_ms as i64,
@@ -201,7 +229,8 @@ impl ReplicaStore for SqlReplica<'_, '_> {
                 &fact.fact.author().0[..],
                 register_text(&fact.fact.body.register()),
                 reason.to_string(),
-                fact.to_bytes()
+                bytes.clone(),
+                blake3::hash(&bytes).as_bytes().to_vec(),
             ])?;
         Ok(())
     }
@@ -243,15 +272,6 @@ pub fn export_facts(
     mut emit: impl FnMut(Vec<Vec<u8>>) -> Result<()>,
 ) -> Result<i64> {
     let high = crate::store::max_seq(conn)?;
-    let team_cache: std::cell::RefCell<HashMap<ProjectId, Option<TeamId>>> = Default::default();
-    let team_of = |p: &ProjectId| -> Option<TeamId> {
-        if let Some(t) = team_cache.borrow().get(p) {
-            return t.clone();
-        }
-        let t = project_team(conn, p).ok().flatten();
-        team_cache.borrow_mut().insert(p.clone(), t.clone());
-        t
-    };
     let decide = |effective: &str, ever: &str, tombstoned: bool| -> MemoryExport {
         let effective = split_grants(effective);
         let ever = if spec.retractions {
@@ -294,7 +314,7 @@ pub fn export_facts(
                 1 => ProjectId::parse(&key).ok().map(OrgScope::Project),
                 _ => crate::store::org::parse_org_scope(&key),
             };
-            if scope.is_some_and(|s| export::org(spec.policy, &s, team_of)) {
+            if scope.is_some_and(|s| export::org(spec.policy, &s)) {
                 push(r.get(1)?, &mut out)?;
             }
         }

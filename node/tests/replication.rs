@@ -223,3 +223,58 @@ fn unregistered_sender_is_refused() {
     assert_eq!(err.exit_code(), 3);
     assert_eq!(b.node.digest(&[]).unwrap().1, 0);
 }
+
+#[test]
+fn facts_from_a_clock_far_ahead_are_quarantined_then_applied_later() {
+    use amos_node::clock::FixedClock;
+    use std::sync::Arc;
+    const NOW: u64 = 1_800_000_000_000;
+    const HOUR: u64 = 3_600_000;
+    let dir = tempfile::tempdir().unwrap();
+    let (ha, hb) = (
+        Home::new(dir.path().join("a")),
+        Home::new(dir.path().join("b")),
+    );
+    Node::init(&ha, Some("a")).unwrap();
+    Node::init(&hb, Some("b")).unwrap();
+    // b's clock runs an hour ahead of a's.
+    let mut a = Node::open_with_clock(&ha, Arc::new(FixedClock(NOW))).unwrap();
+    let mut b = Node::open_with_clock(&hb, Arc::new(FixedClock(NOW + HOUR))).unwrap();
+    a.peer_add(&b.node_id().to_string(), None, "full").unwrap();
+    b.peer_add(&a.node_id().to_string(), None, "full").unwrap();
+    b.team_create("apollo", None).unwrap();
+    b.agent_add("bob", "agent", &["apollo".into()]).unwrap();
+    let who = b.requester("bob").unwrap();
+    b.add(&who, NewMemory::new("theta from the future"))
+        .unwrap();
+
+    let mut facts = Vec::new();
+    b.export(&PeerPolicy::Full, 0, 100, |f| {
+        facts.extend(f);
+        Ok(())
+    })
+    .unwrap();
+    let n = facts.len() as u64;
+    let v = facts
+        .iter()
+        .map(|x| SignedFact::decode_verified(x).unwrap())
+        .collect();
+    let r = a.apply_from(&b.node_id(), v).unwrap();
+    assert_eq!((r.applied, r.deferred), (0, n), "{r:?}");
+    let q = a.status().unwrap().quarantined;
+    assert_eq!(q.len() as u64, n);
+    assert!(q.iter().all(|d| d.peer == b.node_id().to_string()));
+    assert!(q.iter().all(|d| d.ahead_ms == Some(HOUR)), "{q:?}");
+    assert_eq!(a.digest(&[]).unwrap().1, 0, "nothing applied early");
+    // Retrying while still behind changes nothing and loses nothing.
+    assert_eq!(a.retry_deferred().unwrap().applied, 0);
+    assert_eq!(a.quarantined().unwrap().len() as u64, n);
+    drop(a);
+
+    // An hour later (a's physical clock caught up): the retry applies them.
+    let mut a = Node::open_with_clock(&ha, Arc::new(FixedClock(NOW + HOUR))).unwrap();
+    let r = a.retry_deferred().unwrap();
+    assert_eq!(r.applied, n, "{r:?}");
+    assert!(a.quarantined().unwrap().is_empty());
+    assert_eq!(a.digest(&[]).unwrap(), b.digest(&[]).unwrap());
+}

@@ -211,6 +211,12 @@ enum Cmd {
     /// Peers and their policies
     #[command(subcommand)]
     Peers(PeersCmd),
+    /// The mesh key that encrypts bundles
+    #[command(subcommand)]
+    Mesh(MeshCmd),
+    /// Signed (and, with a mesh key, encrypted) bundle files for air-gapped exchange
+    #[command(subcommand)]
+    Bundle(BundleCmd),
     /// Facts refused from peers, newest first
     Audit {
         #[arg(long, default_value_t = 100)]
@@ -234,6 +240,39 @@ enum Cmd {
         #[arg(long)]
         workdir: Option<PathBuf>,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum MeshCmd {
+    /// The mesh key
+    #[command(subcommand)]
+    Key(MeshKeyCmd),
+}
+
+#[derive(Subcommand, Debug)]
+enum MeshKeyCmd {
+    /// Print the mesh key (a secret: anyone holding it can read bundles)
+    Show,
+    /// Set the mesh key printed by another node of the mesh
+    Set { key: String },
+    /// Make a new random mesh key and set it
+    Generate,
+}
+
+#[derive(Subcommand, Debug)]
+enum BundleCmd {
+    /// Write the facts a policy lets out to FILE
+    Export {
+        file: PathBuf,
+        /// Export what these scopes admit (repeatable)
+        #[arg(long = "scope", value_name = "S")]
+        scopes: Vec<String>,
+        /// Export what this peer's policy admits
+        #[arg(long = "for", value_name = "PEER")]
+        for_peer: Option<String>,
+    },
+    /// Verify FILE completely, then apply it through the import gate
+    Import { file: PathBuf },
 }
 
 #[derive(Subcommand, Debug)]
@@ -597,6 +636,54 @@ fn run(cli: Cli) -> Result<()> {
                 });
             }
         },
+        Cmd::Mesh(MeshCmd::Key(k)) => {
+            let key = match k {
+                MeshKeyCmd::Show => node
+                    .mesh_key()?
+                    .ok_or_else(|| bad("no mesh key is set (amos mesh key generate, or set)"))?,
+                MeshKeyCmd::Set { key } => node.mesh_key_set(&key)?,
+                MeshKeyCmd::Generate => node.mesh_key_generate()?,
+            };
+            out.emit(
+                &json!({"mesh_key": key.to_string(), "fingerprint": key.fingerprint()}),
+                || key.to_string(),
+            );
+        }
+        Cmd::Bundle(BundleCmd::Export {
+            file,
+            scopes,
+            for_peer,
+        }) => {
+            let r = node.bundle_export(&file, &scopes, for_peer.as_deref())?;
+            out.emit(&r, || {
+                format!(
+                    "wrote {} facts in {} frames ({} bytes, {}) to {}",
+                    r.facts,
+                    r.frames,
+                    r.bytes,
+                    if r.encrypted {
+                        "encrypted"
+                    } else {
+                        "NOT encrypted: no mesh key"
+                    },
+                    r.file
+                )
+            });
+        }
+        Cmd::Bundle(BundleCmd::Import { file }) => {
+            let r = node.bundle_import(&file)?;
+            out.emit(&r, || {
+                format!(
+                    "{} facts from {}: {} applied, {} already known, {} refused, {} quarantined",
+                    r.facts,
+                    &r.sender[..10.min(r.sender.len())],
+                    r.applied,
+                    r.stale,
+                    r.refused,
+                    r.quarantined
+                )
+            });
+        }
         Cmd::Audit { limit } => {
             let entries = node.audit(limit)?;
             out.emit(&json!({"refused": entries}), || {

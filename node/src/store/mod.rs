@@ -342,11 +342,12 @@ impl Tx<'_> {
                 }
                 if effect.purge_content {
                     // No local agent can see it and it is not ours: erase the
-                    // content (the origin re-sends it whole if it is shared again).
+                    // content but keep its clock `v`, so an older replay stays
+                    // stale (the origin re-sends it whole if it is shared again).
                     tx.prepare_cached(
                         "UPDATE memories SET kind = NULL, content = NULL, tags = NULL,
                             importance = NULL, confidence = NULL, pinned = NULL,
-                            expires_ms = NULL, supersedes = NULL, v = NULL, content_fact = NULL
+                            expires_ms = NULL, supersedes = NULL, content_fact = NULL
                          WHERE id = ?1",
                     )?
                     .execute([&m.id.0[..]])?;

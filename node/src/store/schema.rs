@@ -154,7 +154,9 @@ const MIGRATIONS: &[&str] = &[
         author    BLOB NOT NULL,
         register  TEXT NOT NULL,
         reason    TEXT NOT NULL,
-        fact      BLOB NOT NULL
+        fact      BLOB NOT NULL,
+        hash      BLOB NOT NULL,                -- blake3 of the fact: one entry per peer and fact
+        UNIQUE (peer, hash)
     ) STRICT;
 
     CREATE TABLE deferred (

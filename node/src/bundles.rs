@@ -1,0 +1,255 @@
+//! Air-gapped exchange: the mesh key and bundle files (DESIGN.md §8).
+//!
+//! Export streams the facts a policy lets out, in frames, into a temporary
+//! file that is renamed into place when complete (bounded memory for any
+//! store size; a failed export leaves nothing behind). Import first verifies
+//! the whole file (signature, every frame's tag, every fact's signature),
+//! refuses an unknown sender, and only then applies it frame by frame, each
+//! frame in one transaction, through the same import gate as a live peer.
+//!
+//! Invariant: a bundle that fails verification changes nothing.
+
+use std::fs::{self, File};
+use std::io::{BufReader, BufWriter, IsTerminal};
+use std::path::Path;
+
+use amos_acl::PeerPolicy;
+use amos_protocol::bundle::{self, BundleError, ReadError};
+use amos_protocol::{Hlc, MeshKey, Scope};
+use amos_sync::ApplyReport;
+use rand::RngExt;
+use serde::Serialize;
+
+use crate::error::{NodeError, Result};
+use crate::home::write_atomic;
+use crate::node::Node;
+
+/// Facts per bundle frame (the format's own default: large enough that
+/// batch verification on the reader's cores runs at full speed).
+const FRAME_FACTS: usize = bundle::FRAME_FACTS;
+
+/// What `amos bundle export` reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExportReport {
+    pub file: String,
+    pub policy: String,
+    pub encrypted: bool,
+    pub facts: u64,
+    pub frames: u64,
+    pub bytes: u64,
+}
+
+/// What `amos bundle import` reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImportReport {
+    pub file: String,
+    pub sender: String,
+    pub facts: u64,
+    pub applied: u64,
+    pub stale: u64,
+    pub refused: u64,
+    pub quarantined: u64,
+    /// Time spent verifying the whole file (pass 1), and applying it (pass 2).
+    pub verify_ms: u64,
+    pub apply_ms: u64,
+}
+
+fn bundle_err(file: &Path) -> impl Fn(BundleError) -> NodeError + '_ {
+    move |e| match e {
+        BundleError::Io(io) if io.kind() == std::io::ErrorKind::NotFound => {
+            NodeError::BadInput(format!("{}: no such file", file.display()))
+        }
+        e => NodeError::Failed(format!("{}: {e}", file.display())),
+    }
+}
+
+fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let pb = indicatif::ProgressBar::new(len);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{msg:>8} [{bar:40}] {pos}/{len} facts ({per_sec})")
+    {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_message(what.to_owned());
+    pb
+}
+
+impl Node {
+    /// The mesh key, if one is set.
+    pub fn mesh_key(&self) -> Result<Option<MeshKey>> {
+        let path = self.home().mesh_key_path();
+        match fs::read_to_string(&path) {
+            Ok(text) => text
+                .trim()
+                .parse::<MeshKey>()
+                .map(Some)
+                .map_err(|e| NodeError::Corrupt(format!("{}: {e}", path.display()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(NodeError::Io {
+                context: format!("reading {}", path.display()),
+                source: e,
+            }),
+        }
+    }
+
+    /// Set the mesh key (as printed by `amos mesh key show` on another node).
+    pub fn mesh_key_set(&self, text: &str) -> Result<MeshKey> {
+        let key: MeshKey = text.trim().parse()?;
+        write_atomic(
+            &self.home().mesh_key_path(),
+            format!("{key}\n").as_bytes(),
+            0o600,
+        )?;
+        Ok(key)
+    }
+
+    /// Make and set a fresh random mesh key.
+    pub fn mesh_key_generate(&self) -> Result<MeshKey> {
+        let key = MeshKey::generate(rand::rng().random());
+        write_atomic(
+            &self.home().mesh_key_path(),
+            format!("{key}\n").as_bytes(),
+            0o600,
+        )?;
+        Ok(key)
+    }
+
+    /// Write a bundle of what `policy` lets out: `--for PEER` uses that
+    /// peer's policy, `--scope S…` a scoped policy, neither everything.
+    pub fn bundle_export(
+        &mut self,
+        file: &Path,
+        scopes: &[String],
+        for_peer: Option<&str>,
+    ) -> Result<ExportReport> {
+        let policy = match (for_peer, scopes.is_empty()) {
+            (Some(_), false) => {
+                return Err(NodeError::BadInput("use --for or --scope, not both".into()));
+            }
+            (Some(peer), true) => {
+                let id = peer.parse().map_err(|e: amos_protocol::ProtocolError| {
+                    NodeError::BadInput(e.to_string())
+                })?;
+                self.peer_policy(&id)?
+                    .ok_or_else(|| NodeError::BadInput(format!("unknown peer {peer}")))?
+            }
+            (None, false) => PeerPolicy::scoped(
+                scopes
+                    .iter()
+                    .map(|s| s.parse::<Scope>())
+                    .collect::<Result<Vec<_>, _>>()?,
+            )?,
+            (None, true) => PeerPolicy::Full,
+        };
+        let key = self.mesh_key()?;
+        let dir = file
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let tmp = tempfile::NamedTempFile::new_in(dir)
+            .map_err(|e| NodeError::BadInput(format!("cannot write in {}: {e}", dir.display())))?;
+        let state = self.store().hlc_state()?;
+        let created = Hlc {
+            wall_ms: state.wall_ms.max(self.now_ms()),
+            logical: state.logical,
+            node: self.node_id(),
+        };
+        let out = BufWriter::new(
+            tmp.as_file()
+                .try_clone()
+                .map_err(NodeError::io("bundle file"))?,
+        );
+        let mut writer = bundle::BundleWriter::new(
+            out,
+            self.identity(),
+            created,
+            policy.scopes().map(ToString::to_string).collect(),
+            key.as_ref(),
+            rand::rng().random(),
+        )
+        .map_err(bundle_err(file))?;
+        let pb = progress(0, "export");
+        self.export_snapshot(&policy, FRAME_FACTS, |facts| {
+            pb.inc(facts.len() as u64);
+            writer.write_frame(&facts).map_err(bundle_err(file))
+        })?;
+        pb.finish_and_clear();
+        let (out, summary) = writer.finish().map_err(bundle_err(file))?;
+        out.into_inner()
+            .map_err(|e| NodeError::io(format!("writing {}", file.display()))(e.into_error()))?
+            .sync_all()
+            .map_err(NodeError::io(format!("writing {}", file.display())))?;
+        tmp.persist(file)
+            .map_err(|e| NodeError::io(format!("writing {}", file.display()))(e.error))?;
+        Ok(ExportReport {
+            file: file.display().to_string(),
+            policy: policy.to_string(),
+            encrypted: key.is_some(),
+            facts: summary.facts,
+            frames: summary.frames,
+            bytes: summary.bytes,
+        })
+    }
+
+    /// Verify a bundle completely, then apply it through the import gate.
+    pub fn bundle_import(&mut self, file: &Path) -> Result<ImportReport> {
+        let key = self.mesh_key()?;
+        let open = || -> Result<BufReader<File>> {
+            File::open(file).map(BufReader::new).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    NodeError::BadInput(format!("{}: no such file", file.display()))
+                } else {
+                    NodeError::io(format!("reading {}", file.display()))(e)
+                }
+            })
+        };
+        let t0 = std::time::Instant::now();
+        let verified = bundle::verify_bundle(open()?, key.as_ref()).map_err(bundle_err(file))?;
+        let verify_ms = t0.elapsed().as_millis() as u64;
+        let sender = verified.sender();
+        if sender == self.node_id() {
+            return Err(NodeError::Failed(format!(
+                "{}: bundle was made by this node",
+                file.display()
+            )));
+        }
+        if self.peer_policy(&sender)?.is_none() {
+            return Err(NodeError::Failed(format!(
+                "{}: bundle sender {} is not a registered peer (add it with `amos peers add`)",
+                file.display(),
+                sender.short()
+            )));
+        }
+        let summary = verified.summary();
+        let t0 = std::time::Instant::now();
+        let pb = progress(summary.facts, "import");
+        let mut total = ApplyReport::default();
+        bundle::read_verified(open()?, key.as_ref(), &verified, |facts| {
+            let n = facts.len() as u64;
+            let r = self.apply_from(&sender, facts)?;
+            total.add(r);
+            pb.inc(n);
+            Ok::<(), NodeError>(())
+        })
+        .map_err(|e| match e {
+            ReadError::Bundle(b) => bundle_err(file)(b),
+            ReadError::Apply(n) => n,
+        })?;
+        pb.finish_and_clear();
+        let retried = self.retry_deferred()?;
+        Ok(ImportReport {
+            file: file.display().to_string(),
+            sender: sender.to_string(),
+            facts: summary.facts,
+            applied: total.applied + retried.applied,
+            stale: total.stale,
+            refused: total.refused + retried.refused,
+            quarantined: self.quarantined()?.len() as u64,
+            verify_ms,
+            apply_ms: t0.elapsed().as_millis() as u64,
+        })
+    }
+}
