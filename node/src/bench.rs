@@ -34,6 +34,8 @@ pub struct BenchConfig {
     pub workdir: Option<PathBuf>,
     /// Show a progress bar (only when stderr is a terminal).
     pub progress: bool,
+    /// Keep the temporary homes afterwards (their path is in the report).
+    pub keep: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -107,6 +109,8 @@ pub struct BenchReport {
     pub import_apply_s: f64,
     /// Correctness: facts the import applied (all of them, into an empty home).
     pub import_applied: u64,
+    /// Where the homes were kept (`--keep`), else null.
+    pub kept: Option<String>,
     /// Correctness: searches that returned at least one hit.
     pub queries_with_hits: usize,
     /// Correctness: mean hits per search.
@@ -325,6 +329,13 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         .map(|m| m.len())
         .sum();
     let searches = search.len();
+    let index_bytes = dir_size(&home.index_dir());
+    // Keep the homes for inspection, or let `tmp` delete them on return.
+    let (kept, _tmp) = if cfg.keep {
+        (Some(tmp.keep().display().to_string()), None)
+    } else {
+        (None, Some(tmp))
+    };
     Ok(BenchReport {
         memories: memories.len(),
         queries: queries.len(),
@@ -337,7 +348,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         index_build_s,
         index_rebuild_s,
         db_bytes,
-        index_bytes: dir_size(&home.index_dir()),
+        index_bytes,
         peak_rss_bytes: peak_rss_bytes(),
         export_s,
         import_s,
@@ -345,6 +356,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         import_verify_s: imported.verify_ms as f64 / 1e3,
         import_apply_s: imported.apply_ms as f64 / 1e3,
         import_applied: imported.applied,
+        kept,
         queries_with_hits: with_hits,
         mean_hits: total_hits as f64 / searches.max(1) as f64,
     })

@@ -9,7 +9,8 @@
 use amos_acl::PeerPolicy;
 use amos_protocol::{NodeId, Scope, SignedFact, Verified};
 use amos_sync::{ApplyReport, Sender, apply_batch};
-use rusqlite::params;
+use amos_protocol::wire::{Epoch, Watermark};
+use rusqlite::{OptionalExtension, params};
 
 use crate::error::{NodeError, Result};
 use crate::node::Node;
@@ -41,7 +42,7 @@ impl Node {
                 params![&id.0[..], addr, policy.to_string(), now],
             )?;
             if old.is_some_and(|o| o != policy) {
-                reset_watermark(tx.conn(), &id)?;
+                reset_watermark(tx, &id)?;
             }
             Ok(())
         })
@@ -73,7 +74,7 @@ impl Node {
             if n == 0 {
                 return Err(NodeError::BadInput(format!("unknown peer {}", id.short())));
             }
-            reset_watermark(tx.conn(), &id)
+            reset_watermark(tx, &id)
         })
     }
 
@@ -176,6 +177,7 @@ impl Node {
                 policy,
                 since,
                 retractions: true,
+                skip_author: None,
             },
             batch,
             emit,
@@ -197,10 +199,101 @@ impl Node {
                     policy,
                     since: 0,
                     retractions: true,
+                    skip_author: None,
                 },
                 batch,
                 emit,
             )
+        })
+    }
+
+    /// The facts a sync session sends `peer`: changed after `since`, admitted
+    /// by the policy we gave it, with retractions; without the peer's own
+    /// facts unless `peer_reset` (its log is new to us: it may have lost
+    /// them). A watermark older than the last change of the peer's policy
+    /// counts as 0.
+    pub fn export_for_session(
+        &self,
+        peer: &NodeId,
+        since: i64,
+        peer_reset: bool,
+        batch: usize,
+        emit: impl FnMut(Vec<Vec<u8>>) -> Result<()>,
+    ) -> Result<i64> {
+        let policy = self
+            .peer_policy(peer)?
+            .ok_or_else(|| NodeError::Refused(format!("{} is not a registered peer", peer.short())))?;
+        let policy_seq: i64 = self.store.conn().query_row(
+            "SELECT policy_seq FROM peers WHERE node_id = ?1",
+            [&peer.0[..]],
+            |r| r.get(0),
+        )?;
+        // Its watermark of us predates a policy change: start over.
+        let since = if since < policy_seq { 0 } else { since };
+        replica::export_facts(
+            self.store.conn(),
+            &replica::ExportSpec {
+                policy: &policy,
+                since,
+                retractions: true,
+                skip_author: (!peer_reset).then_some(*peer),
+            },
+            batch,
+            emit,
+        )
+    }
+
+    /// This node's log epoch as bytes (for a sync `Hello`).
+    pub fn epoch_bytes(&self) -> Result<Epoch> {
+        let hex = self.store.epoch()?;
+        let mut out = [0u8; 16];
+        if hex.len() != 32 {
+            return Err(NodeError::Corrupt(format!("stored log epoch {hex:?}")));
+        }
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
+                .map_err(|_| NodeError::Corrupt(format!("stored log epoch {hex:?}")))?;
+        }
+        Ok(out)
+    }
+
+    /// Our watermark of a peer's log: its epoch and the highest of its `seq`
+    /// whose facts we applied (`None` before the first complete sync).
+    pub fn watermark_of(&self, peer: &NodeId) -> Result<Option<Watermark>> {
+        let row: Option<(Option<String>, i64)> = self
+            .store
+            .conn()
+            .query_row(
+                "SELECT their_epoch, their_seq FROM peers WHERE node_id = ?1",
+                [&peer.0[..]],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        Ok(match row {
+            Some((Some(e), seq)) => {
+                let mut epoch = [0u8; 16];
+                let ok = e.len() == 32
+                    && epoch.iter_mut().enumerate().all(|(i, b)| {
+                        u8::from_str_radix(&e[2 * i..2 * i + 2], 16)
+                            .map(|v| *b = v)
+                            .is_ok()
+                    });
+                ok.then_some(Watermark { epoch, seq })
+            }
+            _ => None,
+        })
+    }
+
+    /// Store our new watermark of a peer (after every batch it covers committed).
+    pub fn save_watermark(&mut self, peer: &NodeId, w: &Watermark) -> Result<()> {
+        let now = self.now_ms() as i64;
+        self.store.write(|tx| {
+            tx.conn().execute(
+                "UPDATE peers SET their_epoch = ?2, their_seq = ?3, last_sync_ms = ?4,
+                    last_result = 'ok' WHERE node_id = ?1",
+                params![&peer.0[..], crate::store::hex(&w.epoch), w.seq, now],
+            )?;
+            Ok(())
         })
     }
 
@@ -213,10 +306,15 @@ impl Node {
     }
 }
 
-fn reset_watermark(conn: &rusqlite::Connection, id: &NodeId) -> Result<()> {
-    conn.execute(
-        "UPDATE peers SET their_epoch = NULL, their_seq = 0 WHERE node_id = ?1",
-        [&id.0[..]],
+/// A policy changed: re-pull what the peer now sends us from the start (same
+/// epoch, `seq` 0: its log is not new to us, so our own facts need not come
+/// back), and re-send what we now let out: the change takes a fresh `seq`,
+/// and a watermark of us below it predates the change.
+fn reset_watermark(tx: &mut crate::store::Tx<'_>, id: &NodeId) -> Result<()> {
+    let seq = tx.next_seq()?;
+    tx.conn().execute(
+        "UPDATE peers SET their_seq = 0, policy_seq = ?2 WHERE node_id = ?1",
+        params![&id.0[..], seq],
     )?;
     Ok(())
 }

@@ -260,6 +260,10 @@ pub struct ExportSpec<'a> {
     pub policy: &'a PeerPolicy,
     pub since: i64,
     pub retractions: bool,
+    /// Leave out facts this node authored (the requesting peer, on an
+    /// incremental sync: it has its own facts, or its epoch would have
+    /// changed and it would have asked from 0).
+    pub skip_author: Option<NodeId>,
 }
 
 /// Read, in `seq` order, the wire bytes of every fact that `spec` lets out,
@@ -288,6 +292,11 @@ pub fn export_facts(
     };
     let mut out: Vec<Vec<u8>> = Vec::with_capacity(batch);
     let mut push = |f: Vec<u8>, out: &mut Vec<Vec<u8>>| -> Result<()> {
+        if let Some(skip) = spec.skip_author
+            && amos_protocol::codec::decode_signed(&f).is_ok_and(|s| s.fact.author() == skip)
+        {
+            return Ok(());
+        }
         out.push(f);
         if out.len() >= batch {
             emit(std::mem::take(out))?;
@@ -298,13 +307,9 @@ pub fn export_facts(
     // Org records first, so a receiver applying frame by frame has them
     // before the memories that are shared with them.
     for (table, kind) in [("teams", 0), ("projects", 1), ("memberships", 2)] {
-        let sql = match kind {
-            0 => format!("SELECT id, fact FROM {table} WHERE seq > ?1 AND seq <= ?2 ORDER BY seq"),
-            1 => format!("SELECT id, fact FROM {table} WHERE seq > ?1 AND seq <= ?2 ORDER BY seq"),
-            _ => {
-                format!("SELECT scope, fact FROM {table} WHERE seq > ?1 AND seq <= ?2 ORDER BY seq")
-            }
-        };
+        let key = if kind == 2 { "scope" } else { "id" };
+        let sql =
+            format!("SELECT {key}, fact FROM {table} WHERE seq > ?1 AND seq <= ?2 ORDER BY seq");
         let mut stmt = conn.prepare(&sql)?;
         let mut rows = stmt.query(params![spec.since, high])?;
         while let Some(r) = rows.next()? {
@@ -400,6 +405,7 @@ pub fn digest(conn: &Connection, policy: &PeerPolicy) -> Result<(String, usize)>
             policy,
             since: 0,
             retractions: false,
+            skip_author: None,
         },
         4096,
         |facts| {

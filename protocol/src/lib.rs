@@ -23,6 +23,7 @@ pub mod id;
 pub mod mesh;
 pub mod scope;
 pub mod sign;
+pub mod wire;
 
 pub use bundle::{
     BundleError, BundleHeader, BundleSummary, BundleWriter, ReadError, VerifiedBundle,

@@ -23,6 +23,7 @@ pub mod export;
 pub mod gate;
 pub mod memstore;
 pub mod merge;
+pub mod session;
 
 pub use apply::{ApplyReport, Effect, MemoryState, ReplicaStore, Sender, apply_batch};
 pub use gate::{DeferReason, Refusal};

@@ -239,6 +239,9 @@ enum Cmd {
         /// Directory for the temporary home
         #[arg(long)]
         workdir: Option<PathBuf>,
+        /// Keep the homes and the bundle afterwards (the report says where)
+        #[arg(long)]
+        keep: bool,
     },
 }
 
@@ -478,6 +481,7 @@ fn run(cli: Cli) -> Result<()> {
             limit,
             adds,
             workdir,
+            keep,
         } => {
             let cfg = amos_node::bench::BenchConfig {
                 corpus,
@@ -486,6 +490,7 @@ fn run(cli: Cli) -> Result<()> {
                 single_adds: adds,
                 workdir,
                 progress: !cli.quiet && !cli.json,
+                keep,
             };
             let r = amos_node::bench::run(&cfg)?;
             out.emit(&r, || serde_json::to_string_pretty(&r).unwrap_or_default());

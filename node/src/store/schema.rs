@@ -144,6 +144,7 @@ const MIGRATIONS: &[&str] = &[
         last_result  TEXT,
         their_epoch  TEXT,                         -- watermark: their log epoch …
         their_seq    INTEGER NOT NULL DEFAULT 0,   -- … and the highest seq of theirs applied
+        policy_seq   INTEGER NOT NULL DEFAULT 0,   -- our seq when we last changed its policy
         successor    BLOB                          -- key rotation: the identity this one moved to
     ) STRICT;
 

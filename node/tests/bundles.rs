@@ -1,0 +1,1165 @@
+//! Bundles end to end (DESIGN.md §6 and §8, CLI.md "Mesh"): two real homes
+//! exchanging `amos bundle export` / `amos bundle import` files.
+//!
+//! * full peers converge both ways, with and without a mesh key;
+//! * scoped peers (`team:apollo`) let nothing outside the scope cross in
+//!   either direction — checked on the raw database, not only through recall;
+//! * every region of a bundle file (header, frames, terminator, trailer),
+//!   flipped or truncated, is refused with one line and changes nothing; so
+//!   are a wrong or missing mesh key, an unknown sender and our own bundle;
+//!   importing twice is a no-op;
+//! * a malicious scoped peer's validly signed bundle cannot edit, widen,
+//!   delete or re-own our memories, change our teams, or reach our agents by
+//!   name;
+//! * `--for PEER` exports carry only what the policy admits, and a revocation
+//!   travels as an acl fact alone and hides the memory on the receiver.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::convert::Infallible;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+use amos_node::{NewMemory, Node};
+use amos_protocol::bundle::{BundleWriter, read_verified, verify_bundle};
+use amos_protocol::{
+    AgentFact, AgentId, Fact, FactBody, Grants, Hlc, MembershipFact, MemoryAcl, MemoryContent,
+    MemoryFixed, MemoryId, MemoryText, MemoryTombstone, MemoryType, MeshKey, NodeId, OrgScope,
+    Scope, SignedFact, TeamFact, TeamId,
+};
+use common::{Home, Run};
+use serde_json::{Value, json};
+
+// ------------------------------------------------------------------ helpers
+
+fn node_id(h: &Home) -> String {
+    h.json(&["id"])["node_id"]
+        .as_str()
+        .expect("node_id")
+        .to_owned()
+}
+
+/// `a` registers `b` and `b` registers `a`, both with `policy`.
+fn pair(a: &Home, b: &Home, policy: &str) {
+    let (ia, ib) = (node_id(a), node_id(b));
+    a.ok(&["peers", "add", &ib, "--policy", policy]);
+    b.ok(&["peers", "add", &ia, "--policy", policy]);
+}
+
+/// `a` generates a mesh key, `b` sets it; returns it.
+fn share_mesh_key(a: &Home, b: &Home) -> MeshKey {
+    let key = a.json(&["mesh", "key", "generate"])["mesh_key"]
+        .as_str()
+        .expect("mesh_key")
+        .to_owned();
+    b.ok(&["mesh", "key", "set", &key]);
+    assert_eq!(
+        b.json(&["mesh", "key", "show"])["mesh_key"].as_str(),
+        Some(key.as_str())
+    );
+    key.parse().expect("mesh key parses")
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+/// `amos --json bundle export FILE ARGS…` → the report.
+fn export(h: &Home, file: &Path, args: &[&str]) -> Value {
+    let mut a = vec!["bundle", "export", p(file)];
+    a.extend_from_slice(args);
+    h.json(&a)
+}
+
+/// `amos --json bundle import FILE` (exit 0) → the report.
+fn import(h: &Home, file: &Path) -> Value {
+    h.json(&["bundle", "import", p(file)])
+}
+
+fn digest(h: &Home, scopes: &[&str]) -> Value {
+    let mut a = vec!["digest"];
+    for s in scopes {
+        a.extend_from_slice(&["--scope", s]);
+    }
+    h.json(&a)
+}
+
+/// What "nothing changed" compares: the harness fingerprint and the digest.
+fn state(h: &Home) -> Value {
+    json!({"fingerprint": h.fingerprint(), "digest": digest(h, &[])})
+}
+
+fn audit(h: &Home) -> Value {
+    h.json(&["audit"])
+}
+
+fn u64_of(v: &Value, field: &str) -> u64 {
+    v[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{field} in {v}"))
+}
+
+/// Contents of the hits of `amos search QUERY --as AGENT`.
+fn search_texts(h: &Home, agent: &str, query: &str) -> Vec<String> {
+    h.json(&["search", query, "--as", agent, "-k", "50"])["hits"]
+        .as_array()
+        .expect("hits")
+        .iter()
+        .map(|x| x["content"].as_str().expect("content").to_owned())
+        .collect()
+}
+
+/// `amos get ID --as AGENT` must answer "no such memory" (exit 2).
+fn invisible(h: &Home, agent: &str, id: &str) {
+    let r = h.run(&["get", id, "--as", agent]);
+    assert_eq!(r.code, 2, "{agent} should not see {id}: {r:?}");
+    assert!(r.stderr.contains("no such memory"), "{r:?}");
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Every place in `<home>/amos.db` (any table, any text or blob column,
+/// opened read-only) where `word` occurs, as `table.column`.
+fn db_hits(h: &Home, word: &str) -> Vec<String> {
+    use rusqlite::types::ValueRef;
+    let conn = rusqlite::Connection::open_with_flags(
+        h.path().join("amos.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .expect("open amos.db read-only");
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert!(tables.iter().any(|t| t == "memories"), "{tables:?}");
+    let mut hits = Vec::new();
+    for t in tables {
+        let mut stmt = conn
+            .prepare(&format!("SELECT * FROM \"{}\"", t.replace('"', "\"\"")))
+            .unwrap();
+        let cols: Vec<String> = stmt.column_names().map(|c| c.to_string()).collect();
+        let mut rows = stmt.query([]).unwrap();
+        while let Some(row) = rows.next().unwrap() {
+            for (i, col) in cols.iter().enumerate() {
+                let found = match row.get_ref(i).unwrap() {
+                    ValueRef::Text(b) | ValueRef::Blob(b) => contains(b, word.as_bytes()),
+                    _ => false,
+                };
+                if found {
+                    hits.push(format!("{t}.{col}"));
+                }
+            }
+        }
+    }
+    hits
+}
+
+/// Every file under the home whose raw bytes contain `word` (database, WAL,
+/// index segments…).
+fn file_hits(dir: &Path, word: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.is_dir() {
+            out.extend(file_hits(&path, word));
+        } else if let Ok(bytes) = std::fs::read(&path)
+            && contains(&bytes, word.as_bytes())
+        {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// Every fact of a bundle, after full verification.
+fn bundle_facts(file: &Path, key: Option<&MeshKey>) -> (Vec<String>, bool, Vec<SignedFact>) {
+    let open = || BufReader::new(File::open(file).expect("open bundle"));
+    let verified = verify_bundle(open(), key).expect("bundle verifies");
+    let mut facts = Vec::new();
+    read_verified(open(), key, &verified, |batch| {
+        facts.extend(batch.into_iter().map(|f| f.into_inner()));
+        Ok::<(), Infallible>(())
+    })
+    .expect("bundle reads");
+    let h = verified.header();
+    (h.scopes.clone(), h.encrypted, facts)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+fn scope(s: &str) -> Scope {
+    s.parse().unwrap()
+}
+
+fn grants(s: &[&str]) -> Grants {
+    Grants::from_scopes(s.iter().map(|x| scope(x)))
+}
+
+/// apollo (alice, bob) and zeus (carol), made through the CLI.
+fn org(h: &Home) {
+    h.ok(&["team", "create", "apollo"]);
+    h.ok(&["team", "create", "zeus"]);
+    h.ok(&["agent", "add", "alice", "--team", "apollo"]);
+    h.ok(&["agent", "add", "bob", "--team", "apollo"]);
+    h.ok(&["agent", "add", "carol", "--team", "zeus"]);
+}
+
+// ------------------------------------------------------------- 1. full peers
+
+fn full_peers_exchange_both_ways(with_key: bool) {
+    let a = Home::new();
+    let b = Home::new();
+    let tmp = tempfile::tempdir().unwrap();
+    if with_key {
+        share_mesh_key(&a, &b);
+    }
+    pair(&a, &b, "full");
+    org(&a);
+    a.add(
+        "alice",
+        "orbitfullalpha checklist for the launch",
+        &["team:apollo"],
+    );
+    a.add("alice", "orbitfullprivate diary of alice", &[]);
+
+    let ab = tmp.path().join("a-to-b.amosb");
+    let rep = export(&a, &ab, &["--for", &node_id(&b)]);
+    assert_eq!(rep["encrypted"], json!(with_key), "{rep}");
+    assert_eq!(rep["policy"], json!("full"), "{rep}");
+    // Encrypted frames hide the text; a plaintext bundle carries it as is.
+    let bytes = std::fs::read(&ab).unwrap();
+    assert_eq!(contains(&bytes, b"orbitfullalpha"), !with_key);
+    let r = import(&b, &ab);
+    assert!(u64_of(&r, "applied") > 0, "{r}");
+    assert_eq!(u64_of(&r, "refused"), 0, "{r}");
+    assert_eq!(r["sender"], json!(node_id(&a)));
+
+    // bob arrived as an agent record from a full peer: he can write on b.
+    b.add(
+        "bob",
+        "orbitfullbeta telemetry from the other side",
+        &["team:apollo"],
+    );
+    let ba = tmp.path().join("b-to-a.amosb");
+    let rep = export(&b, &ba, &["--for", &node_id(&a)]);
+    assert_eq!(rep["encrypted"], json!(with_key), "{rep}");
+    let r = import(&a, &ba);
+    assert!(u64_of(&r, "applied") > 0, "{r}");
+    assert_eq!(u64_of(&r, "refused"), 0, "{r}");
+
+    let (da, db) = (digest(&a, &[]), digest(&b, &[]));
+    assert_eq!(da, db, "full peers did not converge");
+    assert!(u64_of(&da, "facts") > 0);
+    assert_eq!(
+        search_texts(&a, "alice", "orbitfullbeta"),
+        vec!["orbitfullbeta telemetry from the other side"]
+    );
+    assert_eq!(
+        search_texts(&b, "bob", "orbitfullalpha"),
+        vec!["orbitfullalpha checklist for the launch"]
+    );
+    // Full peers carry private memories too (the same operator's machines).
+    assert_eq!(
+        search_texts(&b, "alice", "orbitfullprivate"),
+        vec!["orbitfullprivate diary of alice"]
+    );
+    assert!(search_texts(&b, "bob", "orbitfullprivate").is_empty());
+}
+
+#[test]
+fn full_peers_converge_both_ways_with_mesh_key() {
+    full_peers_exchange_both_ways(true);
+}
+
+#[test]
+fn full_peers_converge_both_ways_with_plaintext_bundles() {
+    full_peers_exchange_both_ways(false);
+}
+
+// ----------------------------------------------------------- 2. scoped peers
+
+#[test]
+fn scoped_peers_exchange_nothing_outside_the_scope_either_way() {
+    let a = Home::new();
+    let b = Home::new();
+    let tmp = tempfile::tempdir().unwrap();
+    share_mesh_key(&a, &b);
+    pair(&a, &b, "team:apollo");
+    org(&a);
+    // b: its own agents (agent records never cross a scoped peer) and its own
+    // team zeus; team apollo and its memberships arrive from a.
+    for agent in ["alice", "bob", "carol"] {
+        b.ok(&["agent", "add", agent]);
+    }
+    b.ok(&["team", "create", "zeus"]);
+    b.ok(&["team", "add", "zeus", "carol"]);
+
+    let a_out = [
+        ("alice", "wqaprivate", vec![]),
+        ("alice", "wqaagent", vec!["agent:bob"]),
+        ("carol", "wqazeus", vec!["team:zeus"]),
+        ("alice", "wqaglobal", vec!["global"]),
+    ];
+    for (who, word, share) in &a_out {
+        a.add(who, &format!("{word} kept at home"), share);
+    }
+    a.add("alice", "wqateam shared with apollo", &["team:apollo"]);
+
+    let ab = tmp.path().join("a-to-b.amosb");
+    export(&a, &ab, &["--for", &node_id(&b)]);
+    let r = import(&b, &ab);
+    assert!(u64_of(&r, "applied") > 0, "{r}");
+
+    let b_out = [
+        ("bob", "wqbprivate", vec![]),
+        ("bob", "wqbagent", vec!["agent:alice"]),
+        ("carol", "wqbzeus", vec!["team:zeus"]),
+        ("bob", "wqbglobal", vec!["global"]),
+    ];
+    for (who, word, share) in &b_out {
+        b.add(who, &format!("{word} kept at home"), share);
+    }
+    b.add("bob", "wqbteam shared with apollo", &["team:apollo"]);
+    let ba = tmp.path().join("b-to-a.amosb");
+    export(&b, &ba, &["--for", &node_id(&a)]);
+    let r = import(&a, &ba);
+    assert!(u64_of(&r, "applied") > 0, "{r}");
+    // And once more a → b, so both have seen everything the other may send.
+    export(&a, &ab, &["--for", &node_id(&b)]);
+    import(&b, &ab);
+
+    for (from, to, out, shared) in [(&a, &b, &a_out, "wqateam"), (&b, &a, &b_out, "wqbteam")] {
+        // The scanner finds what did cross (and the sender's own words)…
+        assert!(!db_hits(to, shared).is_empty(), "{shared} did not cross");
+        for (_, word, _) in out.iter() {
+            assert!(!db_hits(from, word).is_empty(), "{word} missing at home");
+            // …and nothing else crossed, anywhere in the receiver's home.
+            assert_eq!(db_hits(to, word), Vec::<String>::new(), "{word} crossed");
+            assert_eq!(
+                file_hits(to.path(), word),
+                Vec::<PathBuf>::new(),
+                "{word} crossed"
+            );
+        }
+    }
+    assert_eq!(
+        search_texts(&b, "bob", "wqateam"),
+        vec!["wqateam shared with apollo"]
+    );
+    assert_eq!(
+        search_texts(&a, "alice", "wqbteam"),
+        vec!["wqbteam shared with apollo"]
+    );
+    // b's team zeus did not leak into a's team zeus, nor a's into b's.
+    let zeus = |h: &Home| {
+        h.json(&["team", "list"])["teams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == "zeus")
+            .map(|t| t["members"].clone())
+    };
+    assert_eq!(zeus(&a), Some(json!(["carol"])));
+    assert_eq!(zeus(&b), Some(json!(["carol"])));
+    let (da, db) = (digest(&a, &["team:apollo"]), digest(&b, &["team:apollo"]));
+    assert_eq!(da, db, "scoped digests differ");
+    // Two memories, their acl facts, team apollo and two memberships.
+    assert!(u64_of(&da, "facts") >= 7, "{da}");
+    assert_ne!(digest(&a, &[]), digest(&b, &[]));
+}
+
+// ------------------------------------------------------------ 3. tampering
+
+/// A sender and a receiver sharing a mesh key, each registering the other
+/// as `full`, and an encrypted bundle of the sender's store with `bulk`
+/// extra memories (made through the library).
+struct Fixture {
+    sender: Home,
+    receiver: Home,
+    tmp: tempfile::TempDir,
+    bundle: PathBuf,
+    key: MeshKey,
+}
+
+fn fixture(bulk: usize) -> Fixture {
+    let sender = Home::new();
+    let receiver = Home::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let key = share_mesh_key(&sender, &receiver);
+    pair(&sender, &receiver, "full");
+    org(&sender);
+    sender.add("alice", "tamperword apollo runbook", &["team:apollo"]);
+    sender.add("carol", "tamperword zeus secret", &["team:zeus"]);
+    if bulk > 0 {
+        let home = amos_node::Home::new(sender.path());
+        let mut node = Node::open(&home).unwrap();
+        let who = node.requester("alice").unwrap();
+        let items = (0..bulk)
+            .map(|i| {
+                let mut m = NewMemory::new(format!("bulk memory {i} about topic {}", i % 7));
+                m.share = vec![scope("team:apollo")];
+                (&who, m)
+            })
+            .collect();
+        node.add_many(items).unwrap();
+    }
+    let bundle = tmp.path().join("valid.amosb");
+    let rep = export(&sender, &bundle, &[]);
+    assert_eq!(rep["encrypted"], json!(true));
+    Fixture {
+        sender,
+        receiver,
+        tmp,
+        bundle,
+        key,
+    }
+}
+
+/// Byte ranges of a bundle, found from its length prefixes (bundle.rs).
+#[derive(Debug)]
+struct Layout {
+    /// Header body length `H` (the body is at 14 .. 14 + H).
+    header: usize,
+    /// For each frame: offset of its length prefix, and its length.
+    frames: Vec<(usize, usize)>,
+    /// Offset of the 4-byte zero terminator.
+    terminator: usize,
+    /// Offset of the trailer length, and the trailer body length.
+    trailer: (usize, usize),
+}
+
+fn u32_at(b: &[u8], at: usize) -> usize {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as usize
+}
+
+fn layout(b: &[u8]) -> Layout {
+    assert_eq!(&b[..8], b"AMOSBNDL");
+    assert_eq!(u16::from_le_bytes([b[8], b[9]]), 1);
+    let header = u32_at(b, 10);
+    let mut at = 14 + header;
+    let mut frames = Vec::new();
+    loop {
+        let len = u32_at(b, at);
+        if len == 0 {
+            break;
+        }
+        frames.push((at, len));
+        at += 4 + len;
+    }
+    let terminator = at;
+    let t = u32_at(b, at + 4);
+    assert_eq!(at + 8 + t, b.len(), "trailer must end the file");
+    Layout {
+        header,
+        frames,
+        terminator,
+        trailer: (at + 4, t),
+    }
+}
+
+/// What a refused bundle's one line may say (BundleError's messages).
+const ANY_REASON: &[&str] = &[
+    "not an amos bundle",
+    "format version",
+    "truncated",
+    "too large",
+    "tampered",
+    "different mesh key",
+    "does not decode",
+    "signature",
+    "unexpected bytes",
+];
+
+/// Import `file` into `h`: exit `code`, exactly one line on stderr naming
+/// the file and containing one of `says`, nothing on stdout, and no change
+/// to the fingerprint, the digest or the audit log.
+fn refused_import(h: &Home, file: &Path, code: i32, says: &[&str], what: &str) -> String {
+    let before = (state(h), audit(h));
+    let r: Run = h.run(&["bundle", "import", p(file)]);
+    assert_eq!(r.code, code, "{what}: {r:?}");
+    assert!(r.stdout.trim().is_empty(), "{what}: {r:?}");
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{what}: stderr must be one line: {r:?}");
+    let line = lines[0];
+    assert!(
+        line.contains(p(file)),
+        "{what}: does not name the file: {line}"
+    );
+    assert!(
+        says.iter().any(|s| line.contains(s)),
+        "{what}: {line:?} says none of {says:?}"
+    );
+    assert_eq!((state(h), audit(h)), before, "{what}: the receiver changed");
+    line.to_owned()
+}
+
+#[test]
+fn tampered_or_truncated_bundles_are_refused_and_change_nothing() {
+    // Enough memories (two facts each) for more than one frame.
+    let bulk = amos_protocol::bundle::FRAME_FACTS / 2 + 16;
+    let f = fixture(bulk);
+    let good = std::fs::read(&f.bundle).unwrap();
+    let l = layout(&good);
+    assert!(
+        l.frames.len() >= 2,
+        "the fixture should span several frames: {l:?}"
+    );
+    let before = state(&f.receiver);
+    assert_eq!(u64_of(&before["digest"], "facts"), 0);
+
+    // (offset, region, what the message must say)
+    let mut flips: Vec<(usize, String, &[&str])> = vec![
+        (0, "magic".into(), &["not an amos bundle"]),
+        (7, "magic".into(), &["not an amos bundle"]),
+        (8, "version".into(), &["format version"]),
+        (9, "version".into(), &["format version"]),
+    ];
+    for i in 10..14 {
+        flips.push((i, "header length".into(), ANY_REASON));
+    }
+    let h = l.header;
+    // sender, creation clock, scopes, `encrypted`, nonce seed, key check
+    for i in [14, 14 + 1, 14 + h / 2, 14 + h - 33, 14 + h - 17, 14 + h - 1] {
+        flips.push((i, "header body".into(), ANY_REASON));
+    }
+    for (n, &(at, len)) in l.frames.iter().enumerate() {
+        for i in at..at + 4 {
+            flips.push((i, format!("frame {n} length"), ANY_REASON));
+        }
+        let body = at + 4;
+        for i in [
+            body,
+            body + 1,
+            body + len / 2,
+            body + len - 17,
+            body + len - 1,
+        ] {
+            flips.push((i, format!("frame {n} body"), &["tampered"]));
+        }
+    }
+    for i in l.terminator..l.terminator + 4 {
+        flips.push((i, "terminator".into(), ANY_REASON));
+    }
+    let (tl, t) = l.trailer;
+    for i in tl..tl + 4 {
+        flips.push((i, "trailer length".into(), ANY_REASON));
+    }
+    for i in [tl + 4, tl + 5, tl + 4 + t / 2, tl + 4 + t - 1] {
+        flips.push((i, "trailer body".into(), ANY_REASON));
+    }
+
+    let bad = f.tmp.path().join("bad.amosb");
+    let mut seen = BTreeSet::new();
+    for (at, region, says) in flips {
+        if !seen.insert(at) {
+            continue;
+        }
+        let mut bytes = good.clone();
+        bytes[at] ^= 1 << (at % 8);
+        std::fs::write(&bad, &bytes).unwrap();
+        refused_import(
+            &f.receiver,
+            &bad,
+            1,
+            says,
+            &format!("bit flip at {at} ({region})"),
+        );
+    }
+
+    let (f0, f0len) = l.frames[0];
+    let cuts = [
+        (0, "empty file"),
+        (5, "mid-magic"),
+        (9, "mid-version"),
+        (12, "mid-header length"),
+        (14 + h / 2, "mid-header body"),
+        (f0 + 2, "mid-frame length"),
+        (f0 + 4 + f0len / 2, "mid-frame body"),
+        (f0 + 4 + f0len, "frame boundary"),
+        (l.terminator, "before the terminator"),
+        (l.terminator + 2, "mid-terminator"),
+        (tl, "just before the trailer"),
+        (tl + 4, "after the trailer length"),
+        (good.len() - 1, "one byte short"),
+    ];
+    for (len, what) in cuts {
+        std::fs::write(&bad, &good[..len]).unwrap();
+        let says: &[&str] = if len == 0 {
+            &["not an amos bundle", "truncated"]
+        } else {
+            &["truncated"]
+        };
+        refused_import(
+            &f.receiver,
+            &bad,
+            1,
+            says,
+            &format!("truncated at {len} ({what})"),
+        );
+    }
+
+    let mut longer = good.clone();
+    longer.push(0);
+    std::fs::write(&bad, &longer).unwrap();
+    refused_import(
+        &f.receiver,
+        &bad,
+        1,
+        &["unexpected bytes"],
+        "a byte appended",
+    );
+
+    // Two frames swapped (each with its own valid tag): refused.
+    let (f1, f1len) = l.frames[1];
+    let mut swapped = good[..f0].to_vec();
+    swapped.extend_from_slice(&good[f1..f1 + 4 + f1len]);
+    swapped.extend_from_slice(&good[f0..f1]);
+    swapped.extend_from_slice(&good[f1 + 4 + f1len..]);
+    assert_eq!(swapped.len(), good.len());
+    std::fs::write(&bad, &swapped).unwrap();
+    refused_import(&f.receiver, &bad, 1, &["tampered"], "frames swapped");
+
+    assert_eq!(state(&f.receiver), before);
+    // The untouched file imports and converges: the refusals were the tampering.
+    let r = import(&f.receiver, &f.bundle);
+    assert_eq!(u64_of(&r, "refused"), 0, "{r}");
+    assert!(u64_of(&r, "applied") >= 2 * bulk as u64, "{r}");
+    assert_eq!(digest(&f.receiver, &[]), digest(&f.sender, &[]));
+}
+
+#[test]
+fn tampered_plaintext_bundle_is_refused() {
+    let sender = Home::new();
+    let receiver = Home::new();
+    let tmp = tempfile::tempdir().unwrap();
+    pair(&sender, &receiver, "full");
+    org(&sender);
+    sender.add("alice", "plainword apollo runbook", &["team:apollo"]);
+    let file = tmp.path().join("plain.amosb");
+    assert_eq!(export(&sender, &file, &[])["encrypted"], json!(false));
+    let good = std::fs::read(&file).unwrap();
+    let l = layout(&good);
+    let bad = tmp.path().join("bad.amosb");
+    // Without a tag, a flipped fact byte is caught by the bundle signature.
+    let text_at = good
+        .windows(9)
+        .position(|w| w == b"plainword")
+        .expect("plaintext bundle carries the text");
+    let (f0, f0len) = l.frames[0];
+    for at in [f0 + 4, f0 + 4 + f0len / 2, text_at, f0 + 4 + f0len - 1] {
+        let mut bytes = good.clone();
+        bytes[at] ^= 0x20;
+        std::fs::write(&bad, &bytes).unwrap();
+        refused_import(
+            &receiver,
+            &bad,
+            1,
+            ANY_REASON,
+            &format!("plaintext flip at {at}"),
+        );
+    }
+    // The plain bundle's text edited into another valid word: still refused.
+    let mut edited = good.clone();
+    edited[text_at..text_at + 9].copy_from_slice(b"plainWORD");
+    std::fs::write(&bad, &edited).unwrap();
+    refused_import(&receiver, &bad, 1, &["signature"], "edited text");
+    assert_eq!(u64_of(&import(&receiver, &file), "refused"), 0);
+}
+
+#[test]
+fn wrong_key_missing_key_unknown_sender_own_bundle_and_missing_file() {
+    let f = fixture(0);
+    let bundle = f.bundle.as_path();
+
+    // Wrong mesh key.
+    let other = Home::new();
+    other.ok(&["peers", "add", &node_id(&f.sender), "--policy", "full"]);
+    other.ok(&["mesh", "key", "generate"]);
+    let line = refused_import(&other, bundle, 1, &["different mesh key"], "wrong key");
+    assert!(!line.contains("tampered"), "{line}");
+
+    // No mesh key at all.
+    let keyless = Home::new();
+    keyless.ok(&["peers", "add", &node_id(&f.sender), "--policy", "full"]);
+    refused_import(&keyless, bundle, 1, &["set the mesh key"], "no key");
+
+    // The right key, but the sender is not registered here.
+    let stranger = Home::new();
+    stranger.ok(&["mesh", "key", "set", &f.key.to_string()]);
+    let line = refused_import(
+        &stranger,
+        bundle,
+        1,
+        &["not a registered peer"],
+        "unknown sender",
+    );
+    assert!(
+        line.contains(&node_id(&f.sender)[..10]),
+        "names the sender: {line}"
+    );
+
+    // Our own bundle.
+    refused_import(&f.sender, bundle, 1, &["made by this node"], "own bundle");
+
+    // A sender removed since: refused like a stranger.
+    f.receiver.ok(&["peers", "remove", &node_id(&f.sender)]);
+    refused_import(
+        &f.receiver,
+        bundle,
+        1,
+        &["not a registered peer"],
+        "removed peer",
+    );
+
+    // A file that does not exist: bad input.
+    let missing = f.tmp.path().join("no-such.amosb");
+    refused_import(&f.receiver, &missing, 2, &["no such file"], "missing file");
+}
+
+#[test]
+fn importing_the_same_bundle_twice_is_a_no_op() {
+    let sender = Home::new();
+    let receiver = Home::new();
+    let tmp = tempfile::tempdir().unwrap();
+    share_mesh_key(&sender, &receiver);
+    // The receiver gives the sender team:apollo; the sender exports
+    // everything, so the first import also refuses (and audits) facts.
+    receiver.ok(&["peers", "add", &node_id(&sender), "--policy", "team:apollo"]);
+    org(&sender);
+    sender.add("alice", "twiceword apollo", &["team:apollo"]);
+    sender.add("carol", "twiceword zeus", &["team:zeus"]);
+    for agent in ["alice", "bob"] {
+        receiver.ok(&["agent", "add", agent]);
+    }
+    let file = tmp.path().join("twice.amosb");
+    export(&sender, &file, &[]);
+
+    let first = import(&receiver, &file);
+    assert!(u64_of(&first, "applied") > 0, "{first}");
+    assert!(u64_of(&first, "refused") > 0, "{first}");
+    let after_first = (state(&receiver), audit(&receiver));
+    assert!(
+        !after_first.1["refused"].as_array().unwrap().is_empty(),
+        "{after_first:?}"
+    );
+    assert_eq!(
+        search_texts(&receiver, "bob", "twiceword"),
+        vec!["twiceword apollo"]
+    );
+
+    let second = import(&receiver, &file);
+    assert_eq!(u64_of(&second, "applied"), 0, "{second}");
+    assert_eq!(second["facts"], first["facts"]);
+    assert_eq!(
+        (state(&receiver), audit(&receiver)),
+        after_first,
+        "the second import changed the receiver"
+    );
+}
+
+// --------------------------------------------------------- 4. escalation
+
+fn sign(id: &amos_protocol::NodeIdentity, wall_ms: u64, logical: u32, body: FactBody) -> Vec<u8> {
+    let clock = Hlc {
+        wall_ms,
+        logical,
+        node: id.node_id(),
+    };
+    id.sign(Fact { clock, body }).expect("sign").to_bytes()
+}
+
+#[test]
+fn a_scoped_peer_cannot_escalate_through_a_bundle() {
+    let ours = Home::new();
+    let mallory = Home::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let key = share_mesh_key(&ours, &mallory);
+    pair(&ours, &mallory, "team:apollo");
+    org(&ours);
+    let mem = ours.add("alice", "apollo launch window is tuesday", &["team:apollo"]);
+    let ours_id: NodeId = node_id(&ours).parse().unwrap();
+    let mallory_id_text = node_id(&mallory);
+
+    // Mallory legitimately receives our memory.
+    let to_mallory = tmp.path().join("to-mallory.amosb");
+    export(&ours, &to_mallory, &["--for", &mallory_id_text]);
+    import(&mallory, &to_mallory);
+    let (_, _, facts) = bundle_facts(&to_mallory, Some(&key));
+    let mid: MemoryId = mem.parse().unwrap();
+    let content = facts
+        .iter()
+        .find_map(|f| match &f.fact.body {
+            FactBody::MemoryContent(c) if c.id == mid => Some(c.clone()),
+            _ => None,
+        })
+        .expect("our memory went to mallory");
+    assert_eq!(content.fixed.origin, ours_id);
+    let fixed = content.fixed.clone();
+
+    let view = |agent: &str| {
+        let m = ours.json(&["get", &mem, "--as", agent]);
+        (
+            m["content"].clone(),
+            m["visibility"].clone(),
+            m["owner"].clone(),
+        )
+    };
+    let before_alice = view("alice");
+    let before_bob = view("bob");
+    assert_eq!(before_alice.1, json!(["team:apollo"]));
+    let teams_before = ours.json(&["team", "list"]);
+    let agents_before = ours.json(&["agent", "list"]);
+
+    // Mallory crafts a validly signed bundle with its own identity.
+    let identity = amos_node::Home::new(mallory.path())
+        .load_identity()
+        .unwrap();
+    assert_eq!(identity.node_id().to_string(), mallory_id_text);
+    let now = now_ms() + 1000;
+    let carol = AgentId::parse("carol").unwrap();
+    let mallory_mem = |id: MemoryId, text: &str, g: &[&str], t: u32| {
+        let fixed = MemoryFixed {
+            owner: carol.clone(),
+            created_ms: now,
+            origin: identity.node_id(),
+        };
+        vec![
+            sign(
+                &identity,
+                now,
+                t,
+                FactBody::MemoryContent(MemoryContent {
+                    id,
+                    fixed: fixed.clone(),
+                    kind: MemoryType::default(),
+                    text: MemoryText::Plain(text.into()),
+                    tags: vec![],
+                    importance: 1.0,
+                    confidence: 1.0,
+                    pinned: true,
+                    expires_ms: None,
+                    supersedes: None,
+                }),
+            ),
+            sign(
+                &identity,
+                now,
+                t + 1,
+                FactBody::MemoryAcl(MemoryAcl {
+                    id,
+                    fixed,
+                    grants: grants(g),
+                }),
+            ),
+        ]
+    };
+    let x = MemoryId::new(now, [1; 10]);
+    let y = MemoryId::new(now, [2; 10]);
+    let zeus = OrgScope::Team(TeamId::parse("zeus").unwrap());
+    let refused_facts = vec![
+        // (a) widen our memory to global
+        sign(
+            &identity,
+            now,
+            1,
+            FactBody::MemoryAcl(MemoryAcl {
+                id: mid,
+                fixed: fixed.clone(),
+                grants: grants(&["global"]),
+            }),
+        ),
+        // (b) rewrite its content
+        sign(
+            &identity,
+            now,
+            2,
+            FactBody::MemoryContent(MemoryContent {
+                text: MemoryText::Plain("mallorywashere launch is cancelled".into()),
+                ..content.clone()
+            }),
+        ),
+        // (c) delete it
+        sign(
+            &identity,
+            now,
+            3,
+            FactBody::MemoryTombstone(MemoryTombstone { id: mid, fixed }),
+        ),
+        // (d) rewrite team zeus: add alice, remove carol, delete the team
+        sign(
+            &identity,
+            now,
+            4,
+            FactBody::Membership(MembershipFact {
+                scope: zeus.clone(),
+                agent: AgentId::parse("alice").unwrap(),
+                role: "member".into(),
+                present: true,
+            }),
+        ),
+        sign(
+            &identity,
+            now,
+            5,
+            FactBody::Membership(MembershipFact {
+                scope: zeus,
+                agent: carol.clone(),
+                role: "member".into(),
+                present: false,
+            }),
+        ),
+        sign(
+            &identity,
+            now,
+            6,
+            FactBody::Team(TeamFact {
+                id: TeamId::parse("zeus").unwrap(),
+                name: "zeus".into(),
+                present: false,
+            }),
+        ),
+        // and remove our agent carol
+        sign(
+            &identity,
+            now,
+            7,
+            FactBody::Agent(AgentFact {
+                id: carol.clone(),
+                kind: "agent".into(),
+                display_name: "carol".into(),
+                present: false,
+            }),
+        ),
+    ];
+    // (e) its own memory, "owned" by carol and shared globally and with her
+    // by name; (f) the same plus team:apollo.
+    let mut admitted = mallory_mem(
+        x,
+        "carolbait mallory wants carol to read",
+        &["global", "agent:carol"],
+        10,
+    );
+    admitted.extend(mallory_mem(
+        y,
+        "apollobait mallory note for apollo",
+        &["global", "agent:carol", "team:apollo"],
+        20,
+    ));
+    let evil = tmp.path().join("evil.amosb");
+    let mut w = BundleWriter::new(
+        File::create(&evil).unwrap(),
+        &identity,
+        Hlc {
+            wall_ms: now,
+            logical: 30,
+            node: identity.node_id(),
+        },
+        vec!["team:apollo".into()],
+        Some(&key),
+        [7; 16],
+    )
+    .unwrap();
+    let mut all = refused_facts.clone();
+    all.extend(admitted.iter().cloned());
+    w.write_frame(&all).unwrap();
+    w.finish().unwrap();
+
+    let r = import(&ours, &evil);
+    assert_eq!(r["sender"], json!(mallory_id_text));
+    assert_eq!(u64_of(&r, "facts"), all.len() as u64, "{r}");
+    assert!(u64_of(&r, "refused") >= 4, "{r}");
+    assert_eq!(u64_of(&r, "refused"), refused_facts.len() as u64, "{r}");
+    assert_eq!(u64_of(&r, "applied"), admitted.len() as u64, "{r}");
+
+    // The audit log names each refusal and why.
+    let entries = audit(&ours)["refused"].as_array().unwrap().clone();
+    let reasons: BTreeMap<String, String> = entries
+        .iter()
+        .filter(|e| e["peer"] == json!(mallory_id_text))
+        .map(|e| {
+            (
+                e["register"].as_str().unwrap().to_owned(),
+                e["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    for reg in ["acl", "content", "tombstone"] {
+        let reason = &reasons[&format!("memory:{mem}/{reg}")];
+        assert!(
+            reason.contains("not authored by the memory's origin"),
+            "{reg}: {reason}"
+        );
+    }
+    for reg in [
+        "membership:team:zeus/alice",
+        "membership:team:zeus/carol",
+        "team:zeus",
+        "agent:carol",
+    ] {
+        let reason = reasons
+            .get(reg)
+            .unwrap_or_else(|| panic!("{reg} not audited: {reasons:?}"));
+        assert!(
+            reason.contains("outside the peer's policy"),
+            "{reg}: {reason}"
+        );
+    }
+    assert_eq!(reasons.len(), refused_facts.len(), "{reasons:?}");
+
+    // Our memory: unchanged for alice and bob; still not carol's.
+    assert_eq!(view("alice"), before_alice);
+    assert_eq!(view("bob"), before_bob);
+    invisible(&ours, "carol", &mem);
+    assert!(search_texts(&ours, "bob", "mallorywashere").is_empty());
+    // Mallory's memories: nothing reaches carol, by name, ownership or global.
+    for id in [x.to_string(), y.to_string()] {
+        invisible(&ours, "carol", &id);
+    }
+    assert!(search_texts(&ours, "carol", "carolbait").is_empty());
+    assert!(search_texts(&ours, "carol", "apollobait").is_empty());
+    let carol_list = ours.json(&["list", "--as", "carol", "--limit", "100"]);
+    assert!(!carol_list.to_string().contains("mallory"), "{carol_list}");
+    // x has no team:apollo grant: nobody here sees it, global or not.
+    invisible(&ours, "alice", &x.to_string());
+    assert!(search_texts(&ours, "bob", "carolbait").is_empty());
+    // y is visible through team:apollo only.
+    let got = ours.json(&["get", &y.to_string(), "--as", "alice"]);
+    assert_eq!(got["visibility"], json!(["team:apollo"]), "{got}");
+    assert_eq!(
+        search_texts(&ours, "bob", "apollobait"),
+        vec!["apollobait mallory note for apollo"]
+    );
+    // Teams and agents are as they were.
+    assert_eq!(ours.json(&["team", "list"]), teams_before);
+    assert_eq!(ours.json(&["agent", "list"]), agents_before);
+}
+
+// ------------------------------------------------------- 5. export --for
+
+#[test]
+fn export_for_a_scoped_peer_carries_only_its_scope_and_retractions() {
+    let a = Home::new();
+    let b = Home::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let key = share_mesh_key(&a, &b);
+    pair(&a, &b, "team:apollo");
+    org(&a);
+    for agent in ["alice", "bob", "carol"] {
+        b.ok(&["agent", "add", agent]);
+    }
+    let private = a.add("alice", "fvprivate alice only", &[]);
+    let agent = a.add("alice", "fvagent for bob by name", &["agent:bob"]);
+    let zeus = a.add("carol", "fvzeus zeus plans", &["team:zeus"]);
+    let global = a.add("alice", "fvglobal for everyone", &["global"]);
+    let t1 = a.add("alice", "fvapolloone first apollo note", &["team:apollo"]);
+    let t2 = a.add("alice", "fvapollotwo second apollo note", &["team:apollo"]);
+    let tg = a.add("alice", "fvapolloglobal", &["team:apollo", "global"]);
+    let tc = a.add("alice", "fvapollocarol", &["team:apollo", "agent:carol"]);
+    a.ok(&["link", &t1, &t2, "--as", "alice"]);
+    a.ok(&["link", &t1, &private, "--as", "alice"]);
+    a.ok(&["link", &tg, &global, "--as", "alice"]);
+    let policy = grants(&["team:apollo"]);
+    let bid = node_id(&b);
+
+    struct Seen {
+        content: BTreeSet<String>,
+        acl: BTreeMap<String, Grants>,
+        links: Vec<(String, String)>,
+    }
+    let check = |file: &Path| -> Seen {
+        let (scopes, encrypted, facts) = bundle_facts(file, Some(&key));
+        assert_eq!(scopes, vec!["team:apollo".to_string()]);
+        assert!(encrypted);
+        let mut seen = Seen {
+            content: BTreeSet::new(),
+            acl: BTreeMap::new(),
+            links: Vec::new(),
+        };
+        for f in &facts {
+            match &f.fact.body {
+                FactBody::MemoryContent(c) => {
+                    for w in ["fvprivate", "fvagent", "fvzeus", "fvglobal"] {
+                        assert!(!c.text.as_str().contains(w), "{c:?}");
+                    }
+                    seen.content.insert(c.id.to_string());
+                }
+                FactBody::MemoryAcl(m) => {
+                    seen.acl.insert(m.id.to_string(), m.grants.clone());
+                }
+                FactBody::MemoryTombstone(t) => panic!("unexpected tombstone {t:?}"),
+                FactBody::Link(l) => seen.links.push((l.from.to_string(), l.to.to_string())),
+                FactBody::Team(t) => assert_eq!(t.id.as_str(), "apollo", "{t:?}"),
+                FactBody::Membership(m) => {
+                    assert_eq!(m.scope.to_string(), "team:apollo", "{m:?}")
+                }
+                other => panic!("not for a scoped peer: {other:?}"),
+            }
+        }
+        // Every memory whose content goes has an acl fact in the bundle
+        // meeting the policy.
+        for id in &seen.content {
+            let g = seen
+                .acl
+                .get(id)
+                .unwrap_or_else(|| panic!("content of {id} without its acl"));
+            assert!(!g.intersection(&policy).is_empty(), "{id}: {g}");
+        }
+        seen
+    };
+
+    let first = tmp.path().join("first.amosb");
+    export(&a, &first, &["--for", &bid]);
+    let s = check(&first);
+    let expected: BTreeSet<String> = [&t1, &t2, &tg, &tc].into_iter().cloned().collect();
+    assert_eq!(s.content, expected);
+    assert_eq!(s.acl.keys().cloned().collect::<BTreeSet<_>>(), expected);
+    assert_eq!(s.links, vec![(t1.clone(), t2.clone())]);
+    for id in [&private, &agent, &zeus, &global] {
+        assert!(!s.acl.contains_key(id));
+    }
+    import(&b, &first);
+    assert_eq!(
+        search_texts(&b, "bob", "fvapolloone"),
+        vec!["fvapolloone first apollo note"]
+    );
+    // On b the agent:carol and global grants have no effect.
+    let got = b.json(&["get", &tc, "--as", "bob"]);
+    assert_eq!(got["visibility"], json!(["team:apollo"]));
+    invisible(&b, "carol", &tc);
+    invisible(&b, "carol", &tg);
+
+    // Unshare t1 from apollo: it goes out again, as a retraction only.
+    a.ok(&["unshare", &t1, "team:apollo", "--as", "alice"]);
+    let second = tmp.path().join("second.amosb");
+    export(&a, &second, &["--for", &bid]);
+    let s = check(&second);
+    assert!(!s.content.contains(&t1), "revoked content went out");
+    let g = s.acl.get(&t1).expect("the retraction goes out");
+    assert!(g.intersection(&policy).is_empty(), "{g}");
+    assert!(s.links.iter().all(|(x, y)| x != &t1 && y != &t1));
+    let still: BTreeSet<String> = [&t2, &tg, &tc].into_iter().cloned().collect();
+    assert_eq!(s.content, still);
+
+    let r = import(&b, &second);
+    assert!(u64_of(&r, "applied") >= 1, "{r}");
+    assert!(search_texts(&b, "bob", "fvapolloone").is_empty());
+    assert!(search_texts(&b, "alice", "fvapolloone").is_empty());
+    invisible(&b, "bob", &t1);
+    invisible(&b, "alice", &t1);
+    // No local agent may see it any longer: its content is purged.
+    assert_eq!(db_hits(&b, "fvapolloone"), Vec::<String>::new());
+    assert!(!db_hits(&b, "fvapollotwo").is_empty());
+    assert_eq!(digest(&a, &["team:apollo"]), digest(&b, &["team:apollo"]));
+}

@@ -1,0 +1,355 @@
+//! The sync session as a state machine (sans-IO, quinn-proto's pattern): the
+//! transport feeds it [`Event`]s and carries out the [`Action`]s it returns;
+//! a test simulator drives it just as well.
+//!
+//! One session = both sides pull (DESIGN.md §7):
+//!
+//! 1. each side sends `Hello { epoch, have }` — its log epoch and the
+//!    watermark it holds of the other;
+//! 2. on the other's `Hello`, a side exports its facts changed after that
+//!    watermark (from 0 if the epochs differ: a restored store starts over;
+//!    last-writer-wins makes the resend harmless), sends them as `Facts`
+//!    batches, then `Done { upto }`;
+//! 3. each `Facts` batch received is applied in its own transaction; on the
+//!    other's `Done` — after every batch before it committed — the side
+//!    stores `upto` as its new watermark of the other.
+//!
+//! Invariant: a watermark only moves after everything it covers committed,
+//! so a session cut at any point loses nothing; the next one resumes.
+
+use amos_protocol::wire::{Epoch, SyncV1, Watermark};
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A message from the peer.
+    Received(SyncV1),
+    /// The driver finished sending our facts (as `Facts` messages) up to `upto`.
+    ExportDone { upto: Watermark },
+}
+
+/// What the driver must do, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    Send(SyncV1),
+    /// Send our facts changed after `since` that the peer may receive, as
+    /// `Facts` messages, then report [`Event::ExportDone`]. `peer_reset`:
+    /// the peer's log is new to us (first sync, or its epoch changed — it
+    /// was restored and may have lost its own facts), so send them too;
+    /// otherwise its own facts need not travel back to it.
+    Export { since: i64, peer_reset: bool },
+    /// Verify and apply a batch from the peer in one transaction.
+    Apply(Vec<Vec<u8>>),
+    /// Store our new watermark of the peer.
+    SaveWatermark(Watermark),
+    /// Both directions are complete.
+    Finished,
+}
+
+/// A protocol violation by the peer (or a refusal it sent).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    #[error("peer broke the sync protocol: {0}")]
+    Protocol(&'static str),
+    #[error("peer refused the sync: {0}")]
+    Refused(String),
+}
+
+/// One side of a session.
+#[derive(Debug, Clone)]
+pub struct Session {
+    my_epoch: Epoch,
+    /// Our watermark of the peer when the session opened.
+    have: Option<Watermark>,
+    their_epoch: Option<Epoch>,
+    sent_done: bool,
+    received_done: bool,
+    finished: bool,
+}
+
+impl Session {
+    /// Open a session: `have` is our stored watermark of the peer.
+    pub fn start(my_epoch: Epoch, have: Option<Watermark>) -> (Session, Vec<Action>) {
+        (
+            Session {
+                my_epoch,
+                have,
+                their_epoch: None,
+                sent_done: false,
+                received_done: false,
+                finished: false,
+            },
+            vec![Action::Send(SyncV1::Hello {
+                epoch: my_epoch,
+                have,
+            })],
+        )
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Feed one event; get the actions to carry out.
+    pub fn handle(&mut self, event: Event) -> Result<Vec<Action>, SessionError> {
+        use SessionError::Protocol;
+        if self.finished {
+            return Err(Protocol("message after the session finished"));
+        }
+        let mut out = Vec::new();
+        match event {
+            Event::Received(SyncV1::Hello { epoch, have }) => {
+                if self.their_epoch.is_some() {
+                    return Err(Protocol("second hello"));
+                }
+                self.their_epoch = Some(epoch);
+                let since = match have {
+                    Some(w) if w.epoch == self.my_epoch && w.seq >= 0 => w.seq,
+                    _ => 0,
+                };
+                let peer_reset = self.have.is_none_or(|w| w.epoch != epoch);
+                out.push(Action::Export { since, peer_reset });
+            }
+            Event::Received(SyncV1::Facts { facts }) => {
+                if self.their_epoch.is_none() {
+                    return Err(Protocol("facts before hello"));
+                }
+                if self.received_done {
+                    return Err(Protocol("facts after done"));
+                }
+                out.push(Action::Apply(facts));
+            }
+            Event::Received(SyncV1::Done { upto }) => {
+                let Some(theirs) = self.their_epoch else {
+                    return Err(Protocol("done before hello"));
+                };
+                if self.received_done {
+                    return Err(Protocol("second done"));
+                }
+                if upto.epoch != theirs {
+                    return Err(Protocol("done names another epoch than hello"));
+                }
+                self.received_done = true;
+                out.push(Action::SaveWatermark(upto));
+            }
+            Event::Received(SyncV1::Refused { reason }) => {
+                return Err(SessionError::Refused(reason));
+            }
+            Event::ExportDone { upto } => {
+                if self.their_epoch.is_none() || self.sent_done {
+                    return Err(Protocol("export finished out of turn"));
+                }
+                self.sent_done = true;
+                out.push(Action::Send(SyncV1::Done { upto }));
+            }
+        }
+        if self.sent_done && self.received_done {
+            self.finished = true;
+            out.push(Action::Finished);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wm(e: u8, seq: i64) -> Watermark {
+        Watermark {
+            epoch: [e; 16],
+            seq,
+        }
+    }
+
+    /// A side in a simulation: a log of (seq, fact) and what it applied.
+    struct Side {
+        epoch: Epoch,
+        log: Vec<(i64, Vec<u8>)>,
+        applied: Vec<Vec<u8>>,
+        watermark: Option<Watermark>,
+    }
+
+    impl Side {
+        fn new(e: u8, n: i64) -> Side {
+            Side {
+                epoch: [e; 16],
+                log: (1..=n).map(|s| (s, vec![e, s as u8])).collect(),
+                applied: Vec::new(),
+                watermark: None,
+            }
+        }
+    }
+
+    /// Run a session between `a` and `b`, delivering messages in order;
+    /// `cut_after` drops the link after that many delivered messages.
+    /// Returns whether both sides finished.
+    fn run(a: &mut Side, b: &mut Side, cut_after: Option<usize>) -> bool {
+        let (mut sa, acts_a) = Session::start(a.epoch, a.watermark);
+        let (mut sb, acts_b) = Session::start(b.epoch, b.watermark);
+        let mut to_b: std::collections::VecDeque<SyncV1> = Default::default();
+        let mut to_a: std::collections::VecDeque<SyncV1> = Default::default();
+        let mut pending = vec![(true, acts_a), (false, acts_b)];
+        let mut delivered = 0;
+        let mut finished = (false, false);
+        loop {
+            while let Some((is_a, acts)) = pending.pop() {
+                for act in acts {
+                    let (side, session, outbox) = if is_a {
+                        (&mut *a, &mut sa, &mut to_b)
+                    } else {
+                        (&mut *b, &mut sb, &mut to_a)
+                    };
+                    match act {
+                        Action::Send(m) => outbox.push_back(m),
+                        Action::Export { since, .. } => {
+                            for (_, f) in side.log.iter().filter(|(s, _)| *s > since) {
+                                outbox.push_back(SyncV1::Facts {
+                                    facts: vec![f.clone()],
+                                });
+                            }
+                            let upto = Watermark {
+                                epoch: side.epoch,
+                                seq: side.log.last().map_or(0, |l| l.0),
+                            };
+                            let next = session.handle(Event::ExportDone { upto }).unwrap();
+                            pending.push((is_a, next));
+                        }
+                        Action::Apply(fs) => side.applied.extend(fs),
+                        Action::SaveWatermark(w) => side.watermark = Some(w),
+                        Action::Finished => {
+                            if is_a {
+                                finished.0 = true
+                            } else {
+                                finished.1 = true
+                            }
+                        }
+                    }
+                }
+            }
+            if cut_after.is_some_and(|c| delivered >= c) {
+                return false;
+            }
+            if let Some(m) = to_b.pop_front() {
+                delivered += 1;
+                let acts = sb.handle(Event::Received(m)).unwrap();
+                pending.push((false, acts));
+            } else if let Some(m) = to_a.pop_front() {
+                delivered += 1;
+                let acts = sa.handle(Event::Received(m)).unwrap();
+                pending.push((true, acts));
+            } else {
+                return finished == (true, true);
+            }
+        }
+    }
+
+    #[test]
+    fn first_sync_sends_everything_and_sets_watermarks() {
+        let mut a = Side::new(1, 5);
+        let mut b = Side::new(2, 3);
+        assert!(run(&mut a, &mut b, None));
+        assert_eq!(b.applied.len(), 5);
+        assert_eq!(a.applied.len(), 3);
+        assert_eq!(b.watermark, Some(wm(1, 5)));
+        assert_eq!(a.watermark, Some(wm(2, 3)));
+    }
+
+    #[test]
+    fn idle_sync_sends_no_facts() {
+        let mut a = Side::new(1, 5);
+        let mut b = Side::new(2, 3);
+        assert!(run(&mut a, &mut b, None));
+        a.applied.clear();
+        b.applied.clear();
+        assert!(run(&mut a, &mut b, None));
+        assert!(a.applied.is_empty() && b.applied.is_empty());
+    }
+
+    #[test]
+    fn only_new_facts_after_the_watermark() {
+        let mut a = Side::new(1, 5);
+        let mut b = Side::new(2, 0);
+        assert!(run(&mut a, &mut b, None));
+        a.log.push((6, vec![1, 6]));
+        b.applied.clear();
+        assert!(run(&mut a, &mut b, None));
+        assert_eq!(b.applied, vec![vec![1, 6]]);
+        assert_eq!(b.watermark, Some(wm(1, 6)));
+    }
+
+    #[test]
+    fn a_restored_store_starts_over_from_zero() {
+        let mut a = Side::new(1, 5);
+        let mut b = Side::new(2, 0);
+        assert!(run(&mut a, &mut b, None));
+        a.epoch = [9; 16]; // restored: new epoch
+        b.applied.clear();
+        assert!(run(&mut a, &mut b, None));
+        assert_eq!(b.applied.len(), 5);
+        assert_eq!(b.watermark, Some(wm(9, 5)));
+    }
+
+    #[test]
+    fn a_cut_session_keeps_the_old_watermark_and_the_next_resumes() {
+        for cut in 0..8 {
+            let mut a = Side::new(1, 5);
+            let mut b = Side::new(2, 2);
+            let done = run(&mut a, &mut b, Some(cut));
+            if !done {
+                // Whatever arrived was applied, but no watermark moved past
+                // what was not confirmed.
+                assert!(b.watermark.is_none() || b.watermark == Some(wm(1, 5)));
+            }
+            assert!(run(&mut a, &mut b, None));
+            let mut got = b.applied.clone();
+            got.sort();
+            got.dedup();
+            assert_eq!(got.len(), 5, "cut after {cut}");
+            assert_eq!(b.watermark, Some(wm(1, 5)));
+        }
+    }
+
+    #[test]
+    fn export_says_when_the_peer_log_is_new() {
+        let hello = |e: u8| Event::Received(SyncV1::Hello {
+            epoch: [e; 16],
+            have: None,
+        });
+        let export = |acts: Vec<Action>| {
+            acts.into_iter()
+                .find_map(|a| match a {
+                    Action::Export { peer_reset, .. } => Some(peer_reset),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        let (mut first, _) = Session::start([1; 16], None);
+        assert!(export(first.handle(hello(2)).unwrap()), "first sync");
+        let (mut same, _) = Session::start([1; 16], Some(wm(2, 5)));
+        assert!(!export(same.handle(hello(2)).unwrap()), "same epoch");
+        let (mut restored, _) = Session::start([1; 16], Some(wm(2, 5)));
+        assert!(export(restored.handle(hello(3)).unwrap()), "peer restored");
+    }
+
+    #[test]
+    fn protocol_violations_are_errors() {
+        let (mut s, _) = Session::start([1; 16], None);
+        assert!(s.handle(Event::Received(SyncV1::Facts { facts: vec![] })).is_err());
+        let (mut s, _) = Session::start([1; 16], None);
+        assert!(s.handle(Event::Received(SyncV1::Done { upto: wm(2, 1) })).is_err());
+        let (mut s, _) = Session::start([1; 16], None);
+        s.handle(Event::Received(SyncV1::Hello { epoch: [2; 16], have: None })).unwrap();
+        assert!(s.handle(Event::Received(SyncV1::Done { upto: wm(3, 1) })).is_err(), "epoch switch");
+        assert!(
+            s.handle(Event::Received(SyncV1::Hello { epoch: [2; 16], have: None })).is_err(),
+            "second hello"
+        );
+        let (mut s, _) = Session::start([1; 16], None);
+        assert_eq!(
+            s.handle(Event::Received(SyncV1::Refused { reason: "x".into() })),
+            Err(SessionError::Refused("x".into()))
+        );
+    }
+}
