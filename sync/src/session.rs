@@ -37,7 +37,10 @@ pub enum Action {
     /// the peer's log is new to us (first sync, or its epoch changed — it
     /// was restored and may have lost its own facts), so send them too;
     /// otherwise its own facts need not travel back to it.
-    Export { since: i64, peer_reset: bool },
+    Export {
+        since: i64,
+        peer_reset: bool,
+    },
     /// Verify and apply a batch from the peer in one transaction.
     Apply(Vec<Vec<u8>>),
     /// Store our new watermark of the peer.
@@ -313,10 +316,12 @@ mod tests {
 
     #[test]
     fn export_says_when_the_peer_log_is_new() {
-        let hello = |e: u8| Event::Received(SyncV1::Hello {
-            epoch: [e; 16],
-            have: None,
-        });
+        let hello = |e: u8| {
+            Event::Received(SyncV1::Hello {
+                epoch: [e; 16],
+                have: None,
+            })
+        };
         let export = |acts: Vec<Action>| {
             acts.into_iter()
                 .find_map(|a| match a {
@@ -336,14 +341,32 @@ mod tests {
     #[test]
     fn protocol_violations_are_errors() {
         let (mut s, _) = Session::start([1; 16], None);
-        assert!(s.handle(Event::Received(SyncV1::Facts { facts: vec![] })).is_err());
-        let (mut s, _) = Session::start([1; 16], None);
-        assert!(s.handle(Event::Received(SyncV1::Done { upto: wm(2, 1) })).is_err());
-        let (mut s, _) = Session::start([1; 16], None);
-        s.handle(Event::Received(SyncV1::Hello { epoch: [2; 16], have: None })).unwrap();
-        assert!(s.handle(Event::Received(SyncV1::Done { upto: wm(3, 1) })).is_err(), "epoch switch");
         assert!(
-            s.handle(Event::Received(SyncV1::Hello { epoch: [2; 16], have: None })).is_err(),
+            s.handle(Event::Received(SyncV1::Facts { facts: vec![] }))
+                .is_err()
+        );
+        let (mut s, _) = Session::start([1; 16], None);
+        assert!(
+            s.handle(Event::Received(SyncV1::Done { upto: wm(2, 1) }))
+                .is_err()
+        );
+        let (mut s, _) = Session::start([1; 16], None);
+        s.handle(Event::Received(SyncV1::Hello {
+            epoch: [2; 16],
+            have: None,
+        }))
+        .unwrap();
+        assert!(
+            s.handle(Event::Received(SyncV1::Done { upto: wm(3, 1) }))
+                .is_err(),
+            "epoch switch"
+        );
+        assert!(
+            s.handle(Event::Received(SyncV1::Hello {
+                epoch: [2; 16],
+                have: None
+            }))
+            .is_err(),
             "second hello"
         );
         let (mut s, _) = Session::start([1; 16], None);

@@ -1,0 +1,154 @@
+//! quinn endpoints with the node's identity, dialling a NodeId, and reading
+//! the authenticated peer of a connection.
+//!
+//! Must be called inside a tokio runtime (quinn binds its socket there).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use amos_protocol::{NodeId, NodeIdentity};
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn::{ConnectError, Connection, Endpoint, Incoming};
+use rustls::pki_types::CertificateDer;
+
+use super::error::{from_connect_error, from_connection_error};
+use super::tls::{self, ALPN, PeerAcceptor};
+use super::{RefusedBy, TransportError};
+
+fn quinn_client_config(
+    identity: &NodeIdentity,
+    acceptor: Arc<dyn PeerAcceptor>,
+) -> Result<quinn::ClientConfig, TransportError> {
+    let tls = tls::client_config(identity, acceptor)?;
+    let quic = QuicClientConfig::try_from(tls)
+        .map_err(|e| TransportError::Config(format!("QUIC client TLS: {e}")))?;
+    Ok(quinn::ClientConfig::new(Arc::new(quic)))
+}
+
+fn quinn_server_config(
+    identity: &NodeIdentity,
+    acceptor: Arc<dyn PeerAcceptor>,
+) -> Result<quinn::ServerConfig, TransportError> {
+    let tls = tls::server_config(identity, acceptor)?;
+    let quic = QuicServerConfig::try_from(tls)
+        .map_err(|e| TransportError::Config(format!("QUIC server TLS: {e}")))?;
+    Ok(quinn::ServerConfig::with_crypto(Arc::new(quic)))
+}
+
+/// An endpoint that accepts connections on `addr` (port 0: any free port;
+/// read it back with `local_addr()`) and can also dial out from the same
+/// socket with [`connect`]. Both directions use `acceptor` for the peer's key.
+pub fn server_endpoint(
+    addr: SocketAddr,
+    identity: &NodeIdentity,
+    acceptor: Arc<dyn PeerAcceptor>,
+) -> Result<Endpoint, TransportError> {
+    let server = quinn_server_config(identity, acceptor.clone())?;
+    let client = quinn_client_config(identity, acceptor)?;
+    let mut endpoint = Endpoint::server(server, addr)?;
+    endpoint.set_default_client_config(client);
+    Ok(endpoint)
+}
+
+/// A dial-only endpoint bound to `bind` (e.g. `0.0.0.0:0`, or `[::]:0` to
+/// reach IPv6 peers).
+pub fn client_endpoint(
+    bind: SocketAddr,
+    identity: &NodeIdentity,
+    acceptor: Arc<dyn PeerAcceptor>,
+) -> Result<Endpoint, TransportError> {
+    let client = quinn_client_config(identity, acceptor)?;
+    let mut endpoint = Endpoint::client(bind)?;
+    endpoint.set_default_client_config(client);
+    Ok(endpoint)
+}
+
+/// Dial `expected` at `addr`. Succeeds only if the peer's key is `expected`
+/// and the endpoint's acceptor accepts it ([`TransportError::Refused`] by
+/// [`RefusedBy::Us`] otherwise).
+///
+/// If the *peer* refuses this node's key, the error may surface here or only
+/// at the first stream operation on the returned connection (TLS 1.3 lets
+/// the client finish before the server has checked the client's key).
+/// Bounded by quinn's idle timeout; wrap it in [`super::with_timeout`] for a
+/// tighter bound.
+pub async fn connect(
+    endpoint: &Endpoint,
+    addr: SocketAddr,
+    expected: NodeId,
+) -> Result<Connection, TransportError> {
+    let connecting = endpoint
+        .connect(addr, &tls::dial_name(&expected))
+        .map_err(|e| match e {
+            ConnectError::EndpointStopping => {
+                TransportError::Closed("the local endpoint is shutting down".into())
+            }
+            ConnectError::NoDefaultClientConfig => TransportError::Config(
+                "the endpoint has no client configuration (use server_endpoint or client_endpoint)"
+                    .into(),
+            ),
+            ConnectError::InvalidRemoteAddress(_) | ConnectError::UnsupportedVersion => {
+                TransportError::Unreachable {
+                    addr,
+                    reason: format!("cannot dial this address from this endpoint: {e}"),
+                }
+            }
+            other => TransportError::Config(format!("cannot start the handshake: {other}")),
+        })?;
+    let connection = connecting.await.map_err(|e| from_connect_error(addr, e))?;
+    // The verifier already checked this; a mismatch here would be a bug in
+    // the TLS setup, and must never yield a connection.
+    let peer = peer_node_id(&connection)?;
+    if peer != expected {
+        connection.close(quinn::VarInt::from_u32(0), b"unexpected peer key");
+        return Err(TransportError::Refused {
+            by: RefusedBy::Us,
+            reason: format!("the peer authenticated as {peer}, but we dialled {expected}"),
+        });
+    }
+    check_alpn(&connection)?;
+    Ok(connection)
+}
+
+/// Complete an incoming handshake; returns the connection and the peer's
+/// authenticated NodeId (already accepted by the endpoint's acceptor).
+pub async fn accept_incoming(incoming: Incoming) -> Result<(Connection, NodeId), TransportError> {
+    let connection = incoming.await.map_err(from_connection_error)?;
+    let peer = peer_node_id(&connection)?;
+    check_alpn(&connection)?;
+    Ok((connection, peer))
+}
+
+/// The NodeId the peer authenticated with in the handshake.
+pub fn peer_node_id(connection: &Connection) -> Result<NodeId, TransportError> {
+    let identity = connection.peer_identity().ok_or_else(|| {
+        TransportError::Protocol("the peer presented no key in the handshake".into())
+    })?;
+    let chain = identity
+        .downcast::<Vec<CertificateDer<'static>>>()
+        .map_err(|_| TransportError::Protocol("unexpected TLS peer identity type".into()))?;
+    match chain.as_slice() {
+        [spki] => tls::spki_to_node_id(spki.as_ref()).ok_or_else(|| {
+            TransportError::Protocol("the peer's key is not an Ed25519 raw public key".into())
+        }),
+        _ => Err(TransportError::Protocol(
+            "the peer presented a certificate chain, not a single raw public key".into(),
+        )),
+    }
+}
+
+fn check_alpn(connection: &Connection) -> Result<(), TransportError> {
+    let protocol = connection
+        .handshake_data()
+        .and_then(|data| data.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
+        .and_then(|data| data.protocol);
+    if protocol.as_deref() == Some(ALPN) {
+        Ok(())
+    } else {
+        connection.close(quinn::VarInt::from_u32(0), b"ALPN amos/1 required");
+        Err(TransportError::Protocol(format!(
+            "the peer negotiated application protocol {:?}, not amos/1",
+            protocol.map(|p| String::from_utf8_lossy(&p).into_owned())
+        )))
+    }
+}
