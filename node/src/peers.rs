@@ -7,9 +7,9 @@
 //! what the new policy admits.
 
 use amos_acl::PeerPolicy;
+use amos_protocol::wire::{Epoch, Watermark};
 use amos_protocol::{NodeId, Scope, SignedFact, Verified};
 use amos_sync::{ApplyReport, Sender, apply_batch};
-use amos_protocol::wire::{Epoch, Watermark};
 use rusqlite::{OptionalExtension, params};
 
 use crate::error::{NodeError, Result};
@@ -220,9 +220,9 @@ impl Node {
         batch: usize,
         emit: impl FnMut(Vec<Vec<u8>>) -> Result<()>,
     ) -> Result<i64> {
-        let policy = self
-            .peer_policy(peer)?
-            .ok_or_else(|| NodeError::Refused(format!("{} is not a registered peer", peer.short())))?;
+        let policy = self.peer_policy(peer)?.ok_or_else(|| {
+            NodeError::Refused(format!("{} is not a registered peer", peer.short()))
+        })?;
         let policy_seq: i64 = self.store.conn().query_row(
             "SELECT policy_seq FROM peers WHERE node_id = ?1",
             [&peer.0[..]],

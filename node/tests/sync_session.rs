@@ -90,8 +90,10 @@ fn sessions_converge_resume_and_idle_cheaply() {
     let dir = tempfile::tempdir().unwrap();
     let mut a = node(&dir, "a");
     let mut b = node(&dir, "b");
-    a.peer_add(&b.node_id().to_string(), None, "team:apollo").unwrap();
-    b.peer_add(&a.node_id().to_string(), None, "team:apollo").unwrap();
+    a.peer_add(&b.node_id().to_string(), None, "team:apollo")
+        .unwrap();
+    b.peer_add(&a.node_id().to_string(), None, "team:apollo")
+        .unwrap();
     a.team_create("apollo", None).unwrap();
     a.agent_add("alice", "agent", &["apollo".into()]).unwrap();
     b.agent_add("alice", "agent", &[]).unwrap();
@@ -105,7 +107,10 @@ fn sessions_converge_resume_and_idle_cheaply() {
 
     let (to_a, to_b) = sync(&mut a, &mut b);
     assert_eq!(to_a, 0, "b had nothing a may receive");
-    assert!(to_b >= 42, "20 memories (content + acl) and the org records: {to_b}");
+    assert!(
+        to_b >= 42,
+        "20 memories (content + acl) and the org records: {to_b}"
+    );
     let scope = ["team:apollo".to_string()];
     assert_eq!(a.digest(&scope).unwrap(), b.digest(&scope).unwrap());
     let alice_b = b.requester("alice").unwrap();
@@ -122,10 +127,12 @@ fn sessions_converge_resume_and_idle_cheaply() {
     assert_eq!(a.digest(&scope).unwrap(), b.digest(&scope).unwrap());
 
     // A policy change resets the watermark: everything admitted is re-sent.
-    b.peer_set_policy(&a.node_id().to_string(), "team:apollo,global").unwrap();
+    b.peer_set_policy(&a.node_id().to_string(), "team:apollo,global")
+        .unwrap();
     let (to_a, _) = sync(&mut a, &mut b);
     assert_eq!(to_a, 0);
-    a.peer_set_policy(&b.node_id().to_string(), "team:apollo,global").unwrap();
+    a.peer_set_policy(&b.node_id().to_string(), "team:apollo,global")
+        .unwrap();
     let (_, to_b) = sync(&mut a, &mut b);
     assert!(to_b >= 44, "re-sent after the policy change: {to_b}");
     assert_eq!(a.digest(&scope).unwrap(), b.digest(&scope).unwrap());
