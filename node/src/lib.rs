@@ -15,6 +15,7 @@ pub mod clock;
 pub mod error;
 pub mod home;
 pub mod index;
+pub mod mesh;
 pub mod node;
 pub mod ops;
 pub mod peers;

@@ -211,6 +211,21 @@ enum Cmd {
     /// Peers and their policies
     #[command(subcommand)]
     Peers(PeersCmd),
+    /// Run the node: QUIC listener, periodic sync; stops on SIGINT/SIGTERM
+    Serve {
+        /// UDP address to listen on
+        #[arg(long, value_name = "ADDR", default_value = amos_node::mesh::DEFAULT_LISTEN)]
+        listen: String,
+        /// Also sync with every peer this often (e.g. 30s)
+        #[arg(long, value_name = "DUR")]
+        sync_every: Option<String>,
+        /// Do not use mDNS (discovery is not implemented yet either way)
+        #[arg(long)]
+        no_mdns: bool,
+    },
+    /// Sync with peers over QUIC
+    #[command(subcommand)]
+    Sync(SyncCmd),
     /// The mesh key that encrypts bundles
     #[command(subcommand)]
     Mesh(MeshCmd),
@@ -243,6 +258,14 @@ enum Cmd {
         #[arg(long)]
         keep: bool,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum SyncCmd {
+    /// Sync with one peer (NodeId, prefix or name) or every peer with an address now
+    Now { peer: Option<String> },
+    /// Sync once with every peer with an address; unreachable peers are not fatal
+    Auto,
 }
 
 #[derive(Subcommand, Debug)]
@@ -451,6 +474,55 @@ fn parse_expiry(s: &str, now_ms: u64) -> Result<u64> {
         .unwrap_or(0))
 }
 
+/// `amos sync now|auto`: one pass, one line (or JSON object) per peer.
+fn sync_cmd(home: &Home, out: &Out, cmd: SyncCmd) -> Result<()> {
+    use amos_node::mesh::SyncResult;
+    let (only, auto) = match &cmd {
+        SyncCmd::Now { peer } => (peer.as_deref(), false),
+        SyncCmd::Auto => (None, true),
+    };
+    // Validates the home (exit 2 if it is not one).
+    drop(Node::open(home)?);
+    let outcomes = amos_node::mesh::sync_pass_blocking(home, only)?;
+    out.emit(&json!({"peers": outcomes}), || {
+        if outcomes.is_empty() {
+            return "no peers with an address to sync with".into();
+        }
+        outcomes
+            .iter()
+            .map(|o| match o.result {
+                SyncResult::Ok => format!(
+                    "{}  ok: {} facts in, {} out, {} B in, {} B out, {} ms",
+                    o.peer, o.facts_in, o.facts_out, o.bytes_in, o.bytes_out, o.ms
+                ),
+                r => format!(
+                    "{}  {}: {}",
+                    o.peer,
+                    r.as_str(),
+                    o.error.as_deref().unwrap_or("")
+                ),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    let failed = outcomes
+        .iter()
+        .filter(|o| match o.result {
+            SyncResult::Ok => false,
+            SyncResult::Unreachable => !auto,
+            SyncResult::Refused | SyncResult::Failed => true,
+        })
+        .count();
+    if failed > 0 {
+        anyhow::bail!(
+            "sync failed with {failed} of {} peer{}",
+            outcomes.len(),
+            if outcomes.len() == 1 { "" } else { "s" }
+        );
+    }
+    Ok(())
+}
+
 fn run(cli: Cli) -> Result<()> {
     let out = Out {
         json: cli.json,
@@ -475,6 +547,35 @@ fn run(cli: Cli) -> Result<()> {
             return Ok(());
         }
         Cmd::Demo => return demo::run(&out),
+        Cmd::Serve {
+            listen,
+            sync_every,
+            no_mdns,
+        } => {
+            let listen = listen
+                .parse()
+                .map_err(|_| bad(format!("malformed --listen {listen:?}: use IP:PORT")))?;
+            let sync_every = sync_every
+                .map(|d| {
+                    humantime::parse_duration(&d)
+                        .ok()
+                        .filter(|d| !d.is_zero())
+                        .ok_or_else(|| bad(format!("malformed --sync-every {d:?}: use e.g. 30s")))
+                })
+                .transpose()?;
+            // Validates the home (exit 2 if it is not one).
+            drop(Node::open(&home)?);
+            amos_node::mesh::serve(
+                &home,
+                &amos_node::mesh::ServeOptions {
+                    listen,
+                    sync_every,
+                    mdns: !no_mdns,
+                },
+            )?;
+            return Ok(());
+        }
+        Cmd::Sync(cmd) => return sync_cmd(&home, &out, cmd),
         Cmd::Bench {
             corpus,
             passes,
@@ -500,7 +601,9 @@ fn run(cli: Cli) -> Result<()> {
     }
     let mut node = Node::open(&home)?;
     match cli.cmd {
-        Cmd::Init { .. } | Cmd::Demo | Cmd::Bench { .. } => unreachable!("handled above"),
+        Cmd::Init { .. } | Cmd::Demo | Cmd::Bench { .. } | Cmd::Serve { .. } | Cmd::Sync(_) => {
+            unreachable!("handled above")
+        }
         Cmd::Id => out.emit(
             &json!({"node_id": node.node_id().to_string(), "name": node.name()}),
             || node.node_id().to_string(),
