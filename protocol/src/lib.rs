@@ -21,6 +21,7 @@ pub mod fact;
 pub mod hlc;
 pub mod id;
 pub mod mesh;
+pub mod pairing;
 pub mod scope;
 pub mod sign;
 pub mod wire;

@@ -1,0 +1,170 @@
+//! Pairing codes (DESIGN.md §7): what `amos team invite` prints and
+//! `amos join` reads — the inviter's NodeId, address hints, a one-time
+//! 128-bit secret, the policy scope, an expiry, and a checksum, in
+//! copy-paste-safe lowercase base32 prefixed `amos1-`.
+//!
+//! ```text
+//! amos1-<base32( canonical bincode of PairingCodeV1 || blake3(body)[..4] )>
+//! ```
+//!
+//! The checksum catches typos (a mistyped code is refused before anything is
+//! dialled); it is not a signature — the inviter's identity is proved by its
+//! QUIC key, and the joiner's right to pair by proving knowledge of the secret.
+
+use bincode::{Decode, Encode};
+
+use crate::id::{base32_decode, base32_encode};
+use crate::{NodeId, ProtocolError, codec};
+
+const PREFIX: &str = "amos1-";
+const CHECKSUM_LEN: usize = 4;
+/// Longest code accepted (address hints are bounded too).
+pub const MAX_CODE_CHARS: usize = 2048;
+/// Most address hints in one code.
+pub const MAX_ADDRS: usize = 8;
+
+/// What a pairing code carries.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct PairingCode {
+    /// The inviting node: the joiner accepts only this key when it dials.
+    pub inviter: NodeId,
+    /// Where the inviter may be reached (`host:port`), most likely first.
+    pub addrs: Vec<String>,
+    /// One-time secret the joiner proves it knows (never sent in the clear).
+    pub secret: [u8; 16],
+    /// The policy both sides record for each other (`full` or scopes).
+    pub policy: String,
+    /// Unix milliseconds after which the inviter refuses the code.
+    pub expires_ms: u64,
+}
+
+#[derive(Encode, Decode)]
+enum WireCode {
+    V1(PairingCode),
+}
+
+impl PairingCode {
+    /// The `amos1-…` text.
+    pub fn encode(&self) -> String {
+        let mut body = codec::encode(&WireCode::V1(self.clone()));
+        let sum = blake3::hash(&body);
+        body.extend_from_slice(&sum.as_bytes()[..CHECKSUM_LEN]);
+        format!("{PREFIX}{}", base32_encode(&body))
+    }
+
+    /// Parse and check a code: prefix, alphabet, checksum, canonical encoding,
+    /// and bounds. Whitespace and dashes a user's terminal may insert after
+    /// the prefix are ignored; case is too.
+    pub fn decode(text: &str) -> Result<PairingCode, ProtocolError> {
+        let bad = |why: &str| ProtocolError::Malformed(format!("bad pairing code: {why}"));
+        let text = text.trim();
+        if text.len() > MAX_CODE_CHARS {
+            return Err(bad("too long"));
+        }
+        let rest = text
+            .get(..PREFIX.len())
+            .filter(|p| p.eq_ignore_ascii_case(PREFIX))
+            .map(|_| &text[PREFIX.len()..])
+            .ok_or_else(|| bad("it must start with amos1-"))?;
+        let cleaned: String = rest
+            .chars()
+            .filter(|c| !c.is_whitespace() && *c != '-')
+            .collect();
+        let bytes = base32_decode(&cleaned).map_err(|_| bad("not base32 (mistyped?)"))?;
+        if bytes.len() <= CHECKSUM_LEN {
+            return Err(bad("too short"));
+        }
+        let (body, sum) = bytes.split_at(bytes.len() - CHECKSUM_LEN);
+        if blake3::hash(body).as_bytes()[..CHECKSUM_LEN] != *sum {
+            return Err(bad("checksum mismatch (mistyped or truncated?)"));
+        }
+        let WireCode::V1(code) =
+            codec::decode::<WireCode>("pairing code", body).map_err(|_| bad("unknown version"))?;
+        if codec::encode(&WireCode::V1(code.clone())) != body {
+            return Err(bad("non-canonical encoding"));
+        }
+        if code.addrs.len() > MAX_ADDRS
+            || code.addrs.iter().any(|a| a.is_empty() || a.len() > 255)
+            || code.policy.is_empty()
+            || code.policy.len() > 1024
+        {
+            return Err(bad("fields out of bounds"));
+        }
+        Ok(code)
+    }
+
+    /// Whether the code has expired at `now_ms`.
+    pub fn is_expired(&self, now_ms: u64) -> bool {
+        now_ms >= self.expires_ms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample() -> PairingCode {
+        PairingCode {
+            inviter: NodeId([9; 32]),
+            addrs: vec!["192.0.2.1:4747".into(), "laptop.local:4747".into()],
+            secret: [7; 16],
+            policy: "team:apollo".into(),
+            expires_ms: 1_800_000_000_000,
+        }
+    }
+
+    #[test]
+    fn round_trip_and_shape() {
+        let c = sample();
+        let text = c.encode();
+        assert!(text.starts_with("amos1-"));
+        assert!(text[6..].chars().all(|ch| ch.is_ascii_lowercase() || ('2'..='7').contains(&ch)));
+        assert_eq!(PairingCode::decode(&text).unwrap(), c);
+        // Upper case, surrounding space and line-wrapping dashes are forgiven.
+        let wrapped = format!("  {}  ", text.to_uppercase());
+        assert_eq!(PairingCode::decode(&wrapped).unwrap(), c);
+        let split = format!("{}-{}\n{}", &text[..20], &text[20..40], &text[40..]);
+        assert_eq!(PairingCode::decode(&split).unwrap(), c);
+        assert!(!c.is_expired(1_799_999_999_999));
+        assert!(c.is_expired(1_800_000_000_000));
+    }
+
+    #[test]
+    fn mistakes_are_refused_with_a_reason() {
+        let text = sample().encode();
+        for (bad, why) in [
+            ("", "amos1-"),
+            ("amos2-abc", "amos1-"),
+            ("amos1-", "short"),
+            ("amos1-!!!!", "base32"),
+            (&text[..text.len() - 8], "checksum"),
+        ] {
+            let e = PairingCode::decode(bad).unwrap_err().to_string();
+            assert!(e.contains("bad pairing code") && e.contains(why), "{bad:?}: {e}");
+        }
+    }
+
+    proptest! {
+        /// Changing any one character of a code is caught (checksum, alphabet
+        /// or encoding), never mistaken for another valid code.
+        #[test]
+        fn any_changed_character_is_refused(pos in 6usize..120, to in proptest::sample::select(
+            "abcdefghijklmnopqrstuvwxyz234567".chars().collect::<Vec<_>>()))
+        {
+            let text = sample().encode();
+            let pos = 6 + (pos - 6) % (text.len() - 6);
+            let mut chars: Vec<char> = text.chars().collect();
+            prop_assume!(chars[pos] != to);
+            chars[pos] = to;
+            let changed: String = chars.into_iter().collect();
+            prop_assert!(PairingCode::decode(&changed).is_err());
+        }
+
+        #[test]
+        fn arbitrary_text_never_panics(s in "\\PC{0,300}") {
+            let _ = PairingCode::decode(&s);
+            let _ = PairingCode::decode(&format!("amos1-{s}"));
+        }
+    }
+}
