@@ -119,7 +119,11 @@ mod tests {
         let c = sample();
         let text = c.encode();
         assert!(text.starts_with("amos1-"));
-        assert!(text[6..].chars().all(|ch| ch.is_ascii_lowercase() || ('2'..='7').contains(&ch)));
+        assert!(
+            text[6..]
+                .chars()
+                .all(|ch| ch.is_ascii_lowercase() || ('2'..='7').contains(&ch))
+        );
         assert_eq!(PairingCode::decode(&text).unwrap(), c);
         // Upper case, surrounding space and line-wrapping dashes are forgiven.
         let wrapped = format!("  {}  ", text.to_uppercase());
@@ -141,7 +145,10 @@ mod tests {
             (&text[..text.len() - 8], "checksum"),
         ] {
             let e = PairingCode::decode(bad).unwrap_err().to_string();
-            assert!(e.contains("bad pairing code") && e.contains(why), "{bad:?}: {e}");
+            assert!(
+                e.contains("bad pairing code") && e.contains(why),
+                "{bad:?}: {e}"
+            );
         }
     }
 
