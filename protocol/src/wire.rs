@@ -55,8 +55,17 @@ impl SyncMessage {
     }
 
     /// Decode one message (canonical, size-limited, no trailing bytes).
+    /// Non-minimal integer encodings are refused, as for facts: one message,
+    /// one encoding.
     pub fn decode(bytes: &[u8]) -> Result<SyncMessage, ProtocolError> {
-        codec::decode("sync message", bytes)
+        let m: SyncMessage = codec::decode("sync message", bytes)?;
+        if m.encode() != bytes {
+            return Err(ProtocolError::Decode {
+                what: "sync message",
+                reason: "non-canonical encoding".into(),
+            });
+        }
+        Ok(m)
     }
 }
 
@@ -91,6 +100,18 @@ mod tests {
             let m = SyncMessage::V1(m);
             assert_eq!(SyncMessage::decode(&m.encode()).unwrap(), m);
         }
+    }
+
+    /// Found by the `sync_message` fuzz target: a `Facts` batch whose length
+    /// is a non-minimal varint (0 written in five bytes) decoded to the same
+    /// message as the minimal form.
+    #[test]
+    fn non_canonical_lengths_are_refused() {
+        assert!(SyncMessage::decode(&[0, 1, 252, 0, 0, 0, 0]).is_err());
+        assert_eq!(
+            SyncMessage::decode(&[0, 1, 0]).unwrap(),
+            SyncMessage::V1(SyncV1::Facts { facts: vec![] })
+        );
     }
 
     proptest! {
