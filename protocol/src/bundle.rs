@@ -223,6 +223,15 @@ pub enum BundleError {
     Io(#[from] io::Error),
 }
 
+/// The reason inside a codec error, without the codec's own "undecodable X"
+/// wording (the bundle error names the part itself).
+fn codec_reason(e: ProtocolError) -> String {
+    match e {
+        ProtocolError::Decode { reason, .. } => reason,
+        e => e.to_string(),
+    }
+}
+
 fn decode_err(what: &'static str, reason: impl Into<String>) -> BundleError {
     BundleError::Decode {
         what,
@@ -699,11 +708,8 @@ fn read_header<R: Read>(input: &mut Input<R>) -> Result<(BundleHeader, [u8; 32])
         });
     }
     let body = input.vec(len as usize)?;
-    let header: BundleHeader =
-        codec::decode("bundle header", &body).map_err(|e| decode_err("header", e.to_string()))?;
-    if codec::encode(&header) != body {
-        return Err(decode_err("header", "non-canonical encoding"));
-    }
+    let header: BundleHeader = codec::decode_canonical("bundle header", &body)
+        .map_err(|e| decode_err("header", codec_reason(e)))?;
     if !header.encrypted && header.key_check != [0; 16] {
         return Err(decode_err(
             "header",
@@ -777,11 +783,8 @@ fn read_trailer<R: Read>(input: &mut Input<R>) -> Result<(BundleTrailer, Vec<u8>
         });
     }
     let body = input.vec(len as usize)?;
-    let trailer: BundleTrailer =
-        codec::decode("bundle trailer", &body).map_err(|e| decode_err("trailer", e.to_string()))?;
-    if codec::encode(&trailer) != body {
-        return Err(decode_err("trailer", "non-canonical encoding"));
-    }
+    let trailer: BundleTrailer = codec::decode_canonical("bundle trailer", &body)
+        .map_err(|e| decode_err("trailer", codec_reason(e)))?;
     Ok((trailer, body))
 }
 

@@ -46,6 +46,23 @@ pub fn decode<T: Decode<()>>(what: &'static str, bytes: &[u8]) -> Result<T, Prot
     Ok(value)
 }
 
+/// Decode like [`decode`], and refuse any bytes that are not exactly what
+/// [`encode`] makes of the value (e.g. a non-minimal integer): one value,
+/// one encoding, so what is signed or hashed cannot be re-spelled.
+pub fn decode_canonical<T: Decode<()> + Encode>(
+    what: &'static str,
+    bytes: &[u8],
+) -> Result<T, ProtocolError> {
+    let value: T = decode(what, bytes)?;
+    if encode(&value) != bytes {
+        return Err(ProtocolError::Decode {
+            what,
+            reason: "non-canonical encoding".into(),
+        });
+    }
+    Ok(value)
+}
+
 /// The versioned wire form of a signed fact.
 #[derive(Clone, Debug, PartialEq, Encode, Decode)]
 pub enum WireFact {
@@ -67,12 +84,6 @@ pub fn encode_signed(fact: &SignedFact) -> Vec<u8> {
 /// the bytes must be exactly what [`encode_signed`] would produce. Does not
 /// verify the signature.
 pub fn decode_signed(bytes: &[u8]) -> Result<SignedFact, ProtocolError> {
-    let WireFact::V1(fact) = decode::<WireFact>("fact", bytes)?;
-    if encode_signed(&fact) != bytes {
-        return Err(ProtocolError::Decode {
-            what: "fact",
-            reason: "non-canonical encoding".into(),
-        });
-    }
+    let WireFact::V1(fact) = decode_canonical::<WireFact>("fact", bytes)?;
     Ok(fact)
 }

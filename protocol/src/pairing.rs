@@ -78,11 +78,8 @@ impl PairingCode {
         if blake3::hash(body).as_bytes()[..CHECKSUM_LEN] != *sum {
             return Err(bad("checksum mismatch (mistyped or truncated?)"));
         }
-        let WireCode::V1(code) =
-            codec::decode::<WireCode>("pairing code", body).map_err(|_| bad("unknown version"))?;
-        if codec::encode(&WireCode::V1(code.clone())) != body {
-            return Err(bad("non-canonical encoding"));
-        }
+        let WireCode::V1(code) = codec::decode_canonical::<WireCode>("pairing code", body)
+            .map_err(|_| bad("unknown version or non-canonical encoding"))?;
         if code.addrs.len() > MAX_ADDRS
             || code.addrs.iter().any(|a| a.is_empty() || a.len() > 255)
             || code.policy.is_empty()

@@ -58,14 +58,7 @@ impl SyncMessage {
     /// Non-minimal integer encodings are refused, as for facts: one message,
     /// one encoding.
     pub fn decode(bytes: &[u8]) -> Result<SyncMessage, ProtocolError> {
-        let m: SyncMessage = codec::decode("sync message", bytes)?;
-        if m.encode() != bytes {
-            return Err(ProtocolError::Decode {
-                what: "sync message",
-                reason: "non-canonical encoding".into(),
-            });
-        }
-        Ok(m)
+        codec::decode_canonical("sync message", bytes)
     }
 }
 
