@@ -125,6 +125,7 @@ impl Node {
         scopes: &[String],
         for_peer: Option<&str>,
     ) -> Result<ExportReport> {
+        let mut pairing = None;
         let policy = match (for_peer, scopes.is_empty()) {
             (Some(_), false) => {
                 return Err(NodeError::BadInput("use --for or --scope, not both".into()));
@@ -133,6 +134,7 @@ impl Node {
                 let id = peer.parse().map_err(|e: amos_protocol::ProtocolError| {
                     NodeError::BadInput(e.to_string())
                 })?;
+                pairing = crate::pairing::join_proof_for(self.store().conn(), &id)?;
                 self.peer_policy(&id)?
                     .ok_or_else(|| NodeError::BadInput(format!("unknown peer {peer}")))?
             }
@@ -162,13 +164,14 @@ impl Node {
                 .try_clone()
                 .map_err(NodeError::io("bundle file"))?,
         );
-        let mut writer = bundle::BundleWriter::new(
+        let mut writer = bundle::BundleWriter::with_pairing(
             out,
             self.identity(),
             created,
             policy.scopes().map(ToString::to_string).collect(),
             key.as_ref(),
             rand::rng().random(),
+            pairing,
         )
         .map_err(bundle_err(file))?;
         let pb = progress(0, "export");
@@ -217,11 +220,32 @@ impl Node {
             )));
         }
         if self.peer_policy(&sender)?.is_none() {
-            return Err(NodeError::Failed(format!(
-                "{}: bundle sender {} is not a registered peer (add it with `amos peers add`)",
-                file.display(),
-                sender.short()
-            )));
+            // A joiner's first bundle (`amos join --offline`) carries a
+            // signed proof of one of our pending invites: accept its sender
+            // as that invite's peer, once.
+            let Some(p) = verified.pairing() else {
+                return Err(NodeError::Failed(format!(
+                    "{}: bundle sender {} is not a registered peer (add it with `amos peers add`)",
+                    file.display(),
+                    sender.short()
+                )));
+            };
+            self.accept_join(
+                &sender,
+                &p.invite,
+                &p.proof,
+                amos_protocol::pairing::ProofBinding::Offline,
+                "",
+                None,
+            )
+            .map_err(|e| match e {
+                NodeError::Refused(why) => NodeError::Failed(format!(
+                    "{}: bundle sender {} is not a registered peer, and its pairing proof was refused: {why}",
+                    file.display(),
+                    sender.short()
+                )),
+                other => other,
+            })?;
         }
         let summary = verified.summary();
         let t0 = std::time::Instant::now();

@@ -72,6 +72,11 @@ impl Home {
     pub fn index_lock_path(&self) -> PathBuf {
         self.root.join("index.lock")
     }
+    /// Where `amos serve` records the address it listens on (pairing codes
+    /// take their address hints from it).
+    pub fn listen_path(&self) -> PathBuf {
+        self.root.join("listen")
+    }
 
     pub fn is_initialized(&self) -> bool {
         self.info_path().is_file()

@@ -18,6 +18,7 @@ pub mod index;
 pub mod mesh;
 pub mod node;
 pub mod ops;
+pub mod pairing;
 pub mod peers;
 pub mod recall;
 pub mod replica;

@@ -39,9 +39,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
+use crate::clock::{SystemClock, WallClock};
 use crate::error::{NodeError, Result};
 use crate::home::Home;
 use crate::node::Node;
+use crate::pairing::{self, JoinReport, MeshKeyOutcome, Welcome};
 use crate::replica::{self, PeerInfo};
 
 /// Where `amos serve` listens by default (DESIGN.md §7: UDP 4747).
@@ -157,13 +159,21 @@ enum Outgoing {
 
 /// Run one sync session with the authenticated `peer` over a bidirectional
 /// stream. On error the caller should close the connection.
+///
+/// `first` is a message the caller already read from `recv` (the server
+/// reads one to tell a sync from a pairing).
 pub async fn drive_session(
     home: Home,
     peer: NodeId,
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
+    first: Option<SyncV1>,
 ) -> std::result::Result<SessionStats, MeshError> {
     let (in_tx, in_rx) = mpsc::channel::<Input>(CHANNEL_DEPTH);
+    if let Some(m) = first {
+        // The channel is empty and nothing reads it yet: this cannot wait.
+        let _ = in_tx.send(Input::Msg(m)).await;
+    }
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Outgoing>();
     let bytes_in = Arc::new(AtomicU64::new(0));
     let bytes_out = Arc::new(AtomicU64::new(0));
@@ -560,7 +570,7 @@ async fn dial_and_sync(
     })
     .await;
     let result = match stream {
-        Ok((send, recv)) => drive_session(home.clone(), expected, send, recv).await,
+        Ok((send, recv)) => drive_session(home.clone(), expected, send, recv, None).await,
         Err(e) => Err(e.into()),
     };
     match result {
@@ -617,16 +627,29 @@ async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> {
     let conn = rusqlite::Connection::open(home.db_path())?;
     conn.busy_timeout(Duration::from_secs(2))?;
     let conn = Mutex::new(conn);
+    let clock = SystemClock;
     let acceptor = move |id: &NodeId| {
         let Ok(conn) = conn.lock() else {
             return false;
         };
         match replica::peer_policy(&conn, id) {
             Ok(Some(_)) => true,
-            Ok(None) => {
-                info!("refused a connection from {id}: not a registered peer");
-                false
-            }
+            // A stranger may only pair, and only while an invite is pending;
+            // serve_connection lets such a connection do nothing else.
+            Ok(None) => match pairing::invites_pending(&conn, clock.now_ms()) {
+                Ok(true) => {
+                    info!("accepting a handshake from {id}: not a peer, may only pair");
+                    true
+                }
+                Ok(false) => {
+                    info!("refused a connection from {id}: not a registered peer");
+                    false
+                }
+                Err(e) => {
+                    warn!("refused a connection from {id}: cannot read the invites: {e}");
+                    false
+                }
+            },
             Err(e) => {
                 warn!("refused a connection from {id}: cannot read the peers table: {e}");
                 false
@@ -639,6 +662,9 @@ async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> {
         .local_addr()
         .map_err(NodeError::io("reading the listening address"))?;
     info!("node {} listening on {local}", identity.node_id());
+    if let Err(e) = pairing::record_listen(home, local) {
+        warn!("cannot record the listening address for pairing codes: {e}");
+    }
     if opts.mdns {
         info!("mDNS discovery is not implemented yet; not advertising");
     } else {
@@ -718,7 +744,7 @@ async fn serve_connection(home: Home, incoming: quinn::Incoming) {
             .map_err(|e| TransportError::Closed(e.to_string()))
     })
     .await;
-    let (send, recv) = match stream {
+    let (mut send, mut recv) = match stream {
         Ok(s) => s,
         Err(e) => {
             info!("{peer} at {remote} opened no session: {e}");
@@ -726,8 +752,57 @@ async fn serve_connection(home: Home, incoming: quinn::Incoming) {
             return;
         }
     };
+    // The first message tells a pairing from a sync.
+    let first = match with_timeout(PEER_TIMEOUT, "waiting for the peer", read_frame(&mut recv))
+        .await
+        .map_err(MeshError::from)
+        .and_then(|f| f.ok_or_else(|| MeshError::Closed("the peer sent nothing".into())))
+        .and_then(|b| SyncMessage::decode(&b).map_err(|e| MeshError::BadMessage(e.to_string())))
+    {
+        Ok(SyncMessage::V1(m)) => m,
+        Err(e) => {
+            info!("{peer} at {remote}: {e}");
+            conn.close(quinn::VarInt::from_u32(1), b"bad first message");
+            return;
+        }
+    };
+    if let SyncV1::Join {
+        invite,
+        proof,
+        name,
+        listen_port,
+    } = first
+    {
+        let join = JoinRequest {
+            invite,
+            proof,
+            name,
+            addr: listen_port.map(|p| SocketAddr::new(remote.ip(), p).to_string()),
+        };
+        answer_join(home, &conn, peer, join, send).await;
+        return;
+    }
+    let registered = tokio::task::spawn_blocking({
+        let home = home.clone();
+        move || Node::open(&home).and_then(|n| n.peer_policy(&peer))
+    })
+    .await;
+    if !matches!(registered, Ok(Ok(Some(_)))) {
+        info!("{peer} at {remote} is not a registered peer: no sync");
+        let _ = write_frame(
+            &mut send,
+            &SyncMessage::V1(SyncV1::Refused {
+                reason: "not a registered peer".into(),
+            })
+            .encode(),
+        )
+        .await;
+        let _ = send.finish();
+        let _ = tokio::time::timeout(PEER_TIMEOUT, conn.closed()).await;
+        return;
+    }
     let started = Instant::now();
-    match drive_session(home, peer, send, recv).await {
+    match drive_session(home, peer, send, recv, Some(first)).await {
         Ok(s) => {
             info!(
                 "session with {peer} at {remote}: {} facts in, {} out, {} ms",
@@ -776,5 +851,301 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Pairing over the wire (DESIGN.md §7)
+//
+// The joiner dials the inviter named in the code (its key is the only one it
+// accepts), opens one stream and sends `Join`: the invite's public id and a
+// proof of the secret bound to this TLS session's exported keying material
+// (`amos_protocol::pairing::join_proof`), so the secret never crosses the
+// wire and a proof cannot be replayed on another connection. The inviter
+// answers `Welcome` (after recording the joiner) or `Refused`. The first
+// sync then runs as an ordinary session on a fresh connection.
+
+/// TLS exporter label for pairing proofs (RFC 5705/8446 §7.5).
+const PAIRING_EXPORTER_LABEL: &[u8] = b"EXPORTER-amos-pairing-v1";
+
+/// A `Join` as the inviter received it.
+struct JoinRequest {
+    invite: [u8; 16],
+    proof: [u8; 32],
+    name: String,
+    /// Where the joiner serves: the address it came from, with its port.
+    addr: Option<String>,
+}
+
+fn exported_key(conn: &quinn::Connection) -> std::result::Result<[u8; 32], MeshError> {
+    let mut out = [0u8; 32];
+    conn.export_keying_material(&mut out, PAIRING_EXPORTER_LABEL, b"")
+        .map_err(|_| MeshError::Closed("cannot export keying material from TLS".into()))?;
+    Ok(out)
+}
+
+/// The inviter's side of one join: check, record, answer; close.
+async fn answer_join(
+    home: Home,
+    conn: &quinn::Connection,
+    joiner: NodeId,
+    join: JoinRequest,
+    mut send: quinn::SendStream,
+) {
+    let remote = conn.remote_address();
+    let reply = match exported_key(conn) {
+        Err(e) => SyncV1::Refused {
+            reason: e.to_string(),
+        },
+        Ok(exported) => {
+            let decided = tokio::task::spawn_blocking(move || {
+                let mut node = Node::open(&home)?;
+                node.accept_join(
+                    &joiner,
+                    &join.invite,
+                    &join.proof,
+                    amos_protocol::pairing::ProofBinding::Session(&exported),
+                    &join.name,
+                    join.addr.as_deref(),
+                )
+            })
+            .await;
+            match decided {
+                Ok(Ok(w)) => {
+                    info!("paired with {joiner} at {remote} (policy {})", w.policy);
+                    SyncV1::Welcome {
+                        policy: w.policy.to_string(),
+                        name: w.name,
+                        mesh_key: w.mesh_key.map(|k| *k.as_bytes()),
+                    }
+                }
+                Ok(Err(NodeError::Refused(reason))) => {
+                    info!("refused a join from {joiner} at {remote}: {reason}");
+                    SyncV1::Refused { reason }
+                }
+                Ok(Err(e)) => {
+                    warn!("a join from {joiner} at {remote} failed: {e}");
+                    SyncV1::Refused {
+                        reason: "the inviter could not record the pairing".into(),
+                    }
+                }
+                Err(e) => {
+                    warn!("a join from {joiner} at {remote} failed: {e}");
+                    SyncV1::Refused {
+                        reason: "the inviter could not record the pairing".into(),
+                    }
+                }
+            }
+        }
+    };
+    let frame = SyncMessage::V1(reply).encode();
+    if with_timeout(
+        PEER_TIMEOUT,
+        "answering a join",
+        write_frame(&mut send, &frame),
+    )
+    .await
+    .is_ok()
+    {
+        let _ = send.finish();
+        // The joiner closes once it has read the answer.
+        let _ = tokio::time::timeout(PEER_TIMEOUT, conn.closed()).await;
+    }
+}
+
+/// `amos join CODE`: pair with the inviter, then run a first sync.
+pub fn join_blocking(home: &Home, code_text: &str) -> Result<JoinReport> {
+    let identity = Arc::new(home.load_identity()?);
+    let code = pairing::read_code(code_text, &identity.node_id(), SystemClock.now_ms())?;
+    runtime()?.block_on(async {
+        let (addr, welcome) = dial_inviter(home, &identity, &code).await?;
+        let (outcome, peer) = tokio::task::spawn_blocking({
+            let home = home.clone();
+            let code = code.clone();
+            let addr = addr.clone();
+            move || -> Result<(MeshKeyOutcome, PeerInfo)> {
+                let mut node = Node::open(&home)?;
+                let outcome = node.record_inviter(&code, &addr, &welcome)?;
+                let peer = node
+                    .peer_list()?
+                    .into_iter()
+                    .find(|p| p.node_id == code.inviter.to_string())
+                    .ok_or_else(|| NodeError::Failed("the inviter was not recorded".into()))?;
+                Ok((outcome, peer))
+            }
+        })
+        .await
+        .map_err(|e| NodeError::Failed(format!("recording the inviter: {e}")))??;
+        let first = sync_with(home, &identity, &peer).await;
+        Ok(JoinReport {
+            peer: peer.node_id.clone(),
+            name: peer.name.clone(),
+            policy: peer.policy.clone(),
+            addr: Some(addr),
+            mesh_key: outcome,
+            first_sync: Some(first),
+        })
+    })
+}
+
+/// Try the code's addresses in order; the first inviter that answers
+/// decides. Refusals are bad input (exit 2), unreachable is a failure.
+async fn dial_inviter(
+    home: &Home,
+    identity: &NodeIdentity,
+    code: &amos_protocol::pairing::PairingCode,
+) -> Result<(String, Welcome)> {
+    let me = JoinerInfo {
+        name: home.info()?.name,
+        listen_port: pairing::recorded_listen(home).map(|a| a.port()),
+    };
+    let inviter = code.inviter;
+    let mut unreachable = Vec::new();
+    for hint in &code.addrs {
+        let addr = match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::lookup_host(hint)).await
+        {
+            Ok(Ok(mut a)) => match a.next() {
+                Some(a) => a,
+                None => {
+                    unreachable.push(format!("{hint}: resolves to no address"));
+                    continue;
+                }
+            },
+            Ok(Err(e)) => {
+                unreachable.push(format!("{hint}: {e}"));
+                continue;
+            }
+            Err(_) => {
+                unreachable.push(format!("{hint}: resolving timed out"));
+                continue;
+            }
+        };
+        let endpoint = transport::client_endpoint(
+            bind_for(addr),
+            identity,
+            Arc::new(move |id: &NodeId| *id == inviter),
+        )
+        .map_err(|e| NodeError::Failed(e.to_string()))?;
+        let r = join_at(&endpoint, addr, identity, code, &me).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+        match r {
+            Ok(w) => return Ok((hint.clone(), w)),
+            Err(JoinFailure::Unreachable(e)) => unreachable.push(format!("{hint}: {e}")),
+            Err(JoinFailure::Refused(reason)) => {
+                return Err(NodeError::BadInput(format!(
+                    "pairing refused: {reason}; nothing was recorded"
+                )));
+            }
+            Err(JoinFailure::Failed(e)) => {
+                return Err(NodeError::Failed(format!(
+                    "pairing with {hint} failed: {e}; nothing was recorded"
+                )));
+            }
+        }
+    }
+    Err(NodeError::Failed(format!(
+        "cannot reach the inviter ({}); nothing was recorded",
+        unreachable.join("; ")
+    )))
+}
+
+/// What a joiner tells the inviter about itself.
+struct JoinerInfo {
+    name: String,
+    listen_port: Option<u16>,
+}
+
+enum JoinFailure {
+    Unreachable(String),
+    Refused(String),
+    Failed(String),
+}
+
+async fn join_at(
+    endpoint: &quinn::Endpoint,
+    addr: SocketAddr,
+    identity: &NodeIdentity,
+    code: &amos_protocol::pairing::PairingCode,
+    joiner: &JoinerInfo,
+) -> std::result::Result<Welcome, JoinFailure> {
+    use amos_protocol::pairing::{ProofBinding, invite_id, join_proof, proof_key};
+    let conn = match with_timeout(
+        CONNECT_TIMEOUT,
+        "the handshake",
+        transport::connect(endpoint, addr, code.inviter),
+    )
+    .await
+    {
+        Ok(c) => c,
+        Err(TransportError::Refused {
+            by: transport::RefusedBy::Us,
+            ..
+        }) => {
+            return Err(JoinFailure::Refused(format!(
+                "the node at {addr} is not the inviter this code names (forged or stale code)"
+            )));
+        }
+        Err(TransportError::Refused { .. }) => {
+            return Err(JoinFailure::Refused(
+                "the inviter accepts no joins now (the code is unknown, used or expired)".into(),
+            ));
+        }
+        Err(e @ TransportError::Config(_)) => return Err(JoinFailure::Failed(e.to_string())),
+        Err(e) => return Err(JoinFailure::Unreachable(e.to_string())),
+    };
+    let exported = exported_key(&conn).map_err(|e| JoinFailure::Failed(e.to_string()))?;
+    let me = identity.node_id();
+    let secret = code.secret;
+    let join = SyncV1::Join {
+        invite: invite_id(&secret),
+        proof: join_proof(
+            &proof_key(&secret),
+            ProofBinding::Session(&exported),
+            &me,
+            &code.inviter,
+            &code.policy,
+        ),
+        name: joiner.name.clone(),
+        listen_port: joiner.listen_port,
+    };
+    let exchange = async {
+        let (mut send, mut recv) = conn
+            .open_bi()
+            .await
+            .map_err(|e| TransportError::Closed(e.to_string()))?;
+        write_frame(&mut send, &SyncMessage::V1(join).encode()).await?;
+        let _ = send.finish();
+        read_frame(&mut recv).await
+    };
+    let answer = with_timeout(PEER_TIMEOUT, "waiting for the inviter", exchange).await;
+    conn.close(quinn::VarInt::from_u32(0), b"done");
+    let bytes = match answer {
+        Ok(Some(b)) => b,
+        Ok(None) => return Err(JoinFailure::Failed("the inviter answered nothing".into())),
+        // TLS 1.3: the inviter's refusal of our key may surface only here.
+        Err(TransportError::Refused { .. }) | Err(TransportError::Closed(_)) => {
+            return Err(JoinFailure::Refused(
+                "the inviter accepts no joins now (the code is unknown, used or expired)".into(),
+            ));
+        }
+        Err(e) => return Err(JoinFailure::Failed(e.to_string())),
+    };
+    match SyncMessage::decode(&bytes) {
+        Ok(SyncMessage::V1(SyncV1::Welcome {
+            policy,
+            name,
+            mesh_key,
+        })) => Ok(Welcome {
+            policy: policy.parse().map_err(|_| {
+                JoinFailure::Failed(format!("the inviter sent a bad policy {policy:?}"))
+            })?,
+            name,
+            mesh_key: mesh_key.map(amos_protocol::MeshKey::from_bytes),
+        }),
+        Ok(SyncMessage::V1(SyncV1::Refused { reason })) => Err(JoinFailure::Refused(reason)),
+        Ok(_) => Err(JoinFailure::Failed(
+            "the inviter answered out of turn".into(),
+        )),
+        Err(e) => Err(JoinFailure::Failed(e.to_string())),
     }
 }

@@ -15,6 +15,7 @@ use rusqlite::{OptionalExtension, params};
 use crate::error::{NodeError, Result};
 use crate::node::Node;
 use crate::replica::{self, AuditEntry, DeferredInfo, PeerInfo, SqlReplica};
+use crate::store::Tx;
 
 /// Facts whose clock is further ahead of ours than this are quarantined.
 pub const DEFAULT_MAX_SKEW_MS: u64 = 10 * 60 * 1000;
@@ -32,20 +33,9 @@ impl Node {
             return Err(NodeError::BadInput("a node cannot be its own peer".into()));
         }
         let policy: PeerPolicy = policy.parse()?;
-        let now = self.now_ms() as i64;
-        self.store.write(|tx| {
-            let old = replica::peer_policy(tx.conn(), &id)?;
-            tx.conn().execute(
-                "INSERT INTO peers(node_id, addr, policy, added_ms) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT(node_id) DO UPDATE SET addr = coalesce(excluded.addr, addr),
-                    policy = excluded.policy",
-                params![&id.0[..], addr, policy.to_string(), now],
-            )?;
-            if old.is_some_and(|o| o != policy) {
-                reset_watermark(tx, &id)?;
-            }
-            Ok(())
-        })
+        let now = self.now_ms();
+        self.store
+            .write(|tx| upsert_peer(tx, &id, addr, None, &policy, now))
     }
 
     /// Forget a peer: its connections and bundles are refused from now on.
@@ -306,11 +296,34 @@ impl Node {
     }
 }
 
+/// Register `id` (or update its address, name and policy) inside `tx`. A
+/// changed policy resets its watermark. `None` keeps what is recorded.
+pub(crate) fn upsert_peer(
+    tx: &mut Tx<'_>,
+    id: &NodeId,
+    addr: Option<&str>,
+    name: Option<&str>,
+    policy: &PeerPolicy,
+    now_ms: u64,
+) -> Result<()> {
+    let old = replica::peer_policy(tx.conn(), id)?;
+    tx.conn().execute(
+        "INSERT INTO peers(node_id, addr, name, policy, added_ms) VALUES (?1, ?2, coalesce(?3, ''), ?4, ?5)
+         ON CONFLICT(node_id) DO UPDATE SET addr = coalesce(excluded.addr, addr),
+            name = coalesce(?3, name), policy = excluded.policy",
+        params![&id.0[..], addr, name, policy.to_string(), now_ms as i64],
+    )?;
+    if old.is_some_and(|o| o != *policy) {
+        reset_watermark(tx, id)?;
+    }
+    Ok(())
+}
+
 /// A policy changed: re-pull what the peer now sends us from the start (same
 /// epoch, `seq` 0: its log is not new to us, so our own facts need not come
 /// back), and re-send what we now let out: the change takes a fresh `seq`,
 /// and a watermark of us below it predates the change.
-fn reset_watermark(tx: &mut crate::store::Tx<'_>, id: &NodeId) -> Result<()> {
+fn reset_watermark(tx: &mut Tx<'_>, id: &NodeId) -> Result<()> {
     let seq = tx.next_seq()?;
     tx.conn().execute(
         "UPDATE peers SET their_seq = 0, policy_seq = ?2 WHERE node_id = ?1",

@@ -133,6 +133,10 @@ use crate::{Hlc, NodeId, NodeIdentity, ProtocolError, SignedFact, Verified};
 pub const MAGIC: [u8; 8] = *b"AMOSBNDL";
 /// The format version this code writes and reads.
 pub const FORMAT_VERSION: u16 = 1;
+/// The same format with a [`PairingProof`] after the header (a joiner's
+/// first bundle, `amos join --offline`). Written only when a proof is
+/// carried, so every other bundle stays version 1.
+pub const PAIRING_FORMAT_VERSION: u16 = 2;
 /// Largest header body.
 pub const MAX_HEADER_BYTES: u32 = 64 * 1024;
 /// Largest frame (ciphertext and tag included).
@@ -165,6 +169,18 @@ pub struct BundleHeader {
     pub encrypted: bool,
     nonce_seed: [u8; 16],
     key_check: [u8; 16],
+}
+
+/// A joiner's proof that it holds a pairing code (DESIGN.md §7, `amos join
+/// --offline`): the invite's public id and a proof of its secret bound to
+/// the joiner and the inviter (`pairing::join_proof` with
+/// `ProofBinding::Offline`). It is covered by the bundle's signature, so it
+/// speaks for the bundle's sender only; it lets the inviter accept that
+/// sender as a new peer, once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct PairingProof {
+    pub invite: [u8; 16],
+    pub proof: [u8; 32],
 }
 
 /// Counts of a written or verified bundle.
@@ -431,6 +447,20 @@ impl<W: Write> BundleWriter<W> {
         key: Option<&MeshKey>,
         nonce_seed: [u8; 16],
     ) -> Result<Self, BundleError> {
+        Self::with_pairing(out, identity, created, scopes, key, nonce_seed, None)
+    }
+
+    /// [`BundleWriter::new`], carrying a joiner's [`PairingProof`] after the
+    /// header (format version [`PAIRING_FORMAT_VERSION`]).
+    pub fn with_pairing(
+        out: W,
+        identity: &NodeIdentity,
+        created: Hlc,
+        scopes: Vec<String>,
+        key: Option<&MeshKey>,
+        nonce_seed: [u8; 16],
+        pairing: Option<PairingProof>,
+    ) -> Result<Self, BundleError> {
         let header = BundleHeader {
             sender: identity.node_id(),
             created,
@@ -439,7 +469,14 @@ impl<W: Write> BundleWriter<W> {
             nonce_seed,
             key_check: key.map(key_check).unwrap_or([0; 16]),
         };
-        let body = codec::encode(&header);
+        let mut body = codec::encode(&header);
+        let version = match pairing {
+            Some(p) if !body.is_empty() => {
+                body.extend_from_slice(&codec::encode(&p));
+                PAIRING_FORMAT_VERSION
+            }
+            _ => FORMAT_VERSION,
+        };
         if body.is_empty() || body.len() > MAX_HEADER_BYTES as usize {
             // An empty encoding means it passed the codec's own limit.
             let scopes: usize = header.scopes.iter().map(String::len).sum();
@@ -451,7 +488,7 @@ impl<W: Write> BundleWriter<W> {
         }
         let mut head = Vec::with_capacity(PREFIX_LEN + body.len());
         head.extend_from_slice(&MAGIC);
-        head.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        head.extend_from_slice(&version.to_le_bytes());
         head.extend_from_slice(&(body.len() as u32).to_le_bytes());
         head.extend_from_slice(&body);
         let mut w = BundleWriter {
@@ -684,7 +721,11 @@ impl<R: Read> Input<R> {
     }
 }
 
-fn read_header<R: Read>(input: &mut Input<R>) -> Result<(BundleHeader, [u8; 32]), BundleError> {
+/// A bundle's header, the pairing proof it may carry, and the hash of both
+/// with the prefix.
+type ReadHeader = (BundleHeader, Option<PairingProof>, [u8; 32]);
+
+fn read_header<R: Read>(input: &mut Input<R>) -> Result<ReadHeader, BundleError> {
     let mut prefix = [0u8; PREFIX_LEN];
     let got = input.read_some(&mut prefix[..8])?;
     if got == 0 || prefix[..got] != MAGIC[..got] {
@@ -695,7 +736,7 @@ fn read_header<R: Read>(input: &mut Input<R>) -> Result<(BundleHeader, [u8; 32])
     }
     input.exact(&mut prefix[8..10])?;
     let version = u16::from_le_bytes([prefix[8], prefix[9]]);
-    if version != FORMAT_VERSION {
+    if version != FORMAT_VERSION && version != PAIRING_FORMAT_VERSION {
         return Err(BundleError::UnsupportedVersion(version));
     }
     input.exact(&mut prefix[10..14])?;
@@ -708,8 +749,15 @@ fn read_header<R: Read>(input: &mut Input<R>) -> Result<(BundleHeader, [u8; 32])
         });
     }
     let body = input.vec(len as usize)?;
-    let header: BundleHeader = codec::decode_canonical("bundle header", &body)
-        .map_err(|e| decode_err("header", codec_reason(e)))?;
+    let (header, pairing) = if version == PAIRING_FORMAT_VERSION {
+        let (h, p): (BundleHeader, PairingProof) = codec::decode_canonical("bundle header", &body)
+            .map_err(|e| decode_err("header", codec_reason(e)))?;
+        (h, Some(p))
+    } else {
+        let h: BundleHeader = codec::decode_canonical("bundle header", &body)
+            .map_err(|e| decode_err("header", codec_reason(e)))?;
+        (h, None)
+    };
     if !header.encrypted && header.key_check != [0; 16] {
         return Err(decode_err(
             "header",
@@ -719,7 +767,7 @@ fn read_header<R: Read>(input: &mut Input<R>) -> Result<(BundleHeader, [u8; 32])
     let mut h = blake3::Hasher::new();
     h.update(&prefix);
     h.update(&body);
-    Ok((header, *h.finalize().as_bytes()))
+    Ok((header, pairing, *h.finalize().as_bytes()))
 }
 
 /// The cipher for an encrypted bundle (checking the key), `None` for a plain one.
@@ -1015,6 +1063,7 @@ impl FirstProblem {
 #[derive(Clone)]
 pub struct VerifiedBundle {
     header: BundleHeader,
+    pairing: Option<PairingProof>,
     summary: BundleSummary,
     header_hash: [u8; 32],
     content_hash: [u8; 32],
@@ -1039,6 +1088,12 @@ impl VerifiedBundle {
 
     pub fn sender(&self) -> NodeId {
         self.header.sender
+    }
+
+    /// The sender's pairing proof, if this is a joiner's first bundle
+    /// (covered by the verified signature).
+    pub fn pairing(&self) -> Option<PairingProof> {
+        self.pairing
     }
 
     pub fn summary(&self) -> BundleSummary {
@@ -1066,7 +1121,7 @@ impl VerifiedBundle {
 /// the first one in reading order is named.
 pub fn verify_bundle<R: Read>(r: R, key: Option<&MeshKey>) -> Result<VerifiedBundle, BundleError> {
     let mut input = Input::new(r);
-    let (header, header_hash) = read_header(&mut input)?;
+    let (header, pairing, header_hash) = read_header(&mut input)?;
     let cipher = open_cipher(&header, key)?;
 
     // Frames are read, decrypted and split on this thread; their facts are
@@ -1188,6 +1243,7 @@ pub fn verify_bundle<R: Read>(r: R, key: Option<&MeshKey>) -> Result<VerifiedBun
         bytes: input.bytes,
     };
     Ok(VerifiedBundle {
+        pairing,
         header,
         summary,
         header_hash,
@@ -1214,7 +1270,7 @@ pub fn read_verified<R: Read, E>(
     mut apply: impl FnMut(Vec<Verified<SignedFact>>) -> Result<(), E>,
 ) -> Result<BundleSummary, ReadError<E>> {
     let mut input = Input::new(r);
-    let (header, header_hash) = read_header(&mut input)?;
+    let (header, _, header_hash) = read_header(&mut input)?;
     if header_hash != verified.header_hash {
         return Err(BundleError::Tampered.into());
     }
@@ -1687,6 +1743,49 @@ mod tests {
     }
 
     #[test]
+    fn a_pairing_proof_travels_signed_and_only_in_version_2() {
+        let id = ident(1);
+        let proof = PairingProof {
+            invite: [3; 16],
+            proof: [4; 32],
+        };
+        let mut w = BundleWriter::with_pairing(
+            Vec::new(),
+            &id,
+            clock(id.node_id(), 5_000),
+            scopes(),
+            None,
+            [7; 16],
+            Some(proof),
+        )
+        .unwrap();
+        for f in sample_frames() {
+            w.write_frame(&f).unwrap();
+        }
+        let (bytes, _) = w.finish().unwrap();
+        assert_eq!(bytes[8..10], PAIRING_FORMAT_VERSION.to_le_bytes());
+        let v = verify_bundle(&bytes[..], None).unwrap();
+        assert_eq!(v.pairing(), Some(proof));
+        assert_eq!(import(&bytes, None).unwrap(), sample_frames());
+        // Without a proof the bundle is version 1 and carries none.
+        let plain = sample(None);
+        assert_eq!(plain[8..10], FORMAT_VERSION.to_le_bytes());
+        assert_eq!(verify_bundle(&plain[..], None).unwrap().pairing(), None);
+        // The proof is signed with everything else: changing it is refused.
+        let l = layout(&bytes);
+        let mut bad = bytes.clone();
+        bad[l.header_end - 1] ^= 1;
+        assert!(verify_bundle(&bad[..], None).is_err());
+        // Relabelling either version as the other does not decode.
+        let mut relabelled = plain.clone();
+        relabelled[8..10].copy_from_slice(&PAIRING_FORMAT_VERSION.to_le_bytes());
+        assert!(verify_bundle(&relabelled[..], None).is_err());
+        let mut relabelled = bytes.clone();
+        relabelled[8..10].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        assert!(verify_bundle(&relabelled[..], None).is_err());
+    }
+
+    #[test]
     fn truncation_anywhere_is_refused() {
         for key in [None, Some(key())] {
             let bytes = sample(key.as_ref());
@@ -1741,10 +1840,10 @@ mod tests {
     #[test]
     fn unknown_version_is_refused_before_reading_further() {
         let mut bytes = sample(Some(&key()));
-        bytes[8..10].copy_from_slice(&2u16.to_le_bytes());
+        bytes[8..10].copy_from_slice(&3u16.to_le_bytes());
         let err = verify_bundle(&bytes[..], Some(&key())).unwrap_err();
-        assert!(matches!(err, BundleError::UnsupportedVersion(2)));
-        assert_eq!(err.to_string(), "bundle format version 2 is not supported");
+        assert!(matches!(err, BundleError::UnsupportedVersion(3)));
+        assert_eq!(err.to_string(), "bundle format version 3 is not supported");
         // Nothing after the version is needed to say so.
         let mut short = MAGIC.to_vec();
         short.extend_from_slice(&7u16.to_le_bytes());

@@ -27,8 +27,8 @@ pub mod sign;
 pub mod wire;
 
 pub use bundle::{
-    BundleError, BundleHeader, BundleSummary, BundleWriter, ReadError, VerifiedBundle,
-    read_verified, verify_bundle,
+    BundleError, BundleHeader, BundleSummary, BundleWriter, PairingProof, ReadError,
+    VerifiedBundle, read_verified, verify_bundle,
 };
 pub use error::ProtocolError;
 pub use fact::{

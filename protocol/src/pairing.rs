@@ -96,6 +96,74 @@ impl PairingCode {
     }
 }
 
+/// The public name of an invite: what a joiner sends to say which invite it
+/// answers, and the inviter's lookup key. Derived one-way from the secret,
+/// so it reveals nothing about it.
+pub fn invite_id(secret: &[u8; 16]) -> [u8; 16] {
+    let k = blake3::derive_key("amos pairing invite id v1", secret);
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&k[..16]);
+    id
+}
+
+/// The key proofs of the secret are made with. The inviter keeps this (not
+/// the secret itself) until the invite is used or expires.
+pub fn proof_key(secret: &[u8; 16]) -> [u8; 32] {
+    blake3::derive_key("amos pairing proof key v1", secret)
+}
+
+/// How a joiner proves it knows an invite's secret without sending it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProofBinding<'a> {
+    /// Online: bound to one TLS session (its exported keying material), so
+    /// a proof cannot be replayed on another connection.
+    Session(&'a [u8]),
+    /// Offline (`amos join --offline`): bound to the joiner and inviter only;
+    /// it travels inside the joiner's first signed bundle.
+    Offline,
+}
+
+/// `keyed_blake3(proof_key, domain || binding || joiner || inviter ||
+/// policy)`. The policy is the one the code names: a code whose policy was
+/// edited proves nothing.
+pub fn join_proof(
+    proof_key: &[u8; 32],
+    binding: ProofBinding<'_>,
+    joiner: &NodeId,
+    inviter: &NodeId,
+    policy: &str,
+) -> [u8; 32] {
+    let mut h = blake3::Hasher::new_keyed(proof_key);
+    match binding {
+        ProofBinding::Session(exported) => {
+            h.update(b"amos join session v1\0");
+            h.update(&(exported.len() as u64).to_le_bytes());
+            h.update(exported);
+        }
+        ProofBinding::Offline => {
+            h.update(b"amos join offline v1\0");
+        }
+    }
+    h.update(&joiner.0);
+    h.update(&inviter.0);
+    h.update(&(policy.len() as u64).to_le_bytes());
+    h.update(policy.as_bytes());
+    *h.finalize().as_bytes()
+}
+
+/// Check a joiner's proof in constant time.
+pub fn proof_matches(
+    proof_key: &[u8; 32],
+    binding: ProofBinding<'_>,
+    joiner: &NodeId,
+    inviter: &NodeId,
+    policy: &str,
+    proof: &[u8; 32],
+) -> bool {
+    blake3::Hash::from(join_proof(proof_key, binding, joiner, inviter, policy))
+        == blake3::Hash::from(*proof)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,6 +215,28 @@ mod tests {
                 "{bad:?}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn proofs_bind_secret_session_and_both_nodes() {
+        let secret = [3u8; 16];
+        let key = proof_key(&secret);
+        let (a, b) = (NodeId([1; 32]), NodeId([2; 32]));
+        let s1 = ProofBinding::Session(b"session one");
+        let t = "team:apollo";
+        let p = join_proof(&key, s1, &a, &b, t);
+        assert!(proof_matches(&key, s1, &a, &b, t, &p));
+        // Another session, swapped roles, another secret, offline, another
+        // policy: all differ.
+        let s2 = ProofBinding::Session(b"session two");
+        assert!(!proof_matches(&key, s2, &a, &b, t, &p));
+        assert!(!proof_matches(&key, s1, &b, &a, t, &p));
+        assert!(!proof_matches(&proof_key(&[4; 16]), s1, &a, &b, t, &p));
+        assert!(!proof_matches(&key, ProofBinding::Offline, &a, &b, t, &p));
+        assert!(!proof_matches(&key, s1, &a, &b, "full", &p));
+        // The invite id and the proof key are unrelated to each other and to the secret.
+        assert_ne!(invite_id(&secret)[..], key[..16]);
+        assert_ne!(invite_id(&secret)[..], secret[..]);
     }
 
     proptest! {

@@ -41,6 +41,26 @@ pub enum SyncV1 {
     Done { upto: Watermark },
     /// The sender refuses to continue; a one-line reason.
     Refused { reason: String },
+    /// Pairing (DESIGN.md §7), the first message of a joiner that holds a
+    /// code: which invite it answers, and a proof of the invite's secret
+    /// bound to this TLS session ([`crate::pairing::join_proof`]). Never part
+    /// of a sync session.
+    Join {
+        invite: [u8; 16],
+        proof: [u8; 32],
+        /// The joiner's display name.
+        name: String,
+        /// The UDP port the joiner serves on, if it serves (the inviter
+        /// records the address it saw with this port).
+        listen_port: Option<u16>,
+    },
+    /// The inviter accepted a `Join`: both sides record each other with
+    /// `policy`; the inviter hands over its mesh key.
+    Welcome {
+        policy: String,
+        name: String,
+        mesh_key: Option<[u8; 32]>,
+    },
 }
 
 /// The versioned envelope.
@@ -88,6 +108,17 @@ mod tests {
             SyncV1::Done { upto: w },
             SyncV1::Refused {
                 reason: "no".into(),
+            },
+            SyncV1::Join {
+                invite: [5; 16],
+                proof: [6; 32],
+                name: "laptop".into(),
+                listen_port: Some(4747),
+            },
+            SyncV1::Welcome {
+                policy: "team:apollo".into(),
+                name: "server".into(),
+                mesh_key: None,
             },
         ] {
             let m = SyncMessage::V1(m);

@@ -139,6 +139,9 @@ impl Session {
             Event::Received(SyncV1::Refused { reason }) => {
                 return Err(SessionError::Refused(reason));
             }
+            Event::Received(SyncV1::Join { .. } | SyncV1::Welcome { .. }) => {
+                return Err(Protocol("pairing message inside a sync session"));
+            }
             Event::ExportDone { upto } => {
                 if self.their_epoch.is_none() || self.sent_done {
                     return Err(Protocol("export finished out of turn"));

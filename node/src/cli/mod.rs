@@ -223,6 +223,13 @@ enum Cmd {
         #[arg(long)]
         no_mdns: bool,
     },
+    /// Pair with the node that printed CODE (`amos team invite`), then sync
+    Join {
+        code: String,
+        /// Record the inviter without a network, for bundle-only exchange
+        #[arg(long)]
+        offline: bool,
+    },
     /// Sync with peers over QUIC
     #[command(subcommand)]
     Sync(SyncCmd),
@@ -357,6 +364,20 @@ enum TeamCmd {
         team: String,
         agent: String,
     },
+    /// Print a one-time pairing code (amos1-…); the serving node answers `amos join`
+    Invite {
+        team: String,
+        /// What the joining node may receive: `full` or scopes (default: team:TEAM)
+        #[arg(long, value_name = "P")]
+        policy: Option<String>,
+        /// How long the code stays valid (e.g. 10m, 2h; at most 7d)
+        #[arg(long, value_name = "DUR", default_value = "10m")]
+        ttl: String,
+        /// Address the joiner dials (HOST:PORT; repeatable). Default: where
+        /// `amos serve` listens
+        #[arg(long = "addr", value_name = "HOST:PORT")]
+        addrs: Vec<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -474,6 +495,45 @@ fn parse_expiry(s: &str, now_ms: u64) -> Result<u64> {
         .unwrap_or(0))
 }
 
+/// `amos join CODE [--offline]`.
+fn join_cmd(home: &Home, out: &Out, code: &str, offline: bool) -> Result<()> {
+    use amos_node::mesh::SyncResult;
+    // Validates the home (exit 2 if it is not one).
+    drop(Node::open(home)?);
+    let r = if offline {
+        amos_node::pairing::join_offline(home, code)?
+    } else {
+        amos_node::mesh::join_blocking(home, code)?
+    };
+    out.emit(&r, || {
+        let mut s = format!(
+            "paired with {} ({}) at {}, policy {}; mesh key: {}",
+            r.peer,
+            r.name,
+            r.addr.as_deref().unwrap_or("no address"),
+            r.policy,
+            serde_json::to_value(r.mesh_key)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
+        );
+        match &r.first_sync {
+            Some(o) if o.result == SyncResult::Ok => s.push_str(&format!(
+                "\nfirst sync ok: {} facts in, {} out",
+                o.facts_in, o.facts_out
+            )),
+            Some(o) => s.push_str(&format!(
+                "\nfirst sync {}: {} (the next `amos sync` retries)",
+                o.result.as_str(),
+                o.error.as_deref().unwrap_or("")
+            )),
+            None => s.push_str("\noffline: exchange bundles with `amos bundle export --for PEER`"),
+        }
+        s
+    });
+    Ok(())
+}
+
 /// `amos sync now|auto`: one pass, one line (or JSON object) per peer.
 fn sync_cmd(home: &Home, out: &Out, cmd: SyncCmd) -> Result<()> {
     use amos_node::mesh::SyncResult;
@@ -576,6 +636,7 @@ fn run(cli: Cli) -> Result<()> {
             return Ok(());
         }
         Cmd::Sync(cmd) => return sync_cmd(&home, &out, cmd),
+        Cmd::Join { code, offline } => return join_cmd(&home, &out, &code, offline),
         Cmd::Bench {
             corpus,
             passes,
@@ -601,7 +662,12 @@ fn run(cli: Cli) -> Result<()> {
     }
     let mut node = Node::open(&home)?;
     match cli.cmd {
-        Cmd::Init { .. } | Cmd::Demo | Cmd::Bench { .. } | Cmd::Serve { .. } | Cmd::Sync(_) => {
+        Cmd::Init { .. }
+        | Cmd::Demo
+        | Cmd::Bench { .. }
+        | Cmd::Serve { .. }
+        | Cmd::Sync(_)
+        | Cmd::Join { .. } => {
             unreachable!("handled above")
         }
         Cmd::Id => out.emit(
@@ -850,6 +916,30 @@ fn run(cli: Cli) -> Result<()> {
                 out.emit(&json!({"team": team, "agent": agent}), || {
                     format!("{agent} joined team {team}")
                 });
+            }
+            TeamCmd::Invite {
+                team,
+                policy,
+                ttl,
+                addrs,
+            } => {
+                let ttl = humantime::parse_duration(&ttl)
+                    .map_err(|_| bad(format!("malformed --ttl {ttl:?}: use e.g. 10m")))?;
+                let inv = node.team_invite(&team, policy.as_deref(), ttl, &addrs)?;
+                let expires = humantime::format_rfc3339_seconds(
+                    std::time::UNIX_EPOCH + std::time::Duration::from_millis(inv.expires),
+                );
+                out.emit(
+                    &json!({"code": inv.code, "expires": expires.to_string(), "expires_ms": inv.expires,
+                            "team": inv.team, "policy": inv.policy, "addrs": inv.addrs}),
+                    || {
+                        format!(
+                            "{}\n(one use, for team {} with policy {}, expires {expires}; \
+                             the joiner runs `amos join <code>` while this node serves)",
+                            inv.code, inv.team, inv.policy
+                        )
+                    },
+                );
             }
             TeamCmd::Remove { team, agent } => {
                 node.team_member(&team, &agent, false)?;

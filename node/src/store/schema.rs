@@ -169,6 +169,23 @@ const MIGRATIONS: &[&str] = &[
         since_ms  INTEGER NOT NULL
     ) STRICT;
     "#,
+    // v3: pairing — one-time invites. The secret itself is never stored, only
+    // the key proofs are checked with (protocol::pairing::proof_key).
+    r#"
+    CREATE TABLE invites (
+        id          BLOB PRIMARY KEY,           -- pairing::invite_id(secret)
+        proof_key   BLOB NOT NULL,
+        team        TEXT NOT NULL,
+        policy      TEXT NOT NULL,
+        created_ms  INTEGER NOT NULL,
+        expires_ms  INTEGER NOT NULL,
+        used_ms     INTEGER,
+        used_by     BLOB
+    ) STRICT;
+    -- A joiner's offline pairing proof for its inviter (invite id || proof),
+    -- carried in its bundles to that peer until the inviter is heard from.
+    ALTER TABLE peers ADD COLUMN join_proof BLOB;
+    "#,
 ];
 
 /// The schema version this binary writes.

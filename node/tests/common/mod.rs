@@ -1,6 +1,8 @@
 //! Shared harness for tests that drive the real `amos` binary in a temp home.
 #![allow(dead_code)]
 
+pub mod server;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -105,6 +107,22 @@ impl Home {
             .iter()
             .map(|h| h["id"].as_str().expect("id").to_owned())
             .collect()
+    }
+
+    /// `amos digest --scope SCOPE`.
+    pub fn digest(&self, scope: &str) -> String {
+        self.json(&["digest", "--scope", scope])["digest"]
+            .as_str()
+            .expect("digest")
+            .to_owned()
+    }
+
+    /// A fresh node with team `apollo` and its member `alice`.
+    pub fn apollo() -> Home {
+        let h = Home::new();
+        h.ok(&["team", "create", "apollo"]);
+        h.ok(&["agent", "add", "alice", "--team", "apollo"]);
+        h
     }
 
     /// A fingerprint of the replicated state: the store's sequence counter

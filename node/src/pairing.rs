@@ -1,0 +1,537 @@
+//! Pairing (DESIGN.md §7), the node's side: one-time invites
+//! (`amos team invite`), the inviter's check of a joiner's proof, and the
+//! joiner's record of its inviter. The network exchange lives in `mesh`;
+//! the code format and the proof in `amos_protocol::pairing`.
+//!
+//! Invariant: an invite pairs at most one node, before it expires; checking
+//! a proof, marking the invite used and recording the joiner happen in one
+//! transaction, so a failed or refused join records nothing.
+//! Invariant: the secret is never stored; the inviter keeps only the key
+//! proofs are checked with (`pairing::proof_key`), until the invite is used.
+//! Boundary: no sockets; a join's network leg passes in what it saw.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::time::Duration;
+
+use amos_acl::PeerPolicy;
+use amos_protocol::pairing::{self, PairingCode, ProofBinding};
+use amos_protocol::{MeshKey, NodeId, TeamId};
+use rand::RngExt;
+use rusqlite::{OptionalExtension, params};
+use serde::Serialize;
+
+use crate::error::{NodeError, Result};
+use crate::home::{Home, write_atomic};
+use crate::mesh::PeerOutcome;
+use crate::node::Node;
+use crate::peers::upsert_peer;
+use crate::store::org;
+
+/// Longest life of an invite.
+pub const MAX_INVITE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Default life of an invite (`--ttl`).
+pub const DEFAULT_INVITE_TTL: Duration = Duration::from_secs(10 * 60);
+
+/// A freshly made invite: what `amos team invite` prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct Invite {
+    pub code: String,
+    /// Unix milliseconds.
+    pub expires: u64,
+    pub team: String,
+    pub policy: String,
+    pub addrs: Vec<String>,
+}
+
+/// What the inviter answers a valid join with.
+pub struct Welcome {
+    pub policy: PeerPolicy,
+    pub name: String,
+    pub mesh_key: Option<MeshKey>,
+}
+
+/// What `amos join` reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct JoinReport {
+    pub peer: String,
+    pub name: String,
+    pub policy: String,
+    pub addr: Option<String>,
+    pub mesh_key: MeshKeyOutcome,
+    /// The first sync (`None` for `--offline`).
+    pub first_sync: Option<PeerOutcome>,
+}
+
+/// What happened to the joiner's mesh key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MeshKeyOutcome {
+    /// We had none and took the inviter's.
+    Adopted,
+    /// We already had the same one.
+    Same,
+    /// We have another one and kept it (bundles between the two will not
+    /// decrypt until the operator sets one key on both).
+    KeptOwn,
+    /// The inviter has none.
+    None,
+}
+
+impl Node {
+    /// Make a one-time invite into `team` (DESIGN.md §7). `policy` defaults to
+    /// `team:TEAM`; `addrs` default to where `amos serve` last listened.
+    pub fn team_invite(
+        &mut self,
+        team: &str,
+        policy: Option<&str>,
+        ttl: Duration,
+        addrs: &[String],
+    ) -> Result<Invite> {
+        let team_id = TeamId::parse(team)?;
+        if !org::team_present(self.store().conn(), &team_id) {
+            return Err(NodeError::BadInput(format!("no such team: {team_id}")));
+        }
+        let policy: PeerPolicy = match policy {
+            Some(p) => p.parse()?,
+            None => format!("team:{team_id}").parse()?,
+        };
+        if ttl.is_zero() || ttl > MAX_INVITE_TTL {
+            return Err(NodeError::BadInput(format!(
+                "--ttl must be between 1s and {}",
+                humantime::format_duration(MAX_INVITE_TTL)
+            )));
+        }
+        let addrs = if addrs.is_empty() {
+            listen_hints(self.home())?
+        } else {
+            for a in addrs {
+                check_hint(a)?;
+            }
+            addrs.to_vec()
+        };
+        if addrs.len() > pairing::MAX_ADDRS {
+            return Err(NodeError::BadInput(format!(
+                "at most {} addresses fit in a code",
+                pairing::MAX_ADDRS
+            )));
+        }
+        let now = self.now_ms();
+        let expires = now.saturating_add(ttl.as_millis() as u64);
+        let secret: [u8; 16] = rand::rng().random();
+        let code = PairingCode {
+            inviter: self.node_id(),
+            addrs: addrs.clone(),
+            secret,
+            policy: policy.to_string(),
+            expires_ms: expires,
+        };
+        self.store.write(|tx| {
+            tx.conn().execute(
+                "INSERT INTO invites(id, proof_key, team, policy, created_ms, expires_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    &pairing::invite_id(&secret)[..],
+                    &pairing::proof_key(&secret)[..],
+                    team_id.as_str(),
+                    policy.to_string(),
+                    now as i64,
+                    expires as i64
+                ],
+            )?;
+            Ok(())
+        })?;
+        Ok(Invite {
+            code: code.encode(),
+            expires,
+            team: team_id.to_string(),
+            policy: policy.to_string(),
+            addrs,
+        })
+    }
+
+    /// The inviter's side of a join: check that `invite` is pending and that
+    /// `proof` proves its secret for this `binding`, then — in the same
+    /// transaction — mark it used and record `joiner` as a peer with the
+    /// invite's policy. Any failure records nothing and is
+    /// [`NodeError::Refused`] with a reason fit to send to the joiner.
+    pub fn accept_join(
+        &mut self,
+        joiner: &NodeId,
+        invite: &[u8; 16],
+        proof: &[u8; 32],
+        binding: ProofBinding<'_>,
+        name: &str,
+        addr: Option<&str>,
+    ) -> Result<Welcome> {
+        let me = self.node_id();
+        if *joiner == me {
+            return Err(NodeError::Refused("a node cannot pair with itself".into()));
+        }
+        let now = self.now_ms();
+        let name = clean_name(name);
+        let policy = self.store.write(|tx| {
+            let row: Option<(Vec<u8>, String, i64, Option<i64>)> = tx
+                .conn()
+                .query_row(
+                    "SELECT proof_key, policy, expires_ms, used_ms FROM invites WHERE id = ?1",
+                    [&invite[..]],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                )
+                .optional()?;
+            // One answer for a wrong secret and an unknown invite: a guesser
+            // learns nothing about which invites exist.
+            let unknown = || NodeError::Refused("unknown pairing code".into());
+            let (key, policy, expires, used) = row.ok_or_else(unknown)?;
+            let key: [u8; 32] = key.as_slice().try_into().map_err(|_| unknown())?;
+            if !pairing::proof_matches(&key, binding, joiner, &me, &policy, proof) {
+                return Err(unknown());
+            }
+            if used.is_some() {
+                return Err(NodeError::Refused(
+                    "this pairing code was already used".into(),
+                ));
+            }
+            if now as i64 >= expires {
+                return Err(NodeError::Refused("this pairing code has expired".into()));
+            }
+            let policy: PeerPolicy = policy
+                .parse()
+                .map_err(|_| NodeError::Corrupt(format!("invite with a bad policy: {policy}")))?;
+            tx.conn().execute(
+                "UPDATE invites SET used_ms = ?2, used_by = ?3 WHERE id = ?1",
+                params![&invite[..], now as i64, &joiner.0[..]],
+            )?;
+            upsert_peer(tx, joiner, addr, Some(&name), &policy, now)?;
+            Ok(policy)
+        })?;
+        Ok(Welcome {
+            policy,
+            name: self.name().to_owned(),
+            mesh_key: self.mesh_key()?,
+        })
+    }
+
+    /// The joiner's side, once the inviter welcomed it: record the inviter
+    /// as a peer at `addr` with the code's policy, and take its mesh key if
+    /// we have none.
+    pub fn record_inviter(
+        &mut self,
+        code: &PairingCode,
+        addr: &str,
+        welcome: &Welcome,
+    ) -> Result<MeshKeyOutcome> {
+        if welcome.policy.to_string() != code.policy {
+            return Err(NodeError::Failed(format!(
+                "the inviter answered with policy {} but the code says {}; nothing recorded",
+                welcome.policy, code.policy
+            )));
+        }
+        let now = self.now_ms();
+        let name = clean_name(&welcome.name);
+        self.store.write(|tx| {
+            upsert_peer(
+                tx,
+                &code.inviter,
+                Some(addr),
+                Some(&name),
+                &welcome.policy,
+                now,
+            )
+        })?;
+        Ok(match (&welcome.mesh_key, self.mesh_key()?) {
+            (None, _) => MeshKeyOutcome::None,
+            (Some(theirs), None) => {
+                self.mesh_key_set(&theirs.to_string())?;
+                MeshKeyOutcome::Adopted
+            }
+            (Some(theirs), Some(ours)) if ours.as_bytes() == theirs.as_bytes() => {
+                MeshKeyOutcome::Same
+            }
+            (Some(_), Some(_)) => MeshKeyOutcome::KeptOwn,
+        })
+    }
+}
+
+/// `amos join CODE --offline`: record the inviter (at the code's first
+/// address, with the code's policy) without a network, and keep an offline
+/// proof of the code's secret that this node's bundles to the inviter carry
+/// (`amos bundle export --for INVITER`), so the inviter can accept this node
+/// from its first bundle.
+pub fn join_offline(home: &Home, code_text: &str) -> Result<JoinReport> {
+    let mut node = Node::open(home)?;
+    let me = node.node_id();
+    let code = read_code(code_text, &me, node.now_ms())?;
+    let policy: PeerPolicy = code.policy.parse().map_err(|_| {
+        NodeError::BadInput(format!("the code names a bad policy {:?}", code.policy))
+    })?;
+    let mut carried = pairing::invite_id(&code.secret).to_vec();
+    carried.extend_from_slice(&pairing::join_proof(
+        &pairing::proof_key(&code.secret),
+        ProofBinding::Offline,
+        &me,
+        &code.inviter,
+        &code.policy,
+    ));
+    let addr = code.addrs.first().cloned();
+    let now = node.now_ms();
+    node.store.write(|tx| {
+        upsert_peer(tx, &code.inviter, addr.as_deref(), None, &policy, now)?;
+        tx.conn().execute(
+            "UPDATE peers SET join_proof = ?2 WHERE node_id = ?1",
+            params![&code.inviter.0[..], carried],
+        )?;
+        Ok(())
+    })?;
+    Ok(JoinReport {
+        peer: code.inviter.to_string(),
+        name: String::new(),
+        policy: policy.to_string(),
+        addr,
+        mesh_key: MeshKeyOutcome::None,
+        first_sync: None,
+    })
+}
+
+/// The offline pairing proof this node's bundles to `peer` carry, if any.
+pub fn join_proof_for(
+    conn: &rusqlite::Connection,
+    peer: &NodeId,
+) -> Result<Option<amos_protocol::PairingProof>> {
+    let blob: Option<Option<Vec<u8>>> = conn
+        .query_row(
+            "SELECT join_proof FROM peers WHERE node_id = ?1",
+            [&peer.0[..]],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(blob.flatten().and_then(|b| {
+        let invite: [u8; 16] = b.get(..16)?.try_into().ok()?;
+        let proof: [u8; 32] = b.get(16..48)?.try_into().ok()?;
+        Some(amos_protocol::PairingProof { invite, proof })
+    }))
+}
+
+/// Whether any invite is still pending: the serving node accepts a handshake
+/// from an unknown key only then (and that connection may only pair).
+pub fn invites_pending(conn: &rusqlite::Connection, now_ms: u64) -> Result<bool> {
+    Ok(conn
+        .query_row(
+            "SELECT EXISTS(SELECT 1 FROM invites WHERE used_ms IS NULL AND expires_ms > ?1)",
+            [now_ms as i64],
+            |r| r.get::<_, bool>(0),
+        )
+        .optional()?
+        .unwrap_or(false))
+}
+
+/// Decode a code typed by a user: a clear [`NodeError::BadInput`] for a
+/// mistyped, expired or self-addressed code.
+pub fn read_code(text: &str, me: &NodeId, now_ms: u64) -> Result<PairingCode> {
+    let code = PairingCode::decode(text).map_err(|e| NodeError::BadInput(e.to_string()))?;
+    if code.inviter == *me {
+        return Err(NodeError::BadInput(
+            "this pairing code was made by this node".into(),
+        ));
+    }
+    if code.is_expired(now_ms) {
+        return Err(NodeError::BadInput(format!(
+            "this pairing code expired at {}",
+            humantime::format_rfc3339_seconds(
+                std::time::UNIX_EPOCH + Duration::from_millis(code.expires_ms)
+            )
+        )));
+    }
+    if code.addrs.is_empty() {
+        return Err(NodeError::BadInput(
+            "this pairing code names no address to reach the inviter".into(),
+        ));
+    }
+    Ok(code)
+}
+
+/// Record where `amos serve` listens (atomically), for pairing codes.
+pub fn record_listen(home: &Home, addr: SocketAddr) -> Result<()> {
+    write_atomic(&home.listen_path(), addr.to_string().as_bytes(), 0o644)
+}
+
+/// The address `amos serve` last recorded.
+pub fn recorded_listen(home: &Home) -> Option<SocketAddr> {
+    std::fs::read_to_string(home.listen_path())
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
+/// Address hints from the recorded listen address. A wildcard address is
+/// replaced by the address of the interface the default route leaves from
+/// (found by `connect` on an unsent UDP socket: no packet is sent), then
+/// loopback.
+fn listen_hints(home: &Home) -> Result<Vec<String>> {
+    let listen = recorded_listen(home).ok_or_else(|| {
+        NodeError::BadInput(
+            "no address to put in the code: run `amos serve` first (it records where it \
+             listens) or pass --addr HOST:PORT"
+                .into(),
+        )
+    })?;
+    if !listen.ip().is_unspecified() {
+        return Ok(vec![listen.to_string()]);
+    }
+    let mut hints = Vec::new();
+    if let Some(ip) = default_route_ip() {
+        hints.push(SocketAddr::new(ip, listen.port()).to_string());
+    }
+    hints.push(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), listen.port()).to_string());
+    Ok(hints)
+}
+
+fn default_route_ip() -> Option<IpAddr> {
+    let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok()?;
+    // A documentation address (RFC 5737): connect() only picks a route.
+    s.connect((Ipv4Addr::new(192, 0, 2, 1), 9)).ok()?;
+    let ip = s.local_addr().ok()?.ip();
+    (!ip.is_unspecified()).then_some(ip)
+}
+
+fn check_hint(addr: &str) -> Result<()> {
+    let ok = addr.len() <= 255
+        && addr
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if ok {
+        Ok(())
+    } else {
+        Err(NodeError::BadInput(format!(
+            "bad --addr {addr:?}: expected HOST:PORT"
+        )))
+    }
+}
+
+/// A peer's self-chosen name, made safe to store and print.
+fn clean_name(name: &str) -> String {
+    name.chars().filter(|c| !c.is_control()).take(64).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::clock::FixedClock;
+
+    const T0: u64 = 1_800_000_000_000;
+
+    fn node_at(home: &Home, now: u64) -> Node {
+        Node::open_with_clock(home, Arc::new(FixedClock(now))).unwrap()
+    }
+
+    /// An inviter with team `apollo`, a joiner identity, and one invite
+    /// (10 minutes from `T0`).
+    fn setup() -> (tempfile::TempDir, Home, NodeId, PairingCode) {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::new(dir.path().join("a"));
+        Node::init(&home, Some("a")).unwrap();
+        let joiner_home = Home::new(dir.path().join("b"));
+        Node::init(&joiner_home, Some("b")).unwrap();
+        let joiner = Node::open(&joiner_home).unwrap().node_id();
+        let mut a = node_at(&home, T0);
+        a.team_create("apollo", None).unwrap();
+        let inv = a
+            .team_invite(
+                "apollo",
+                None,
+                DEFAULT_INVITE_TTL,
+                &["127.0.0.1:4747".into()],
+            )
+            .unwrap();
+        let code = PairingCode::decode(&inv.code).unwrap();
+        (dir, home, joiner, code)
+    }
+
+    fn try_join(home: &Home, now: u64, joiner: &NodeId, code: &PairingCode) -> Result<Welcome> {
+        let mut a = node_at(home, now);
+        let proof = pairing::join_proof(
+            &pairing::proof_key(&code.secret),
+            ProofBinding::Session(b"tls"),
+            joiner,
+            &code.inviter,
+            &code.policy,
+        );
+        a.accept_join(
+            joiner,
+            &pairing::invite_id(&code.secret),
+            &proof,
+            ProofBinding::Session(b"tls"),
+            "b",
+            None,
+        )
+    }
+
+    fn peers_of(home: &Home) -> usize {
+        Node::open(home).unwrap().peer_list().unwrap().len()
+    }
+
+    #[test]
+    fn an_expired_invite_is_refused_by_the_inviter_and_records_nothing() {
+        let (_d, home, joiner, code) = setup();
+        let late = T0 + DEFAULT_INVITE_TTL.as_millis() as u64;
+        let conn = rusqlite::Connection::open(home.db_path()).unwrap();
+        assert!(invites_pending(&conn, late - 1).unwrap());
+        assert!(!invites_pending(&conn, late).unwrap());
+        let e = try_join(&home, late, &joiner, &code).err().unwrap();
+        assert!(
+            matches!(&e, NodeError::Refused(r) if r.contains("expired")),
+            "{e}"
+        );
+        assert_eq!(peers_of(&home), 0);
+        // The joiner's own check refuses it before dialling, too.
+        assert!(read_code(&code.encode(), &joiner, late).is_err());
+        assert!(read_code(&code.encode(), &joiner, late - 1).is_ok());
+    }
+
+    #[test]
+    fn an_invite_pairs_once_and_a_wrong_proof_spends_nothing() {
+        let (_d, home, joiner, code) = setup();
+        let mut wrong = code.clone();
+        wrong.secret[0] ^= 1;
+        let e = try_join(&home, T0, &joiner, &wrong).err().unwrap();
+        assert!(
+            matches!(&e, NodeError::Refused(r) if r == "unknown pairing code"),
+            "{e}"
+        );
+        assert_eq!(peers_of(&home), 0);
+        let w = try_join(&home, T0 + 1, &joiner, &code).unwrap();
+        assert_eq!(w.policy.to_string(), "team:apollo");
+        assert_eq!(peers_of(&home), 1);
+        let e = try_join(&home, T0 + 2, &joiner, &code).err().unwrap();
+        assert!(
+            matches!(&e, NodeError::Refused(r) if r.contains("already used")),
+            "{e}"
+        );
+        let conn = rusqlite::Connection::open(home.db_path()).unwrap();
+        assert!(!invites_pending(&conn, T0 + 2).unwrap());
+    }
+
+    #[test]
+    fn invites_need_a_team_an_address_and_a_sane_ttl() {
+        let (_d, home, _, _) = setup();
+        let mut a = node_at(&home, T0);
+        let addr = ["127.0.0.1:4747".to_owned()];
+        for (team, ttl, addrs) in [
+            ("nope", DEFAULT_INVITE_TTL, &addr[..]),
+            ("apollo", Duration::ZERO, &addr[..]),
+            ("apollo", MAX_INVITE_TTL * 2, &addr[..]),
+            ("apollo", DEFAULT_INVITE_TTL, &[][..]),
+            ("apollo", DEFAULT_INVITE_TTL, &["no-port".to_owned()][..]),
+        ] {
+            let e = a.team_invite(team, None, ttl, addrs).err().unwrap();
+            assert!(
+                matches!(e, NodeError::BadInput(_)),
+                "{team} {ttl:?} {addrs:?}: {e}"
+            );
+        }
+        assert!(
+            a.team_invite("apollo", Some("bogus:x"), DEFAULT_INVITE_TTL, &addr)
+                .is_err()
+        );
+    }
+}

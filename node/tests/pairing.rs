@@ -1,0 +1,282 @@
+//! Pairing by code between real `amos` processes on 127.0.0.1
+//! (DESIGN.md §7): `amos team invite` on a serving node, `amos join CODE` on
+//! another. Three nodes pair and converge, relaying through the inviter;
+//! mistyped, expired, reused and forged codes are refused with exit 2 and
+//! nothing recorded on either side; a stranger let in to pair cannot sync;
+//! `amos join --offline` pairs for bundles, and the inviter accepts the
+//! joiner from its first, signed bundle exactly once.
+
+mod common;
+
+use amos_protocol::pairing::PairingCode;
+use common::Home;
+use common::server::{Server, free_port, id};
+use serde_json::Value;
+
+fn invite(h: &Home, args: &[&str]) -> String {
+    let mut a = vec!["team", "invite", "apollo"];
+    a.extend_from_slice(args);
+    h.json(&a)["code"].as_str().expect("code").to_owned()
+}
+
+fn peers(h: &Home) -> Vec<Value> {
+    h.json(&["peers", "list"])["peers"]
+        .as_array()
+        .expect("peers")
+        .clone()
+}
+
+fn peer_ids(h: &Home) -> Vec<String> {
+    peers(h)
+        .iter()
+        .map(|p| p["node_id"].as_str().expect("node_id").to_owned())
+        .collect()
+}
+
+fn digest(h: &Home, scope: &str) -> String {
+    h.digest(scope)
+}
+
+/// A node with team `apollo` and agent `alice` in it.
+fn inviter() -> Home {
+    Home::apollo()
+}
+
+/// Re-encode a real code with one change (a valid checksum: not a typo).
+fn forge(code: &str, change: impl FnOnce(&mut PairingCode)) -> String {
+    let mut c = PairingCode::decode(code).expect("a real code decodes");
+    change(&mut c);
+    c.encode()
+}
+
+#[test]
+fn three_nodes_pair_by_code_converge_and_relay_through_the_inviter() {
+    let a = inviter();
+    a.ok(&["mesh", "key", "generate"]);
+    let secret_of_a = a.add("alice", "alice keeps the deploy key offline", &[]);
+    let team_note = a.add("alice", "standup moves to 10:30", &["team:apollo"]);
+    let server = Server::start(&a);
+
+    // b joins; the first sync brings the team, its members and its memory.
+    let b = Home::new();
+    let code_b = invite(&a, &[]);
+    let joined = b.json(&["join", &code_b]);
+    assert_eq!(joined["peer"], id(&a));
+    assert_eq!(joined["policy"], "team:apollo");
+    assert_eq!(joined["mesh_key"], "adopted");
+    assert_eq!(joined["first_sync"]["result"], "ok", "{joined}");
+    assert_eq!(
+        b.json(&["mesh", "key", "show"]),
+        a.json(&["mesh", "key", "show"])
+    );
+    // Both sides recorded each other, with the invite's policy.
+    let on_a = peers(&a);
+    assert_eq!(on_a.len(), 1);
+    assert_eq!(on_a[0]["node_id"], id(&b));
+    assert_eq!(on_a[0]["policy"], "team:apollo");
+    assert_eq!(peer_ids(&b), vec![id(&a)]);
+    b.ok(&["agent", "add", "bob", "--team", "apollo"]);
+    assert_eq!(b.search_ids("bob", "standup", 5), vec![team_note.clone()]);
+    // The invite's policy held: a's private memory never left a.
+    assert!(b.run(&["get", &secret_of_a, "--as", "bob"]).code == 2);
+
+    // The code is spent: a second node cannot use it.
+    let c = Home::new();
+    let reused = c.run(&["join", &code_b]);
+    assert_eq!(reused.code, 2, "{reused:?}");
+    assert!(reused.stderr.contains("used"), "{reused:?}");
+    assert!(peers(&c).is_empty());
+    assert_eq!(peer_ids(&a), vec![id(&b)]);
+
+    // c joins with its own code; then b writes, and c receives it through a.
+    let code_c = invite(&a, &["--ttl", "5m"]);
+    c.ok(&["join", &code_c]);
+    c.ok(&["agent", "add", "carol", "--team", "apollo"]);
+    let from_b = b.add(
+        "bob",
+        "the release train leaves on fridays",
+        &["team:apollo"],
+    );
+    for _ in 0..3 {
+        b.ok(&["sync", "now"]);
+        c.ok(&["sync", "now"]);
+        if digest(&a, "team:apollo") == digest(&b, "team:apollo")
+            && digest(&b, "team:apollo") == digest(&c, "team:apollo")
+        {
+            break;
+        }
+    }
+    assert_eq!(digest(&a, "team:apollo"), digest(&b, "team:apollo"));
+    assert_eq!(digest(&b, "team:apollo"), digest(&c, "team:apollo"));
+    assert_eq!(c.search_ids("carol", "release train", 5), vec![from_b]);
+    assert!(server.log().contains("paired with"), "{}", server.log());
+}
+
+#[test]
+fn bad_codes_are_refused_with_exit_2_and_record_nothing_anywhere() {
+    let a = inviter();
+    let _server = Server::start(&a);
+    let b = Home::new();
+    let code = invite(&a, &[]);
+    let before_a = (peers(&a).len(), a.fingerprint());
+    let before_b = b.fingerprint();
+
+    let refused = |code: &str, why: &str| {
+        let r = b.run(&["join", code]);
+        assert_eq!(r.code, 2, "{why}: {r:?}");
+        assert!(r.stderr.contains(why), "{why}: {r:?}");
+        assert_eq!(r.stderr.trim().lines().count(), 1, "one line: {r:?}");
+        assert!(peers(&b).is_empty(), "{why}: b recorded a peer");
+        assert_eq!(b.fingerprint(), before_b, "{why}: b changed");
+        assert_eq!(
+            (peers(&a).len(), a.fingerprint()),
+            before_a,
+            "{why}: a changed"
+        );
+    };
+    // Mistyped: one character changed (caught by the checksum, nothing dialled).
+    let pos = code.len() / 2;
+    let typo: String = code
+        .char_indices()
+        .map(|(i, ch)| {
+            if i == pos {
+                if ch == 'a' { 'b' } else { 'a' }
+            } else {
+                ch
+            }
+        })
+        .collect();
+    refused(&typo, "bad pairing code");
+    refused("amos1-", "bad pairing code");
+    // Expired (the joiner checks before dialling).
+    refused(&forge(&code, |c| c.expires_ms = 1_000), "expired");
+    // Forged: the right inviter, a guessed secret. The inviter refuses, and
+    // says no more than "unknown".
+    refused(&forge(&code, |c| c.secret[0] ^= 1), "unknown pairing code");
+    // Forged: another inviter's name on this address. The key check fails.
+    let other = Home::new();
+    let other_id: amos_protocol::NodeId = id(&other).parse().expect("node id");
+    refused(&forge(&code, |c| c.inviter = other_id), "not the inviter");
+    // A wider policy written into the code proves nothing: the proof covers
+    // the policy, checked against the invite the inviter stored.
+    refused(
+        &forge(&code, |c| c.policy = "full".into()),
+        "unknown pairing code",
+    );
+
+    // None of that spent the invite: the real code still pairs.
+    let ok = b.json(&["join", &code]);
+    assert_eq!(ok["policy"], "team:apollo");
+    assert_eq!(peer_ids(&a), vec![id(&b)]);
+}
+
+#[test]
+fn an_unreachable_inviter_is_a_failure_not_bad_input() {
+    let a = inviter();
+    let dead = format!("127.0.0.1:{}", free_port());
+    let code = invite(&a, &["--addr", &dead]);
+    let b = Home::new();
+    let r = b.run(&["join", &code]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("cannot reach the inviter"), "{r:?}");
+    assert!(peers(&b).is_empty());
+}
+
+#[test]
+fn a_stranger_let_in_to_pair_cannot_sync() {
+    let a = inviter();
+    a.add("alice", "the team's only memory", &["team:apollo"]);
+    let server = Server::start(&a);
+    // A pending invite makes the server accept unknown keys — to pair only.
+    let _pending = invite(&a, &[]);
+    let before = a.fingerprint();
+    let stranger = Home::new();
+    stranger.ok(&["peers", "add", &id(&a), &server.addr, "--policy", "full"]);
+    stranger.ok(&["agent", "add", "mallory"]);
+    stranger.add("mallory", "planted by a stranger", &["global"]);
+    let stranger_before = stranger.fingerprint();
+    let r = stranger.run(&["--json", "sync", "now"]);
+    assert_ne!(r.code, 0, "{r:?}");
+    let result = &r.json()["peers"][0];
+    assert_ne!(result["result"], "ok", "{r:?}");
+    assert_eq!(result["facts_in"], 0);
+    assert_eq!(a.fingerprint(), before, "nothing from the stranger applied");
+    assert!(peers(&a).is_empty());
+    assert_eq!(
+        stranger.fingerprint(),
+        stranger_before,
+        "nothing of a's left a"
+    );
+}
+
+#[test]
+fn offline_join_pairs_through_the_first_signed_bundle_once() {
+    let a = inviter();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    // No server: the code's address is only a hint for later.
+    let code = invite(&a, &["--addr", "127.0.0.1:4747"]);
+
+    let b = Home::new();
+    let joined = b.json(&["join", &code, "--offline"]);
+    assert_eq!(joined["peer"], id(&a));
+    assert_eq!(joined["policy"], "team:apollo");
+    assert!(joined["first_sync"].is_null());
+    assert!(
+        peers(&a).is_empty(),
+        "offline: the inviter knows nothing yet"
+    );
+    // The inviter hands over the team on the same air gap.
+    a.ok(&[
+        "bundle",
+        "export",
+        &file("team.amosb"),
+        "--scope",
+        "team:apollo",
+    ]);
+    b.ok(&["bundle", "import", &file("team.amosb")]);
+    b.ok(&["agent", "add", "bob", "--team", "apollo"]);
+    let from_b = b.add(
+        "bob",
+        "the air-gapped site rotates keys monthly",
+        &["team:apollo"],
+    );
+    b.ok(&["bundle", "export", &file("b1.amosb"), "--for", &id(&a)]);
+
+    // The inviter accepts b from its first bundle, with the invite's policy.
+    a.ok(&["bundle", "import", &file("b1.amosb")]);
+    let on_a = peers(&a);
+    assert_eq!(on_a.len(), 1);
+    assert_eq!(on_a[0]["node_id"], id(&b));
+    assert_eq!(on_a[0]["policy"], "team:apollo");
+    assert_eq!(a.search_ids("alice", "air-gapped", 5), vec![from_b]);
+    // Importing it again is a no-op.
+    a.ok(&["bundle", "import", &file("b1.amosb")]);
+    assert_eq!(peers(&a).len(), 1);
+
+    // And back: a's bundle for b carries the team.
+    a.add("alice", "site visits need two badges", &["team:apollo"]);
+    a.ok(&["bundle", "export", &file("a1.amosb"), "--for", &id(&b)]);
+    b.ok(&["bundle", "import", &file("a1.amosb")]);
+    assert_eq!(b.search_ids("bob", "badges", 5).len(), 1);
+
+    // The spent code pairs no one else, and a guessed secret pairs no one.
+    for (who, code) in [
+        ("reused", code.clone()),
+        ("forged", forge(&code, |c| c.secret[3] ^= 0x40)),
+    ] {
+        let c = Home::new();
+        c.ok(&["join", &code, "--offline"]);
+        let f = file(&format!("{who}.amosb"));
+        c.ok(&["bundle", "export", &f, "--for", &id(&a)]);
+        let before = a.fingerprint();
+        let r = a.run(&["bundle", "import", &f]);
+        assert_eq!(r.code, 1, "{who}: {r:?}");
+        assert!(
+            r.stderr.contains("pairing proof was refused"),
+            "{who}: {r:?}"
+        );
+        assert_eq!(peers(&a).len(), 1, "{who}: a recorded a peer");
+        assert_eq!(a.fingerprint(), before, "{who}: a changed");
+    }
+}
