@@ -13,8 +13,10 @@ pub mod bench;
 pub mod bundles;
 pub mod clock;
 pub mod error;
+pub mod fleet;
 pub mod home;
 pub mod index;
+pub mod mcp;
 pub mod mesh;
 pub mod node;
 pub mod ops;
@@ -23,6 +25,7 @@ pub mod peers;
 pub mod recall;
 pub mod replica;
 pub mod store;
+pub mod view;
 
 pub use error::{NodeError, Result};
 pub use home::Home;

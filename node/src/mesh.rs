@@ -623,6 +623,10 @@ pub fn serve(home: &Home, opts: &ServeOptions) -> Result<()> {
 
 async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> {
     let identity = Arc::new(home.load_identity()?);
+    let fleet = crate::fleet::apply(&mut Node::open(home)?, home)?;
+    for change in &fleet.changes {
+        info!("agents.toml: {change}");
+    }
     // The acceptor's own connection: the peers table as it is at each handshake.
     let conn = rusqlite::Connection::open(home.db_path())?;
     conn.busy_timeout(Duration::from_secs(2))?;

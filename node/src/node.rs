@@ -41,6 +41,22 @@ pub struct NewMemory {
     pub expires_ms: Option<u64>,
 }
 
+/// An expiry as a user writes it: a duration from `now_ms` (`30d`, `12h`)
+/// or an RFC 3339 time.
+pub fn parse_expiry(s: &str, now_ms: u64) -> Result<u64> {
+    if let Ok(d) = humantime::parse_duration(s) {
+        return Ok(now_ms.saturating_add(d.as_millis() as u64));
+    }
+    let t = humantime::parse_rfc3339_weak(s).map_err(|_| {
+        NodeError::BadInput(format!(
+            "malformed expiry {s:?}: use a duration (30d, 12h) or an RFC 3339 time"
+        ))
+    })?;
+    Ok(t.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0))
+}
+
 impl NewMemory {
     pub fn new(text: impl Into<String>) -> Self {
         NewMemory {

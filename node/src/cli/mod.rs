@@ -230,6 +230,8 @@ enum Cmd {
         #[arg(long)]
         offline: bool,
     },
+    /// MCP server on stdio for one agent ($AMOS_AGENT): memory tools for AI agents
+    Mcp,
     /// Sync with peers over QUIC
     #[command(subcommand)]
     Sync(SyncCmd),
@@ -343,6 +345,8 @@ enum AgentCmd {
         team: Vec<String>,
     },
     List,
+    /// Apply <home>/agents.toml now (also done at every start of `serve` and `mcp`)
+    Apply,
 }
 
 #[derive(Subcommand, Debug)]
@@ -479,20 +483,6 @@ fn who(node: &Node, a: &AsAgent) -> Result<AuthorizedScopes> {
         Some(agent) => Ok(node.requester(agent)?),
         None => Err(bad("no requester: pass --as AGENT or set AMOS_AGENT")),
     }
-}
-
-fn parse_expiry(s: &str, now_ms: u64) -> Result<u64> {
-    if let Ok(d) = humantime::parse_duration(s) {
-        return Ok(now_ms + d.as_millis() as u64);
-    }
-    let t = humantime::parse_rfc3339_weak(s).map_err(|_| {
-        bad(format!(
-            "malformed --expires {s:?}: use a duration (30d, 12h) or an RFC 3339 time"
-        ))
-    })?;
-    Ok(t.duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0))
 }
 
 /// `amos join CODE [--offline]`.
@@ -637,6 +627,18 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Sync(cmd) => return sync_cmd(&home, &out, cmd),
         Cmd::Join { code, offline } => return join_cmd(&home, &out, &code, offline),
+        Cmd::Mcp => {
+            let agent = std::env::var("AMOS_AGENT")
+                .ok()
+                .filter(|a| !a.trim().is_empty());
+            let Some(agent) = agent else {
+                return Err(bad(
+                    "amos mcp needs the agent it serves: set AMOS_AGENT (e.g. AMOS_AGENT=alice amos mcp)",
+                ));
+            };
+            amos_node::mcp::serve_stdio(&home, agent.trim())?;
+            return Ok(());
+        }
         Cmd::Bench {
             corpus,
             passes,
@@ -667,6 +669,7 @@ fn run(cli: Cli) -> Result<()> {
         | Cmd::Bench { .. }
         | Cmd::Serve { .. }
         | Cmd::Sync(_)
+        | Cmd::Mcp
         | Cmd::Join { .. } => {
             unreachable!("handled above")
         }
@@ -880,6 +883,21 @@ fn run(cli: Cli) -> Result<()> {
             node.agent_add(&id, &kind, &team)?;
             out.emit(&json!({"agent": id}), || format!("agent {id}"));
         }
+        Cmd::Agent(AgentCmd::Apply) => {
+            let r = amos_node::fleet::apply(&mut node, &home)?;
+            out.emit(&r, || {
+                if !r.file {
+                    return "no agents.toml in the home: nothing to apply".into();
+                }
+                let mut lines = r.changes.clone();
+                lines.push(format!(
+                    "{} declared agents, {} changes",
+                    r.declared,
+                    r.changes.len()
+                ));
+                lines.join("\n")
+            });
+        }
         Cmd::Agent(AgentCmd::List) => {
             let agents = node.agent_list()?;
             out.emit(&json!({"agents": agents}), || {
@@ -1024,7 +1042,7 @@ fn run(cli: Cli) -> Result<()> {
             new.tags = tag;
             new.pinned = pin;
             new.expires_ms = expires
-                .map(|e| parse_expiry(&e, node.now_ms()))
+                .map(|e| amos_node::node::parse_expiry(&e, node.now_ms()))
                 .transpose()?;
             let id = node.add(&who, new)?;
             out.emit(&json!({"id": id.to_string()}), || id.to_string());
@@ -1064,14 +1082,7 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             let who = who(&node, &w)?;
             let p = node.pack(&who, &query, budget)?;
-            let mut v = json!({
-                "items": p.items.iter().map(hit_json).collect::<Vec<_>>(),
-                "tokens": p.tokens,
-                "budget": p.budget,
-            });
-            if report {
-                v["report"] = json!(p.report);
-            }
+            let v = amos_node::view::pack_json(&p, report);
             out.emit(&v, || {
                 let mut s: Vec<String> = p
                     .items

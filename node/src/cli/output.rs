@@ -1,10 +1,9 @@
 //! Printing: `--json` objects with CLI.md's field names, or short text.
 
 use amos_node::ops::HygieneReport;
-use amos_node::recall::Hit;
 use amos_node::store::memory::MemoryRecord;
+pub use amos_node::view::{hit_json, memory_json, rfc3339};
 use serde::Serialize;
-use serde_json::{Value, json};
 
 /// Where and how results are printed.
 pub struct Out {
@@ -27,40 +26,6 @@ impl Out {
             }
         }
     }
-}
-
-pub fn rfc3339(ms: u64) -> String {
-    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
-        .to_string()
-}
-
-/// A memory object: `id, content, owner, type, visibility, tags, importance,
-/// confidence, pinned, created, updated, expires, origin`.
-pub fn memory_json(m: &MemoryRecord) -> Value {
-    json!({
-        "id": m.id.to_string(),
-        "content": m.content,
-        "owner": m.owner.as_str(),
-        "type": m.kind.as_str(),
-        "visibility": m.effective.to_strings(),
-        "tags": m.tags,
-        "importance": m.importance,
-        "confidence": m.confidence,
-        "pinned": m.pinned,
-        "created": rfc3339(m.created_ms),
-        "updated": rfc3339(m.updated_ms),
-        "expires": m.expires_ms.map(rfc3339),
-        "origin": m.origin.to_string(),
-        "archived": m.archived,
-    })
-}
-
-/// A search hit: the memory object plus `score` and `relevance`.
-pub fn hit_json(h: &Hit) -> Value {
-    let mut v = memory_json(&h.memory);
-    v["score"] = json!(h.score);
-    v["relevance"] = json!(h.relevance);
-    v
 }
 
 pub fn memory_text(m: &MemoryRecord) -> String {

@@ -1,0 +1,517 @@
+//! `amos mcp`: a Model Context Protocol server on stdio (rmcp), so agents
+//! reach their memory as tools. Every tool runs as one agent — the
+//! `AMOS_AGENT` the server was started with — through the same node API and
+//! gate as the CLI: this module parses arguments, calls [`Node`], and
+//! renders results with [`crate::view`]; it holds no memory logic of its own.
+//!
+//! Invariant: a memory the agent cannot see is answered exactly like a
+//! missing one, by every tool ("no such memory").
+//! Invariant: a bad argument is a tool error (`isError: true`) with a
+//! one-line message, and changes nothing; the server keeps serving.
+//! Boundary: stdout carries only protocol messages; logs go to stderr.
+
+use std::sync::{Arc, Mutex};
+
+use amos_protocol::{MemoryType, Scope};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+
+use crate::error::{NodeError, Result};
+use crate::home::Home;
+use crate::node::{NewMemory, Node, parse_expiry};
+use crate::view;
+
+/// Default `k` of `memory_search` and budget of `memory_context_pack`.
+const DEFAULT_K: usize = 10;
+const DEFAULT_BUDGET: usize = 1200;
+
+/// The MCP server: one node, one agent.
+pub struct MemoryServer {
+    node: Arc<Mutex<Node>>,
+    agent: String,
+}
+
+impl MemoryServer {
+    /// Open the node for `agent`, which must be a registered agent.
+    pub fn open(home: &Home, agent: &str) -> Result<MemoryServer> {
+        let mut node = Node::open(home)?;
+        let fleet = crate::fleet::apply(&mut node, home)?;
+        for change in &fleet.changes {
+            tracing::info!("agents.toml: {change}");
+        }
+        // Fails for an unknown or malformed agent id.
+        node.requester(agent)?;
+        Ok(MemoryServer {
+            node: Arc::new(Mutex::new(node)),
+            agent: agent.to_owned(),
+        })
+    }
+
+    /// Run one tool call to completion (blocking): the one entry point the
+    /// protocol handler and the tests use.
+    pub fn call(&self, name: &str, args: Map<String, Value>) -> ToolOutcome {
+        let mut node = match self.node.lock() {
+            Ok(n) => n,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let r = node
+            .requester(&self.agent)
+            .and_then(|who| dispatch(&mut node, &who, name, args));
+        match r {
+            Ok((text, structured)) => ToolOutcome {
+                ok: true,
+                text,
+                structured: Some(structured),
+            },
+            Err(e) => ToolOutcome {
+                ok: false,
+                text: e.to_string(),
+                structured: None,
+            },
+        }
+    }
+}
+
+/// What one tool call produced.
+#[derive(Debug, Clone)]
+pub struct ToolOutcome {
+    pub ok: bool,
+    pub text: String,
+    pub structured: Option<Value>,
+}
+
+/// `amos mcp`: serve MCP on stdin/stdout until stdin closes.
+pub fn serve_stdio(home: &Home, agent: &str) -> Result<()> {
+    let server = MemoryServer::open(home, agent)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(NodeError::io("starting the async runtime"))?;
+    rt.block_on(async move {
+        let running = server
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| NodeError::Failed(format!("MCP initialisation failed: {e}")))?;
+        running
+            .waiting()
+            .await
+            .map_err(|e| NodeError::Failed(format!("MCP server stopped: {e}")))?;
+        Ok(())
+    })
+}
+
+impl ServerHandler for MemoryServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("amos", env!("CARGO_PKG_VERSION")))
+            .with_instructions(format!(
+                "Long-term memory shared with your team, as agent {}. Search before \
+                 answering from scratch; add what you learn (facts, decisions, procedures, \
+                 lessons); share with team:ID or project:ID when others need it.",
+                self.agent
+            ))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<CallToolResponse, McpError> {
+        let name = request.name.to_string();
+        if !TOOLS.iter().any(|t| t.name == name) {
+            return Err(McpError::invalid_params(
+                format!("unknown tool {name:?}"),
+                None,
+            ));
+        }
+        let args = request.arguments.unwrap_or_default();
+        let outcome = tokio::task::block_in_place(|| self.call(&name, args));
+        let mut result = if outcome.ok {
+            CallToolResult::success(vec![ContentBlock::text(outcome.text)])
+        } else {
+            CallToolResult::error(vec![ContentBlock::text(outcome.text)])
+        };
+        result.structured_content = outcome.structured;
+        Ok(result.into())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The tool catalog
+
+struct ToolSpec {
+    name: &'static str,
+    description: &'static str,
+    schema: fn() -> Value,
+}
+
+const ID: &str = "memory id (a UUID, as returned by memory_add or memory_search)";
+
+const TOOLS: &[ToolSpec] = &[
+    ToolSpec {
+        name: "memory_add",
+        description: "Store a new memory owned by you. It is private unless you share it: \
+            share=[\"team:ID\"], [\"project:ID\"], [\"agent:ID\"] or [\"global\"]. Keep one \
+            fact, decision, procedure or lesson per memory, written so it stands alone. \
+            Returns the new id.",
+        schema: || {
+            obj(
+                json!({
+                    "content": {"type": "string", "description": "the memory text (at most 64 KiB)"},
+                    "type": {"type": "string", "description": "e.g. note, fact, decision, procedure, lesson, preference (default note)"},
+                    "share": {"type": "array", "items": {"type": "string"}, "description": "scopes that may see it"},
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                    "importance": {"type": "number", "minimum": 0, "maximum": 1, "description": "default 0.5"},
+                    "pin": {"type": "boolean", "description": "always recalled first, never decays"},
+                    "expires": {"type": "string", "description": "duration (30d, 12h) or RFC 3339 time"}
+                }),
+                &["content"],
+            )
+        },
+    },
+    ToolSpec {
+        name: "memory_search",
+        description: "Find the memories you may see that best match a query, ranked. Use \
+            before answering questions about past work, decisions or procedures.",
+        schema: || {
+            obj(
+                json!({
+                    "query": {"type": "string"},
+                    "k": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "how many (default 10)"}
+                }),
+                &["query"],
+            )
+        },
+    },
+    ToolSpec {
+        name: "memory_get",
+        description: "Read one memory by id.",
+        schema: || {
+            obj(
+                json!({"id": {"type": "string", "description": ID}}),
+                &["id"],
+            )
+        },
+    },
+    ToolSpec {
+        name: "memory_context_pack",
+        description: "The best memories for a task, fitted into a token budget with \
+            near-duplicates left out; report=true explains each include/exclude decision.",
+        schema: || {
+            obj(
+                json!({
+                    "query": {"type": "string"},
+                    "budget": {"type": "integer", "minimum": 1, "description": "tokens (default 1200)"},
+                    "report": {"type": "boolean"}
+                }),
+                &["query"],
+            )
+        },
+    },
+    ToolSpec {
+        name: "memory_update",
+        description: "Replace the text of a memory you own.",
+        schema: || {
+            obj(
+                json!({"id": {"type": "string", "description": ID}, "content": {"type": "string"}}),
+                &["id", "content"],
+            )
+        },
+    },
+    ToolSpec {
+        name: "memory_share",
+        description: "Let a scope see a memory you own: team:ID, project:ID, agent:ID or global.",
+        schema: scope_schema,
+    },
+    ToolSpec {
+        name: "memory_unshare",
+        description: "Stop a scope from seeing a memory you own; replicas drop it too.",
+        schema: scope_schema,
+    },
+    ToolSpec {
+        name: "memory_forget",
+        description: "Delete a memory you own, everywhere (a tombstone; it cannot come back).",
+        schema: || {
+            obj(
+                json!({"id": {"type": "string", "description": ID}}),
+                &["id"],
+            )
+        },
+    },
+    ToolSpec {
+        name: "memory_link",
+        description: "Associate two memories you can see, so recalling one brings the other.",
+        schema: || {
+            obj(
+                json!({
+                    "a": {"type": "string", "description": ID},
+                    "b": {"type": "string", "description": ID},
+                    "relation": {"type": "string", "description": "e.g. related, supports, contradicts (default related)"},
+                    "weight": {"type": "number", "description": "link strength (default 1)"}
+                }),
+                &["a", "b"],
+            )
+        },
+    },
+    ToolSpec {
+        name: "memory_feedback",
+        description: "Say whether recalled memories helped (helpful=true) or not; this tunes \
+            your future recall.",
+        schema: || {
+            obj(
+                json!({
+                    "ids": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                    "helpful": {"type": "boolean"}
+                }),
+                &["ids", "helpful"],
+            )
+        },
+    },
+];
+
+fn scope_schema() -> Value {
+    obj(
+        json!({
+            "id": {"type": "string", "description": ID},
+            "scope": {"type": "string", "description": "team:ID, project:ID, agent:ID or global"}
+        }),
+        &["id", "scope"],
+    )
+}
+
+fn obj(properties: Value, required: &[&str]) -> Value {
+    json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": false
+    })
+}
+
+/// The tool catalog as `tools/list` returns it.
+pub fn tools() -> Vec<Tool> {
+    TOOLS
+        .iter()
+        .map(|t| {
+            let schema = match (t.schema)() {
+                Value::Object(m) => m,
+                _ => Map::new(),
+            };
+            Tool::new(t.name, t.description, Arc::new(schema))
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// Dispatch: arguments → the node API → (text, structured)
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AddArgs {
+    content: String,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    share: Vec<String>,
+    #[serde(default)]
+    tags: Vec<String>,
+    importance: Option<f32>,
+    #[serde(default)]
+    pin: bool,
+    expires: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SearchArgs {
+    query: String,
+    k: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IdArgs {
+    id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PackArgs {
+    query: String,
+    budget: Option<usize>,
+    #[serde(default)]
+    report: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateArgs {
+    id: String,
+    content: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScopeArgs {
+    id: String,
+    scope: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LinkArgs {
+    a: String,
+    b: String,
+    relation: Option<String>,
+    weight: Option<f32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FeedbackArgs {
+    ids: Vec<String>,
+    helpful: bool,
+}
+
+/// Arguments into a tool's struct; the error names the field at fault.
+fn parse<T: DeserializeOwned>(tool: &str, args: Map<String, Value>) -> Result<T> {
+    serde_path_to_error::deserialize(Value::Object(args)).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            NodeError::BadInput(format!("{tool}: {inner}"))
+        } else {
+            NodeError::BadInput(format!("{tool}: {path}: {inner}"))
+        }
+    })
+}
+
+fn dispatch(
+    node: &mut Node,
+    who: &amos_acl::AuthorizedScopes,
+    tool: &str,
+    args: Map<String, Value>,
+) -> Result<(String, Value)> {
+    match tool {
+        "memory_add" => {
+            let a: AddArgs = parse(tool, args)?;
+            let mut new = NewMemory::new(a.content);
+            if let Some(k) = a.kind {
+                new.kind = MemoryType::parse(&k)?;
+            }
+            new.share = a
+                .share
+                .iter()
+                .map(|s| s.parse::<Scope>())
+                .collect::<std::result::Result<_, _>>()?;
+            new.tags = a.tags;
+            if let Some(i) = a.importance {
+                new.importance = i;
+            }
+            new.pinned = a.pin;
+            new.expires_ms = a
+                .expires
+                .map(|e| parse_expiry(&e, node.now_ms()))
+                .transpose()?;
+            let id = node.add(who, new)?;
+            Ok((format!("stored {id}"), json!({"id": id.to_string()})))
+        }
+        "memory_search" => {
+            let a: SearchArgs = parse(tool, args)?;
+            let hits = node.search(who, &a.query, a.k.unwrap_or(DEFAULT_K))?;
+            let text = if hits.is_empty() {
+                "no matching memories".to_owned()
+            } else {
+                hits.iter()
+                    .map(|h| {
+                        format!(
+                            "{} [{}] (by {}, score {:.3}): {}",
+                            h.memory.id, h.memory.kind, h.memory.owner, h.score, h.memory.content
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            Ok((
+                text,
+                json!({"hits": hits.iter().map(view::hit_json).collect::<Vec<_>>()}),
+            ))
+        }
+        "memory_get" => {
+            let a: IdArgs = parse(tool, args)?;
+            let m = node.get(who, &a.id)?;
+            Ok((
+                format!("{} [{}] (by {}): {}", m.id, m.kind, m.owner, m.content),
+                view::memory_json(&m),
+            ))
+        }
+        "memory_context_pack" => {
+            let a: PackArgs = parse(tool, args)?;
+            let p = node.pack(who, &a.query, a.budget.unwrap_or(DEFAULT_BUDGET))?;
+            let mut lines: Vec<String> = p
+                .items
+                .iter()
+                .map(|h| format!("- [{}] {}", h.memory.kind, h.memory.content))
+                .collect();
+            lines.push(format!("({} of {} tokens)", p.tokens, p.budget));
+            Ok((lines.join("\n"), view::pack_json(&p, a.report)))
+        }
+        "memory_update" => {
+            let a: UpdateArgs = parse(tool, args)?;
+            let id = node.update(who, &a.id, &a.content)?;
+            Ok((format!("updated {id}"), json!({"id": id.to_string()})))
+        }
+        "memory_share" | "memory_unshare" => {
+            let a: ScopeArgs = parse(tool, args)?;
+            let (id, grants) = node.set_grant(who, &a.id, &a.scope, tool == "memory_share")?;
+            Ok((
+                format!("{id} visible to {grants}"),
+                json!({"id": id.to_string(), "visibility": grants.to_strings()}),
+            ))
+        }
+        "memory_forget" => {
+            let a: IdArgs = parse(tool, args)?;
+            let id = node.forget(who, &a.id)?;
+            Ok((format!("forgot {id}"), json!({"id": id.to_string()})))
+        }
+        "memory_link" => {
+            let a: LinkArgs = parse(tool, args)?;
+            node.link(
+                who,
+                &a.a,
+                &a.b,
+                a.relation.as_deref(),
+                a.weight.unwrap_or(1.0),
+            )?;
+            Ok((
+                format!("linked {} and {}", a.a, a.b),
+                json!({"from": a.a, "to": a.b}),
+            ))
+        }
+        "memory_feedback" => {
+            let a: FeedbackArgs = parse(tool, args)?;
+            let n = node.feedback(who, &a.ids, a.helpful)?;
+            Ok((
+                format!("feedback recorded for {n} memories"),
+                json!({"updated": n}),
+            ))
+        }
+        other => Err(NodeError::BadInput(format!("unknown tool {other:?}"))),
+    }
+}

@@ -1,0 +1,59 @@
+//! JSON views of what recall returns: the one shape of a memory, a hit and
+//! a context pack, printed by the CLI's `--json` and returned by the MCP
+//! tools (CLI.md field names).
+//!
+//! Boundary: renders only what it is given — records that came through the
+//! gate (`Visible`) or a pack built from them; never reads the store.
+
+use serde_json::{Value, json};
+
+use crate::recall::{Hit, Pack};
+use crate::store::memory::MemoryRecord;
+
+pub fn rfc3339(ms: u64) -> String {
+    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+        .to_string()
+}
+
+/// A memory object: `id, content, owner, type, visibility, tags, importance,
+/// confidence, pinned, created, updated, expires, origin`.
+pub fn memory_json(m: &MemoryRecord) -> Value {
+    json!({
+        "id": m.id.to_string(),
+        "content": m.content,
+        "owner": m.owner.as_str(),
+        "type": m.kind.as_str(),
+        "visibility": m.effective.to_strings(),
+        "tags": m.tags,
+        "importance": m.importance,
+        "confidence": m.confidence,
+        "pinned": m.pinned,
+        "created": rfc3339(m.created_ms),
+        "updated": rfc3339(m.updated_ms),
+        "expires": m.expires_ms.map(rfc3339),
+        "origin": m.origin.to_string(),
+        "archived": m.archived,
+    })
+}
+
+/// A search hit: the memory object plus `score` and `relevance`.
+pub fn hit_json(h: &Hit) -> Value {
+    let mut v = memory_json(&h.memory);
+    v["score"] = json!(h.score);
+    v["relevance"] = json!(h.relevance);
+    v
+}
+
+/// A context pack: `items` (hits), `tokens`, `budget`, and with `report`
+/// every include/exclude decision.
+pub fn pack_json(p: &Pack, report: bool) -> Value {
+    let mut v = json!({
+        "items": p.items.iter().map(hit_json).collect::<Vec<_>>(),
+        "tokens": p.tokens,
+        "budget": p.budget,
+    });
+    if report {
+        v["report"] = json!(p.report);
+    }
+    v
+}
