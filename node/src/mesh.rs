@@ -501,7 +501,26 @@ pub async fn sync_with(home: &Home, identity: &NodeIdentity, peer: &PeerInfo) ->
             o.error = Some(e);
         }
     }
+    record_result(home, &peer.node_id, o.result).await;
     o
+}
+
+/// Note the outcome in the peers table (`amos peers list`, `amos status`);
+/// a failure to note it is logged, never fatal to the pass.
+async fn record_result(home: &Home, peer: &str, result: SyncResult) {
+    let Ok(id) = peer.parse::<NodeId>() else {
+        return;
+    };
+    let home = home.clone();
+    let r = tokio::task::spawn_blocking(move || {
+        Node::open(&home)?.peer_record_result(&id, result.as_str())
+    })
+    .await;
+    match r {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => warn!("cannot record the sync result for {peer}: {e}"),
+        Err(e) => warn!("cannot record the sync result for {peer}: {e}"),
+    }
 }
 
 /// The endpoint's bind address for dialling `addr`.
@@ -639,11 +658,14 @@ async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> {
         .local_addr()
         .map_err(NodeError::io("reading the listening address"))?;
     info!("node {} listening on {local}", identity.node_id());
-    if opts.mdns {
-        info!("mDNS discovery is not implemented yet; not advertising");
+    let discovery = if opts.mdns {
+        crate::discovery::Discovery::start(home, local)
+            .inspect_err(|e| warn!("mDNS discovery is off: {e}"))
+            .ok()
     } else {
         info!("mDNS disabled (--no-mdns)");
-    }
+        None
+    };
 
     let mut sessions = JoinSet::new();
     let pass_running = Arc::new(AtomicBool::new(false));
@@ -697,6 +719,9 @@ async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> {
         sessions.abort_all();
     }
     let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
+    if let Some(d) = discovery {
+        let _ = tokio::task::spawn_blocking(move || d.stop()).await;
+    }
     info!("stopped");
     Ok(())
 }
