@@ -45,6 +45,9 @@ const TAG_CONTEXT: &str = "amos mdns v1";
 const TAG_BYTES: usize = 16;
 /// The longest wait for the mDNS daemon to confirm a command.
 const DAEMON_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often `amos serve` matches the announcements it holds against the
+/// peers table again.
+const RECHECK_EVERY: Duration = Duration::from_secs(10);
 
 fn mdns_error(what: &str) -> impl FnOnce(mdns_sd::Error) -> NodeError + '_ {
     move |e| NodeError::Failed(format!("mDNS: {what}: {e}"))
@@ -173,9 +176,11 @@ pub struct Discovery {
 
 impl Discovery {
     /// Advertise this node's QUIC listener at `local` and browse for peers.
-    /// A specific listening IP is advertised on its interface only; an
-    /// unspecified one on every interface of its family. Must run inside a
-    /// tokio runtime.
+    /// An unspecified listening IP is advertised with the addresses of every
+    /// interface of its family, following interfaces as they come and go; a
+    /// specific one on its own interface only, which must be up now (mdns-sd
+    /// announces fixed addresses only on interfaces it knows at
+    /// registration). Must run inside a tokio runtime.
     pub fn start(home: &Home, local: SocketAddr) -> Result<Discovery> {
         let node = Node::open(home)?;
         let me = node.node_id();
@@ -183,16 +188,6 @@ impl Discovery {
         drop(node);
         let daemon = ServiceDaemon::new().map_err(mdns_error("starting the daemon"))?;
         let ip = local.ip();
-        if !ip.is_unspecified() {
-            daemon
-                .disable_interface(IfKind::All)
-                .and_then(|()| daemon.enable_interface(IfKind::Addr(ip)))
-                .map_err(mdns_error("choosing the interface"))?;
-        } else if ip.is_ipv4() {
-            daemon
-                .disable_interface(IfKind::IPv6)
-                .map_err(mdns_error("choosing the interfaces"))?;
-        }
         let tag = key.as_ref().map(|k| node_tag(k, &me));
         // The instance and host name reveal nothing the TXT does not.
         let label = match &tag {
@@ -205,13 +200,18 @@ impl Discovery {
             txt.push(("h", t.as_str()));
         }
         let host = format!("{label}.local.");
-        let service = if ip.is_unspecified() {
+        let mut service = if ip.is_unspecified() {
             ServiceInfo::new(SERVICE_TYPE, &label, &host, "", local.port(), &txt[..])
                 .map(ServiceInfo::enable_addr_auto)
         } else {
             ServiceInfo::new(SERVICE_TYPE, &label, &host, ip, local.port(), &txt[..])
         }
         .map_err(mdns_error("describing the service"))?;
+        service.set_interfaces(vec![match ip {
+            IpAddr::V4(v4) if v4.is_unspecified() => IfKind::IPv4,
+            ip if ip.is_unspecified() => IfKind::All,
+            ip => IfKind::Addr(ip),
+        }]);
         let fullname = service.get_fullname().to_owned();
         daemon
             .register(service)
@@ -224,21 +224,7 @@ impl Discovery {
             tagged = tag.is_some(),
             "mDNS: advertising {SERVICE_TYPE}"
         );
-        let home = home.clone();
-        let browse = tokio::spawn(async move {
-            while let Ok(event) = events.recv_async().await {
-                let ServiceEvent::ServiceResolved(info) = event else {
-                    continue;
-                };
-                let seen = Announcement::from_resolved(&info);
-                let home = home.clone();
-                match tokio::task::spawn_blocking(move || learn_address(&home, &me, &seen)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => warn!("mDNS: cannot record a peer's address: {e}"),
-                    Err(e) => warn!("mDNS: {e}"),
-                }
-            }
-        });
+        let browse = tokio::spawn(keep_addresses(home.clone(), me, events));
         Ok(Discovery {
             daemon,
             fullname,
@@ -257,6 +243,47 @@ impl Discovery {
         }
         if let Ok(rx) = self.daemon.shutdown() {
             let _ = rx.recv_timeout(DAEMON_TIMEOUT);
+        }
+    }
+}
+
+/// Follow announcements and store registered peers' addresses: on every
+/// resolution, and every [`RECHECK_EVERY`] for all current announcements
+/// (a peer registered after its announcement was seen still gets an address).
+async fn keep_addresses(home: Home, me: NodeId, events: mdns_sd::Receiver<ServiceEvent>) {
+    let mut current: BTreeMap<String, Announcement> = BTreeMap::new();
+    let mut recheck = tokio::time::interval(RECHECK_EVERY);
+    loop {
+        let changed: Vec<Announcement> = tokio::select! {
+            event = events.recv_async() => match event {
+                Ok(ServiceEvent::ServiceResolved(info)) => {
+                    let seen = Announcement::from_resolved(&info);
+                    current.insert(info.get_fullname().to_owned(), seen.clone());
+                    vec![seen]
+                }
+                Ok(ServiceEvent::ServiceRemoved(_, fullname)) => {
+                    current.remove(&fullname);
+                    continue;
+                }
+                Ok(_) => continue,
+                Err(_) => return,
+            },
+            _ = recheck.tick() => current.values().cloned().collect(),
+        };
+        if changed.is_empty() {
+            continue;
+        }
+        let home = home.clone();
+        let r = tokio::task::spawn_blocking(move || {
+            changed
+                .iter()
+                .try_for_each(|seen| learn_address(&home, &me, seen))
+        })
+        .await;
+        match r {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!("mDNS: cannot record a peer's address: {e}"),
+            Err(e) => warn!("mDNS: {e}"),
         }
     }
 }
