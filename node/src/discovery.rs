@@ -454,6 +454,43 @@ mod tests {
         );
     }
 
+    /// An announcement only ever sets the address of a registered peer.
+    #[test]
+    fn announcements_update_registered_peers_and_never_add_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = Home::new(tmp.path().join("home"));
+        Node::init(&home, None).unwrap();
+        let mut node = Node::open(&home).unwrap();
+        let key = node.mesh_key_generate().unwrap();
+        let me = node.node_id();
+        let (peer, stranger) = (NodeId([5; 32]), NodeId([6; 32]));
+        node.peer_add(&peer.to_string(), Some("10.9.9.9:1"), "full")
+            .unwrap();
+        let seen = |id: &NodeId, version: &str| Announcement {
+            addrs: vec![ip("10.77.0.2"), ip("fe80::1")],
+            port: 4800,
+            version: Some(version.into()),
+            tag: Some(node_tag(&key, id)),
+        };
+        let addrs = |node: &Node| {
+            node.peer_list()
+                .unwrap()
+                .into_iter()
+                .map(|p| (p.node_id, p.addr))
+                .collect::<Vec<_>>()
+        };
+        let before = addrs(&node);
+        for a in [seen(&stranger, "1"), seen(&me, "1"), seen(&peer, "2")] {
+            learn_address(&home, &me, &a).unwrap();
+            assert_eq!(addrs(&node), before, "{a:?}");
+        }
+        learn_address(&home, &me, &seen(&peer, "1")).unwrap();
+        assert_eq!(
+            addrs(&node),
+            vec![(peer.to_string(), Some("10.77.0.2:4800".to_owned()))]
+        );
+    }
+
     #[test]
     fn dial_addr_prefers_the_current_ip_then_routable_ones() {
         let addrs = [
