@@ -107,7 +107,10 @@ fn namespaces(tag: &str) -> Option<Namespaces> {
     match Namespaces::pair(tag) {
         Ok(ns) => Some(ns),
         Err(e) => {
-            eprintln!(
+            // Straight to stderr, past the test harness's capture.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
                 "SKIPPED: mDNS discovery test needs root and `ip netns` to make its own \
                  network namespaces ({e})"
             );
