@@ -12,6 +12,7 @@
 pub mod bench;
 pub mod bundles;
 pub mod clock;
+pub mod discovery;
 pub mod error;
 pub mod fleet;
 pub mod home;

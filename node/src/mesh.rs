@@ -511,7 +511,26 @@ pub async fn sync_with(home: &Home, identity: &NodeIdentity, peer: &PeerInfo) ->
             o.error = Some(e);
         }
     }
+    record_result(home, &peer.node_id, o.result).await;
     o
+}
+
+/// Note the outcome in the peers table (`amos peers list`, `amos status`);
+/// a failure to note it is logged, never fatal to the pass.
+async fn record_result(home: &Home, peer: &str, result: SyncResult) {
+    let Ok(id) = peer.parse::<NodeId>() else {
+        return;
+    };
+    let home = home.clone();
+    let r = tokio::task::spawn_blocking(move || {
+        Node::open(&home)?.peer_record_result(&id, result.as_str())
+    })
+    .await;
+    match r {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => warn!("cannot record the sync result for {peer}: {e}"),
+        Err(e) => warn!("cannot record the sync result for {peer}: {e}"),
+    }
 }
 
 /// The endpoint's bind address for dialling `addr`.
@@ -566,7 +585,7 @@ async fn dial_and_sync(
     let stream = with_timeout(PEER_TIMEOUT, "opening a stream", async {
         conn.open_bi()
             .await
-            .map_err(|e| TransportError::Closed(e.to_string()))
+            .map_err(transport::from_connection_error)
     })
     .await;
     let result = match stream {
@@ -669,11 +688,14 @@ async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> {
     if let Err(e) = pairing::record_listen(home, local) {
         warn!("cannot record the listening address for pairing codes: {e}");
     }
-    if opts.mdns {
-        info!("mDNS discovery is not implemented yet; not advertising");
+    let discovery = if opts.mdns {
+        crate::discovery::Discovery::start(home, local)
+            .inspect_err(|e| warn!("mDNS discovery is off: {e}"))
+            .ok()
     } else {
         info!("mDNS disabled (--no-mdns)");
-    }
+        None
+    };
 
     let mut sessions = JoinSet::new();
     let pass_running = Arc::new(AtomicBool::new(false));
@@ -727,6 +749,9 @@ async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> {
         sessions.abort_all();
     }
     let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
+    if let Some(d) = discovery {
+        let _ = tokio::task::spawn_blocking(move || d.stop()).await;
+    }
     info!("stopped");
     Ok(())
 }
@@ -745,7 +770,7 @@ async fn serve_connection(home: Home, incoming: quinn::Incoming) {
     let stream = with_timeout(PEER_TIMEOUT, "waiting for a stream", async {
         conn.accept_bi()
             .await
-            .map_err(|e| TransportError::Closed(e.to_string()))
+            .map_err(transport::from_connection_error)
     })
     .await;
     let (mut send, mut recv) = match stream {
@@ -1116,7 +1141,7 @@ async fn join_at(
         let (mut send, mut recv) = conn
             .open_bi()
             .await
-            .map_err(|e| TransportError::Closed(e.to_string()))?;
+            .map_err(transport::from_connection_error)?;
         write_frame(&mut send, &SyncMessage::V1(join).encode()).await?;
         let _ = send.finish();
         read_frame(&mut recv).await

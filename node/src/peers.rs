@@ -68,6 +68,39 @@ impl Node {
         })
     }
 
+    /// Set the address of an already registered peer (mDNS discovery);
+    /// never registers one. Returns whether the stored address changed.
+    pub fn peer_set_addr(&mut self, id: &NodeId, addr: &str) -> Result<bool> {
+        let n = self.store.write(|tx| {
+            Ok(tx.conn().execute(
+                "UPDATE peers SET addr = ?2 WHERE node_id = ?1 AND addr IS NOT ?2",
+                params![&id.0[..], addr],
+            )?)
+        })?;
+        Ok(n > 0)
+    }
+
+    /// Record the outcome of a sync with a peer (`ok`, `unreachable`,
+    /// `refused`, `failed`). `last_sync` stays the time of the last
+    /// successful sync.
+    pub fn peer_record_result(&mut self, id: &NodeId, result: &str) -> Result<()> {
+        let now = self.now_ms() as i64;
+        self.store.write(|tx| {
+            if result == "ok" {
+                tx.conn().execute(
+                    "UPDATE peers SET last_result = ?2, last_sync_ms = ?3 WHERE node_id = ?1",
+                    params![&id.0[..], result, now],
+                )?;
+            } else {
+                tx.conn().execute(
+                    "UPDATE peers SET last_result = ?2 WHERE node_id = ?1",
+                    params![&id.0[..], result],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
     pub fn peer_list(&self) -> Result<Vec<PeerInfo>> {
         replica::list_peers(self.store.conn())
     }

@@ -34,7 +34,7 @@ fn apollo_node() -> Home {
 fn two_nodes_sync_and_an_idle_sync_moves_nothing() {
     let a = apollo_node();
     let b = Home::new();
-    let server = Server::start(&a);
+    let server = Server::start(a.path());
     let (ida, idb) = (id(&a), id(&b));
     a.ok(&["peers", "add", &idb, "--policy", "team:apollo"]);
     b.ok(&[
@@ -90,7 +90,7 @@ fn unknown_and_removed_keys_are_refused_and_the_server_keeps_serving() {
     let a = apollo_node();
     let b = Home::new();
     let stranger = Home::new();
-    let mut server = Server::start(&a);
+    let mut server = Server::start(a.path());
     let (ida, idb) = (id(&a), id(&b));
     a.ok(&["peers", "add", &idb, "--policy", "team:apollo"]);
     b.ok(&[
@@ -137,7 +137,7 @@ fn a_memory_travels_through_the_middle_and_unreachable_peers_are_not_fatal() {
     let b = Home::new();
     let c = Home::new();
     let nobody = Home::new();
-    let server = Server::start(&b);
+    let server = Server::start(b.path());
     let (ida, idb, idc) = (id(&a), id(&b), id(&c));
     b.ok(&["peers", "add", &ida, "--policy", "team:apollo"]);
     b.ok(&["peers", "add", &idc, "--policy", "team:apollo"]);
@@ -293,7 +293,7 @@ fn a_large_two_way_sync_does_not_stall() {
     let a = apollo_node();
     let b = apollo_node();
     let (ida, idb) = (id(&a), id(&b));
-    let server = Server::start(&a);
+    let server = Server::start(a.path());
     a.ok(&["peers", "add", &idb, "--policy", "team:apollo"]);
     b.ok(&[
         "peers",

@@ -55,7 +55,7 @@ fn three_nodes_pair_by_code_converge_and_relay_through_the_inviter() {
     a.ok(&["mesh", "key", "generate"]);
     let secret_of_a = a.add("alice", "alice keeps the deploy key offline", &[]);
     let team_note = a.add("alice", "standup moves to 10:30", &["team:apollo"]);
-    let server = Server::start(&a);
+    let server = Server::start(a.path());
 
     // b joins; the first sync brings the team, its members and its memory.
     let b = Home::new();
@@ -115,7 +115,7 @@ fn three_nodes_pair_by_code_converge_and_relay_through_the_inviter() {
 #[test]
 fn bad_codes_are_refused_with_exit_2_and_record_nothing_anywhere() {
     let a = inviter();
-    let _server = Server::start(&a);
+    let _server = Server::start(a.path());
     let b = Home::new();
     let code = invite(&a, &[]);
     let before_a = (peers(&a).len(), a.fingerprint());
@@ -186,7 +186,7 @@ fn an_unreachable_inviter_is_a_failure_not_bad_input() {
 fn a_stranger_let_in_to_pair_cannot_sync() {
     let a = inviter();
     a.add("alice", "the team's only memory", &["team:apollo"]);
-    let server = Server::start(&a);
+    let server = Server::start(a.path());
     // A pending invite makes the server accept unknown keys — to pair only.
     let _pending = invite(&a, &[]);
     let before = a.fingerprint();

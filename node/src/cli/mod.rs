@@ -219,7 +219,7 @@ enum Cmd {
         /// Also sync with every peer this often (e.g. 30s)
         #[arg(long, value_name = "DUR")]
         sync_every: Option<String>,
-        /// Do not use mDNS (discovery is not implemented yet either way)
+        /// Neither advertise nor browse over mDNS
         #[arg(long)]
         no_mdns: bool,
     },
@@ -232,6 +232,12 @@ enum Cmd {
     },
     /// MCP server on stdio for one agent ($AMOS_AGENT): memory tools for AI agents
     Mcp,
+    /// Nodes seen on the LAN via mDNS (registered peers are recognised)
+    Discover {
+        /// How long to listen
+        #[arg(long, value_name = "DUR", default_value = "3s")]
+        timeout: String,
+    },
     /// Sync with peers over QUIC
     #[command(subcommand)]
     Sync(SyncCmd),
@@ -573,6 +579,31 @@ fn sync_cmd(home: &Home, out: &Out, cmd: SyncCmd) -> Result<()> {
     Ok(())
 }
 
+/// `amos discover`: browse mDNS for a while, one line (or object) per node.
+fn discover_cmd(home: &Home, out: &Out, timeout: &str) -> Result<()> {
+    let timeout = humantime::parse_duration(timeout)
+        .map_err(|_| bad(format!("malformed --timeout {timeout:?}: use e.g. 3s")))?;
+    let nodes = amos_node::discovery::discover(home, timeout)?;
+    out.emit(&json!({"nodes": nodes}), || {
+        if nodes.is_empty() {
+            return "no amos nodes seen".into();
+        }
+        nodes
+            .iter()
+            .map(|n| {
+                let who = match (&n.peer, n.itself) {
+                    (Some(p), _) => format!("peer {p}"),
+                    (None, true) => "this node".into(),
+                    (None, false) => "unknown".into(),
+                };
+                format!("{}  port {}  {who}", n.addrs.join(","), n.port)
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    Ok(())
+}
+
 fn run(cli: Cli) -> Result<()> {
     let out = Out {
         json: cli.json,
@@ -639,6 +670,7 @@ fn run(cli: Cli) -> Result<()> {
             amos_node::mcp::serve_stdio(&home, agent.trim())?;
             return Ok(());
         }
+        Cmd::Discover { timeout } => return discover_cmd(&home, &out, &timeout),
         Cmd::Bench {
             corpus,
             passes,
@@ -670,7 +702,8 @@ fn run(cli: Cli) -> Result<()> {
         | Cmd::Serve { .. }
         | Cmd::Sync(_)
         | Cmd::Mcp
-        | Cmd::Join { .. } => {
+        | Cmd::Join { .. }
+        | Cmd::Discover { .. } => {
             unreachable!("handled above")
         }
         Cmd::Id => out.emit(

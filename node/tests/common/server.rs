@@ -1,13 +1,14 @@
-//! A running `amos serve` for multi-process tests, and free loopback ports.
+//! A running `amos serve` for multi-process tests: started on a given
+//! address (optionally inside a network namespace the test made), ready
+//! once it logs "listening on", stopped with SIGTERM on drop.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-use super::Home;
 
 /// A free UDP port on 127.0.0.1 (bound, read, released).
 pub fn free_port() -> u16 {
@@ -15,24 +16,43 @@ pub fn free_port() -> u16 {
     s.local_addr().expect("addr").port()
 }
 
-pub fn id(h: &Home) -> String {
-    h.json(&["id"])["node_id"].as_str().expect("id").to_owned()
+/// `amos` with `home`, run directly or inside network namespace `netns`.
+pub fn amos_in(netns: Option<&str>, home: &Path) -> Command {
+    let mut c = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(super::amos_bin());
+            c
+        }
+        None => Command::new(super::amos_bin()),
+    };
+    c.env("AMOS_HOME", home)
+        .env_remove("AMOS_AGENT")
+        .env("AMOS_LOG", "warn")
+        .stdin(Stdio::null());
+    c
 }
 
-/// A running `amos serve --no-mdns` on 127.0.0.1; stopped with SIGTERM on drop.
 pub struct Server {
     child: Option<Child>,
+    /// The address it listens on, as given to `--listen`.
     pub addr: String,
     log: Arc<Mutex<String>>,
 }
 
 impl Server {
-    pub fn start(home: &Home) -> Server {
+    /// `amos serve --listen 127.0.0.1:<free port> --no-mdns`.
+    pub fn start(home: &Path) -> Server {
         let addr = format!("127.0.0.1:{}", free_port());
-        let mut child = home
-            .cmd()
+        Server::start_with(home, None, &addr, &["--no-mdns"])
+    }
+
+    /// `amos serve --listen ADDR EXTRA...` (inside `netns` if given).
+    pub fn start_with(home: &Path, netns: Option<&str>, addr: &str, extra: &[&str]) -> Server {
+        let mut child = amos_in(netns, home)
             .env("AMOS_LOG", "info")
-            .args(["serve", "--listen", &addr, "--no-mdns"])
+            .args(["serve", "--listen", addr])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -48,14 +68,15 @@ impl Server {
                     if line.contains("listening on") {
                         let _ = tx.send(());
                     }
-                    log.lock().unwrap().push_str(&line);
-                    log.lock().unwrap().push('\n');
+                    let mut log = log.lock().unwrap();
+                    log.push_str(&line);
+                    log.push('\n');
                 }
             });
         }
         let mut s = Server {
             child: Some(child),
-            addr,
+            addr: addr.to_owned(),
             log,
         };
         if rx.recv_timeout(Duration::from_secs(20)).is_err() {
@@ -95,10 +116,23 @@ impl Server {
         let _ = child.wait();
         None
     }
+
+    /// SIGKILL: the node vanishes without a goodbye (a partition).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// A home's NodeId (`amos id`).
+pub fn id(h: &super::Home) -> String {
+    h.json(&["id"])["node_id"].as_str().expect("id").to_owned()
 }

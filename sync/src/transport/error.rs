@@ -125,8 +125,10 @@ fn clean_rustls_reason(reason: String) -> String {
         .unwrap_or(reason)
 }
 
-/// Map an error of an established (or establishing) connection.
-pub(crate) fn from_connection_error(e: ConnectionError) -> TransportError {
+/// Map an error of an established (or establishing) connection (e.g. from
+/// `open_bi`/`accept_bi`: a key refusal that TLS 1.3 lets surface only after
+/// the handshake is still [`TransportError::Refused`]).
+pub fn from_connection_error(e: ConnectionError) -> TransportError {
     match e {
         // Our own QUIC/TLS stack aborted: the reason is the local rustls error.
         ConnectionError::TransportError(t) => match tls_alert(t.code) {

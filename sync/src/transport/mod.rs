@@ -28,6 +28,6 @@ pub mod frame;
 pub mod tls;
 
 pub use endpoint::{accept_incoming, client_endpoint, connect, peer_node_id, server_endpoint};
-pub use error::{RefusedBy, TransportError, with_timeout};
+pub use error::{RefusedBy, TransportError, from_connection_error, with_timeout};
 pub use frame::{MAX_FRAME, read_frame, read_frame_with_limit, write_frame};
 pub use tls::{ALPN, PeerAcceptor};
