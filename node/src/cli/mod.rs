@@ -1075,7 +1075,13 @@ fn run(cli: Cli) -> Result<()> {
             new.tags = tag;
             new.pinned = pin;
             new.expires_ms = expires
-                .map(|e| amos_node::node::parse_expiry(&e, node.now_ms()))
+                .map(|e| {
+                    amos_node::node::parse_expiry(&e, node.now_ms()).map_err(|_| {
+                        bad(format!(
+                            "malformed --expires {e:?}: use a duration (30d, 12h) or an RFC 3339 time"
+                        ))
+                    })
+                })
                 .transpose()?;
             let id = node.add(&who, new)?;
             out.emit(&json!({"id": id.to_string()}), || id.to_string());
