@@ -885,8 +885,8 @@ async fn serve_connection(home: Home, incoming: quinn::Incoming) {
     {
         Ok(SyncMessage::V1(m)) => m,
         Err(e) => {
-            info!("{peer} at {remote}: {e}");
-            conn.close(quinn::VarInt::from_u32(1), b"bad first message");
+            warn!("session with {peer} at {remote} failed: {e}");
+            conn.close(quinn::VarInt::from_u32(1), b"sync failed");
             return;
         }
     };
