@@ -13,6 +13,7 @@ pub mod bench;
 pub mod bundles;
 pub mod clock;
 pub mod discovery;
+pub mod doctor;
 pub mod error;
 pub mod fleet;
 pub mod home;

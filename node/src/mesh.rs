@@ -689,6 +689,83 @@ async fn dial_and_sync(
     }
 }
 
+/// What a handshake-only probe of a node found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// It answered with the expected key and accepted ours.
+    Accepted,
+    /// It answered with the expected key but refused ours.
+    RefusedUs,
+    /// No answer, or another key answered.
+    Unreachable,
+}
+
+/// Handshake with `expected` at `addr` and close at once (no session):
+/// for `amos doctor`.
+pub fn probe_blocking(home: &Home, targets: &[(NodeId, String)]) -> Result<Vec<Probe>> {
+    let identity = home.load_identity()?;
+    runtime()?.block_on(async {
+        let mut out = Vec::new();
+        for (expected, addr_text) in targets {
+            let expected = *expected;
+            let addr = match tokio::time::timeout(
+                CONNECT_TIMEOUT,
+                tokio::net::lookup_host(addr_text.as_str()),
+            )
+            .await
+            {
+                Ok(Ok(mut a)) => a.next(),
+                _ => None,
+            };
+            let Some(addr) = addr else {
+                out.push(Probe::Unreachable);
+                continue;
+            };
+            let Ok(endpoint) = transport::client_endpoint(
+                bind_for(addr),
+                &identity,
+                Arc::new(move |id: &NodeId| *id == expected),
+            ) else {
+                out.push(Probe::Unreachable);
+                continue;
+            };
+            let r = with_timeout(
+                Duration::from_secs(2),
+                "the handshake",
+                transport::connect(&endpoint, addr, expected),
+            )
+            .await;
+            out.push(match r {
+                Ok(conn) => {
+                    // TLS 1.3: the server's verdict on our key may come only
+                    // after the handshake; give it a moment to say no.
+                    let refused = tokio::time::timeout(Duration::from_millis(300), conn.closed())
+                        .await
+                        .is_ok_and(|e| {
+                            matches!(
+                                transport::from_connection_error(e),
+                                TransportError::Refused { .. }
+                            )
+                        });
+                    conn.close(quinn::VarInt::from_u32(0), b"probe");
+                    if refused {
+                        Probe::RefusedUs
+                    } else {
+                        Probe::Accepted
+                    }
+                }
+                Err(TransportError::Refused {
+                    by: transport::RefusedBy::Peer,
+                    ..
+                }) => Probe::RefusedUs,
+                Err(_) => Probe::Unreachable,
+            });
+            let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+        }
+        Ok(out)
+    })
+}
+
 /// Run [`sync_pass`] on a fresh runtime (for the CLI).
 pub fn sync_pass_blocking(home: &Home, only: Option<&str>) -> Result<Vec<PeerOutcome>> {
     let identity = Arc::new(home.load_identity()?);

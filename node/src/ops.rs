@@ -46,21 +46,6 @@ pub struct CheckReport {
 }
 
 #[derive(Debug, Serialize)]
-pub struct DoctorCheck {
-    pub name: &'static str,
-    pub status: &'static str,
-    pub detail: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub hint: Option<String>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct DoctorReport {
-    pub ok: bool,
-    pub checks: Vec<DoctorCheck>,
-}
-
-#[derive(Debug, Serialize)]
 pub struct RebuildReport {
     pub indexed: usize,
     pub docs: u64,
@@ -86,7 +71,7 @@ fn count(conn: &Connection, sql: &str) -> Result<i64> {
 }
 
 impl Node {
-    fn index_lag(&mut self) -> Result<i64> {
+    pub fn index_lag(&mut self) -> Result<i64> {
         let store = &self.store;
         let idx = RecallIndex::open(self.home())?;
         idx.lag(store)
@@ -153,103 +138,6 @@ impl Node {
             index_lag,
             dangling_links,
         })
-    }
-
-    pub fn doctor(&mut self) -> Result<DoctorReport> {
-        let mut checks = Vec::new();
-        let mut add = |name, ok: std::result::Result<String, (String, String)>, warn_only: bool| {
-            checks.push(match ok {
-                Ok(detail) => DoctorCheck {
-                    name,
-                    status: "ok",
-                    detail,
-                    hint: None,
-                },
-                Err((detail, hint)) => DoctorCheck {
-                    name,
-                    status: if warn_only { "warn" } else { "fail" },
-                    detail,
-                    hint: Some(hint),
-                },
-            })
-        };
-        let key_path = self.home().key_path();
-        add(
-            "identity_key",
-            match self.home().key_mode() {
-                Some(0o600) | Some(0o400) => Ok(format!("{} is private", key_path.display())),
-                Some(m) => Err((
-                    format!("{} has mode {m:o}", key_path.display()),
-                    format!("chmod 600 {}", key_path.display()),
-                )),
-                None => Err((
-                    "identity key missing".into(),
-                    "restore it from backup".into(),
-                )),
-            },
-            false,
-        );
-        let integrity: String = self
-            .store
-            .conn()
-            .query_row("PRAGMA quick_check", [], |r| r.get(0))?;
-        add(
-            "database",
-            if integrity == "ok" {
-                Ok("quick_check ok".into())
-            } else {
-                Err((
-                    integrity,
-                    "restore from a backup: amos restore FILE --force".into(),
-                ))
-            },
-            false,
-        );
-        let v = self.store.schema_version()?;
-        add(
-            "schema",
-            if v == SCHEMA_VERSION {
-                Ok(format!("v{v}"))
-            } else {
-                Err((
-                    format!("v{v}, expected v{SCHEMA_VERSION}"),
-                    "upgrade amos".into(),
-                ))
-            },
-            false,
-        );
-        let lag = self.index_lag()?;
-        add(
-            "index",
-            if lag == 0 {
-                Ok("up to date".into())
-            } else {
-                Err((
-                    format!("{lag} changes behind"),
-                    "it catches up on the next search; or run `amos index rebuild`".into(),
-                ))
-            },
-            true,
-        );
-        let hlc = self.store.hlc_state()?;
-        let now = self.now_ms();
-        add(
-            "clock",
-            if hlc.wall_ms <= now + 10 * 60 * 1000 {
-                Ok("physical clock is not behind the node's clock".into())
-            } else {
-                Err((
-                    format!(
-                        "node clock is {} s ahead of the system clock",
-                        (hlc.wall_ms - now) / 1000
-                    ),
-                    "check the system time (NTP)".into(),
-                ))
-            },
-            true,
-        );
-        let ok = checks.iter().all(|c| c.status != "fail");
-        Ok(DoctorReport { ok, checks })
     }
 
     /// Drop the index and rebuild it from the store.

@@ -56,8 +56,12 @@ enum Cmd {
     Id,
     /// Node, peers, index lag
     Status,
-    /// Check home permissions, database, index and clock
-    Doctor,
+    /// Check home and keys, database, index, clocks, listener, mDNS and peers
+    Doctor {
+        /// Skip the network checks (listener probe, peers)
+        #[arg(long)]
+        offline: bool,
+    },
     /// Integrity of store, index and links
     Check,
     /// The disposable index
@@ -747,8 +751,8 @@ fn run(cli: Cli) -> Result<()> {
                 lines.join("\n")
             })
         }
-        Cmd::Doctor => {
-            let r = node.doctor()?;
+        Cmd::Doctor { offline } => {
+            let r = amos_node::doctor::run(&mut node, !offline)?;
             out.emit(&r, || {
                 r.checks
                     .iter()
