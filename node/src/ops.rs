@@ -32,6 +32,8 @@ pub struct Status {
     pub peers: Vec<crate::replica::PeerInfo>,
     pub quarantined: Vec<crate::replica::DeferredInfo>,
     pub audit_refusals: i64,
+    /// Refusals recorded since the previous `amos status`.
+    pub audit_refusals_new: i64,
 }
 
 #[derive(Debug, Serialize)]
@@ -78,6 +80,27 @@ impl Node {
     }
 
     pub fn status(&mut self) -> Result<Status> {
+        // Refusals since the last status: remember the newest audit entry seen.
+        let (newest, seen): (i64, i64) = self.store.conn().query_row(
+            "SELECT coalesce((SELECT max(id) FROM audit), 0),
+                    coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'status_audit_seen'), 0)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        let audit_refusals_new = count(
+            self.store.conn(),
+            &format!("SELECT count(*) FROM audit WHERE id > {seen}"),
+        )?;
+        if newest > seen {
+            self.store.write(|tx| {
+                tx.conn().execute(
+                    "INSERT INTO meta(key, value) VALUES ('status_audit_seen', ?1)
+                     ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    [newest.to_string()],
+                )?;
+                Ok(())
+            })?;
+        }
         let conn = self.store.conn();
         let live = format!(
             "SELECT count(*) FROM memories WHERE {}",
@@ -98,6 +121,7 @@ impl Node {
             peers: self.peer_list()?,
             quarantined: self.quarantined()?,
             audit_refusals: count(self.store.conn(), "SELECT count(*) FROM audit")?,
+            audit_refusals_new,
         })
     }
 

@@ -747,7 +747,10 @@ fn run(cli: Cli) -> Result<()> {
                         q.reason
                     ));
                 }
-                lines.push(format!("refused facts (audit): {}", s.audit_refusals));
+                lines.push(format!(
+                    "refused facts (audit): {} ({} new since the last status; `amos audit` lists them)",
+                    s.audit_refusals, s.audit_refusals_new
+                ));
                 lines.join("\n")
             })
         }
