@@ -19,6 +19,7 @@ pub mod mesh;
 pub mod node;
 pub mod ops;
 pub mod peers;
+pub mod profile;
 pub mod recall;
 pub mod replica;
 pub mod store;

@@ -1,7 +1,7 @@
 //! Printing: `--json` objects with CLI.md's field names, or short text.
 
-use amos_node::ops::HygieneReport;
-use amos_node::recall::Hit;
+use amos_node::ops::{BackupReport, HygieneReport};
+use amos_node::recall::{Hit, Pack};
 use amos_node::store::memory::MemoryRecord;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -55,12 +55,117 @@ pub fn memory_json(m: &MemoryRecord) -> Value {
     })
 }
 
-/// A search hit: the memory object plus `score` and `relevance`.
+/// A search hit: the memory object plus `score`, `relevance` and `explain`
+/// (every factor of the score).
 pub fn hit_json(h: &Hit) -> Value {
     let mut v = memory_json(&h.memory);
     v["score"] = json!(h.score);
     v["relevance"] = json!(h.relevance);
+    v["explain"] = json!(h.explain);
     v
+}
+
+/// Search hits as text; with `explain`, a second line per hit with each factor.
+pub fn hits_text(hits: &[Hit], explain: bool) -> String {
+    let mut lines = Vec::new();
+    for h in hits {
+        lines.push(format!(
+            "{:>7.3}  {}  [{}] {}: {}",
+            h.score,
+            h.memory.id,
+            h.memory.kind,
+            h.memory.owner,
+            one_line(&h.memory.content, 100)
+        ));
+        if explain {
+            let e = &h.explain;
+            let via = e
+                .resonance
+                .as_ref()
+                .map(|p| {
+                    format!(
+                        " (resonance via {} over {} hop(s), link {:.2})",
+                        p.via, p.hops, p.link
+                    )
+                })
+                .unwrap_or_default();
+            lines.push(format!(
+                "         relevance {:.4}{via} [bm25 {:.4}] × importance {:.2} × confidence {:.2} × freshness {:.4} (age {:.1}d, half-life {:.1}d{}) × reinforcement {:.3} × profile {:.2} = {:.6}",
+                e.relevance,
+                e.bm25,
+                e.importance,
+                e.confidence,
+                e.freshness,
+                e.age_days,
+                e.half_life_days,
+                if e.pinned { ", pinned: no decay" } else { "" },
+                e.reinforcement,
+                e.profile_weight,
+                e.score
+            ));
+        }
+    }
+    lines.join("\n")
+}
+
+/// A context pack: `{"items": [...], "tokens", "budget", "reserved",
+/// "conflicts"}` plus `"report"` when asked; items carry `conflict_with`.
+pub fn pack_json(p: &Pack, report: bool) -> Value {
+    let items: Vec<Value> = p
+        .items
+        .iter()
+        .map(|h| {
+            let mut v = hit_json(h);
+            v["conflict_with"] = json!(p.conflicts_of(&h.memory.id));
+            v
+        })
+        .collect();
+    let mut v = json!({
+        "items": items,
+        "tokens": p.tokens,
+        "budget": p.budget,
+        "reserved": p.reserved,
+        "conflicts": p.conflicts,
+    });
+    if report {
+        v["report"] = json!(p.report);
+    }
+    v
+}
+
+pub fn pack_text(p: &Pack, report: bool) -> String {
+    let mut s: Vec<String> = p
+        .items
+        .iter()
+        .map(|h| {
+            let conflicts = p.conflicts_of(&h.memory.id);
+            let mark = if conflicts.is_empty() {
+                String::new()
+            } else {
+                format!(" [CONFLICT with {}]", conflicts.join(", "))
+            };
+            format!("- [{}] {}{mark}", h.memory.kind, h.memory.content)
+        })
+        .collect();
+    s.push(format!("({} of {} tokens)", p.tokens, p.budget));
+    if report {
+        for d in &p.report {
+            s.push(format!(
+                "{} {} ({} tokens): {}",
+                if d.included { "+" } else { "-" },
+                d.id,
+                d.tokens,
+                d.reason
+            ));
+        }
+    }
+    s.join("\n")
+}
+
+pub fn backup_text(r: &BackupReport) -> String {
+    let mut lines = vec![format!("backed up to {} ({} bytes)", r.file, r.bytes)];
+    lines.extend(r.removed.iter().map(|f| format!("removed old backup {f}")));
+    lines.join("\n")
 }
 
 pub fn memory_text(m: &MemoryRecord) -> String {
@@ -90,7 +195,13 @@ pub fn hygiene_text(r: &HygieneReport) -> String {
     let mut lines: Vec<String> = r
         .actions
         .iter()
-        .map(|a| format!("{} {} ({})", a.action, a.id, a.reason))
+        .map(|a| match &a.into {
+            Some(into) => format!(
+                "{} {} → merged into {} ({})",
+                a.action, a.id, into, a.reason
+            ),
+            None => format!("{} {} ({})", a.action, a.id, a.reason),
+        })
         .collect();
     lines.push(if r.applied {
         format!("applied {} actions", r.actions.len())
