@@ -136,6 +136,26 @@ fn resonance_never_bridges_through_an_invisible_memory() {
 }
 
 #[test]
+fn hidden_neighbours_take_no_fan_out_slot() {
+    let h = Home::new();
+    org(&h);
+    let a = h.add("alice", "axolotl gills", &["global"]);
+    // Ten strong links to memories bob cannot see, one weak link to one he can.
+    for i in 0..10 {
+        let x = h.add("alice", &format!("zzhidden number {i}"), &[]);
+        h.ok(&["link", &a, &x, "--as", "alice", "--weight", "1"]);
+    }
+    let b = h.add("alice", "salamander eggs", &["global"]);
+    h.ok(&["link", &a, &b, "--as", "alice", "--weight", "0.1"]);
+    let bob = h.json(&["search", "axolotl", "--as", "bob", "-k", "50"]);
+    assert_eq!(ids_of(&bob, "hits"), vec![a.clone(), b.clone()], "{bob}");
+    assert!(!bob.to_string().contains("zzhidden"));
+    // Positive control: alice reaches the hidden ones (at most 8: the fan-out).
+    let alice = h.json(&["search", "axolotl", "--as", "alice", "-k", "50"]);
+    assert_eq!(ids_of(&alice, "hits").len(), 1 + 8, "{alice}");
+}
+
+#[test]
 fn resonance_skips_expired_and_archived_neighbours() {
     let h = Home::new();
     org(&h);
