@@ -236,14 +236,22 @@ impl Node {
         }
 
         // Contradicting pairs among what the pack holds.
+        let stated: Vec<Option<(String, String)>> = items
+            .iter()
+            .map(|h| text::subject_value(&h.memory.content))
+            .collect();
         let mut conflicts = Vec::new();
         for (i, a) in items.iter().enumerate() {
-            for b in &items[i + 1..] {
-                if let Some(subject) = text::contradiction(&a.memory.content, &b.memory.content) {
+            let Some((sa, va)) = &stated[i] else { continue };
+            for (j, b) in items.iter().enumerate().skip(i + 1) {
+                if let Some((sb, vb)) = &stated[j]
+                    && sa == sb
+                    && va != vb
+                {
                     conflicts.push(Conflict {
                         a: a.memory.id.to_string(),
                         b: b.memory.id.to_string(),
-                        subject,
+                        subject: sa.clone(),
                     });
                 }
             }
@@ -369,8 +377,14 @@ fn duplicate(
         ));
     }
     let set = text::token_set(&h.memory.content);
+    // Jaccard ≤ min(|a|, |b|) / max(|a|, |b|): skip pairs whose sizes rule it out.
+    let size_ok = |n: usize| {
+        let (lo, hi) = (n.min(set.len()), n.max(set.len()));
+        hi == 0 || lo as f32 >= threshold * hi as f32
+    };
     let (best, j) = included
         .iter()
+        .filter(|i| size_ok(i.tokens.len()))
         .map(|i| (i, text::jaccard(&set, &i.tokens)))
         .max_by(|a, b| a.1.total_cmp(&b.1))?;
     (j >= threshold).then(|| {

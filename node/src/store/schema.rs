@@ -169,6 +169,12 @@ const MIGRATIONS: &[&str] = &[
         since_ms  INTEGER NOT NULL
     ) STRICT;
     "#,
+    // v3: recall — find pinned (core) memories for context packs without a
+    // scan. (Link `strength`, `reinforcement` and `last_access_ms`, the
+    // local-only recall state, exist since v1.)
+    r#"
+    CREATE INDEX memories_pinned ON memories(created_ms) WHERE pinned = 1;
+    "#,
 ];
 
 /// The schema version this binary writes.
