@@ -830,3 +830,35 @@ fn check_reports_links_to_missing_memories() {
     assert_eq!(v["dangling"][0]["to"], b.as_str(), "{v}");
     assert_eq!(v["dangling"][0]["from"], a.as_str(), "{v}");
 }
+
+#[test]
+fn profiles_replicate_but_feedback_stays_local() {
+    let a = Home::new();
+    let b = Home::new();
+    let id = |h: &Home| h.json(&["id"])["node_id"].as_str().expect("id").to_owned();
+    a.ok(&["peers", "add", &id(&b), "--policy", "full"]);
+    b.ok(&["peers", "add", &id(&a), "--policy", "full"]);
+    org(&a);
+    let m = a.add("alice", "kestrel hover", &["global"]);
+    let n = a.add("alice", "falcon dive", &["global"]);
+    a.ok(&["link", &m, &n, "--as", "alice"]);
+    a.ok(&["profile", "set", "bob", "procedure=3"]);
+    a.ok(&["feedback", &m, &n, "--helpful", "--as", "bob"]);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let file = tmp.path().join("a.amosb");
+    a.ok(&["bundle", "export", &file.display().to_string()]);
+    b.ok(&["bundle", "import", &file.display().to_string()]);
+    assert_eq!(digest(&a)["digest"], digest(&b)["digest"]);
+    assert_eq!(
+        b.json(&["profile", "show", "bob"])["weights"],
+        serde_json::json!({"procedure": 3.0})
+    );
+    // Reinforcement is this node's own: b starts neutral.
+    let r = |h: &Home| {
+        hit(&h.json(&["search", "kestrel", "--as", "bob"]), &m)["explain"]["reinforcement"]
+            .as_f64()
+            .expect("reinforcement")
+    };
+    assert!(r(&a) > 1.0);
+    assert_eq!(r(&b), 1.0);
+}
