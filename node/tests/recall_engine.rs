@@ -469,6 +469,38 @@ fn feedback_is_local_and_never_moves_the_digest() {
 }
 
 #[test]
+fn memories_found_helpful_together_become_associated_locally() {
+    let h = Home::new();
+    org(&h);
+    let a = h.add("alice", "jackdaw caching habits", &["global"]);
+    let b = h.add("alice", "rook nesting colony", &["global"]);
+    let hidden = h.add("alice", "zzsecret roost", &[]);
+    assert_eq!(h.search_ids("bob", "jackdaw", 10), vec![a.clone()]);
+    let before = digest(&h);
+    let r = h.json(&["feedback", &a, &b, "--helpful", "--as", "bob"]);
+    assert_eq!(r["associations"], 1, "{r}");
+    assert_eq!(digest(&h), before, "an association is not a fact");
+    let v = h.json(&["search", "jackdaw", "--as", "bob"]);
+    assert_eq!(ids_of(&v, "hits"), vec![a.clone(), b.clone()], "{v}");
+    assert_eq!(hit(&v, &b)["explain"]["resonance"]["via"], a.as_str());
+    // alice associates b with her hidden memory; bob still never reaches it.
+    h.ok(&["feedback", &b, &hidden, "--helpful", "--as", "alice"]);
+    let v = h.json(&["search", "jackdaw", "--as", "bob", "-k", "50"]);
+    assert!(!v.to_string().contains(&hidden), "{v}");
+    assert!(
+        h.search_ids("alice", "jackdaw", 10).contains(&hidden),
+        "positive control"
+    );
+    // Unhelpful feedback weakens the association (0.25 / 1.25^n) until it
+    // falls below 0.1 and is dropped: the fifth time.
+    for _ in 0..5 {
+        h.ok(&["feedback", &a, &b, "--unhelpful", "--as", "bob"]);
+    }
+    assert_eq!(h.search_ids("bob", "jackdaw", 10), vec![a]);
+    assert_eq!(digest(&h), before);
+}
+
+#[test]
 fn stronger_links_carry_more_resonance() {
     let h = Home::new();
     org(&h);

@@ -1098,12 +1098,15 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             let who = who(&node, &w)?;
             let r = node.feedback(&who, &ids, helpful)?;
-            out.emit(&json!({"updated": r.memories, "links": r.links}), || {
-                format!(
-                    "feedback recorded for {} memories and {} links among them",
-                    r.memories, r.links
-                )
-            });
+            out.emit(
+                &json!({"updated": r.memories, "links": r.links, "associations": r.associations}),
+                || {
+                    format!(
+                        "feedback recorded for {} memories, {} links and {} associations among them",
+                        r.memories, r.links, r.associations
+                    )
+                },
+            );
         }
         Cmd::Consolidate { apply } => {
             let r = node.consolidate(apply)?;

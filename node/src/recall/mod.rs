@@ -10,7 +10,7 @@
 //! between linked memories, and never counted or named.
 //!
 //! Invariant: recall writes only local-only state (`last_access_ms`,
-//! `recall_count`, `reinforcement`, link `strength`); it never writes a
+//! `recall_count`, `reinforcement`, link `strength`, `associations`); it never writes a
 //! replicated fact, so `amos digest` does not move.
 //!
 //! Submodules: [`rank`] (the score and its explanation), [`resonance`]
@@ -54,6 +54,12 @@ pub const REINFORCEMENT_RANGE: (f64, f64) = (0.5, 2.0);
 /// together by this (or divides), within [`LINK_STRENGTH_RANGE`].
 pub const LINK_FEEDBACK_FACTOR: f64 = 1.25;
 pub const LINK_STRENGTH_RANGE: (f64, f64) = (0.2, 3.0);
+/// Helpful feedback on memories named together associates each pair locally
+/// (Hebbian): a new association starts at this strength, grows by
+/// [`LINK_FEEDBACK_FACTOR`] up to the top of [`LINK_STRENGTH_RANGE`], shrinks
+/// by it on unhelpful feedback, and is dropped below [`ASSOCIATION_MIN`].
+pub const ASSOCIATION_START: f64 = 0.25;
+pub const ASSOCIATION_MIN: f64 = 0.1;
 
 /// One ranked, visible memory.
 #[derive(Debug, Clone)]
@@ -72,6 +78,8 @@ pub struct FeedbackReport {
     pub memories: usize,
     /// Links among them whose local strength changed.
     pub links: usize,
+    /// Local associations among them made, strengthened, weakened or dropped.
+    pub associations: usize,
 }
 
 impl Node {
@@ -187,9 +195,9 @@ impl Node {
     }
 
     /// Recall feedback on memories the requester can see: `helpful` raises
-    /// their local reinforcement and the local strength of the links among
-    /// them (memories recalled together); `unhelpful` lowers both.
-    /// Local-only: no replicated fact changes.
+    /// their local reinforcement, the local strength of the links among them
+    /// and their pairwise local association (memories recalled together);
+    /// `unhelpful` lowers all three. Local-only: no replicated fact changes.
     pub fn feedback(
         &mut self,
         who: &AuthorizedScopes,
@@ -246,7 +254,41 @@ impl Node {
                     }
                 }
             }
-            Ok(FeedbackReport { memories, links })
+            let mut associations = 0;
+            let mut grow = tx.conn().prepare_cached(
+                "INSERT INTO associations(a, b, strength) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(a, b) DO UPDATE SET strength = min(?4, strength * ?5)",
+            )?;
+            let mut shrink = tx.conn().prepare_cached(
+                "UPDATE associations SET strength = strength / ?3 WHERE a = ?1 AND b = ?2",
+            )?;
+            let mut drop = tx.conn().prepare_cached(
+                "DELETE FROM associations WHERE a = ?1 AND b = ?2 AND strength < ?3",
+            )?;
+            for (i, a) in mids.iter().enumerate() {
+                for b in &mids[i + 1..] {
+                    let (lo, hi) = if a < b { (a, b) } else { (b, a) };
+                    associations += if helpful {
+                        grow.execute(params![
+                            &lo.0[..],
+                            &hi.0[..],
+                            ASSOCIATION_START,
+                            LINK_STRENGTH_RANGE.1,
+                            LINK_FEEDBACK_FACTOR
+                        ])?
+                    } else {
+                        let n =
+                            shrink.execute(params![&lo.0[..], &hi.0[..], LINK_FEEDBACK_FACTOR])?;
+                        drop.execute(params![&lo.0[..], &hi.0[..], ASSOCIATION_MIN])?;
+                        n
+                    };
+                }
+            }
+            Ok(FeedbackReport {
+                memories,
+                links,
+                associations,
+            })
         })
     }
 }

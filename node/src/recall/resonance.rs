@@ -1,6 +1,8 @@
 //! Resonance: memories linked to strong candidates are pulled into recall even
 //! when they share no query term, weighted by link weight × local strength and
-//! damped per hop, with bounded hops and fan-out.
+//! damped per hop (never above the memory they spread from), with bounded
+//! hops and fan-out. Local associations (memories found helpful together,
+//! see `Node::feedback`) count as links whose weight is their strength.
 //!
 //! Invariant: traversal runs only over memories visible to the requester.
 //! Every neighbour is re-read from SQLite and passed through the gate
@@ -50,7 +52,8 @@ pub fn spread(
         let mut next = Vec::new();
         for (from, rel) in &frontier {
             for (n, link) in visible_neighbours(conn, who, now_ms, from, cfg.fan_out)? {
-                let carried = rel * link * cfg.damping;
+                // Never more than the memory it spreads from.
+                let carried = (rel * link * cfg.damping).min(*rel);
                 if carried <= 0.0 || best.get(&n.id).is_some_and(|b| *b >= carried) {
                     continue;
                 }
@@ -78,7 +81,8 @@ pub fn spread(
     Ok(found.into_values().collect())
 }
 
-/// The neighbours of `id` over present links (either direction) that pass
+/// The neighbours of `id` over present links and local associations (either
+/// direction) that pass
 /// the gate, strongest first, at most `fan_out`, each with `weight ×
 /// strength` of its strongest link.
 fn visible_neighbours(
@@ -98,6 +102,10 @@ fn visible_neighbours(
             SELECT to_id AS other, weight * strength AS w FROM links WHERE from_id = ?1 AND present = 1
             UNION ALL
             SELECT from_id AS other, weight * strength AS w FROM links WHERE to_id = ?1 AND present = 1
+            UNION ALL
+            SELECT b AS other, strength AS w FROM associations WHERE a = ?1
+            UNION ALL
+            SELECT a AS other, strength AS w FROM associations WHERE b = ?1
          ) n JOIN memories m ON m.id = n.other
          WHERE m.content_fact IS NOT NULL AND m.tombstone_fact IS NULL AND m.archived = 0 AND (m.expires_ms IS NULL OR m.expires_ms > ?2) AND {access}
          GROUP BY n.other ORDER BY w DESC, n.other LIMIT {NEIGHBOUR_READ_CAP}",
