@@ -533,7 +533,8 @@ impl Node {
     /// type, so that merging never changes who sees what. The oldest (pinned
     /// first) survives; each source gets a signed `consolidates` link from
     /// the survivor and is archived locally, so it stays reachable and
-    /// restorable; nothing is tombstoned. Pinned memories are never sources.
+    /// restorable (and a restored source is not merged again); nothing is
+    /// tombstoned. Pinned memories are never sources.
     /// Dry run unless `apply`.
     pub fn consolidate(&mut self, apply: bool) -> Result<HygieneReport> {
         type Row = (Vec<u8>, String, String, String, String, bool);
@@ -575,7 +576,9 @@ impl Node {
             let Some((keep, jaccard)) = *sim else {
                 continue;
             };
-            if pinned[i] {
+            // Pinned memories are never sources; a source merged before and
+            // restored since (its `consolidates` link is there) stays restored.
+            if pinned[i] || self.consolidated(&ids[keep], &ids[i])? {
                 continue;
             }
             let reason = if norms[i] == norms[keep] {
@@ -615,6 +618,17 @@ impl Node {
             applied: apply,
             actions,
         })
+    }
+
+    /// Whether `source` was already merged into `keep` by a consolidation.
+    fn consolidated(&self, keep: &MemoryId, source: &MemoryId) -> Result<bool> {
+        Ok(self
+            .store
+            .conn()
+            .prepare_cached(
+                "SELECT 1 FROM links WHERE from_id = ?1 AND to_id = ?2 AND relation = ?3 AND present = 1",
+            )?
+            .exists(params![&keep.0[..], &source.0[..], CONSOLIDATES])?)
     }
 
     /// The common tail of the hygiene jobs: archive `ids` (local-only state)

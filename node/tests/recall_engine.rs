@@ -776,6 +776,11 @@ fn consolidate_merges_near_duplicates_and_keeps_every_source_reachable() {
     );
     h.ok(&["restore-memory", &near, "--as", "alice"]);
     assert!(h.search_ids("alice", "runners", 10).contains(&near));
+    let again = h.json(&["consolidate"]);
+    assert!(
+        again["actions"].as_array().expect("a").is_empty(),
+        "a restored source stays: {again}"
+    );
     assert_eq!(h.json(&["check"])["ok"], true);
 }
 
