@@ -899,3 +899,38 @@ fn profiles_replicate_but_feedback_stays_local() {
     assert!(r(&a) > 1.0);
     assert_eq!(r(&b), 1.0);
 }
+
+#[test]
+fn pinned_core_memories_take_the_reserve_first_then_what_is_left() {
+    let h = Home::new();
+    org(&h);
+    // 26 bytes → 7 + 8 = 15 tokens; the hit: 9 bytes → 3 + 8 = 11 tokens.
+    let core = h.json(&["add", "core rule alpha beta gamma", "--as", "bob", "--pin"])["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let hit = h.add("alice", "zebu herd", &["global"]);
+    let decision = |budget: &str| {
+        let p = h.json(&[
+            "pack", "zebu", "--as", "bob", "--budget", budget, "--report",
+        ]);
+        assert!(ids_of(&p, "items").contains(&hit), "{p}");
+        let d = p["report"]
+            .as_array()
+            .expect("report")
+            .iter()
+            .find(|d| d["id"] == core.as_str())
+            .cloned()
+            .unwrap_or_else(|| panic!("core not reported: {p}"));
+        (
+            d["included"] == true,
+            d["reason"].as_str().expect("reason").to_owned(),
+        )
+    };
+    let (inn, why) = decision("100"); // reserve 25 ≥ 15
+    assert!(inn && why.contains("reserved room"), "{why}");
+    let (inn, why) = decision("30"); // reserve 7 < 15; 30 - 11 ≥ 15
+    assert!(inn && why.contains("what the query left"), "{why}");
+    let (inn, why) = decision("20"); // reserve 5; 20 - 11 < 15
+    assert!(!inn && why.contains("full"), "{why}");
+}

@@ -165,6 +165,8 @@ impl Node {
         // there competes with the rest.
         let (pinned, rest): (Vec<Hit>, Vec<Hit>) = hits.into_iter().partition(|h| h.memory.pinned);
         let mut second: Vec<Hit> = Vec::new();
+        // Core memories that missed the reserve: they take what the query leaves.
+        let mut leftover: Vec<Hit> = Vec::new();
         for (h, matched) in pinned
             .into_iter()
             .map(|h| (h, true))
@@ -190,15 +192,7 @@ impl Node {
             } else if matched {
                 second.push(h);
             } else {
-                report.push(decision(
-                    &h,
-                    false,
-                    "reserve-full",
-                    format!(
-                        "pinned but matches nothing in the query, and the reserved room is full ({pinned_used}+{tokens} > {reserved})"
-                    ),
-                    tokens,
-                ));
+                leftover.push(h);
             }
         }
         second.extend(rest);
@@ -233,6 +227,34 @@ impl Node {
             report.push(decision(&h, true, "relevant", why, tokens));
             included.push(included_of(&h));
             items.push(h);
+        }
+
+        for h in leftover {
+            let tokens = estimate_tokens(&h.memory.content);
+            if let Some(d) = duplicate(&h, &included, opts.near_duplicate, tokens) {
+                report.push(d);
+            } else if used + tokens <= budget {
+                used += tokens;
+                report.push(decision(
+                    &h,
+                    true,
+                    "pinned",
+                    "pinned: missed the reserved room, fits in what the query left".to_owned(),
+                    tokens,
+                ));
+                included.push(included_of(&h));
+                items.push(h);
+            } else {
+                report.push(decision(
+                    &h,
+                    false,
+                    "reserve-full",
+                    format!(
+                        "pinned but matches nothing in the query; the reserved room ({reserved} tokens) and the rest of the budget are full ({used}+{tokens} > {budget})"
+                    ),
+                    tokens,
+                ));
+            }
         }
 
         // Contradicting pairs among what the pack holds.
