@@ -10,8 +10,6 @@
 //! [`Visible`](amos_acl::Visible) memory; the report never names, counts or
 //! hints at anything the gate kept out.
 
-use std::collections::BTreeSet;
-
 use amos_acl::AuthorizedScopes;
 use amos_protocol::MemoryId;
 use rusqlite::types::Value;
@@ -124,7 +122,7 @@ impl Pack {
 struct Included {
     id: MemoryId,
     norm: String,
-    tokens: BTreeSet<String>,
+    tokens: Vec<u64>,
 }
 
 impl Node {
@@ -359,7 +357,7 @@ fn included_of(h: &Hit) -> Included {
     Included {
         id: h.memory.id,
         norm: text::normalize_text(&h.memory.content),
-        tokens: text::token_set(&h.memory.content),
+        tokens: text::token_hashes(&h.memory.content),
     }
 }
 
@@ -398,7 +396,7 @@ fn duplicate(
             tokens,
         ));
     }
-    let set = text::token_set(&h.memory.content);
+    let set = text::token_hashes(&h.memory.content);
     // Jaccard ≤ min(|a|, |b|) / max(|a|, |b|): skip pairs whose sizes rule it out.
     let size_ok = |n: usize| {
         let (lo, hi) = (n.min(set.len()), n.max(set.len()));
@@ -407,7 +405,7 @@ fn duplicate(
     let (best, j) = included
         .iter()
         .filter(|i| size_ok(i.tokens.len()))
-        .map(|i| (i, text::jaccard(&set, &i.tokens)))
+        .map(|i| (i, text::jaccard_sorted(&set, &i.tokens)))
         .max_by(|a, b| a.1.total_cmp(&b.1))?;
     (j >= threshold).then(|| {
         decision(
