@@ -24,6 +24,7 @@ pub mod node;
 pub mod ops;
 pub mod pairing;
 pub mod peers;
+pub mod profile;
 pub mod recall;
 pub mod replica;
 pub mod store;

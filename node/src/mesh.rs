@@ -844,10 +844,12 @@ async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> {
     let local = endpoint
         .local_addr()
         .map_err(NodeError::io("reading the listening address"))?;
-    info!("node {} listening on {local}", identity.node_id());
+    // Recorded before "listening" is logged: whoever waits for that line
+    // can make a pairing code at once.
     if let Err(e) = pairing::record_listen(home, local) {
         warn!("cannot record the listening address for pairing codes: {e}");
     }
+    info!("node {} listening on {local}", identity.node_id());
     let discovery = if opts.mdns {
         crate::discovery::Discovery::start(home, local)
             .inspect_err(|e| warn!("mDNS discovery is off: {e}"))
