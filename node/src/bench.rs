@@ -15,10 +15,16 @@ use amos_acl::AuthorizedScopes;
 use amos_protocol::{MemoryType, Scope};
 use serde::{Deserialize, Serialize};
 
+use crate::bench_sync::{self, SyncReport};
 use crate::error::{NodeError, Result};
 use crate::home::Home;
 use crate::index::dir_size;
 use crate::node::{NewMemory, Node};
+
+/// Memories per `add_many` transaction while loading.
+const LOAD_BATCH: usize = 1000;
+/// Memories changed on the loaded node before the incremental sync.
+const SYNC_CHANGES: usize = 100;
 
 /// How to run the benchmark.
 #[derive(Debug, Clone)]
@@ -36,6 +42,8 @@ pub struct BenchConfig {
     pub progress: bool,
     /// Keep the temporary homes afterwards (their path is in the report).
     pub keep: bool,
+    /// Run the live-sync section (two in-process nodes over loopback QUIC).
+    pub sync: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -115,6 +123,8 @@ pub struct BenchReport {
     pub queries_with_hits: usize,
     /// Correctness: mean hits per search.
     pub mean_hits: f64,
+    /// Live sync between two in-process nodes (null when skipped).
+    pub sync: Option<SyncReport>,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -241,7 +251,9 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
     };
     let pb = progress_bar(cfg.progress, memories.len(), "load");
     let t0 = Instant::now();
-    for chunk in memories.chunks(1000) {
+    // The first memories, (owner, id), to change before the incremental sync.
+    let mut changes: Vec<(String, String)> = Vec::new();
+    for chunk in memories.chunks(LOAD_BATCH) {
         let mut batch = Vec::with_capacity(chunk.len());
         for m in chunk {
             let who = requesters
@@ -249,7 +261,12 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
                 .ok_or_else(|| NodeError::BadInput(format!("unknown owner {}", m.owner)))?;
             batch.push((who, to_new(m)?));
         }
-        node.add_many(batch)?;
+        let ids = node.add_many(batch)?;
+        for (m, id) in chunk.iter().zip(ids) {
+            if changes.len() < SYNC_CHANGES {
+                changes.push((m.owner.clone(), id.to_string()));
+            }
+        }
         pb.inc(chunk.len() as u64);
     }
     let load_s = t0.elapsed().as_secs_f64();
@@ -323,6 +340,12 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         ));
     }
 
+    let sync = if cfg.sync {
+        Some(bench_sync::run(&mut node, &changes, tmp.path())?)
+    } else {
+        None
+    };
+
     let db_bytes = ["amos.db", "amos.db-wal"]
         .iter()
         .filter_map(|f| fs::metadata(home.root().join(f)).ok())
@@ -359,5 +382,6 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         kept,
         queries_with_hits: with_hits,
         mean_hits: total_hits as f64 / searches.max(1) as f64,
+        sync,
     })
 }

@@ -10,6 +10,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod bench;
+pub mod bench_sync;
 pub mod bundles;
 pub mod clock;
 pub mod error;

@@ -26,6 +26,11 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, pa
 
 use crate::error::{NodeError, Result};
 
+/// SQLite's page cache per connection, in KiB.
+const PAGE_CACHE_KIB: i64 = 64 * 1024;
+/// How much of the database file SQLite may memory-map.
+const MMAP_BYTES: i64 = 256 * 1024 * 1024;
+
 /// How long a writer waits for another process's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -99,6 +104,14 @@ impl Store {
         // NORMAL in WAL mode: a committed write survives a crash of the
         // process; a power cut may lose the last commits but never corrupts.
         conn.pragma_update(None, "synchronous", "NORMAL")?;
+        // Reads (recall re-reads every candidate row) come from memory:
+        // a page cache of up to 64 MiB, and the file mapped (up to 256 MiB)
+        // rather than copied in by a system call per page.
+        conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)?;
+        conn.query_row(&format!("PRAGMA mmap_size = {MMAP_BYTES}"), [], |r| {
+            r.get::<_, i64>(0)
+        })
+        .optional()?;
         conn.pragma_update(None, "foreign_keys", true)?;
         schema::migrate(&mut conn).map_err(|e| match e {
             NodeError::Db(e) => corrupt_if_not_db(path)(e),
@@ -481,6 +494,73 @@ impl Tx<'_> {
                     seq
                 ])?;
             }
+        }
+        Ok(())
+    }
+
+    /// Write a memory that has no row yet from its content and acl facts
+    /// (same id and fixed fields) as one new row: the row that `put_fact`
+    /// of the acl fact (with `effective` in force, never purging) then of
+    /// the content fact (with `owner_trusted`) would leave, in one insert
+    /// instead of an insert and an update. Two `seq`s are taken; the row
+    /// carries the second. Fails if a row for the id exists.
+    pub fn put_new_memory(
+        &mut self,
+        content: &Verified<SignedFact>,
+        acl: &Verified<SignedFact>,
+        effective: &Grants,
+        owner_trusted: bool,
+    ) -> Result<()> {
+        let (FactBody::MemoryContent(m), FactBody::MemoryAcl(a)) =
+            (&content.fact.body, &acl.fact.body)
+        else {
+            return Err(NodeError::Corrupt(
+                "put_new_memory takes a content fact and an acl fact".into(),
+            ));
+        };
+        if m.id != a.id || m.fixed != a.fixed {
+            return Err(NodeError::Corrupt(
+                "put_new_memory: the content and acl facts name different memories".into(),
+            ));
+        }
+        self.next_seq()?;
+        let seq = self.next_seq()?;
+        let tags = serde_json::to_string(&m.tags).unwrap_or_else(|_| "[]".into());
+        let effective_text = join_grants(effective);
+        let tx = &self.tx;
+        tx.prepare_cached(
+            "INSERT INTO memories(id, owner, origin, created_ms, kind, content, tags,
+                importance, confidence, pinned, expires_ms, supersedes, v, content_fact,
+                grants, effective, acl_v, acl_fact, seq, touched, owner_trusted, grants_ever)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
+                ?15, ?16, ?17, ?18, ?19, ?19, ?20, ?16)",
+        )?
+        .execute(params![
+            &m.id.0[..],
+            m.fixed.owner.as_str(),
+            &m.fixed.origin.0[..],
+            m.fixed.created_ms as i64,
+            m.kind.as_str(),
+            m.text.as_str(),
+            tags,
+            m.importance as f64,
+            m.confidence as f64,
+            m.pinned,
+            m.expires_ms.map(|e| e as i64),
+            m.supersedes.map(|s| s.0.to_vec()),
+            &content.fact.clock.sort_key()[..],
+            content.to_bytes(),
+            join_grants(&a.grants),
+            effective_text,
+            &acl.fact.clock.sort_key()[..],
+            acl.to_bytes(),
+            seq,
+            owner_trusted,
+        ])?;
+        let mut ins =
+            tx.prepare_cached("INSERT INTO memory_grants(memory, scope) VALUES (?1, ?2)")?;
+        for g in effective.iter() {
+            ins.execute(params![&m.id.0[..], g.to_string()])?;
         }
         Ok(())
     }
