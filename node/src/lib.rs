@@ -23,6 +23,7 @@ pub mod peers;
 pub mod recall;
 pub mod replica;
 pub mod store;
+pub mod verify;
 
 pub use error::{NodeError, Result};
 pub use home::Home;

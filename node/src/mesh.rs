@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use amos_protocol::wire::{Epoch, SyncMessage, SyncV1, Watermark};
-use amos_protocol::{NodeId, NodeIdentity, SignedFact};
+use amos_protocol::{NodeId, NodeIdentity};
 use amos_sync::session::{Action, Event, Session, SessionError};
 use amos_sync::transport::{
     self, TransportError, accept_incoming, read_frame, with_timeout, write_frame,
@@ -340,10 +340,7 @@ fn session_thread(
                 }
                 Action::Apply(facts) => {
                     facts_in += facts.len() as u64;
-                    let verified = facts
-                        .iter()
-                        .map(|f| SignedFact::decode_verified(f))
-                        .collect::<std::result::Result<Vec<_>, _>>()
+                    let verified = crate::verify::verify_facts(&facts)
                         .map_err(|e| MeshError::BadFact(e.to_string()))?;
                     let report = node.apply_from(&peer, verified)?;
                     debug!(?report, "applied a batch from {}", peer.short());
