@@ -15,10 +15,16 @@ use amos_acl::AuthorizedScopes;
 use amos_protocol::{MemoryType, Scope};
 use serde::{Deserialize, Serialize};
 
+use crate::bench_sync::{self, SyncReport};
 use crate::error::{NodeError, Result};
 use crate::home::Home;
 use crate::index::dir_size;
 use crate::node::{NewMemory, Node};
+
+/// Memories per `add_many` transaction while loading.
+const LOAD_BATCH: usize = 1000;
+/// Memories changed on the loaded node before the incremental sync.
+const SYNC_CHANGES: usize = 100;
 
 /// How to run the benchmark.
 #[derive(Debug, Clone)]
@@ -36,6 +42,8 @@ pub struct BenchConfig {
     pub progress: bool,
     /// Keep the temporary homes afterwards (their path is in the report).
     pub keep: bool,
+    /// Run the live-sync section (two in-process nodes over loopback QUIC).
+    pub sync: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -115,6 +123,10 @@ pub struct BenchReport {
     pub queries_with_hits: usize,
     /// Correctness: mean hits per search.
     pub mean_hits: f64,
+    /// Live sync between two in-process nodes (null when skipped or failed).
+    pub sync: Option<SyncReport>,
+    /// Why the sync section failed, if it did (the other figures stand).
+    pub sync_error: Option<String>,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -144,6 +156,47 @@ fn read_jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
                 .map_err(|e| NodeError::BadInput(format!("{}:{}: {e}", path.display(), i + 1)))
         })
         .collect()
+}
+
+/// A JSON-lines file read a batch at a time.
+struct JsonlReader<T> {
+    path: PathBuf,
+    lines: std::io::Lines<std::io::BufReader<fs::File>>,
+    line: usize,
+    _item: std::marker::PhantomData<T>,
+}
+
+impl<T: for<'de> Deserialize<'de>> JsonlReader<T> {
+    fn open(path: &Path) -> Result<Self> {
+        use std::io::BufRead;
+        let f = fs::File::open(path)
+            .map_err(|e| NodeError::BadInput(format!("cannot read {}: {e}", path.display())))?;
+        Ok(JsonlReader {
+            path: path.to_owned(),
+            lines: std::io::BufReader::new(f).lines(),
+            line: 0,
+            _item: std::marker::PhantomData,
+        })
+    }
+
+    /// Up to `n` more items (fewer only at the end of the file).
+    fn next_batch(&mut self, n: usize) -> Result<Vec<T>> {
+        let mut out = Vec::with_capacity(n.min(LOAD_BATCH));
+        while out.len() < n {
+            let Some(line) = self.lines.next() else { break };
+            self.line += 1;
+            let line = line.map_err(|e| {
+                NodeError::BadInput(format!("cannot read {}: {e}", self.path.display()))
+            })?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            out.push(serde_json::from_str(&line).map_err(|e| {
+                NodeError::BadInput(format!("{}:{}: {e}", self.path.display(), self.line))
+            })?);
+        }
+        Ok(out)
+    }
 }
 
 /// Peak resident set size of this process (Linux `VmHWM`), 0 elsewhere.
@@ -186,10 +239,11 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         },
     )?)
     .map_err(|e| NodeError::BadInput(format!("org.json: {e}")))?;
-    let mut memories: Vec<WorkloadMemory> = read_jsonl(&cfg.corpus.join("memories.jsonl"))?;
-    if let Some(n) = cfg.limit {
-        memories.truncate(n);
-    }
+    // Streamed: only one batch (and the first few, for the single adds) is
+    // held at a time, so the harness's memory stays flat at any size.
+    let memories_path = cfg.corpus.join("memories.jsonl");
+    let mut memories = JsonlReader::<WorkloadMemory>::open(&memories_path)?;
+    let limit = cfg.limit.unwrap_or(usize::MAX);
     let queries: Vec<WorkloadQuery> = read_jsonl(&cfg.corpus.join("queries.jsonl"))?;
 
     let tmp = match &cfg.workdir {
@@ -239,20 +293,42 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         n.importance = m.importance;
         Ok(n)
     };
-    let pb = progress_bar(cfg.progress, memories.len(), "load");
+    let pb = progress_bar(cfg.progress, 0, "load");
     let t0 = Instant::now();
-    for chunk in memories.chunks(1000) {
+    // The first memories, (owner, id), to change before the incremental sync.
+    let mut changes: Vec<(String, String)> = Vec::new();
+    // The first memories again, for the single adds.
+    let mut first: Vec<WorkloadMemory> = Vec::new();
+    let mut loaded = 0usize;
+    let mut parse_s = 0.0;
+    loop {
+        let tp = Instant::now();
+        let chunk = memories.next_batch(LOAD_BATCH.min(limit - loaded))?;
+        parse_s += tp.elapsed().as_secs_f64();
+        if chunk.is_empty() {
+            break;
+        }
+        loaded += chunk.len();
         let mut batch = Vec::with_capacity(chunk.len());
-        for m in chunk {
+        for m in &chunk {
             let who = requesters
                 .get(&m.owner)
                 .ok_or_else(|| NodeError::BadInput(format!("unknown owner {}", m.owner)))?;
             batch.push((who, to_new(m)?));
         }
-        node.add_many(batch)?;
+        let ids = node.add_many(batch)?;
+        for (m, id) in chunk.iter().zip(ids) {
+            if changes.len() < SYNC_CHANGES {
+                changes.push((m.owner.clone(), id.to_string()));
+            }
+        }
         pb.inc(chunk.len() as u64);
+        let room = cfg.single_adds.saturating_sub(first.len());
+        first.extend(chunk.into_iter().take(room));
     }
-    let load_s = t0.elapsed().as_secs_f64();
+    // Reading and parsing the workload file is the harness's, not the node's.
+    let load_s = t0.elapsed().as_secs_f64() - parse_s;
+    let memories = first;
     pb.finish_and_clear();
 
     // First catch-up builds the index.
@@ -287,8 +363,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
 
     // Single durable adds after the load.
     let mut adds = Vec::new();
-    for i in 0..cfg.single_adds {
-        let m = &memories[i % memories.len().max(1)];
+    for m in memories.iter().cycle().take(cfg.single_adds) {
         let who = requesters
             .get(&m.owner)
             .ok_or_else(|| NodeError::BadInput(format!("unknown owner {}", m.owner)))?;
@@ -323,6 +398,15 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         ));
     }
 
+    let (sync, sync_error) = if cfg.sync {
+        match bench_sync::run(&mut node, &changes, tmp.path()) {
+            Ok(r) => (Some(r), None),
+            Err(e) => (None, Some(e.to_string())),
+        }
+    } else {
+        (None, None)
+    };
+
     let db_bytes = ["amos.db", "amos.db-wal"]
         .iter()
         .filter_map(|f| fs::metadata(home.root().join(f)).ok())
@@ -337,11 +421,11 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         (None, Some(tmp))
     };
     Ok(BenchReport {
-        memories: memories.len(),
+        memories: loaded,
         queries: queries.len(),
         passes: cfg.passes,
         load_s,
-        load_per_s: memories.len() as f64 / load_s.max(1e-9),
+        load_per_s: loaded as f64 / load_s.max(1e-9),
         add_ms: millis(adds),
         search_ms: millis(search),
         pack_ms: millis(pack),
@@ -359,5 +443,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         kept,
         queries_with_hits: with_hits,
         mean_hits: total_hits as f64 / searches.max(1) as f64,
+        sync,
+        sync_error,
     })
 }

@@ -15,20 +15,23 @@
 //! It returns ids and a relevance score; the recall pipeline re-reads rows
 //! from SQLite and gates them.
 
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::fs::{self, File};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use amos_protocol::MemoryId;
 use rusqlite::params;
-use tantivy::collector::TopDocs;
 use tantivy::query::{
-    Bm25StatisticsProvider, BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery,
+    Bm25StatisticsProvider, BooleanQuery, EnableScoring, Occur, Query, TermQuery,
 };
 use tantivy::schema::{
     Field, IndexRecordOption, STORED, STRING, Schema, TEXT, TantivyDocument, Value,
 };
 use tantivy::{
-    DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TERMINATED, Term, doc,
+    BitSet, DocAddress, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher,
+    TERMINATED, Term, doc,
 };
 
 use crate::error::{NodeError, Result};
@@ -70,6 +73,8 @@ pub struct RecallIndex {
     /// index on disk differs from it, the reader reloads.
     reader_commit: CommitKey,
     fields: Fields,
+    /// Statistics and access sets of the reader's current generation.
+    cache: Mutex<GenerationCache>,
 }
 
 /// The access terms a memory is indexed under: its owner and effective grants.
@@ -109,6 +114,7 @@ impl RecallIndex {
             reader,
             reader_commit,
             fields,
+            cache: Mutex::default(),
         })
     }
 
@@ -122,21 +128,12 @@ impl RecallIndex {
 
     /// `(epoch, watermark)` from the last commit, if any.
     fn watermark(&self) -> Result<Option<(String, i64)>> {
-        let metas = self.index.load_metas()?;
-        Ok(metas.payload.as_deref().and_then(|p| {
-            let rest = p.strip_prefix(PAYLOAD_PREFIX)?.trim();
-            let (epoch, seq) = rest.split_once(' ')?;
-            Some((epoch.to_owned(), seq.parse().ok()?))
-        }))
+        Ok(payload_watermark(&self.index.load_metas()?))
     }
 
     /// How many index-relevant changes the index has not seen yet.
     pub fn lag(&self, store: &Store) -> Result<i64> {
-        let epoch = store.epoch()?;
-        match self.watermark()? {
-            Some((e, w)) if e == epoch => Ok(store.max_seq()?.saturating_sub(w)),
-            _ => Ok(store.max_seq()?),
-        }
+        lag_at(&self.index.load_metas()?, store)
     }
 
     /// Bring the index up to date with the store (see the module docs).
@@ -152,13 +149,16 @@ impl RecallIndex {
     fn sync_with(&mut self, store: &mut Store, force_rebuild: bool) -> Result<CatchUp> {
         let epoch = store.epoch()?;
         // Cheap check without the lock first: most searches find nothing to do.
-        if !force_rebuild && self.lag(store)? == 0 {
-            // Another process (or another open node) may have caught the
-            // index up since this reader loaded: search that, not our past.
-            if commit_key(&self.index.load_metas()?) != self.reader_commit {
-                self.reload()?;
+        if !force_rebuild {
+            let metas = self.index.load_metas()?;
+            if lag_at(&metas, store)? == 0 {
+                // Another process (or another open node) may have caught the
+                // index up since this reader loaded: search that, not our past.
+                if commit_key(&metas) != self.reader_commit {
+                    self.reload()?;
+                }
+                return Ok(CatchUp::default());
             }
-            return Ok(CatchUp::default());
         }
         let _guard = lock(&self.lock_path)?;
         let mut out = CatchUp::default();
@@ -260,6 +260,11 @@ impl RecallIndex {
 
     /// BM25 candidates for `terms`, restricted to documents carrying one of
     /// `access` terms (`None` = no restriction, for the local admin).
+    ///
+    /// The text query alone is scored (a union of term scorers, so tantivy's
+    /// Block-WAND skips blocks that cannot reach the current top `limit`);
+    /// the access restriction is a per-segment bitset checked before a hit
+    /// may enter the top, so only visible documents raise the bar.
     pub fn search(
         &self,
         terms: &[String],
@@ -279,34 +284,47 @@ impl RecallIndex {
                 (Occur::Should, q)
             })
             .collect();
-        let mut clauses: Vec<(Occur, Box<dyn Query>)> =
-            vec![(Occur::Must, Box::new(BooleanQuery::new(text)))];
-        if let Some(access) = access {
-            let any: Vec<(Occur, Box<dyn Query>)> = access
-                .iter()
-                .map(|a| {
-                    let q: Box<dyn Query> = Box::new(TermQuery::new(
-                        Term::from_field_text(self.fields.access, a),
-                        IndexRecordOption::Basic,
-                    ));
-                    (Occur::Should, q)
-                })
-                .collect();
-            clauses.push((
-                Occur::Must,
-                Box::new(ConstScoreQuery::new(Box::new(BooleanQuery::new(any)), 0.0)),
-            ));
-        }
-        let query = BooleanQuery::new(clauses);
+        let query = BooleanQuery::new(text);
         let searcher = self.reader.searcher();
-        let top = searcher.search_with_statistics_provider(
-            &query,
-            &TopDocs::with_limit(limit).order_by_score(),
-            &AliveStats::new(&searcher),
-        )?;
-        let mut out = Vec::with_capacity(top.len());
-        for (score, addr) in top {
-            let d: TantivyDocument = searcher.doc(addr)?;
+        let mut cache = self
+            .cache
+            .lock()
+            .map_err(|_| NodeError::Index("index statistics cache poisoned".into()))?;
+        cache.refresh(&searcher, self.fields.text)?;
+        let allowed = match access {
+            Some(access) => Some(cache.access_sets(&searcher, self.fields.access, access)?),
+            None => None,
+        };
+        let weight = {
+            let stats = CachedStats {
+                searcher: &searcher,
+                cache: std::cell::RefCell::new(&mut cache),
+            };
+            query.weight(EnableScoring::enabled_from_statistics_provider(
+                &stats, &searcher,
+            ))?
+        };
+        let mut top = TopHits::new(limit);
+        for (ord, seg) in searcher.segment_readers().iter().enumerate() {
+            let alive = seg.alive_bitset();
+            let allowed = allowed.as_ref().and_then(|a| a.get(ord));
+            if allowed.is_some_and(|a| a.len() == 0) {
+                continue;
+            }
+            let mut threshold = top.threshold();
+            weight.for_each_pruning(threshold, seg, &mut |doc, score| {
+                let visible = alive.is_none_or(|a| a.is_alive(doc))
+                    && allowed.is_none_or(|a| a.contains(doc));
+                if visible {
+                    top.push(score, ord as u32, doc);
+                    threshold = top.threshold();
+                }
+                threshold
+            })?;
+        }
+        let mut out = Vec::with_capacity(limit);
+        for (score, seg, doc) in top.into_sorted() {
+            let d: TantivyDocument = searcher.doc(DocAddress::new(seg, doc))?;
             if let Some(id) = d
                 .get_first(self.fields.id)
                 .and_then(|v| v.as_str())
@@ -325,52 +343,131 @@ impl RecallIndex {
     }
 }
 
-/// BM25 statistics over the documents alive in the index. Tantivy's own count
-/// deleted (replaced) documents until their segments merge, so an index that
-/// saw edits would rank differently from a rebuild of the same store; with
-/// these, relevance depends only on the documents indexed now, and deleting
-/// or rebuilding the index gives the same results.
-struct AliveStats<'s> {
-    searcher: &'s Searcher,
-    tokens: std::cell::RefCell<Vec<(Field, u64)>>,
+/// The best `limit` hits so far: a min-heap on score (ties: the lower
+/// address wins, as in tantivy's own collector).
+struct TopHits {
+    limit: usize,
+    heap: BinaryHeap<Reverse<HitKey>>,
 }
 
-impl<'s> AliveStats<'s> {
-    fn new(searcher: &'s Searcher) -> Self {
-        AliveStats {
-            searcher,
-            tokens: Default::default(),
-        }
+#[derive(Clone, Copy, PartialEq)]
+struct HitKey {
+    score: f32,
+    seg: u32,
+    doc: u32,
+}
+
+impl Eq for HitKey {}
+
+impl Ord for HitKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.score
+            .total_cmp(&other.score)
+            .then_with(|| (other.seg, other.doc).cmp(&(self.seg, self.doc)))
     }
 }
 
-impl Bm25StatisticsProvider for AliveStats<'_> {
-    fn total_num_tokens(&self, field: Field) -> tantivy::Result<u64> {
-        if let Some(&(_, n)) = self.tokens.borrow().iter().find(|(f, _)| *f == field) {
+impl PartialOrd for HitKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl TopHits {
+    fn new(limit: usize) -> Self {
+        TopHits {
+            limit,
+            heap: BinaryHeap::with_capacity(limit + 1),
+        }
+    }
+
+    fn push(&mut self, score: f32, seg: u32, doc: u32) {
+        let key = HitKey { score, seg, doc };
+        if self.heap.len() < self.limit {
+            self.heap.push(Reverse(key));
+        } else if self.heap.peek().is_some_and(|Reverse(min)| key > *min) {
+            self.heap.pop();
+            self.heap.push(Reverse(key));
+        }
+    }
+
+    /// The score a hit must beat to enter (once the top is full).
+    fn threshold(&self) -> f32 {
+        match self.heap.peek() {
+            Some(Reverse(min)) if self.heap.len() >= self.limit => min.score,
+            _ => f32::MIN,
+        }
+    }
+
+    /// Best first.
+    fn into_sorted(self) -> Vec<(f32, u32, u32)> {
+        let mut v: Vec<HitKey> = self.heap.into_iter().map(|Reverse(k)| k).collect();
+        v.sort_by(|a, b| b.cmp(a));
+        v.into_iter().map(|k| (k.score, k.seg, k.doc)).collect()
+    }
+}
+
+/// What searches of one reader generation share: BM25 statistics over the
+/// documents alive in the index, and the documents each access set admits.
+///
+/// Tantivy's own statistics count deleted (replaced) documents until their
+/// segments merge, so an index that saw edits would rank differently from a
+/// rebuild of the same store; with these, relevance depends only on the
+/// documents indexed now, and deleting or rebuilding the index gives the
+/// same results. They are computed once per reader generation (a reload
+/// starts a new one), not per search.
+#[derive(Default)]
+struct GenerationCache {
+    /// The searcher generation these values describe.
+    generation: Option<u64>,
+    /// Tokens of the text field summed over alive documents.
+    total_tokens: u64,
+    /// Alive documents per term.
+    doc_freq: HashMap<Term, u64>,
+    /// Per access set (sorted terms): per segment, the alive documents
+    /// carrying one of its terms.
+    access: HashMap<Vec<String>, Arc<Vec<BitSet>>>,
+}
+
+/// Bounds on what one generation caches (cleared when exceeded).
+const MAX_CACHED_TERMS: usize = 200_000;
+const MAX_CACHED_ACCESS_SETS: usize = 256;
+
+impl GenerationCache {
+    /// Start over if `searcher` is of another generation than the cache.
+    fn refresh(&mut self, searcher: &Searcher, text: Field) -> Result<()> {
+        let generation = searcher.generation().generation_id();
+        if self.generation == Some(generation) {
+            return Ok(());
+        }
+        *self = GenerationCache::default();
+        // Summed from the per-document norms (not the segments' exact
+        // totals, which include deleted documents) so every index of the
+        // same documents agrees.
+        let mut total = 0u64;
+        for seg in searcher.segment_readers() {
+            let norms = seg.get_fieldnorms_reader(text)?;
+            total += match seg.alive_bitset() {
+                None => (0..seg.max_doc())
+                    .map(|d| u64::from(norms.fieldnorm(d)))
+                    .sum::<u64>(),
+                Some(_) => seg
+                    .doc_ids_alive()
+                    .map(|d| u64::from(norms.fieldnorm(d)))
+                    .sum::<u64>(),
+            };
+        }
+        self.total_tokens = total;
+        self.generation = Some(generation);
+        Ok(())
+    }
+
+    fn doc_freq(&mut self, searcher: &Searcher, term: &Term) -> tantivy::Result<u64> {
+        if let Some(&n) = self.doc_freq.get(term) {
             return Ok(n);
         }
-        // Summed from the per-document norms (not the segments' exact totals,
-        // which include deleted documents) so every index of the same
-        // documents agrees.
-        let mut total = 0u64;
-        for seg in self.searcher.segment_readers() {
-            let norms = seg.get_fieldnorms_reader(field)?;
-            total += seg
-                .doc_ids_alive()
-                .map(|d| u64::from(norms.fieldnorm(d)))
-                .sum::<u64>();
-        }
-        self.tokens.borrow_mut().push((field, total));
-        Ok(total)
-    }
-
-    fn total_num_docs(&self) -> tantivy::Result<u64> {
-        Ok(self.searcher.num_docs())
-    }
-
-    fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
         let mut n = 0u64;
-        for seg in self.searcher.segment_readers() {
+        for seg in searcher.segment_readers() {
             let inverted = seg.inverted_index(term.field())?;
             let Some(alive) = seg.alive_bitset() else {
                 n += u64::from(inverted.doc_freq(term)?);
@@ -384,7 +481,92 @@ impl Bm25StatisticsProvider for AliveStats<'_> {
                 }
             }
         }
+        if self.doc_freq.len() >= MAX_CACHED_TERMS {
+            self.doc_freq.clear();
+        }
+        self.doc_freq.insert(term.clone(), n);
         Ok(n)
+    }
+
+    /// Per segment, the documents carrying any of `terms` in `field`.
+    fn access_sets(
+        &mut self,
+        searcher: &Searcher,
+        field: Field,
+        terms: &[String],
+    ) -> Result<Arc<Vec<BitSet>>> {
+        let mut key = terms.to_vec();
+        key.sort();
+        key.dedup();
+        if let Some(sets) = self.access.get(&key) {
+            return Ok(sets.clone());
+        }
+        let mut sets = Vec::with_capacity(searcher.segment_readers().len());
+        for seg in searcher.segment_readers() {
+            let mut bits = BitSet::with_max_value(seg.max_doc());
+            let inverted = seg.inverted_index(field)?;
+            for t in &key {
+                let term = Term::from_field_text(field, t);
+                let postings = inverted
+                    .read_postings(&term, IndexRecordOption::Basic)
+                    .map_err(|e| NodeError::Index(format!("reading access postings: {e}")))?;
+                if let Some(mut postings) = postings {
+                    let mut doc = postings.doc();
+                    while doc != TERMINATED {
+                        bits.insert(doc);
+                        doc = postings.advance();
+                    }
+                }
+            }
+            sets.push(bits);
+        }
+        let sets = Arc::new(sets);
+        if self.access.len() >= MAX_CACHED_ACCESS_SETS {
+            self.access.clear();
+        }
+        self.access.insert(key, sets.clone());
+        Ok(sets)
+    }
+}
+
+/// The [`Bm25StatisticsProvider`] over a [`GenerationCache`].
+struct CachedStats<'s, 'c> {
+    searcher: &'s Searcher,
+    cache: std::cell::RefCell<&'c mut GenerationCache>,
+}
+
+impl Bm25StatisticsProvider for CachedStats<'_, '_> {
+    fn total_num_tokens(&self, _field: Field) -> tantivy::Result<u64> {
+        // Only the text field is ever scored.
+        Ok(self.cache.borrow().total_tokens)
+    }
+
+    fn total_num_docs(&self) -> tantivy::Result<u64> {
+        Ok(self.searcher.num_docs())
+    }
+
+    fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
+        self.cache.borrow_mut().doc_freq(self.searcher, term)
+    }
+}
+
+/// `(epoch, watermark)` from a commit's payload, if any.
+fn payload_watermark(metas: &tantivy::IndexMeta) -> Option<(String, i64)> {
+    let rest = metas
+        .payload
+        .as_deref()?
+        .strip_prefix(PAYLOAD_PREFIX)?
+        .trim();
+    let (epoch, seq) = rest.split_once(' ')?;
+    Some((epoch.to_owned(), seq.parse().ok()?))
+}
+
+/// How far the commit `metas` is behind the store.
+fn lag_at(metas: &tantivy::IndexMeta, store: &Store) -> Result<i64> {
+    let epoch = store.epoch()?;
+    match payload_watermark(metas) {
+        Some((e, w)) if e == epoch => Ok(store.max_seq()?.saturating_sub(w)),
+        _ => Ok(store.max_seq()?),
     }
 }
 

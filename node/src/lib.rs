@@ -10,6 +10,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod bench;
+pub mod bench_sync;
 pub mod bundles;
 pub mod clock;
 pub mod discovery;
@@ -28,6 +29,7 @@ pub mod profile;
 pub mod recall;
 pub mod replica;
 pub mod store;
+pub mod verify;
 pub mod view;
 
 pub use error::{NodeError, Result};

@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use amos_protocol::wire::{Epoch, SyncMessage, SyncV1, Watermark};
-use amos_protocol::{NodeId, NodeIdentity, SignedFact};
+use amos_protocol::{NodeId, NodeIdentity};
 use amos_sync::session::{Action, Event, Session, SessionError};
 use amos_sync::transport::{
     self, TransportError, accept_incoming, read_frame, with_timeout, write_frame,
@@ -50,6 +50,9 @@ use crate::replica::{self, PeerInfo};
 pub const DEFAULT_LISTEN: &str = "[::]:4747";
 /// The longest wait for anything from the peer.
 const PEER_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest wait for the peer's end of stream after its `Done` (it
+/// comes once the peer has received our whole export).
+const AFTER_DONE_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
 /// The longest wait for a handshake (an unreachable peer costs this much).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Facts per `Facts` message.
@@ -230,14 +233,28 @@ pub async fn drive_session(
         let bytes_in = bytes_in.clone();
         let in_tx = in_tx.clone();
         async move {
+            // Once the peer said Done, all that is left to read is its end of
+            // stream, which it sends only when it has received all of our
+            // export — however long that takes. The per-read timeout would
+            // cut a long export short; a dead peer still ends the wait
+            // through the connection's idle timeout.
+            let mut peer_done = false;
             loop {
+                let limit = if peer_done {
+                    AFTER_DONE_TIMEOUT
+                } else {
+                    PEER_TIMEOUT
+                };
                 let frame =
-                    with_timeout(PEER_TIMEOUT, "waiting for the peer", read_frame(&mut recv)).await;
+                    with_timeout(limit, "waiting for the peer", read_frame(&mut recv)).await;
                 match frame {
                     Ok(Some(bytes)) => {
                         bytes_in.fetch_add(bytes.len() as u64 + 4, Ordering::Relaxed);
                         let input = match SyncMessage::decode(&bytes) {
-                            Ok(SyncMessage::V1(m)) => Input::Msg(m),
+                            Ok(SyncMessage::V1(m)) => {
+                                peer_done |= matches!(m, SyncV1::Done { .. });
+                                Input::Msg(m)
+                            }
                             Err(e) => {
                                 let e = MeshError::BadMessage(e.to_string());
                                 let msg = e.to_string();
@@ -350,10 +367,7 @@ fn session_thread(
                 }
                 Action::Apply(facts) => {
                     facts_in += facts.len() as u64;
-                    let verified = facts
-                        .iter()
-                        .map(|f| SignedFact::decode_verified(f))
-                        .collect::<std::result::Result<Vec<_>, _>>()
+                    let verified = crate::verify::verify_facts(&facts)
                         .map_err(|e| MeshError::BadFact(e.to_string()))?;
                     let report = node.apply_from(&peer, verified)?;
                     debug!(?report, "applied a batch from {}", peer.short());

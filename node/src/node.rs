@@ -507,9 +507,11 @@ impl Node {
             prepared.push((id, fixed, grants, new));
         }
         let ids = prepared.iter().map(|p| p.0).collect();
-        self.commit(|tx| {
+        let me = self.identity.node_id();
+        let identity = &self.identity;
+        self.store.write(|tx| {
             let mut checked: Vec<Scope> = Vec::new();
-            let mut bodies = Vec::with_capacity(2 * prepared.len());
+            let mut unsigned = Vec::with_capacity(2 * prepared.len());
             for (id, fixed, grants, new) in prepared {
                 for s in grants.iter() {
                     if !checked.contains(s) {
@@ -517,7 +519,7 @@ impl Node {
                         checked.push(s.clone());
                     }
                 }
-                bodies.push(FactBody::MemoryContent(MemoryContent {
+                let content = FactBody::MemoryContent(MemoryContent {
                     id,
                     fixed: fixed.clone(),
                     kind: new.kind,
@@ -528,10 +530,26 @@ impl Node {
                     pinned: new.pinned,
                     expires_ms: new.expires_ms,
                     supersedes: None,
-                }));
-                bodies.push(FactBody::MemoryAcl(MemoryAcl { id, fixed, grants }));
+                });
+                let acl = FactBody::MemoryAcl(MemoryAcl { id, fixed, grants });
+                unsigned.push(Fact {
+                    clock: tx.tick(now, me)?,
+                    body: content,
+                });
+                unsigned.push(Fact {
+                    clock: tx.tick(now, me)?,
+                    body: acl,
+                });
             }
-            Ok((bodies, ()))
+            // Fresh ids: each memory is one new row (content, then acl).
+            let facts = sign_all(identity, unsigned)?;
+            for pair in facts.chunks_exact(2) {
+                let FactBody::MemoryAcl(acl) = &pair[1].fact.body else {
+                    return Err(NodeError::Corrupt("add: facts out of order".into()));
+                };
+                tx.put_new_memory(&pair[0], &pair[1], &acl.grants, true)?;
+            }
+            Ok(())
         })?;
         Ok(ids)
     }

@@ -129,7 +129,9 @@ impl Node {
         let me = self.node_id();
         self.store.write(|tx| {
             let mut r = SqlReplica::new(tx, me, now);
-            apply_batch(&mut r, &sender, facts, now, DEFAULT_MAX_SKEW_MS)
+            let report = apply_batch(&mut r, &sender, facts, now, DEFAULT_MAX_SKEW_MS)?;
+            r.finish()?;
+            Ok(report)
         })
     }
 
@@ -165,6 +167,7 @@ impl Node {
                         total.refused += 1;
                     }
                 }
+                r.finish()?;
             }
             Ok(total)
         })

@@ -12,6 +12,8 @@ use amos_protocol::{
 };
 use amos_sync::export::{self, MemoryExport};
 use amos_sync::{DeferReason, Effect, MemoryState, Refusal, ReplicaStore};
+use std::collections::HashMap;
+
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
@@ -19,12 +21,23 @@ use crate::error::{NodeError, Result};
 use crate::store::{Tx, split_grants};
 
 /// The replica view of one write transaction.
+///
+/// It remembers the [`MemoryState`] of every memory it read or wrote (the
+/// transaction is the only writer, so they stay true), and holds back the
+/// acl fact of a memory that has no row yet: when its content follows in
+/// the same batch (acl facts apply first), both become one new row.
+/// [`SqlReplica::finish`] writes whatever is still held back; call it
+/// before the transaction commits.
 pub struct SqlReplica<'t, 'c> {
     tx: &'t mut Tx<'c>,
     me: NodeId,
     now_ms: u64,
     /// Peer policies read during this transaction (they cannot change in it).
-    policies: std::collections::HashMap<NodeId, Option<PeerPolicy>>,
+    policies: HashMap<NodeId, Option<PeerPolicy>>,
+    /// Memories as they stand in this transaction (`None`: no row).
+    states: HashMap<MemoryId, Option<MemoryState>>,
+    /// Acl facts of memories without a row, not written yet.
+    held_acl: HashMap<MemoryId, (Verified<SignedFact>, Effect)>,
 }
 
 impl<'t, 'c> SqlReplica<'t, 'c> {
@@ -34,61 +47,30 @@ impl<'t, 'c> SqlReplica<'t, 'c> {
             me,
             now_ms,
             policies: Default::default(),
+            states: Default::default(),
+            held_acl: Default::default(),
         }
     }
-}
 
-fn clock(bytes: Option<Vec<u8>>) -> Option<Hlc> {
-    bytes.as_deref().and_then(Hlc::from_sort_key)
-}
-
-fn one_clock(conn: &Connection, sql: &str, args: impl rusqlite::Params) -> Result<Option<Hlc>> {
-    Ok(clock(
-        conn.prepare_cached(sql)?
-            .query_row(args, |r| r.get::<_, Option<Vec<u8>>>(0))
-            .optional()?
-            .flatten(),
-    ))
-}
-
-/// The policy we gave `node`, if registered.
-pub fn peer_policy(conn: &Connection, node: &NodeId) -> Result<Option<PeerPolicy>> {
-    let text: Option<String> = conn
-        .prepare_cached("SELECT policy FROM peers WHERE node_id = ?1")?
-        .query_row([&node.0[..]], |r| r.get(0))
-        .optional()?;
-    text.map(|t| {
-        t.parse::<PeerPolicy>()
-            .map_err(|e| NodeError::Corrupt(format!("stored policy of peer {}: {e}", node.short())))
-    })
-    .transpose()
-}
-
-fn project_team(conn: &Connection, p: &ProjectId) -> Result<Option<TeamId>> {
-    let t: Option<String> = conn
-        .prepare_cached("SELECT team FROM projects WHERE id = ?1")?
-        .query_row([p.as_str()], |r| r.get(0))
-        .optional()?;
-    Ok(t.and_then(|t| TeamId::parse(&t).ok()))
-}
-
-impl ReplicaStore for SqlReplica<'_, '_> {
-    type Error = NodeError;
-
-    fn local_node(&self) -> NodeId {
-        self.me
-    }
-
-    fn peer_policy(&mut self, node: &NodeId) -> Result<Option<PeerPolicy>> {
-        if let Some(p) = self.policies.get(node) {
-            return Ok(p.clone());
+    /// Write every acl fact still held back. Until this runs, the store
+    /// lacks them: call it once the batch is applied, before committing.
+    pub fn finish(&mut self) -> Result<()> {
+        let held: Vec<_> = self.held_acl.drain().collect();
+        for (_, (fact, effect)) in held {
+            self.tx.put_fact(&fact, &effect)?;
         }
-        let p = peer_policy(self.tx.conn(), node)?;
-        self.policies.insert(*node, p.clone());
-        Ok(p)
+        Ok(())
     }
 
-    fn memory(&mut self, id: &MemoryId) -> Result<Option<MemoryState>> {
+    /// Write the held-back acl fact of `id`, if any.
+    fn release(&mut self, id: &MemoryId) -> Result<()> {
+        if let Some((fact, effect)) = self.held_acl.remove(id) {
+            self.tx.put_fact(&fact, &effect)?;
+        }
+        Ok(())
+    }
+
+    fn read_memory(&mut self, id: &MemoryId) -> Result<Option<MemoryState>> {
         type Row = (
             String,
             i64,
@@ -149,8 +131,76 @@ impl ReplicaStore for SqlReplica<'_, '_> {
             effective: split_grants(&effective),
         }))
     }
+}
+
+fn clock(bytes: Option<Vec<u8>>) -> Option<Hlc> {
+    bytes.as_deref().and_then(Hlc::from_sort_key)
+}
+
+fn one_clock(conn: &Connection, sql: &str, args: impl rusqlite::Params) -> Result<Option<Hlc>> {
+    Ok(clock(
+        conn.prepare_cached(sql)?
+            .query_row(args, |r| r.get::<_, Option<Vec<u8>>>(0))
+            .optional()?
+            .flatten(),
+    ))
+}
+
+/// The policy we gave `node`, if registered.
+pub fn peer_policy(conn: &Connection, node: &NodeId) -> Result<Option<PeerPolicy>> {
+    let text: Option<String> = conn
+        .prepare_cached("SELECT policy FROM peers WHERE node_id = ?1")?
+        .query_row([&node.0[..]], |r| r.get(0))
+        .optional()?;
+    text.map(|t| {
+        t.parse::<PeerPolicy>()
+            .map_err(|e| NodeError::Corrupt(format!("stored policy of peer {}: {e}", node.short())))
+    })
+    .transpose()
+}
+
+fn project_team(conn: &Connection, p: &ProjectId) -> Result<Option<TeamId>> {
+    let t: Option<String> = conn
+        .prepare_cached("SELECT team FROM projects WHERE id = ?1")?
+        .query_row([p.as_str()], |r| r.get(0))
+        .optional()?;
+    Ok(t.and_then(|t| TeamId::parse(&t).ok()))
+}
+
+impl ReplicaStore for SqlReplica<'_, '_> {
+    type Error = NodeError;
+
+    fn local_node(&self) -> NodeId {
+        self.me
+    }
+
+    fn peer_policy(&mut self, node: &NodeId) -> Result<Option<PeerPolicy>> {
+        if let Some(p) = self.policies.get(node) {
+            return Ok(p.clone());
+        }
+        let p = peer_policy(self.tx.conn(), node)?;
+        self.policies.insert(*node, p.clone());
+        Ok(p)
+    }
+
+    fn memory(&mut self, id: &MemoryId) -> Result<Option<MemoryState>> {
+        if let Some(state) = self.states.get(id) {
+            return Ok(state.clone());
+        }
+        let state = self.read_memory(id)?;
+        self.states.insert(*id, state.clone());
+        Ok(state)
+    }
 
     fn clock_of(&mut self, register: &Register) -> Result<Option<Hlc>> {
+        match register {
+            Register::MemoryContent(id) => return Ok(self.memory(id)?.and_then(|m| m.content_v)),
+            Register::MemoryAcl(id) => return Ok(self.memory(id)?.and_then(|m| m.acl_v)),
+            Register::MemoryTombstone(id) => {
+                return Ok(self.memory(id)?.and_then(|m| m.tombstone_v));
+            }
+            _ => {}
+        }
         let c = self.tx.conn();
         match register {
             Register::Link(a, b, rel) => one_clock(
@@ -171,13 +221,9 @@ impl ReplicaStore for SqlReplica<'_, '_> {
             Register::Profile(a) => {
                 one_clock(c, "SELECT v FROM profiles WHERE agent = ?1", [a.as_str()])
             }
-            Register::MemoryContent(id) => {
-                one_clock(c, "SELECT v FROM memories WHERE id = ?1", [&id.0[..]])
+            Register::MemoryContent(_) | Register::MemoryAcl(_) | Register::MemoryTombstone(_) => {
+                Ok(None)
             }
-            Register::MemoryAcl(id) => {
-                one_clock(c, "SELECT acl_v FROM memories WHERE id = ?1", [&id.0[..]])
-            }
-            Register::MemoryTombstone(id) => Ok(self.memory(id)?.and_then(|m| m.tombstone_v)),
         }
     }
 
@@ -186,7 +232,57 @@ impl ReplicaStore for SqlReplica<'_, '_> {
     }
 
     fn put(&mut self, fact: &Verified<SignedFact>, effect: &Effect) -> Result<()> {
-        self.tx.put_fact(fact, effect)
+        let Some((id, fixed)) = fact.fact.body.memory() else {
+            return self.tx.put_fact(fact, effect);
+        };
+        match &fact.fact.body {
+            // A memory new here: hold its acl back for its content.
+            FactBody::MemoryAcl(a)
+                if !effect.purge_content
+                    && !self.held_acl.contains_key(&id)
+                    && self.memory(&id)?.is_none() =>
+            {
+                let effective = effect.effective.clone().unwrap_or_else(|| a.grants.clone());
+                self.states.insert(
+                    id,
+                    Some(MemoryState {
+                        fixed: fixed.clone(),
+                        content_v: None,
+                        content_held: false,
+                        acl_v: Some(fact.fact.clock),
+                        tombstone_v: None,
+                        effective,
+                    }),
+                );
+                self.held_acl.insert(id, (fact.clone(), effect.clone()));
+                Ok(())
+            }
+            // Its content: one new row with both.
+            FactBody::MemoryContent(_) if self.held_acl.contains_key(&id) => {
+                let Some((acl, acl_effect)) = self.held_acl.remove(&id) else {
+                    return Ok(());
+                };
+                let effective = match (&acl_effect.effective, &acl.fact.body) {
+                    (Some(e), _) => e.clone(),
+                    (None, FactBody::MemoryAcl(a)) => a.grants.clone(),
+                    (None, _) => Grants::private(),
+                };
+                self.tx
+                    .put_new_memory(fact, &acl, &effective, effect.owner_trusted)?;
+                if let Some(Some(state)) = self.states.get_mut(&id) {
+                    state.content_v = Some(fact.fact.clock);
+                    state.content_held = true;
+                }
+                Ok(())
+            }
+            _ => {
+                self.release(&id)?;
+                self.tx.put_fact(fact, effect)?;
+                // Re-read on next use: the row changed in ways only SQL knows.
+                self.states.remove(&id);
+                Ok(())
+            }
+        }
     }
 
     fn observe(&mut self, clock: &Hlc) -> Result<()> {

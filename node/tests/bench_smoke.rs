@@ -1,6 +1,8 @@
 //! `amos bench` on the shared w10k workload, reduced (first 1000 memories,
 //! one pass): correctness only — the report has every field, the load
-//! stored every memory, and recall returns hits. No timing assertions.
+//! stored every memory, recall returns hits, and the live-sync section
+//! converged (equal digests, every fact moved once, an idle sync moves
+//! nothing). No timing assertions.
 
 mod common;
 
@@ -55,6 +57,31 @@ fn bench_runs_on_the_shared_workload() {
     assert!(v["db_bytes"].as_u64().unwrap() > 0);
     // Most queries find something this agent may see.
     assert!(v["queries_with_hits"].as_u64().unwrap() > 100, "{v}");
+    // Live sync, A (loaded) → fresh B over loopback QUIC.
+    let sync = &v["sync"];
+    assert!(sync.is_object(), "missing sync section: {v}");
+    assert_eq!(sync["digests_equal"], true, "{sync}");
+    // Every replicated fact of A reached B in the initial sync: 2 per
+    // memory, plus the org graph (5 teams, 10 projects, 20 agents and
+    // their memberships).
+    let digest_facts = sync["digest_facts"].as_u64().unwrap();
+    assert!(digest_facts > 2000, "{sync}");
+    assert_eq!(
+        sync["initial_facts"].as_u64().unwrap(),
+        digest_facts,
+        "{sync}"
+    );
+    // 100 edited memories: export is per changed row, so each sends its
+    // new content fact and its (unchanged) acl fact; nothing else moves.
+    assert_eq!(sync["incremental_changed"], 100, "{sync}");
+    assert_eq!(sync["incremental_facts"], 200, "{sync}");
+    // Nothing to do: nothing moves, only the session's own messages.
+    assert_eq!(sync["idle_facts"], 0, "{sync}");
+    // Two hellos and two dones: a few watermarks, no per-fact or per-row
+    // cost (one signed fact alone is over 200 bytes).
+    let idle_bytes = sync["idle_bytes"].as_u64().unwrap();
+    assert!(idle_bytes > 0 && idle_bytes < 512, "{sync}");
+    assert!(sync["initial_bytes"].as_u64().unwrap() > sync["idle_bytes"].as_u64().unwrap());
     // The temporary home is removed afterwards.
     let left: Vec<_> = std::fs::read_dir(home.path()).unwrap().collect();
     assert!(left.is_empty(), "bench left files behind: {left:?}");

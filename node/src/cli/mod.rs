@@ -298,6 +298,9 @@ enum Cmd {
         /// Keep the homes and the bundle afterwards (the report says where)
         #[arg(long)]
         keep: bool,
+        /// Skip the live-sync section (two in-process nodes over loopback QUIC)
+        #[arg(long)]
+        no_sync: bool,
     },
 }
 
@@ -744,6 +747,7 @@ fn run(cli: Cli) -> Result<()> {
             adds,
             workdir,
             keep,
+            no_sync,
         } => {
             let cfg = amos_node::bench::BenchConfig {
                 corpus,
@@ -753,6 +757,7 @@ fn run(cli: Cli) -> Result<()> {
                 workdir,
                 progress: !cli.quiet && !cli.json,
                 keep,
+                sync: !no_sync,
             };
             let r = amos_node::bench::run(&cfg)?;
             out.emit(&r, || serde_json::to_string_pretty(&r).unwrap_or_default());

@@ -137,7 +137,23 @@ pub fn exists(conn: &Connection, id: &MemoryId) -> Result<bool> {
 }
 
 /// Live memories by id, in the order given; missing ids are skipped.
+///
+/// Outside a transaction the rows are read in one read snapshot (one
+/// lock and one look at the WAL for all of them, not one per row).
 pub fn get_many(conn: &Connection, ids: &[MemoryId]) -> Result<Vec<MemoryRecord>> {
+    let snapshot = if conn.is_autocommit() && ids.len() > 1 {
+        Some(conn.unchecked_transaction()?)
+    } else {
+        None
+    };
+    let out = read_many(conn, ids)?;
+    if let Some(tx) = snapshot {
+        tx.commit()?;
+    }
+    Ok(out)
+}
+
+fn read_many(conn: &Connection, ids: &[MemoryId]) -> Result<Vec<MemoryRecord>> {
     let sql = format!("SELECT {COLUMNS} FROM memories WHERE id = ?1 AND {LIVE}");
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut out = Vec::with_capacity(ids.len());

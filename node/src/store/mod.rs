@@ -26,6 +26,9 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, pa
 
 use crate::error::{NodeError, Result};
 
+/// SQLite's page cache per connection, in KiB.
+const PAGE_CACHE_KIB: i64 = 32 * 1024;
+
 /// How long a writer waits for another process's write lock.
 pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -99,6 +102,9 @@ impl Store {
         // NORMAL in WAL mode: a committed write survives a crash of the
         // process; a power cut may lose the last commits but never corrupts.
         conn.pragma_update(None, "synchronous", "NORMAL")?;
+        // Recall re-reads every candidate row: keep the hot pages cached
+        // (SQLite's default is 2 MiB).
+        conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)?;
         conn.pragma_update(None, "foreign_keys", true)?;
         schema::migrate(&mut conn).map_err(|e| match e {
             NodeError::Db(e) => corrupt_if_not_db(path)(e),
@@ -485,6 +491,73 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Write a memory that has no row yet from its content and acl facts
+    /// (same id and fixed fields) as one new row: the row that `put_fact`
+    /// of the acl fact (with `effective` in force, never purging) then of
+    /// the content fact (with `owner_trusted`) would leave, in one insert
+    /// instead of an insert and an update. Two `seq`s are taken; the row
+    /// carries the second. Fails if a row for the id exists.
+    pub fn put_new_memory(
+        &mut self,
+        content: &Verified<SignedFact>,
+        acl: &Verified<SignedFact>,
+        effective: &Grants,
+        owner_trusted: bool,
+    ) -> Result<()> {
+        let (FactBody::MemoryContent(m), FactBody::MemoryAcl(a)) =
+            (&content.fact.body, &acl.fact.body)
+        else {
+            return Err(NodeError::Corrupt(
+                "put_new_memory takes a content fact and an acl fact".into(),
+            ));
+        };
+        if m.id != a.id || m.fixed != a.fixed {
+            return Err(NodeError::Corrupt(
+                "put_new_memory: the content and acl facts name different memories".into(),
+            ));
+        }
+        self.next_seq()?;
+        let seq = self.next_seq()?;
+        let tags = serde_json::to_string(&m.tags).unwrap_or_else(|_| "[]".into());
+        let effective_text = join_grants(effective);
+        let tx = &self.tx;
+        tx.prepare_cached(
+            "INSERT INTO memories(id, owner, origin, created_ms, kind, content, tags,
+                importance, confidence, pinned, expires_ms, supersedes, v, content_fact,
+                grants, effective, acl_v, acl_fact, seq, touched, owner_trusted, grants_ever)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
+                ?15, ?16, ?17, ?18, ?19, ?19, ?20, ?16)",
+        )?
+        .execute(params![
+            &m.id.0[..],
+            m.fixed.owner.as_str(),
+            &m.fixed.origin.0[..],
+            m.fixed.created_ms as i64,
+            m.kind.as_str(),
+            m.text.as_str(),
+            tags,
+            m.importance as f64,
+            m.confidence as f64,
+            m.pinned,
+            m.expires_ms.map(|e| e as i64),
+            m.supersedes.map(|s| s.0.to_vec()),
+            &content.fact.clock.sort_key()[..],
+            content.to_bytes(),
+            join_grants(&a.grants),
+            effective_text,
+            &acl.fact.clock.sort_key()[..],
+            acl.to_bytes(),
+            seq,
+            owner_trusted,
+        ])?;
+        let mut ins =
+            tx.prepare_cached("INSERT INTO memory_grants(memory, scope) VALUES (?1, ?2)")?;
+        for g in effective.iter() {
+            ins.execute(params![&m.id.0[..], g.to_string()])?;
+        }
+        Ok(())
+    }
+
     /// Set local-only memory state (archived flag); moves `touched` so the
     /// index notices, never `seq`, `v` or `acl_v`.
     pub fn set_archived(&mut self, id: &amos_protocol::MemoryId, archived: bool) -> Result<bool> {
@@ -526,5 +599,119 @@ impl Store {
             .map_err(|e| NodeError::BadInput(format!("cannot restore {}: {e}", file.display())))?;
         schema::migrate(&mut self.conn)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use amos_protocol::{
+        AgentId, Fact, MemoryAcl, MemoryContent, MemoryFixed, MemoryId, MemoryText, MemoryType,
+        NodeIdentity, Scope, TeamId,
+    };
+
+    use super::*;
+
+    /// Every column of every memory row, and the grants table, as text.
+    fn dump(store: &Store) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut stmt = store
+            .conn()
+            .prepare("SELECT * FROM memories ORDER BY id")
+            .unwrap();
+        let n = stmt.column_count();
+        let mut rows = stmt.query([]).unwrap();
+        while let Some(r) = rows.next().unwrap() {
+            for i in 0..n {
+                let v: rusqlite::types::Value = r.get(i).unwrap();
+                out.push(format!("{i}={v:?}"));
+            }
+        }
+        let mut stmt = store
+            .conn()
+            .prepare("SELECT memory, scope FROM memory_grants ORDER BY memory, scope")
+            .unwrap();
+        let mut rows = stmt.query([]).unwrap();
+        while let Some(r) = rows.next().unwrap() {
+            let m: Vec<u8> = r.get(0).unwrap();
+            let s: String = r.get(1).unwrap();
+            out.push(format!("grant {m:?} {s}"));
+        }
+        out.push(format!("seq {}", store.max_seq().unwrap()));
+        out
+    }
+
+    #[test]
+    fn put_new_memory_leaves_the_row_two_put_facts_leave() {
+        let dir = tempfile::tempdir().unwrap();
+        let identity = NodeIdentity::from_secret([7; 32]);
+        let me = identity.node_id();
+        let fixed = MemoryFixed {
+            owner: AgentId::parse("alice").unwrap(),
+            created_ms: 1_000,
+            origin: me,
+        };
+        let id = MemoryId::new(1_000, [3; 10]);
+        let grants =
+            Grants::from_scopes([Scope::Team(TeamId::parse("apollo").unwrap()), Scope::Global]);
+        // A restriction in force here narrower than the signed grants.
+        let effective = Grants::from_scopes([Scope::Global]);
+        let mut hlc = HlcState::default();
+        let content = identity
+            .sign(Fact {
+                clock: hlc.tick(1_000, me),
+                body: FactBody::MemoryContent(MemoryContent {
+                    id,
+                    fixed: fixed.clone(),
+                    kind: MemoryType::default(),
+                    text: MemoryText::Plain("nebula plan".into()),
+                    tags: vec!["x".into()],
+                    importance: 0.7,
+                    confidence: 1.0,
+                    pinned: false,
+                    expires_ms: None,
+                    supersedes: None,
+                }),
+            })
+            .unwrap();
+        let acl = identity
+            .sign(Fact {
+                clock: hlc.tick(1_000, me),
+                body: FactBody::MemoryAcl(MemoryAcl { id, fixed, grants }),
+            })
+            .unwrap();
+        for owner_trusted in [true, false] {
+            let acl_effect = Effect {
+                effective: Some(effective.clone()),
+                owner_trusted,
+                purge_content: false,
+            };
+            let content_effect = Effect {
+                effective: None,
+                owner_trusted,
+                purge_content: false,
+            };
+            let mut one =
+                Store::create(&dir.path().join(format!("a{owner_trusted}")), [1; 16]).unwrap();
+            one.write(|tx| {
+                tx.put_fact(&acl, &acl_effect)?;
+                tx.put_fact(&content, &content_effect)
+            })
+            .unwrap();
+            let mut two =
+                Store::create(&dir.path().join(format!("b{owner_trusted}")), [1; 16]).unwrap();
+            two.write(|tx| tx.put_new_memory(&content, &acl, &effective, owner_trusted))
+                .unwrap();
+            assert_eq!(dump(&one), dump(&two));
+            // A local write puts content first, then acl: the same row.
+            let mut three =
+                Store::create(&dir.path().join(format!("c{owner_trusted}")), [1; 16]).unwrap();
+            three
+                .write(|tx| {
+                    tx.put_fact(&content, &content_effect)?;
+                    tx.put_fact(&acl, &acl_effect)
+                })
+                .unwrap();
+            assert_eq!(dump(&three), dump(&two));
+        }
     }
 }
