@@ -19,12 +19,14 @@ pub mod home;
 pub mod index;
 pub mod mcp;
 pub mod mesh;
+pub mod metrics;
 pub mod node;
 pub mod ops;
 pub mod pairing;
 pub mod peers;
 pub mod recall;
 pub mod replica;
+pub mod service;
 pub mod store;
 pub mod view;
 
