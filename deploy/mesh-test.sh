@@ -120,7 +120,7 @@ for a in alice bob carol; do
   amos 3 agent add "$a" >/dev/null
 done
 for n in 2 3; do
-  code=$(amos 1 team invite "$team" --addr "$net.11:4747" | head -n 1)
+  code=$(amos 1 team invite "$team" --addr "$net.11:4747" | sed -n 1p)
   case "$code" in amos1-*) ;; *) fail "no pairing code from node1: $code" ;; esac
   amos "$n" join "$code" >&2 || fail "node$n could not join"
 done
