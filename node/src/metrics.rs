@@ -27,8 +27,9 @@ use tracing::{debug, info, warn};
 
 use crate::error::{NodeError, Result};
 use crate::home::Home;
+use crate::index::RecallIndex;
 use crate::mesh::{SessionStats, SyncResult};
-use crate::node::Node;
+use crate::store::Store;
 
 /// The longest request head the responder reads.
 pub const MAX_REQUEST: usize = 8 * 1024;
@@ -207,15 +208,13 @@ fn grouped(
     Ok(out)
 }
 
+/// Read the gauges. Read-only: a scrape changes nothing (not even what
+/// `amos status` counts as seen).
 fn read_store(home: &Home) -> Result<StoreGauges> {
-    let mut node = Node::open(home)?;
-    let status = node.status()?;
-    drop(node);
-    let conn = rusqlite::Connection::open_with_flags(
-        home.db_path(),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    conn.busy_timeout(Duration::from_secs(2))?;
+    let store = Store::open(&home.db_path())?;
+    let conn = store.conn();
+    let index_lag = RecallIndex::open(home)?.lag(&store)?;
+    let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0));
     let db = home.db_path();
     let store_bytes = ["", "-wal", "-shm"]
         .iter()
@@ -226,17 +225,20 @@ fn read_store(home: &Home) -> Result<StoreGauges> {
         })
         .sum();
     Ok(StoreGauges {
-        memories: status.memories,
-        peers: status.peers.len() as i64,
-        index_lag: status.index_lag,
+        memories: count(&format!(
+            "SELECT count(*) FROM memories WHERE {}",
+            crate::store::memory::LIVE
+        ))?,
+        peers: count("SELECT count(*) FROM peers")?,
+        index_lag,
         store_bytes,
         refused_by_reason: grouped(
-            &conn,
+            conn,
             "SELECT reason, count(*) FROM audit GROUP BY reason",
             refusal_class,
         )?,
         quarantined_by_reason: grouped(
-            &conn,
+            conn,
             "SELECT reason, count(*) FROM deferred GROUP BY reason",
             deferral_class,
         )?,
