@@ -506,10 +506,13 @@ fn dispatch(
         }
         "memory_feedback" => {
             let a: FeedbackArgs = parse(tool, args)?;
-            let n = node.feedback(who, &a.ids, a.helpful)?;
+            let r = node.feedback(who, &a.ids, a.helpful)?;
             Ok((
-                format!("feedback recorded for {n} memories"),
-                json!({"updated": n}),
+                format!(
+                    "feedback recorded for {} memories, {} links and {} associations among them",
+                    r.memories, r.links, r.associations
+                ),
+                json!({"updated": r.memories, "links": r.links, "associations": r.associations}),
             ))
         }
         other => Err(NodeError::BadInput(format!("unknown tool {other:?}"))),

@@ -462,8 +462,17 @@ pub async fn sync_pass(
         }
         None => peers.into_iter().filter(|p| p.addr.is_some()).collect(),
     };
+    Ok(sync_peers(home, identity, chosen).await)
+}
+
+/// Sync with each of `peers` concurrently; outcomes in the same order.
+pub async fn sync_peers(
+    home: &Home,
+    identity: Arc<NodeIdentity>,
+    peers: Vec<PeerInfo>,
+) -> Vec<PeerOutcome> {
     let mut set = JoinSet::new();
-    for (i, p) in chosen.into_iter().enumerate() {
+    for (i, p) in peers.into_iter().enumerate() {
         let home = home.clone();
         let identity = identity.clone();
         set.spawn(async move { (i, sync_with(&home, &identity, &p).await) });
@@ -472,11 +481,85 @@ pub async fn sync_pass(
     while let Some(r) = set.join_next().await {
         match r {
             Ok(o) => outcomes.push(o),
-            Err(e) => return Err(NodeError::Failed(format!("a sync task failed: {e}"))),
+            // sync_with never fails; a panicked task is a bug, reported.
+            Err(e) => warn!("a sync task failed: {e}"),
         }
     }
     outcomes.sort_by_key(|(i, _)| *i);
-    Ok(outcomes.into_iter().map(|(_, o)| o).collect())
+    outcomes.into_iter().map(|(_, o)| o).collect()
+}
+
+/// The periodic loop's pacing (`amos serve --sync-every`): each pass after
+/// the period ±10 % (so a fleet started together does not dial in step),
+/// and a peer that failed `n` passes in a row is tried only every `2^n`
+/// periods (at most 32) until it answers again.
+#[derive(Debug, Default)]
+pub struct Pacing {
+    failing: std::collections::HashMap<String, (u32, u64)>,
+}
+
+impl Pacing {
+    /// The wait before the next pass; `unit` in [0, 1) is the random draw.
+    pub fn next_wait(period: Duration, unit: f64) -> Duration {
+        period.mul_f64(0.9 + 0.2 * unit.clamp(0.0, 1.0))
+    }
+
+    /// Whether `peer` is due for a sync at `now_ms`.
+    pub fn due(&self, peer: &str, now_ms: u64) -> bool {
+        self.failing
+            .get(peer)
+            .is_none_or(|&(_, next_ms)| now_ms >= next_ms)
+    }
+
+    /// Record a pass's outcome for `peer`.
+    pub fn record(&mut self, peer: &str, result: SyncResult, now_ms: u64, period: Duration) {
+        if result == SyncResult::Ok {
+            self.failing.remove(peer);
+            return;
+        }
+        let n = self
+            .failing
+            .get(peer)
+            .map_or(1, |&(n, _)| n.saturating_add(1));
+        let periods = 1u64 << n.min(5);
+        let wait = (period.as_millis() as u64).saturating_mul(periods);
+        // Due half a period early, so the pass that many periods on (give or
+        // take the jitter) tries it.
+        let half = period.as_millis() as u64 / 2;
+        let next = now_ms.saturating_add(wait).saturating_sub(half);
+        self.failing.insert(peer.to_owned(), (n, next));
+    }
+}
+
+/// One periodic pass: every due peer with an address, outcomes recorded in
+/// `pacing`.
+async fn periodic_pass(
+    home: &Home,
+    identity: Arc<NodeIdentity>,
+    pacing: &Mutex<Pacing>,
+    period: Duration,
+) -> Result<Vec<PeerOutcome>> {
+    let peers = {
+        let home = home.clone();
+        tokio::task::spawn_blocking(move || Node::open(&home)?.peer_list())
+            .await
+            .map_err(|e| NodeError::Failed(format!("listing peers: {e}")))??
+    };
+    let now = SystemClock.now_ms();
+    let due: Vec<PeerInfo> = {
+        let p = pacing.lock().unwrap_or_else(|e| e.into_inner());
+        peers
+            .into_iter()
+            .filter(|x| x.addr.is_some() && p.due(&x.node_id, now))
+            .collect()
+    };
+    let outcomes = sync_peers(home, identity, due).await;
+    let now = SystemClock.now_ms();
+    let mut p = pacing.lock().unwrap_or_else(|e| e.into_inner());
+    for o in &outcomes {
+        p.record(&o.peer, o.result, now, period);
+    }
+    Ok(outcomes)
 }
 
 /// Dial one peer and run a session; never fails, reports instead.
@@ -617,6 +700,83 @@ async fn dial_and_sync(
     }
 }
 
+/// What a handshake-only probe of a node found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// It answered with the expected key and accepted ours.
+    Accepted,
+    /// It answered with the expected key but refused ours.
+    RefusedUs,
+    /// No answer, or another key answered.
+    Unreachable,
+}
+
+/// Handshake with `expected` at `addr` and close at once (no session):
+/// for `amos doctor`.
+pub fn probe_blocking(home: &Home, targets: &[(NodeId, String)]) -> Result<Vec<Probe>> {
+    let identity = home.load_identity()?;
+    runtime()?.block_on(async {
+        let mut out = Vec::new();
+        for (expected, addr_text) in targets {
+            let expected = *expected;
+            let addr = match tokio::time::timeout(
+                CONNECT_TIMEOUT,
+                tokio::net::lookup_host(addr_text.as_str()),
+            )
+            .await
+            {
+                Ok(Ok(mut a)) => a.next(),
+                _ => None,
+            };
+            let Some(addr) = addr else {
+                out.push(Probe::Unreachable);
+                continue;
+            };
+            let Ok(endpoint) = transport::client_endpoint(
+                bind_for(addr),
+                &identity,
+                Arc::new(move |id: &NodeId| *id == expected),
+            ) else {
+                out.push(Probe::Unreachable);
+                continue;
+            };
+            let r = with_timeout(
+                Duration::from_secs(2),
+                "the handshake",
+                transport::connect(&endpoint, addr, expected),
+            )
+            .await;
+            out.push(match r {
+                Ok(conn) => {
+                    // TLS 1.3: the server's verdict on our key may come only
+                    // after the handshake; give it a moment to say no.
+                    let refused = tokio::time::timeout(Duration::from_millis(300), conn.closed())
+                        .await
+                        .is_ok_and(|e| {
+                            matches!(
+                                transport::from_connection_error(e),
+                                TransportError::Refused { .. }
+                            )
+                        });
+                    conn.close(quinn::VarInt::from_u32(0), b"probe");
+                    if refused {
+                        Probe::RefusedUs
+                    } else {
+                        Probe::Accepted
+                    }
+                }
+                Err(TransportError::Refused {
+                    by: transport::RefusedBy::Peer,
+                    ..
+                }) => Probe::RefusedUs,
+                Err(_) => Probe::Unreachable,
+            });
+            let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+        }
+        Ok(out)
+    })
+}
+
 /// Run [`sync_pass`] on a fresh runtime (for the CLI).
 pub fn sync_pass_blocking(home: &Home, only: Option<&str>) -> Result<Vec<PeerOutcome>> {
     let identity = Arc::new(home.load_identity()?);
@@ -702,10 +862,12 @@ async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> {
     let local = endpoint
         .local_addr()
         .map_err(NodeError::io("reading the listening address"))?;
-    info!("node {} listening on {local}", identity.node_id());
+    // Recorded before "listening" is logged: whoever waits for that line
+    // can make a pairing code at once.
     if let Err(e) = pairing::record_listen(home, local) {
         warn!("cannot record the listening address for pairing codes: {e}");
     }
+    info!("node {} listening on {local}", identity.node_id());
     let discovery = if opts.mdns {
         crate::discovery::Discovery::start(home, local)
             .inspect_err(|e| warn!("mDNS discovery is off: {e}"))
@@ -717,13 +879,20 @@ async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> {
 
     let mut sessions = JoinSet::new();
     let pass_running = Arc::new(AtomicBool::new(false));
-    let mut ticker = opts.sync_every.map(|every| {
+    if let Some(every) = opts.sync_every {
         info!(
-            "syncing with every peer every {}",
+            "syncing with every peer every {} (±10 %, backing off from dead peers)",
             humantime::format_duration(every)
         );
-        tokio::time::interval_at(tokio::time::Instant::now() + every, every)
-    });
+    }
+    let pacing = Arc::new(Mutex::new(Pacing::default()));
+    let jitter = || rand::random::<f64>();
+    let next_pass = tokio::time::sleep(
+        opts.sync_every
+            .map(|every| Pacing::next_wait(every, jitter()))
+            .unwrap_or(Duration::MAX / 4),
+    );
+    tokio::pin!(next_pass);
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     loop {
@@ -737,13 +906,18 @@ async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> {
                 let home = home.clone();
                 sessions.spawn(serve_connection(home, incoming));
             }
-            _ = tick(&mut ticker) => {
+            _ = &mut next_pass, if opts.sync_every.is_some() => {
+                let every = opts.sync_every.unwrap_or(Duration::from_secs(30));
+                next_pass
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + Pacing::next_wait(every, jitter()));
                 if !pass_running.swap(true, Ordering::SeqCst) {
                     let home = home.clone();
                     let identity = identity.clone();
                     let running = pass_running.clone();
+                    let pacing = pacing.clone();
                     sessions.spawn(async move {
-                        match sync_pass(&home, identity, None).await {
+                        match periodic_pass(&home, identity, &pacing, every).await {
                             Ok(outcomes) => {
                                 for o in outcomes {
                                     info!("periodic sync with {}: {}", o.peer, o.result.as_str());
@@ -808,8 +982,8 @@ async fn serve_connection(home: Home, incoming: quinn::Incoming) {
     {
         Ok(SyncMessage::V1(m)) => m,
         Err(e) => {
-            info!("{peer} at {remote}: {e}");
-            conn.close(quinn::VarInt::from_u32(1), b"bad first message");
+            warn!("session with {peer} at {remote} failed: {e}");
+            conn.close(quinn::VarInt::from_u32(1), b"sync failed");
             return;
         }
     };
@@ -874,16 +1048,6 @@ async fn serve_connection(home: Home, incoming: quinn::Incoming) {
             warn!("session with {peer} at {remote} failed: {e}");
             conn.close(quinn::VarInt::from_u32(1), b"sync failed");
         }
-    }
-}
-
-/// The next tick, or never without a ticker.
-async fn tick(ticker: &mut Option<tokio::time::Interval>) {
-    match ticker {
-        Some(t) => {
-            t.tick().await;
-        }
-        None => std::future::pending().await,
     }
 }
 
@@ -1204,5 +1368,44 @@ async fn join_at(
             "the inviter answered out of turn".into(),
         )),
         Err(e) => Err(JoinFailure::Failed(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passes_are_jittered_within_ten_percent() {
+        let p = Duration::from_secs(30);
+        assert_eq!(Pacing::next_wait(p, 0.0), Duration::from_secs(27));
+        assert_eq!(Pacing::next_wait(p, 0.5), Duration::from_secs(30));
+        assert!(Pacing::next_wait(p, 0.999) < Duration::from_secs(33));
+        assert_eq!(Pacing::next_wait(p, 7.0), Duration::from_secs(33));
+    }
+
+    #[test]
+    fn a_dead_peer_is_tried_exponentially_less_often_until_it_answers() {
+        let period = Duration::from_secs(10);
+        let mut p = Pacing::default();
+        let mut now = 1_000_000;
+        assert!(p.due("a", now));
+        // Count the passes (one per period) at which "a" is tried while it fails.
+        let mut tried = Vec::new();
+        for pass in 0..80u64 {
+            now += 10_000;
+            if p.due("a", now) {
+                tried.push(pass);
+                p.record("a", SyncResult::Unreachable, now, period);
+            }
+            p.record("b", SyncResult::Ok, now, period);
+            assert!(p.due("b", now + 1));
+        }
+        let gaps: Vec<u64> = tried.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(&gaps[..5], &[2, 4, 8, 16, 32], "{tried:?}");
+        assert!(gaps[5..].iter().all(|&g| g == 32), "capped: {gaps:?}");
+        // One success and it is back to every period.
+        p.record("a", SyncResult::Ok, now, period);
+        assert!(p.due("a", now));
     }
 }

@@ -1,12 +1,14 @@
 //! Operations on the node as a whole: status, check, doctor, index rebuild,
 //! backup/restore, and the hygiene jobs (retention, consolidate).
 //!
-//! Hygiene jobs only touch local-only state (the `archived` flag), never a
-//! replicated fact, and are dry runs unless asked to apply.
+//! Hygiene jobs are dry runs unless asked to apply. Retention touches only
+//! local-only state (the `archived` flag). Consolidation archives sources
+//! locally and links the survivor to each (a signed link fact); it never
+//! tombstones or edits a memory.
 
 use std::path::Path;
 
-use amos_protocol::MemoryId;
+use amos_protocol::{FactBody, Hlc, LinkFact, MemoryId, Relation};
 use rand::RngExt;
 use rusqlite::{Connection, MAIN_DB, OpenFlags, params};
 use serde::Serialize;
@@ -14,6 +16,7 @@ use serde::Serialize;
 use crate::error::{NodeError, Result};
 use crate::index::{CatchUp, RecallIndex};
 use crate::node::Node;
+use crate::recall::text::{NEAR_DUPLICATE, near_duplicates, normalize_text, token_set};
 use crate::store::{self, hex, schema::SCHEMA_VERSION};
 
 #[derive(Debug, Serialize)]
@@ -32,6 +35,8 @@ pub struct Status {
     pub peers: Vec<crate::replica::PeerInfo>,
     pub quarantined: Vec<crate::replica::DeferredInfo>,
     pub audit_refusals: i64,
+    /// Refusals recorded since the previous `amos status`.
+    pub audit_refusals_new: i64,
 }
 
 #[derive(Debug, Serialize)]
@@ -43,21 +48,16 @@ pub struct CheckReport {
     pub index_docs: u64,
     pub index_lag: i64,
     pub dangling_links: i64,
+    /// Present links whose endpoint memory is missing (at most 100 listed).
+    pub dangling: Vec<DanglingLink>,
 }
 
+/// A present link that points to a memory this store does not hold.
 #[derive(Debug, Serialize)]
-pub struct DoctorCheck {
-    pub name: &'static str,
-    pub status: &'static str,
-    pub detail: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub hint: Option<String>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct DoctorReport {
-    pub ok: bool,
-    pub checks: Vec<DoctorCheck>,
+pub struct DanglingLink {
+    pub from: String,
+    pub to: String,
+    pub relation: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -73,6 +73,9 @@ pub struct HygieneAction {
     pub id: String,
     pub action: &'static str,
     pub reason: String,
+    /// For consolidation: the surviving memory this one merges into.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub into: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -81,18 +84,87 @@ pub struct HygieneReport {
     pub actions: Vec<HygieneAction>,
 }
 
+/// The relation of the link from a consolidation's survivor to each source.
+pub const CONSOLIDATES: &str = "consolidates";
+
+/// Default idle period after which `amos retention` archives a memory: 90 days.
+pub const DEFAULT_IDLE_MS: u64 = 90 * crate::recall::rank::DAY_MS;
+
+/// What retention archives besides expired memories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionPolicy {
+    /// Archive memories idle (not recalled, not edited) this long; `None`
+    /// archives only expired ones.
+    pub idle_ms: Option<u64>,
+}
+
+impl Default for RetentionPolicy {
+    fn default() -> Self {
+        RetentionPolicy {
+            idle_ms: Some(DEFAULT_IDLE_MS),
+        }
+    }
+}
+
+/// What `amos backup` wrote and which rotated backups it removed.
+#[derive(Debug, Serialize)]
+pub struct BackupReport {
+    pub file: String,
+    pub bytes: u64,
+    pub removed: Vec<String>,
+}
+
+/// `YYYYMMDDTHHMMSSmmmZ` for a Unix time in ms (sorts by time).
+fn backup_stamp(ms: u64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_millis(t)
+        .to_string()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect()
+}
+
+fn is_backup_stamp(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 19
+        && b[8] == b'T'
+        && b[18] == b'Z'
+        && b[..8].iter().chain(&b[9..18]).all(u8::is_ascii_digit)
+}
+
 fn count(conn: &Connection, sql: &str) -> Result<i64> {
     Ok(conn.query_row(sql, [], |r| r.get(0))?)
 }
 
 impl Node {
-    fn index_lag(&mut self) -> Result<i64> {
+    pub fn index_lag(&mut self) -> Result<i64> {
         let store = &self.store;
         let idx = RecallIndex::open(self.home())?;
         idx.lag(store)
     }
 
     pub fn status(&mut self) -> Result<Status> {
+        // Refusals since the last status: remember the newest audit entry seen.
+        let (newest, seen): (i64, i64) = self.store.conn().query_row(
+            "SELECT coalesce((SELECT max(id) FROM audit), 0),
+                    coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'status_audit_seen'), 0)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        let audit_refusals_new = count(
+            self.store.conn(),
+            &format!("SELECT count(*) FROM audit WHERE id > {seen}"),
+        )?;
+        if newest > seen {
+            self.store.write(|tx| {
+                tx.conn().execute(
+                    "INSERT INTO meta(key, value) VALUES ('status_audit_seen', ?1)
+                     ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    [newest.to_string()],
+                )?;
+                Ok(())
+            })?;
+        }
         let conn = self.store.conn();
         let live = format!(
             "SELECT count(*) FROM memories WHERE {}",
@@ -113,6 +185,7 @@ impl Node {
             peers: self.peer_list()?,
             quarantined: self.quarantined()?,
             audit_refusals: count(self.store.conn(), "SELECT count(*) FROM audit")?,
+            audit_refusals_new,
         })
     }
 
@@ -132,6 +205,33 @@ impl Node {
                 NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = l.from_id)
                 OR NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = l.to_id))",
         )?;
+        let dangling = {
+            let mut stmt = conn.prepare(
+                "SELECT l.from_id, l.to_id, l.relation FROM links l WHERE l.present = 1 AND (
+                    NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = l.from_id)
+                    OR NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = l.to_id))
+                 ORDER BY l.from_id, l.to_id LIMIT 100",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok((
+                    r.get::<_, Vec<u8>>(0)?,
+                    r.get::<_, Vec<u8>>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (from, to, relation) = row?;
+                let show =
+                    |b: &[u8]| MemoryId::from_slice(b).map_or_else(|| hex(b), |id| id.to_string());
+                out.push(DanglingLink {
+                    from: show(&from),
+                    to: show(&to),
+                    relation,
+                });
+            }
+            out
+        };
         let index_lag = self.index_lag()?;
         let (index, store) = self.caught_up_index()?;
         let (index_docs, _) = index.stats();
@@ -145,111 +245,16 @@ impl Node {
         Ok(CheckReport {
             ok: integrity == "ok"
                 && schema_version == SCHEMA_VERSION
-                && index_docs == live_unarchived as u64,
+                && index_docs == live_unarchived as u64
+                && dangling_links == 0,
             schema_version,
             integrity,
             memories,
             index_docs,
             index_lag,
             dangling_links,
+            dangling,
         })
-    }
-
-    pub fn doctor(&mut self) -> Result<DoctorReport> {
-        let mut checks = Vec::new();
-        let mut add = |name, ok: std::result::Result<String, (String, String)>, warn_only: bool| {
-            checks.push(match ok {
-                Ok(detail) => DoctorCheck {
-                    name,
-                    status: "ok",
-                    detail,
-                    hint: None,
-                },
-                Err((detail, hint)) => DoctorCheck {
-                    name,
-                    status: if warn_only { "warn" } else { "fail" },
-                    detail,
-                    hint: Some(hint),
-                },
-            })
-        };
-        let key_path = self.home().key_path();
-        add(
-            "identity_key",
-            match self.home().key_mode() {
-                Some(0o600) | Some(0o400) => Ok(format!("{} is private", key_path.display())),
-                Some(m) => Err((
-                    format!("{} has mode {m:o}", key_path.display()),
-                    format!("chmod 600 {}", key_path.display()),
-                )),
-                None => Err((
-                    "identity key missing".into(),
-                    "restore it from backup".into(),
-                )),
-            },
-            false,
-        );
-        let integrity: String = self
-            .store
-            .conn()
-            .query_row("PRAGMA quick_check", [], |r| r.get(0))?;
-        add(
-            "database",
-            if integrity == "ok" {
-                Ok("quick_check ok".into())
-            } else {
-                Err((
-                    integrity,
-                    "restore from a backup: amos restore FILE --force".into(),
-                ))
-            },
-            false,
-        );
-        let v = self.store.schema_version()?;
-        add(
-            "schema",
-            if v == SCHEMA_VERSION {
-                Ok(format!("v{v}"))
-            } else {
-                Err((
-                    format!("v{v}, expected v{SCHEMA_VERSION}"),
-                    "upgrade amos".into(),
-                ))
-            },
-            false,
-        );
-        let lag = self.index_lag()?;
-        add(
-            "index",
-            if lag == 0 {
-                Ok("up to date".into())
-            } else {
-                Err((
-                    format!("{lag} changes behind"),
-                    "it catches up on the next search; or run `amos index rebuild`".into(),
-                ))
-            },
-            true,
-        );
-        let hlc = self.store.hlc_state()?;
-        let now = self.now_ms();
-        add(
-            "clock",
-            if hlc.wall_ms <= now + 10 * 60 * 1000 {
-                Ok("physical clock is not behind the node's clock".into())
-            } else {
-                Err((
-                    format!(
-                        "node clock is {} s ahead of the system clock",
-                        (hlc.wall_ms - now) / 1000
-                    ),
-                    "check the system time (NTP)".into(),
-                ))
-            },
-            true,
-        );
-        let ok = checks.iter().all(|c| c.status != "fail");
-        Ok(DoctorReport { ok, checks })
     }
 
     /// Drop the index and rebuild it from the store.
@@ -262,7 +267,8 @@ impl Node {
         })
     }
 
-    /// Online backup to `file` (consistent while others write); atomic.
+    /// Online backup to `file` (SQLite's online backup API: consistent while
+    /// others write); atomic (written beside, then renamed).
     pub fn backup(&self, file: &Path) -> Result<u64> {
         let tmp = file.with_extension("amos-backup-tmp");
         let _ = std::fs::remove_file(&tmp);
@@ -275,6 +281,56 @@ impl Node {
         std::fs::rename(&tmp, file)
             .map_err(NodeError::io(format!("writing {}", file.display())))?;
         Ok(std::fs::metadata(file).map(|m| m.len()).unwrap_or(0))
+    }
+
+    /// `amos backup FILE [--keep N]`. Without `keep`, writes FILE. With
+    /// `keep = N`, writes `FILE.<UTC time as YYYYMMDDTHHMMSSmmmZ>` (names sort
+    /// by age) and deletes all but the N newest files so named beside it.
+    pub fn backup_rotating(&self, file: &Path, keep: Option<usize>) -> Result<BackupReport> {
+        let Some(keep) = keep else {
+            let bytes = self.backup(file)?;
+            return Ok(BackupReport {
+                file: file.display().to_string(),
+                bytes,
+                removed: Vec::new(),
+            });
+        };
+        if keep == 0 {
+            return Err(NodeError::BadInput("--keep must be at least 1".into()));
+        }
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| NodeError::BadInput(format!("{} is not a file name", file.display())))?;
+        let target = file.with_file_name(format!("{name}.{}", backup_stamp(self.now_ms())));
+        let bytes = self.backup(&target)?;
+        let dir = match file.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => std::path::PathBuf::from("."),
+        };
+        let mut rotated: Vec<String> = std::fs::read_dir(&dir)
+            .map_err(NodeError::io(format!("reading {}", dir.display())))?
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| {
+                n.strip_prefix(name)
+                    .and_then(|r| r.strip_prefix('.'))
+                    .is_some_and(is_backup_stamp)
+            })
+            .collect();
+        rotated.sort();
+        let excess = rotated.len().saturating_sub(keep);
+        let mut removed = Vec::new();
+        for old in rotated.into_iter().take(excess) {
+            let path = dir.join(&old);
+            std::fs::remove_file(&path)
+                .map_err(NodeError::io(format!("removing {}", path.display())))?;
+            removed.push(path.display().to_string());
+        }
+        Ok(BackupReport {
+            file: target.display().to_string(),
+            bytes,
+            removed,
+        })
     }
 
     /// Replace the store with a backup. Refuses to overwrite a store holding
@@ -321,67 +377,170 @@ impl Node {
         Ok(())
     }
 
-    /// Archive expired memories (dry run unless `apply`).
+    /// Archive expired memories (dry run unless `apply`); no idle rule.
     pub fn retention(&mut self, apply: bool) -> Result<HygieneReport> {
-        let now = self.now_ms() as i64;
-        let ids: Vec<Vec<u8>> = {
-            let mut stmt = self.store.conn().prepare(&format!(
-                "SELECT id FROM memories WHERE {} AND archived = 0 AND pinned = 0
-                 AND expires_ms IS NOT NULL AND expires_ms <= ?1",
-                store::memory::LIVE
-            ))?;
-            stmt.query_map([now], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?
-        };
-        let ids: Vec<MemoryId> = ids.iter().filter_map(|b| MemoryId::from_slice(b)).collect();
-        let actions = ids
-            .iter()
-            .map(|id| HygieneAction {
-                id: id.to_string(),
-                action: "archive",
-                reason: "expired".into(),
-            })
-            .collect();
-        self.archive_for_hygiene(&ids, actions, apply)
+        self.retention_with(&RetentionPolicy { idle_ms: None }, apply)
     }
 
-    /// Archive exact duplicates (same owner, grants and normalised text),
-    /// keeping the oldest (dry run unless `apply`).
-    pub fn consolidate(&mut self, apply: bool) -> Result<HygieneReport> {
-        let rows: Vec<(Vec<u8>, String, String, String)> = {
+    /// Archive expired and long-idle memories (dry run unless `apply`).
+    /// Idle: neither recalled (search, pack, feedback) nor edited for
+    /// `policy.idle_ms`. Pinned memories are exempt. Archiving is local-only
+    /// and undone by `amos restore-memory ID`.
+    pub fn retention_with(
+        &mut self,
+        policy: &RetentionPolicy,
+        apply: bool,
+    ) -> Result<HygieneReport> {
+        let now = self.now_ms();
+        /// id, created_ms, v, last_access_ms, expires_ms
+        type Row = (Vec<u8>, i64, Option<Vec<u8>>, Option<i64>, Option<i64>);
+        let rows: Vec<Row> = {
             let mut stmt = self.store.conn().prepare(&format!(
-                "SELECT id, owner, grants, content FROM memories WHERE {} AND archived = 0
-                 ORDER BY created_ms, id",
+                "SELECT id, created_ms, v, last_access_ms, expires_ms FROM memories
+                 WHERE {} AND archived = 0 AND pinned = 0 ORDER BY created_ms, id",
                 store::memory::LIVE
             ))?;
-            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
-                .collect::<rusqlite::Result<_>>()?
+            stmt.query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })?
+            .collect::<rusqlite::Result<_>>()?
         };
-        let mut first: std::collections::HashMap<(String, String, String), MemoryId> =
-            Default::default();
-        let mut dups = Vec::new();
-        for (id, owner, grants, content) in rows {
+        let mut ids = Vec::new();
+        let mut actions = Vec::new();
+        for (id, created, v, last_access, expires) in rows {
             let Some(id) = MemoryId::from_slice(&id) else {
                 continue;
             };
-            let norm = crate::recall::normalize_text(&content);
-            match first.get(&(owner.clone(), grants.clone(), norm.clone())) {
-                Some(keep) => dups.push((id, *keep)),
-                None => {
-                    first.insert((owner, grants, norm), id);
+            let reason = if expires.is_some_and(|e| e as u64 <= now) {
+                "expired".to_owned()
+            } else {
+                let updated = v
+                    .as_deref()
+                    .and_then(Hlc::from_sort_key)
+                    .map_or(0, |h| h.wall_ms);
+                let active = (created.max(0) as u64)
+                    .max(updated)
+                    .max(last_access.unwrap_or(0).max(0) as u64);
+                match policy.idle_ms {
+                    Some(idle) if now.saturating_sub(active) >= idle => format!(
+                        "idle: not recalled or edited for {} days",
+                        now.saturating_sub(active) / crate::recall::rank::DAY_MS
+                    ),
+                    _ => continue,
                 }
-            }
-        }
-        let actions = dups
-            .iter()
-            .map(|(id, keep)| HygieneAction {
+            };
+            ids.push(id);
+            actions.push(HygieneAction {
                 id: id.to_string(),
                 action: "archive",
-                reason: format!("duplicate of {keep}"),
-            })
-            .collect();
-        let ids: Vec<MemoryId> = dups.iter().map(|(id, _)| *id).collect();
+                reason,
+                into: None,
+            });
+        }
         self.archive_for_hygiene(&ids, actions, apply)
+    }
+
+    /// Merge exact and near duplicates (token-set Jaccard ≥
+    /// [`NEAR_DUPLICATE`]) among memories with the same owner, grants and
+    /// type, so that merging never changes who sees what. The oldest (pinned
+    /// first) survives; each source gets a signed `consolidates` link from
+    /// the survivor and is archived locally, so it stays reachable and
+    /// restorable (and a restored source is not merged again); nothing is
+    /// tombstoned. Pinned memories are never sources.
+    /// Dry run unless `apply`.
+    pub fn consolidate(&mut self, apply: bool) -> Result<HygieneReport> {
+        type Row = (Vec<u8>, String, String, String, String, bool);
+        let rows: Vec<Row> = {
+            let mut stmt = self.store.conn().prepare(&format!(
+                "SELECT id, owner, grants, kind, content, pinned FROM memories
+                 WHERE {} AND archived = 0 ORDER BY pinned DESC, created_ms, id",
+                store::memory::LIVE
+            ))?;
+            stmt.query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get::<_, Option<String>>(3)?.unwrap_or_default(),
+                    r.get(4)?,
+                    r.get::<_, Option<bool>>(5)?.unwrap_or(false),
+                ))
+            })?
+            .collect::<rusqlite::Result<_>>()?
+        };
+        let mut ids = Vec::new();
+        let mut groups = Vec::new();
+        let mut norms = Vec::new();
+        let mut pinned = Vec::new();
+        for (id, owner, grants, kind, content, pin) in rows {
+            let Some(id) = MemoryId::from_slice(&id) else {
+                continue;
+            };
+            ids.push(id);
+            norms.push(normalize_text(&content));
+            groups.push(((owner, grants, kind), token_set(&content)));
+            pinned.push(pin);
+        }
+        let similar = near_duplicates(&groups, NEAR_DUPLICATE);
+        let mut merges: Vec<(MemoryId, MemoryId)> = Vec::new();
+        let mut actions = Vec::new();
+        for (i, sim) in similar.iter().enumerate() {
+            let Some((keep, jaccard)) = *sim else {
+                continue;
+            };
+            // Pinned memories are never sources; a source merged before and
+            // restored since (its `consolidates` link is there) stays restored.
+            if pinned[i] || self.consolidated(&ids[keep], &ids[i])? {
+                continue;
+            }
+            let reason = if norms[i] == norms[keep] {
+                format!("duplicate of {}", ids[keep])
+            } else {
+                format!(
+                    "near-duplicate of {} (token-set Jaccard {jaccard:.2})",
+                    ids[keep]
+                )
+            };
+            merges.push((ids[i], ids[keep]));
+            actions.push(HygieneAction {
+                id: ids[i].to_string(),
+                action: "archive",
+                reason,
+                into: Some(ids[keep].to_string()),
+            });
+        }
+        if apply && !merges.is_empty() {
+            let relation = Relation::parse(CONSOLIDATES)?;
+            self.commit(|tx| {
+                let mut bodies = Vec::new();
+                for (source, keep) in &merges {
+                    tx.set_archived(source, true)?;
+                    bodies.push(FactBody::Link(LinkFact {
+                        from: *keep,
+                        to: *source,
+                        relation: relation.clone(),
+                        weight: 1.0,
+                        present: true,
+                    }));
+                }
+                Ok((bodies, ()))
+            })?;
+        }
+        Ok(HygieneReport {
+            applied: apply,
+            actions,
+        })
+    }
+
+    /// Whether `source` was already merged into `keep` by a consolidation.
+    fn consolidated(&self, keep: &MemoryId, source: &MemoryId) -> Result<bool> {
+        Ok(self
+            .store
+            .conn()
+            .prepare_cached(
+                "SELECT 1 FROM links WHERE from_id = ?1 AND to_id = ?2 AND relation = ?3 AND present = 1",
+            )?
+            .exists(params![&keep.0[..], &source.0[..], CONSOLIDATES])?)
     }
 
     /// The common tail of the hygiene jobs: archive `ids` (local-only state)

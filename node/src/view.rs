@@ -36,21 +36,34 @@ pub fn memory_json(m: &MemoryRecord) -> Value {
     })
 }
 
-/// A search hit: the memory object plus `score` and `relevance`.
+/// A search hit: the memory object plus `score`, `relevance` and `explain`
+/// (every factor of the score).
 pub fn hit_json(h: &Hit) -> Value {
     let mut v = memory_json(&h.memory);
     v["score"] = json!(h.score);
     v["relevance"] = json!(h.relevance);
+    v["explain"] = json!(h.explain);
     v
 }
 
-/// A context pack: `items` (hits), `tokens`, `budget`, and with `report`
-/// every include/exclude decision.
+/// A context pack: `{"items": [...], "tokens", "budget", "reserved",
+/// "conflicts"}` plus `"report"` when asked; items carry `conflict_with`.
 pub fn pack_json(p: &Pack, report: bool) -> Value {
+    let items: Vec<Value> = p
+        .items
+        .iter()
+        .map(|h| {
+            let mut v = hit_json(h);
+            v["conflict_with"] = json!(p.conflicts_of(&h.memory.id));
+            v
+        })
+        .collect();
     let mut v = json!({
-        "items": p.items.iter().map(hit_json).collect::<Vec<_>>(),
+        "items": items,
         "tokens": p.tokens,
         "budget": p.budget,
+        "reserved": p.reserved,
+        "conflicts": p.conflicts,
     });
     if report {
         v["report"] = json!(p.report);

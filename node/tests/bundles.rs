@@ -1130,9 +1130,13 @@ fn export_for_a_scoped_peer_carries_only_its_scope_and_retractions() {
         assert!(!s.acl.contains_key(id));
     }
     import(&b, &first);
+    // The linked second note comes along by resonance.
     assert_eq!(
         search_texts(&b, "bob", "fvapolloone"),
-        vec!["fvapolloone first apollo note"]
+        vec![
+            "fvapolloone first apollo note",
+            "fvapollotwo second apollo note"
+        ]
     );
     // On b the agent:carol and global grants have no effect.
     let got = b.json(&["get", &tc, "--as", "bob"]);

@@ -71,15 +71,24 @@ enum Cmd {
     Id,
     /// Node, peers, index lag
     Status,
-    /// Check home permissions, database, index and clock
-    Doctor,
+    /// Check home and keys, database, index, clocks, listener, mDNS and peers
+    Doctor {
+        /// Skip the network checks (listener probe, peers)
+        #[arg(long)]
+        offline: bool,
+    },
     /// Integrity of store, index and links
     Check,
     /// The disposable index
     #[command(subcommand)]
     Index(IndexCmd),
     /// Online backup of the store to FILE
-    Backup { file: PathBuf },
+    Backup {
+        file: PathBuf,
+        /// Write FILE.<YYYYMMDDTHHMMSSmmmZ> and keep only the N newest such backups
+        #[arg(long, value_name = "N")]
+        keep: Option<usize>,
+    },
     /// Replace the store with a backup
     Restore {
         file: PathBuf,
@@ -129,6 +138,11 @@ enum Cmd {
         who: AsAgent,
         #[arg(short, default_value_t = 10)]
         k: usize,
+        /// Show every factor of each hit's score
+        #[arg(long)]
+        explain: bool,
+        #[command(flatten)]
+        ranking: Ranking,
     },
     /// Token-budgeted context pack
     Pack {
@@ -137,9 +151,18 @@ enum Cmd {
         who: AsAgent,
         #[arg(long)]
         budget: usize,
+        /// Explain every include/exclude decision
         #[arg(long)]
         report: bool,
+        /// Count using the pack as helpful feedback on its items (local-only)
+        #[arg(long)]
+        reinforce: bool,
+        #[command(flatten)]
+        ranking: Ranking,
     },
+    /// Per-agent ranking weights by memory type (replicated)
+    #[command(subcommand)]
+    Profile(ProfileCmd),
     /// Edit a memory's content (owner only)
     Update {
         id: String,
@@ -193,15 +216,18 @@ enum Cmd {
         #[arg(long)]
         unhelpful: bool,
     },
-    /// Archive exact duplicates (dry run unless --apply)
+    /// Merge exact and near duplicates into one memory (dry run unless --apply)
     Consolidate {
         #[arg(long)]
         apply: bool,
     },
-    /// Archive expired memories (dry run unless --apply)
+    /// Archive expired and long-idle memories (dry run unless --apply)
     Retention {
         #[arg(long)]
         apply: bool,
+        /// Idle period: not recalled or edited for this long (e.g. 90d); `off` disables
+        #[arg(long, value_name = "DUR", default_value = "90d", env = "AMOS_IDLE")]
+        idle: String,
     },
     /// Bring an archived memory back into recall
     RestoreMemory {
@@ -294,6 +320,46 @@ enum Cmd {
         #[arg(long)]
         keep: bool,
     },
+}
+
+/// Ranking options shared by search and pack.
+#[derive(Args, Debug, Clone)]
+struct Ranking {
+    /// Freshness half-life (e.g. 30d); pinned memories never decay
+    #[arg(
+        long,
+        value_name = "DUR",
+        default_value = "30d",
+        env = "AMOS_HALF_LIFE"
+    )]
+    half_life: String,
+}
+
+impl Ranking {
+    fn half_life_ms(&self) -> Result<u64> {
+        humantime::parse_duration(&self.half_life)
+            .ok()
+            .map(|d| d.as_millis() as u64)
+            .filter(|ms| *ms >= 1000)
+            .ok_or_else(|| {
+                bad(format!(
+                    "malformed --half-life {:?}: use a duration of at least 1s, e.g. 30d",
+                    self.half_life
+                ))
+            })
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum ProfileCmd {
+    /// Set type weights, e.g. `procedure=1.5 note=0.7` (1 removes a weight)
+    Set {
+        agent: String,
+        #[arg(required = true, value_name = "TYPE=WEIGHT")]
+        weights: Vec<String>,
+    },
+    /// Show an agent's type weights
+    Show { agent: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -865,12 +931,15 @@ fn run(cli: Cli) -> Result<()> {
                         q.reason
                     ));
                 }
-                lines.push(format!("refused facts (audit): {}", s.audit_refusals));
+                lines.push(format!(
+                    "refused facts (audit): {} ({} new since the last status; `amos audit` lists them)",
+                    s.audit_refusals, s.audit_refusals_new
+                ));
                 lines.join("\n")
             })
         }
-        Cmd::Doctor => {
-            let r = node.doctor()?;
+        Cmd::Doctor { offline } => {
+            let r = amos_node::doctor::run(&mut node, !offline)?;
             out.emit(&r, || {
                 r.checks
                     .iter()
@@ -908,11 +977,9 @@ fn run(cli: Cli) -> Result<()> {
                 format!("indexed {} memories ({} bytes)", r.indexed, r.index_bytes)
             });
         }
-        Cmd::Backup { file } => {
-            let bytes = node.backup(&file)?;
-            out.emit(&json!({"file": file, "bytes": bytes}), || {
-                format!("backed up to {} ({bytes} bytes)", file.display())
-            });
+        Cmd::Backup { file, keep } => {
+            let r = node.backup_rotating(&file, keep)?;
+            out.emit(&r, || output::backup_text(&r));
         }
         Cmd::Restore { file, force } => {
             node.restore(&file, force)?;
@@ -1197,7 +1264,13 @@ fn run(cli: Cli) -> Result<()> {
             new.tags = tag;
             new.pinned = pin;
             new.expires_ms = expires
-                .map(|e| amos_node::node::parse_expiry(&e, node.now_ms()))
+                .map(|e| {
+                    amos_node::node::parse_expiry(&e, node.now_ms()).map_err(|_| {
+                        bad(format!(
+                            "malformed --expires {e:?}: use a duration (30d, 12h) or an RFC 3339 time"
+                        ))
+                    })
+                })
                 .transpose()?;
             let id = node.add(&who, new)?;
             out.emit(&json!({"id": id.to_string()}), || id.to_string());
@@ -1207,26 +1280,23 @@ fn run(cli: Cli) -> Result<()> {
             let m = node.get(&who, &id)?;
             out.emit(&memory_json(&m), || output::memory_text(&m));
         }
-        Cmd::Search { query, who: w, k } => {
+        Cmd::Search {
+            query,
+            who: w,
+            k,
+            explain,
+            ranking,
+        } => {
             let who = who(&node, &w)?;
-            let hits = node.search(&who, &query, k)?;
+            let opts = amos_node::recall::RecallOptions {
+                k,
+                half_life_ms: ranking.half_life_ms()?,
+                ..Default::default()
+            };
+            let hits = node.search_with(&who, &query, &opts)?;
             out.emit(
                 &json!({"hits": hits.iter().map(hit_json).collect::<Vec<_>>()}),
-                || {
-                    hits.iter()
-                        .map(|h| {
-                            format!(
-                                "{:>7.3}  {}  [{}] {}: {}",
-                                h.score,
-                                h.memory.id,
-                                h.memory.kind,
-                                h.memory.owner,
-                                output::one_line(&h.memory.content, 100)
-                            )
-                        })
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                },
+                || output::hits_text(&hits, explain),
             );
         }
         Cmd::Pack {
@@ -1234,29 +1304,43 @@ fn run(cli: Cli) -> Result<()> {
             who: w,
             budget,
             report,
+            reinforce,
+            ranking,
         } => {
             let who = who(&node, &w)?;
-            let p = node.pack(&who, &query, budget)?;
-            let v = amos_node::view::pack_json(&p, report);
-            out.emit(&v, || {
-                let mut s: Vec<String> = p
-                    .items
-                    .iter()
-                    .map(|h| format!("- [{}] {}", h.memory.kind, h.memory.content))
-                    .collect();
-                s.push(format!("({} of {} tokens)", p.tokens, p.budget));
-                if report {
-                    for d in &p.report {
-                        s.push(format!(
-                            "{} {} ({} tokens): {}",
-                            if d.included { "+" } else { "-" },
-                            d.id,
-                            d.tokens,
-                            d.reason
-                        ));
-                    }
+            let mut opts = amos_node::recall::PackOptions::new(budget);
+            opts.recall.half_life_ms = ranking.half_life_ms()?;
+            opts.reinforce = reinforce;
+            let p = node.pack_with(&who, &query, &opts)?;
+            out.emit(&output::pack_json(&p, report), || {
+                output::pack_text(&p, report)
+            });
+        }
+        Cmd::Profile(p) => {
+            let (agent, weights) = match p {
+                ProfileCmd::Set { agent, weights } => {
+                    let weights = weights
+                        .iter()
+                        .map(|w| amos_node::profile::parse_weight(w))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let set = node.profile_set(&agent, &weights)?;
+                    (agent, set)
                 }
-                s.join("\n")
+                ProfileCmd::Show { agent } => {
+                    let w = node.profile_show(&agent)?;
+                    (agent, w)
+                }
+            };
+            out.emit(&json!({"agent": agent, "weights": weights}), || {
+                if weights.is_empty() {
+                    format!("{agent}: no weights (every type weighs 1)")
+                } else {
+                    weights
+                        .iter()
+                        .map(|(t, w)| format!("{agent}  {t}={w}"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                }
             });
         }
         Cmd::Update { id, text, who: w } => {
@@ -1289,17 +1373,36 @@ fn run(cli: Cli) -> Result<()> {
             ..
         } => {
             let who = who(&node, &w)?;
-            let n = node.feedback(&who, &ids, helpful)?;
-            out.emit(&json!({"updated": n}), || {
-                format!("feedback recorded for {n} memories")
-            });
+            let r = node.feedback(&who, &ids, helpful)?;
+            out.emit(
+                &json!({"updated": r.memories, "links": r.links, "associations": r.associations}),
+                || {
+                    format!(
+                        "feedback recorded for {} memories, {} links and {} associations among them",
+                        r.memories, r.links, r.associations
+                    )
+                },
+            );
         }
         Cmd::Consolidate { apply } => {
             let r = node.consolidate(apply)?;
             out.emit(&r, || output::hygiene_text(&r));
         }
-        Cmd::Retention { apply } => {
-            let r = node.retention(apply)?;
+        Cmd::Retention { apply, idle } => {
+            let idle_ms = if idle == "off" {
+                None
+            } else {
+                Some(
+                    humantime::parse_duration(&idle)
+                        .ok()
+                        .filter(|d| !d.is_zero())
+                        .ok_or_else(|| {
+                            bad(format!("malformed --idle {idle:?}: use e.g. 90d, or off"))
+                        })?
+                        .as_millis() as u64,
+                )
+            };
+            let r = node.retention_with(&amos_node::ops::RetentionPolicy { idle_ms }, apply)?;
             out.emit(&r, || output::hygiene_text(&r));
         }
         Cmd::RestoreMemory { id, who: w } => {

@@ -1,8 +1,9 @@
 //! Printing: `--json` objects with CLI.md's field names, or short text.
 
-use amos_node::ops::HygieneReport;
+use amos_node::ops::{BackupReport, HygieneReport};
+use amos_node::recall::{Hit, Pack};
 use amos_node::store::memory::MemoryRecord;
-pub use amos_node::view::{hit_json, memory_json, rfc3339};
+pub use amos_node::view::{hit_json, memory_json, pack_json, rfc3339};
 use serde::Serialize;
 
 /// Where and how results are printed.
@@ -26,6 +27,84 @@ impl Out {
             }
         }
     }
+}
+
+/// Search hits as text; with `explain`, a second line per hit with each factor.
+pub fn hits_text(hits: &[Hit], explain: bool) -> String {
+    let mut lines = Vec::new();
+    for h in hits {
+        lines.push(format!(
+            "{:>7.3}  {}  [{}] {}: {}",
+            h.score,
+            h.memory.id,
+            h.memory.kind,
+            h.memory.owner,
+            one_line(&h.memory.content, 100)
+        ));
+        if explain {
+            let e = &h.explain;
+            let via = e
+                .resonance
+                .as_ref()
+                .map(|p| {
+                    format!(
+                        " (resonance via {} over {} hop(s), link {:.2})",
+                        p.via, p.hops, p.link
+                    )
+                })
+                .unwrap_or_default();
+            lines.push(format!(
+                "         relevance {:.4}{via} [bm25 {:.4}] × importance {:.2} × confidence {:.2} × freshness {:.4} (age {:.1}d, half-life {:.1}d{}) × reinforcement {:.3} × profile {:.2} = {:.6}",
+                e.relevance,
+                e.bm25,
+                e.importance,
+                e.confidence,
+                e.freshness,
+                e.age_days,
+                e.half_life_days,
+                if e.pinned { ", pinned: no decay" } else { "" },
+                e.reinforcement,
+                e.profile_weight,
+                e.score
+            ));
+        }
+    }
+    lines.join("\n")
+}
+
+pub fn pack_text(p: &Pack, report: bool) -> String {
+    let mut s: Vec<String> = p
+        .items
+        .iter()
+        .map(|h| {
+            let conflicts = p.conflicts_of(&h.memory.id);
+            let mark = if conflicts.is_empty() {
+                String::new()
+            } else {
+                format!(" [CONFLICT with {}]", conflicts.join(", "))
+            };
+            format!("- [{}] {}{mark}", h.memory.kind, h.memory.content)
+        })
+        .collect();
+    s.push(format!("({} of {} tokens)", p.tokens, p.budget));
+    if report {
+        for d in &p.report {
+            s.push(format!(
+                "{} {} ({} tokens): {}",
+                if d.included { "+" } else { "-" },
+                d.id,
+                d.tokens,
+                d.reason
+            ));
+        }
+    }
+    s.join("\n")
+}
+
+pub fn backup_text(r: &BackupReport) -> String {
+    let mut lines = vec![format!("backed up to {} ({} bytes)", r.file, r.bytes)];
+    lines.extend(r.removed.iter().map(|f| format!("removed old backup {f}")));
+    lines.join("\n")
 }
 
 pub fn memory_text(m: &MemoryRecord) -> String {
@@ -55,7 +134,13 @@ pub fn hygiene_text(r: &HygieneReport) -> String {
     let mut lines: Vec<String> = r
         .actions
         .iter()
-        .map(|a| format!("{} {} ({})", a.action, a.id, a.reason))
+        .map(|a| match &a.into {
+            Some(into) => format!(
+                "{} {} → merged into {} ({})",
+                a.action, a.id, into, a.reason
+            ),
+            None => format!("{} {} ({})", a.action, a.id, a.reason),
+        })
         .collect();
     lines.push(if r.applied {
         format!("applied {} actions", r.actions.len())

@@ -27,7 +27,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, pa
 use crate::error::{NodeError, Result};
 
 /// How long a writer waits for another process's write lock.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// An open store.
 pub struct Store {

@@ -186,6 +186,21 @@ const MIGRATIONS: &[&str] = &[
     -- carried in its bundles to that peer until the inviter is heard from.
     ALTER TABLE peers ADD COLUMN join_proof BLOB;
     "#,
+    // v4: recall — find pinned (core) memories for context packs without a
+    // scan, and local-only associations between memories recalled together
+    // (Hebbian; never replicated, never a fact). Link `strength`,
+    // `reinforcement` and `last_access_ms` exist since v1.
+    r#"
+    CREATE INDEX memories_pinned ON memories(created_ms) WHERE pinned = 1;
+
+    CREATE TABLE associations (
+        a        BLOB NOT NULL,     -- the smaller memory id of the pair
+        b        BLOB NOT NULL,
+        strength REAL NOT NULL,
+        PRIMARY KEY (a, b)
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX associations_b ON associations(b);
+    "#,
 ];
 
 /// The schema version this binary writes.

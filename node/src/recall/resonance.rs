@@ -1,0 +1,170 @@
+//! Resonance: memories linked to strong candidates are pulled into recall even
+//! when they share no query term, weighted by link weight × local strength and
+//! damped per hop (never above the memory they spread from), with bounded
+//! hops and fan-out. Local associations (memories found helpful together,
+//! see `Node::feedback`) count as links whose weight is their strength.
+//!
+//! Invariant: traversal runs only over memories visible to the requester.
+//! Every neighbour is re-read from SQLite and passed through the gate
+//! *before* it is used as a bridge, scored or counted; an invisible memory
+//! never bridges two visible ones and is never named, counted or shown.
+//! The SQL that lists neighbours already restricts them to rows the
+//! requester's scopes (or ownership) may admit, live, unexpired and not
+//! archived, so hidden neighbours cannot even take up fan-out slots.
+
+use std::collections::HashMap;
+
+use amos_acl::{AuthorizedScopes, Visible};
+use amos_protocol::MemoryId;
+use rusqlite::Connection;
+use rusqlite::types::Value;
+
+use super::rank::{ResonanceConfig, ResonancePath};
+use crate::error::Result;
+use crate::store::memory::{self, MemoryRecord};
+
+/// Hard cap on the neighbours read per memory before the fan-out cut (the
+/// SQL orders by link strength, so these are the strongest visible ones).
+const NEIGHBOUR_READ_CAP: usize = 256;
+
+/// A memory reached over links.
+pub struct Resonant {
+    pub memory: Visible<MemoryRecord>,
+    pub relevance: f32,
+    pub path: ResonancePath,
+}
+
+/// Spread relevance from `seeds` (visible memories with their relevance)
+/// over links. `known` holds the best relevance each memory already has;
+/// only memories that resonance would rank higher come back.
+pub fn spread(
+    conn: &Connection,
+    who: &AuthorizedScopes,
+    now_ms: u64,
+    seeds: &[(MemoryId, f32)],
+    known: &HashMap<MemoryId, f32>,
+    cfg: &ResonanceConfig,
+) -> Result<Vec<Resonant>> {
+    let mut best: HashMap<MemoryId, f32> = known.clone();
+    let mut found: HashMap<MemoryId, Resonant> = HashMap::new();
+    let mut frontier: Vec<(MemoryId, f32)> = seeds.to_vec();
+    for hop in 1..=cfg.hops {
+        let mut next = Vec::new();
+        for (from, rel) in &frontier {
+            for (n, link) in visible_neighbours(conn, who, now_ms, from, cfg.fan_out)? {
+                // Never more than the memory it spreads from.
+                let carried = (rel * link * cfg.damping).min(*rel);
+                if carried <= 0.0 || best.get(&n.id).is_some_and(|b| *b >= carried) {
+                    continue;
+                }
+                best.insert(n.id, carried);
+                next.push((n.id, carried));
+                found.insert(
+                    n.id,
+                    Resonant {
+                        path: ResonancePath {
+                            via: from.to_string(),
+                            hops: hop,
+                            link,
+                        },
+                        relevance: carried,
+                        memory: n,
+                    },
+                );
+            }
+        }
+        if next.is_empty() {
+            break;
+        }
+        frontier = next;
+    }
+    Ok(found.into_values().collect())
+}
+
+/// The neighbours of `id` over present links and local associations (either
+/// direction) that pass
+/// the gate, strongest first, at most `fan_out`, each with `weight ×
+/// strength` of its strongest link.
+fn visible_neighbours(
+    conn: &Connection,
+    who: &AuthorizedScopes,
+    now_ms: u64,
+    id: &MemoryId,
+    fan_out: usize,
+) -> Result<Vec<(Visible<MemoryRecord>, f32)>> {
+    if fan_out == 0 {
+        return Ok(Vec::new());
+    }
+    let mut args: Vec<Value> = vec![id.0.to_vec().into(), (now_ms as i64).into()];
+    let access = access_clause(who, &mut args);
+    let sql = format!(
+        "SELECT n.other, max(n.w) AS w FROM (
+            SELECT to_id AS other, weight * strength AS w FROM links WHERE from_id = ?1 AND present = 1
+            UNION ALL
+            SELECT from_id AS other, weight * strength AS w FROM links WHERE to_id = ?1 AND present = 1
+            UNION ALL
+            SELECT b AS other, strength AS w FROM associations WHERE a = ?1
+            UNION ALL
+            SELECT a AS other, strength AS w FROM associations WHERE b = ?1
+         ) n JOIN memories m ON m.id = n.other
+         WHERE m.content_fact IS NOT NULL AND m.tombstone_fact IS NULL AND m.archived = 0 AND (m.expires_ms IS NULL OR m.expires_ms > ?2) AND {access}
+         GROUP BY n.other ORDER BY w DESC, n.other LIMIT {NEIGHBOUR_READ_CAP}",
+    );
+    let links: Vec<(Vec<u8>, f64)> = {
+        let mut stmt = conn.prepare_cached(&sql)?;
+        stmt.query_map(rusqlite::params_from_iter(args), |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?
+        .collect::<rusqlite::Result<_>>()?
+    };
+    let ids: Vec<MemoryId> = links
+        .iter()
+        .filter_map(|(b, _)| MemoryId::from_slice(b))
+        .collect();
+    let strength: HashMap<MemoryId, f32> = links
+        .iter()
+        .filter_map(|(b, w)| MemoryId::from_slice(b).map(|id| (id, *w as f32)))
+        .collect();
+    let mut out = Vec::new();
+    // The gate, on rows re-read from SQLite, before anything else.
+    for m in memory::get_many(conn, &ids)? {
+        if m.archived {
+            continue;
+        }
+        if let Some(v) = who.admit(m, now_ms) {
+            let w = strength.get(&v.id).copied().unwrap_or(0.0);
+            out.push((v, w));
+            if out.len() == fan_out {
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// An SQL condition on `m` (a `memories` row) that pre-filters to rows the
+/// requester may see by ownership or grant ("1" for the local admin); its
+/// parameters are appended to `args`. Only a pre-filter: rows it lets through
+/// still go through the gate.
+pub(super) fn access_clause(who: &AuthorizedScopes, args: &mut Vec<Value>) -> String {
+    let Some(agent) = who.requester() else {
+        return "1".to_owned();
+    };
+    args.push(agent.as_str().to_owned().into());
+    let owner = args.len();
+    let scopes: Vec<String> = who.scopes().map(ToString::to_string).collect();
+    let placeholders = (0..scopes.len())
+        .map(|i| format!("?{}", owner + 1 + i))
+        .collect::<Vec<_>>()
+        .join(",");
+    args.extend(scopes.into_iter().map(Value::from));
+    format!(
+        "((m.owner = ?{owner} AND m.owner_trusted = 1) OR EXISTS (SELECT 1 FROM memory_grants g \
+         WHERE g.memory = m.id AND g.scope IN ({})))",
+        if placeholders.is_empty() {
+            "NULL".to_owned()
+        } else {
+            placeholders
+        }
+    )
+}
