@@ -71,9 +71,10 @@ if command -v strip >/dev/null 2>&1; then
 else
   cp "$bin" "$ctx/rootfs/usr/local/bin/amos"
 fi
-if ldd "$bin" >/dev/null 2>&1; then
+libs=$(ldd "$bin" 2>/dev/null | grep -o '/[^ ]*' || true)
+if [ -n "$libs" ]; then
   log "$bin is dynamic: copying its shared libraries into the image"
-  for lib in $(ldd "$bin" | grep -o '/[^ ]*'); do
+  for lib in $libs; do
     cp -L --parents "$lib" "$ctx/rootfs/"
   done
 else
@@ -81,7 +82,7 @@ else
 fi
 cp "$here/docker/Dockerfile.scratch" "$ctx/Dockerfile"
 docker build -q -t "$tag" "$ctx" >/dev/null
-log "image $tag built; network $net.0/24"
+log "image $tag built ($(docker image inspect -f "{{.Size}}" "$tag") bytes); network $net.0/24"
 
 # --- three homes, initialised by the image itself -----------------------------
 for n in 1 2 3; do
