@@ -42,6 +42,7 @@ use tracing::{debug, info, warn};
 use crate::clock::{SystemClock, WallClock};
 use crate::error::{NodeError, Result};
 use crate::home::Home;
+use crate::metrics::Role;
 use crate::node::Node;
 use crate::pairing::{self, JoinReport, MeshKeyOutcome, Welcome};
 use crate::replica::{self, PeerInfo};
@@ -370,6 +371,7 @@ fn session_thread(
                     let verified = crate::verify::verify_facts(&facts)
                         .map_err(|e| MeshError::BadFact(e.to_string()))?;
                     let report = node.apply_from(&peer, verified)?;
+                    crate::metrics::facts_applied(&report);
                     debug!(?report, "applied a batch from {}", peer.short());
                 }
                 Action::SaveWatermark(w) => node.save_watermark(&peer, &w)?,
@@ -578,7 +580,16 @@ async fn periodic_pass(
 pub async fn sync_with(home: &Home, identity: &NodeIdentity, peer: &PeerInfo) -> PeerOutcome {
     let started = Instant::now();
     let r = dial_and_sync(home, identity, peer).await;
-    let ms = started.elapsed().as_millis() as u64;
+    let elapsed = started.elapsed();
+    let ms = elapsed.as_millis() as u64;
+    crate::metrics::session_finished(
+        &peer.node_id,
+        Role::Dial,
+        r.as_ref()
+            .map_or_else(|(result, _)| *result, |_| SyncResult::Ok),
+        elapsed,
+        r.as_ref().ok(),
+    );
     let mut o = PeerOutcome {
         peer: peer.node_id.clone(),
         name: peer.name.clone(),
@@ -802,6 +813,8 @@ pub struct ServeOptions {
     pub listen: SocketAddr,
     pub sync_every: Option<Duration>,
     pub mdns: bool,
+    /// Serve `/metrics` and `/healthz` over HTTP here.
+    pub metrics: Option<SocketAddr>,
 }
 
 /// Run the node until SIGINT/SIGTERM: accept sessions from registered peers
@@ -852,6 +865,11 @@ async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> {
                 false
             }
         }
+    };
+    // Bound before "listening on" is logged: ready means both are up.
+    let _metrics = match opts.metrics {
+        Some(addr) => Some(crate::metrics::start(home, addr).await?),
+        None => None,
     };
     let endpoint = transport::server_endpoint(opts.listen, &identity, Arc::new(acceptor))
         .map_err(|e| NodeError::Failed(format!("cannot listen on {}: {e}", opts.listen)))?;
@@ -1019,7 +1037,17 @@ async fn serve_connection(home: Home, incoming: quinn::Incoming) {
         return;
     }
     let started = Instant::now();
-    match drive_session(home, peer, send, recv, Some(first)).await {
+    let session = drive_session(home, peer, send, recv, Some(first)).await;
+    crate::metrics::session_finished(
+        &peer,
+        Role::Accept,
+        session
+            .as_ref()
+            .map_or_else(|e| e.result(), |_| SyncResult::Ok),
+        started.elapsed(),
+        session.as_ref().ok(),
+    );
+    match session {
         Ok(s) => {
             info!(
                 "session with {peer} at {remote}: {} facts in, {} out, {} ms",

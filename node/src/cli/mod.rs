@@ -31,8 +31,23 @@ struct Cli {
     /// Print nothing but errors
     #[arg(short, long, global = true)]
     quiet: bool,
+    /// Log lines on stderr as text or JSON objects (filter with AMOS_LOG or RUST_LOG)
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "AMOS_LOG_FORMAT",
+        default_value = "text"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -248,6 +263,9 @@ enum Cmd {
         /// Neither advertise nor browse over mDNS
         #[arg(long)]
         no_mdns: bool,
+        /// Serve Prometheus /metrics and /healthz over HTTP on this TCP address
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<String>,
     },
     /// Pair with the node that printed CODE (`amos team invite`), then sync
     Join {
@@ -267,6 +285,9 @@ enum Cmd {
     /// Sync with peers over QUIC
     #[command(subcommand)]
     Sync(SyncCmd),
+    /// systemd units: amos.service (serve), amos-sync.service + .timer (sync auto)
+    #[command(subcommand)]
+    Service(ServiceCmd),
     /// The mesh key that encrypts bundles
     #[command(subcommand)]
     Mesh(MeshCmd),
@@ -350,6 +371,26 @@ enum SyncCmd {
     Now { peer: Option<String> },
     /// Sync once with every peer with an address; unreachable peers are not fatal
     Auto,
+}
+
+#[derive(Subcommand, Debug)]
+enum ServiceCmd {
+    /// Write the units and enable amos.service (or, with --timer, amos-sync.timer)
+    Install {
+        /// User units in ~/.config/systemd/user, run as you (default: system
+        /// units in /etc/systemd/system, run as the user `amos`, home /var/lib/amos)
+        #[arg(long)]
+        user: bool,
+        /// Print the files and the commands; change nothing
+        #[arg(long)]
+        dry_run: bool,
+        /// Enable the sync timer instead of the serving node
+        #[arg(long)]
+        timer: bool,
+        /// The binary the units run [default: this one]
+        #[arg(long, value_name = "PATH")]
+        bin: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -496,7 +537,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
-    init_tracing();
+    init_tracing(cli.log_format);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -536,14 +577,17 @@ fn one_line(e: &clap::Error) -> String {
     }
 }
 
-fn init_tracing() {
+fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("AMOS_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => fmt.try_init(),
+        LogFormat::Json => fmt.json().try_init(),
+    };
 }
 
 fn bad(msg: impl Into<String>) -> anyhow::Error {
@@ -648,6 +692,74 @@ fn sync_cmd(home: &Home, out: &Out, cmd: SyncCmd) -> Result<()> {
     Ok(())
 }
 
+/// `amos service install`: render the units, print them for a dry run,
+/// otherwise write and enable them.
+fn service_cmd(home: Option<&std::path::Path>, out: &Out, cmd: ServiceCmd) -> Result<()> {
+    use amos_node::service::{self, InstallOptions, UnitMode};
+    let ServiceCmd::Install {
+        user,
+        dry_run,
+        timer,
+        bin,
+    } = cmd;
+    let mode = if user {
+        UnitMode::User
+    } else {
+        UnitMode::System
+    };
+    let home = match home {
+        Some(h) => h.to_path_buf(),
+        None if user => Home::default_root(),
+        None => PathBuf::from(service::TEMPLATE_HOME),
+    };
+    let absolute = |p: PathBuf, what: &str| {
+        std::path::absolute(&p).map_err(|e| {
+            bad(format!(
+                "cannot make the {what} path {} absolute: {e}",
+                p.display()
+            ))
+        })
+    };
+    let bin = match bin {
+        Some(b) => b,
+        None => std::env::current_exe()
+            .map_err(|e| anyhow::anyhow!("cannot find this binary's path: {e}"))?,
+    };
+    let plan = service::plan(&InstallOptions {
+        mode,
+        home: absolute(home, "home")?,
+        bin: absolute(bin, "binary")?,
+        timer,
+    })?;
+    if !dry_run {
+        service::apply(&plan)?;
+    }
+    let mut v = serde_json::to_value(&plan)?;
+    v["dry_run"] = json!(dry_run);
+    out.emit(&v, || {
+        let mut s = Vec::new();
+        for f in &plan.files {
+            if dry_run {
+                s.push(format!("==> {} (would write)\n{}", f.path, f.contents));
+            } else {
+                s.push(format!("wrote {}", f.path));
+            }
+        }
+        for c in &plan.commands {
+            s.push(format!(
+                "{}{}",
+                if dry_run { "would run: " } else { "ran: " },
+                c.join(" ")
+            ));
+        }
+        for n in &plan.notes {
+            s.push(format!("note: {n}"));
+        }
+        s.join("\n")
+    });
+    Ok(())
+}
+
 /// `amos discover`: browse mDNS for a while, one line (or object) per node.
 fn discover_cmd(home: &Home, out: &Out, timeout: &str) -> Result<()> {
     let timeout = humantime::parse_duration(timeout)
@@ -701,7 +813,14 @@ fn run(cli: Cli) -> Result<()> {
             listen,
             sync_every,
             no_mdns,
+            metrics,
         } => {
+            let metrics = metrics
+                .map(|m| {
+                    m.parse()
+                        .map_err(|_| bad(format!("malformed --metrics {m:?}: use IP:PORT")))
+                })
+                .transpose()?;
             let listen = listen
                 .parse()
                 .map_err(|_| bad(format!("malformed --listen {listen:?}: use IP:PORT")))?;
@@ -721,11 +840,13 @@ fn run(cli: Cli) -> Result<()> {
                     listen,
                     sync_every,
                     mdns: !no_mdns,
+                    metrics,
                 },
             )?;
             return Ok(());
         }
         Cmd::Sync(cmd) => return sync_cmd(&home, &out, cmd),
+        Cmd::Service(cmd) => return service_cmd(cli.home.as_deref(), &out, cmd),
         Cmd::Join { code, offline } => return join_cmd(&home, &out, &code, offline),
         Cmd::Mcp => {
             let agent = std::env::var("AMOS_AGENT")
@@ -772,6 +893,7 @@ fn run(cli: Cli) -> Result<()> {
         | Cmd::Bench { .. }
         | Cmd::Serve { .. }
         | Cmd::Sync(_)
+        | Cmd::Service(_)
         | Cmd::Mcp
         | Cmd::Join { .. }
         | Cmd::Discover { .. } => {
