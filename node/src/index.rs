@@ -323,7 +323,9 @@ impl RecallIndex {
             })?;
         }
         let mut out = Vec::with_capacity(limit);
-        for (score, seg, doc) in top.into_sorted() {
+        let sorted = top.into_sorted();
+        let tied = sorted.len() > limit;
+        for (score, seg, doc) in sorted {
             let d: TantivyDocument = searcher.doc(DocAddress::new(seg, doc))?;
             if let Some(id) = d
                 .get_first(self.fields.id)
@@ -332,6 +334,12 @@ impl RecallIndex {
             {
                 out.push((id, score));
             }
+        }
+        if tied {
+            // Cut the hits tied at the boundary by memory id, not by where
+            // they sit in the index.
+            out.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            out.truncate(limit);
         }
         Ok(out)
     }
@@ -343,11 +351,17 @@ impl RecallIndex {
     }
 }
 
-/// The best `limit` hits so far: a min-heap on score (ties: the lower
-/// address wins, as in tantivy's own collector).
+/// The best `limit` hits so far, *and every hit tied with the last of
+/// them*: which of several equally scored documents makes the cut must not
+/// depend on where they sit in the index (an index that saw edits and a
+/// rebuild of the same store lay documents out differently), so ties at the
+/// boundary are all kept and the caller cuts them by memory id.
 struct TopHits {
     limit: usize,
+    /// A min-heap of the best `limit` scores.
     heap: BinaryHeap<Reverse<HitKey>>,
+    /// Every hit scoring at least the heap's minimum (pruned lazily).
+    kept: Vec<HitKey>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -378,32 +392,56 @@ impl TopHits {
         TopHits {
             limit,
             heap: BinaryHeap::with_capacity(limit + 1),
+            kept: Vec::with_capacity(limit + 1),
         }
     }
 
     fn push(&mut self, score: f32, seg: u32, doc: u32) {
         let key = HitKey { score, seg, doc };
+        if score < self.min_score() {
+            return;
+        }
         if self.heap.len() < self.limit {
             self.heap.push(Reverse(key));
         } else if self.heap.peek().is_some_and(|Reverse(min)| key > *min) {
             self.heap.pop();
             self.heap.push(Reverse(key));
         }
+        self.kept.push(key);
+        if self.kept.len() >= 4 * self.limit.max(16) {
+            let min = self.min_score();
+            self.kept.retain(|k| k.score >= min);
+        }
     }
 
-    /// The score a hit must beat to enter (once the top is full).
-    fn threshold(&self) -> f32 {
+    /// The lowest score still in the top (once it is full).
+    fn min_score(&self) -> f32 {
         match self.heap.peek() {
             Some(Reverse(min)) if self.heap.len() >= self.limit => min.score,
             _ => f32::MIN,
         }
     }
 
-    /// Best first.
-    fn into_sorted(self) -> Vec<(f32, u32, u32)> {
-        let mut v: Vec<HitKey> = self.heap.into_iter().map(|Reverse(k)| k).collect();
-        v.sort_by(|a, b| b.cmp(a));
-        v.into_iter().map(|k| (k.score, k.seg, k.doc)).collect()
+    /// The score a hit must beat to be kept: just below the lowest in the
+    /// top, so hits tied with it are still seen.
+    fn threshold(&self) -> f32 {
+        let min = self.min_score();
+        if min == f32::MIN {
+            min
+        } else {
+            min.next_down()
+        }
+    }
+
+    /// Best first; ties at the boundary included (may exceed `limit`).
+    fn into_sorted(mut self) -> Vec<(f32, u32, u32)> {
+        let min = self.min_score();
+        self.kept.retain(|k| k.score >= min);
+        self.kept.sort_by(|a, b| b.cmp(a));
+        self.kept
+            .into_iter()
+            .map(|k| (k.score, k.seg, k.doc))
+            .collect()
     }
 }
 

@@ -121,6 +121,9 @@ pub fn freshness(age_ms: u64, half_life_ms: u64, pinned: bool) -> f32 {
 }
 
 /// Score one visible memory.
+/// The grain of the age that freshness decays by.
+pub const DECAY_STEP_MS: u64 = 60 * 60 * 1000;
+
 pub fn score(
     m: &Visible<MemoryRecord>,
     bm25: f32,
@@ -134,7 +137,11 @@ pub fn score(
         _ => (bm25, None),
     };
     let age_ms = now_ms.saturating_sub(m.updated_ms.max(m.created_ms));
-    let fresh = freshness(age_ms, half_life_ms, m.pinned);
+    // Decay by whole hours: a half-life of days needs no finer grain, and
+    // scores then stay put between two searches a moment apart (with
+    // millisecond ages, memories of near-equal score could swap places as
+    // rounding moved with the clock).
+    let fresh = freshness(age_ms - age_ms % DECAY_STEP_MS, half_life_ms, m.pinned);
     let weight = profile.weight(&m.kind);
     let score = relevance * m.importance * m.confidence * fresh * m.reinforcement * weight;
     Explain {
