@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::Home;
-use common::server::{Server, amos_in};
+use common::server::{Server, amos_in, id};
 use serde_json::Value;
 
 /// Two network namespaces joined by a veth pair; deleted on drop (which
@@ -115,10 +115,6 @@ fn namespaces(tag: &str) -> Option<Namespaces> {
             None
         }
     }
-}
-
-fn id(h: &Home) -> String {
-    h.json(&["id"])["node_id"].as_str().expect("id").to_owned()
 }
 
 /// `amos --json discover --timeout 2s` run in `netns`.

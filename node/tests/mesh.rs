@@ -13,15 +13,6 @@ use common::Home;
 use common::server::{Server, free_port, id};
 use serde_json::Value;
 
-/// `amos --json sync ARGS`: (exit code, per-peer results).
-fn sync(h: &Home, args: &[&str]) -> (i32, Vec<Value>) {
-    let mut a = vec!["--json", "sync"];
-    a.extend_from_slice(args);
-    let r = h.run(&a);
-    let peers = r.json()["peers"].as_array().expect("peers").clone();
-    (r.code, peers)
-}
-
 fn digest(h: &Home) -> String {
     h.digest("team:apollo")
 }
@@ -54,7 +45,7 @@ fn two_nodes_sync_and_an_idle_sync_moves_nothing() {
     }
     a.add("alice", "quasar private note", &[]);
 
-    let (code, peers) = sync(&b, &["now"]);
+    let (code, peers) = b.sync(&["now"]);
     assert_eq!(code, 0, "{peers:?}\n{}", server.log());
     assert_eq!(peers.len(), 1);
     assert_eq!(peers[0]["peer"], ida.as_str());
@@ -67,7 +58,7 @@ fn two_nodes_sync_and_an_idle_sync_moves_nothing() {
     assert_eq!(b.search_ids("alice", "quasar", 20).len(), 5);
 
     // Idle: watermarks only.
-    let (code, peers) = sync(&b, &["now", &ida]);
+    let (code, peers) = b.sync(&["now", &ida]);
     assert_eq!(code, 0, "{peers:?}");
     assert_eq!(peers[0]["result"], "ok");
     assert_eq!(peers[0]["facts_in"], 0);
@@ -75,7 +66,7 @@ fn two_nodes_sync_and_an_idle_sync_moves_nothing() {
 
     // A new memory on b travels to a (both sides pull).
     b.ok(&["agent", "add", "bob", "--team", "apollo"]);
-    let (code, _) = sync(&b, &["now"]);
+    let (code, _) = b.sync(&["now"]);
     assert_eq!(code, 0);
     assert_eq!(digest(&a), digest(&b));
 
@@ -111,21 +102,21 @@ fn unknown_and_removed_keys_are_refused_and_the_server_keeps_serving() {
     ]);
     a.add("alice", "nebula secret plan", &["team:apollo"]);
 
-    let (code, peers) = sync(&stranger, &["now"]);
+    let (code, peers) = stranger.sync(&["now"]);
     assert_eq!(code, 1, "{peers:?}");
     assert_eq!(peers[0]["result"], "refused", "{peers:?}");
     assert_eq!(peers[0]["facts_in"], 0);
     assert_ne!(digest(&a), digest(&stranger));
 
     assert!(server.is_running(), "{}", server.log());
-    let (code, peers) = sync(&b, &["now"]);
+    let (code, peers) = b.sync(&["now"]);
     assert_eq!(code, 0, "{peers:?}\n{}", server.log());
     assert_eq!(peers[0]["result"], "ok");
     assert_eq!(digest(&a), digest(&b));
 
     // Removed from the server's table: refused on the very next connection.
     a.ok(&["peers", "remove", &idb]);
-    let (code, peers) = sync(&b, &["now"]);
+    let (code, peers) = b.sync(&["now"]);
     assert_eq!(code, 1, "{peers:?}");
     assert_eq!(peers[0]["result"], "refused", "{peers:?}");
     assert!(server.is_running(), "{}", server.log());
@@ -168,11 +159,11 @@ fn a_memory_travels_through_the_middle_and_unreachable_peers_are_not_fatal() {
     ]);
 
     let m = a.add("alice", "pulsar relayed memory", &["team:apollo"]);
-    let (code, peers) = sync(&a, &["now"]);
+    let (code, peers) = a.sync(&["now"]);
     assert_eq!(code, 0, "{peers:?}\n{}", server.log());
     assert!(peers[0]["facts_out"].as_u64().unwrap() >= 2, "{peers:?}");
 
-    let (code, peers) = sync(&c, &["auto"]);
+    let (code, peers) = c.sync(&["auto"]);
     assert_eq!(code, 0, "{peers:?}\n{}", server.log());
     assert_eq!(peers.len(), 2, "{peers:?}");
     let by = |id: &str| {
@@ -190,7 +181,7 @@ fn a_memory_travels_through_the_middle_and_unreachable_peers_are_not_fatal() {
     assert_eq!(c.search_ids("alice", "pulsar", 5), vec![m]);
 
     // `sync now` treats an unreachable peer as a failure.
-    let (code, peers) = sync(&c, &["now", &id(&nobody)]);
+    let (code, peers) = c.sync(&["now", &id(&nobody)]);
     assert_eq!(code, 1, "{peers:?}");
     assert_eq!(peers[0]["result"], "unreachable");
 }
@@ -314,7 +305,7 @@ fn a_large_two_way_sync_does_not_stall() {
         }
     }
     let started = Instant::now();
-    let (code, peers) = sync(&b, &["now"]);
+    let (code, peers) = b.sync(&["now"]);
     assert_eq!(code, 0, "{peers:?}\n{}", server.log());
     assert!(peers[0]["facts_in"].as_u64().unwrap() >= 4000, "{peers:?}");
     assert!(peers[0]["facts_out"].as_u64().unwrap() >= 4000, "{peers:?}");

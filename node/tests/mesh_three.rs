@@ -16,34 +16,18 @@ mod common;
 use std::time::Duration;
 
 use common::Home;
-use common::server::Server;
+use common::server::{Server, id};
 use serde_json::Value;
 
 const SCOPE: &str = "team:apollo";
 
-fn id(h: &Home) -> String {
-    h.json(&["id"])["node_id"].as_str().expect("id").to_owned()
-}
-
 fn digest(h: &Home) -> String {
-    h.json(&["digest", "--scope", SCOPE])["digest"]
-        .as_str()
-        .expect("digest")
-        .to_owned()
-}
-
-/// `amos --json sync ARGS`: (exit code, per-peer results).
-fn sync(h: &Home, args: &[&str]) -> (i32, Vec<Value>) {
-    let mut a = vec!["--json", "sync"];
-    a.extend_from_slice(args);
-    let r = h.run(&a);
-    let peers = r.json()["peers"].as_array().expect("peers").clone();
-    (r.code, peers)
+    h.digest(SCOPE)
 }
 
 /// `amos sync auto` on `h`: every peer must answer ok.
 fn round(h: &Home, servers: &[&Server]) {
-    let (code, peers) = sync(h, &["auto"]);
+    let (code, peers) = h.sync(&["auto"]);
     let logs: Vec<String> = servers.iter().map(|s| s.log()).collect();
     assert_eq!(code, 0, "{peers:?}\n{logs:#?}");
     assert!(
@@ -186,7 +170,7 @@ fn a_partition_heals_with_nothing_lost_and_failed_syncs_are_recorded() {
     written.push(b.add("bob", "nimbus written on b during the split", &[SCOPE]));
     written.push(c.add("carol", "nimbus written on c during the split", &[SCOPE]));
     for (h, other) in [(a, &mesh.ids[1]), (b, &mesh.ids[0])] {
-        let (code, peers) = sync(h, &["auto"]);
+        let (code, peers) = h.sync(&["auto"]);
         assert_eq!(code, 0, "unreachable is not fatal to auto: {peers:?}");
         let by = |id: &str| peers.iter().find(|p| p["peer"] == id).cloned();
         assert_eq!(by(other).expect("other")["result"], "ok", "{peers:?}");
@@ -235,7 +219,7 @@ fn a_refused_sync_is_recorded_in_the_peers_table() {
     let ida = id(&a);
     stranger.ok(&["peers", "add", &ida, &server.addr, "--policy", SCOPE]);
     assert!(last_result(&stranger, &ida).is_null(), "never synced yet");
-    let (code, peers) = sync(&stranger, &["now"]);
+    let (code, peers) = stranger.sync(&["now"]);
     assert_eq!(code, 1, "{peers:?}");
     assert_eq!(peers[0]["result"], "refused");
     assert_eq!(last_result(&stranger, &ida), "refused");
@@ -329,7 +313,7 @@ fn garbage_and_oversize_frames_from_a_registered_key_end_only_that_session() {
         );
     }
     // The server still serves a normal sync.
-    let (code, peers) = sync(&b, &["now"]);
+    let (code, peers) = b.sync(&["now"]);
     assert_eq!(code, 0, "{peers:?}\n{}", server.log());
     assert_eq!(peers[0]["result"], "ok");
     assert_eq!(digest(&a), digest(&b));

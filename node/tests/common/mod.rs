@@ -109,6 +109,15 @@ impl Home {
             .collect()
     }
 
+    /// `amos --json sync ARGS`: (exit code, per-peer results).
+    pub fn sync(&self, args: &[&str]) -> (i32, Vec<Value>) {
+        let mut a = vec!["--json", "sync"];
+        a.extend_from_slice(args);
+        let r = self.run(&a);
+        let peers = r.json()["peers"].as_array().expect("peers").clone();
+        (r.code, peers)
+    }
+
     /// `amos digest --scope SCOPE`.
     pub fn digest(&self, scope: &str) -> String {
         self.json(&["digest", "--scope", scope])["digest"]
