@@ -31,6 +31,7 @@ pub mod recall;
 pub mod replica;
 pub mod service;
 pub mod store;
+pub mod text;
 pub mod verify;
 pub mod view;
 

@@ -82,11 +82,11 @@ pub struct InitReport {
 /// An open node: identity, store and (lazily) the index.
 pub struct Node {
     home: Home,
-    identity: NodeIdentity,
+    pub(crate) identity: NodeIdentity,
     name: String,
     pub(crate) store: Store,
     index: Option<RecallIndex>,
-    clock: Arc<dyn WallClock>,
+    pub(crate) clock: Arc<dyn WallClock>,
 }
 
 impl std::fmt::Debug for Node {
@@ -556,7 +556,12 @@ impl Node {
 
     /// The memory, visible to `who`, that `who` may change: owner (or the
     /// explicit local admin when `admin_ok`), and authored here.
-    fn editable(&self, who: &AuthorizedScopes, id: &str, admin_ok: bool) -> Result<MemoryRecord> {
+    pub(crate) fn editable(
+        &self,
+        who: &AuthorizedScopes,
+        id: &str,
+        admin_ok: bool,
+    ) -> Result<MemoryRecord> {
         let rec = self.get(who, id)?.into_inner();
         if !(who.owns(&rec) || (admin_ok && who.is_admin())) {
             return Err(NodeError::Refused(format!(
@@ -575,24 +580,13 @@ impl Node {
         Ok(rec)
     }
 
-    /// Edit a memory's text (owner, or the local admin).
+    /// Edit a memory's text (owner, or the local admin), on the memory's
+    /// origin or on a `full` peer of it. The edit travels as an automerge
+    /// change (see [`crate::text`]), so a concurrent edit elsewhere is kept
+    /// too; the origin compacts the history once it outgrows
+    /// `compact_bytes`.
     pub fn update(&mut self, who: &AuthorizedScopes, id: &str, text: &str) -> Result<MemoryId> {
-        check_text(text)?;
-        let rec = self.editable(who, id, true)?;
-        let body = FactBody::MemoryContent(MemoryContent {
-            id: rec.id,
-            fixed: fixed_of(&rec),
-            kind: rec.kind.clone(),
-            text: MemoryText::Plain(text.to_owned()),
-            tags: rec.tags.clone(),
-            importance: rec.importance,
-            confidence: rec.confidence,
-            pinned: rec.pinned,
-            expires_ms: rec.expires_ms,
-            supersedes: rec.supersedes,
-        });
-        self.commit(|_| Ok((vec![body], ())))?;
-        Ok(rec.id)
+        self.update_with(who, id, text, crate::text::DEFAULT_COMPACT_BYTES)
     }
 
     /// Add (`share`) or remove a grant. Owner only. Returns the new grants.

@@ -80,13 +80,14 @@ impl<'t, 'c> SqlReplica<'t, 'c> {
             Option<Vec<u8>>,
             Option<Vec<u8>>,
             String,
+            bool,
         );
         let row: Option<Row> = self
             .tx
             .conn()
             .prepare_cached(
                 "SELECT owner, created_ms, origin, v, content_fact IS NOT NULL, acl_v,
-                        tombstone_fact, effective
+                        tombstone_fact, effective, edited
                  FROM memories WHERE id = ?1",
             )?
             .query_row([&id.0[..]], |r| {
@@ -99,10 +100,12 @@ impl<'t, 'c> SqlReplica<'t, 'c> {
                     r.get(5)?,
                     r.get(6)?,
                     r.get(7)?,
+                    r.get(8)?,
                 ))
             })
             .optional()?;
-        let Some((owner, created, origin, v, content_held, acl_v, tomb, effective)) = row else {
+        let Some((owner, created, origin, v, content_held, acl_v, tomb, effective, edited)) = row
+        else {
             return Ok(None);
         };
         let fixed = MemoryFixed {
@@ -129,6 +132,7 @@ impl<'t, 'c> SqlReplica<'t, 'c> {
             acl_v: clock(acl_v),
             tombstone_v,
             effective: split_grants(&effective),
+            edited,
         }))
     }
 }
@@ -252,13 +256,17 @@ impl ReplicaStore for SqlReplica<'_, '_> {
                         acl_v: Some(fact.fact.clock),
                         tombstone_v: None,
                         effective,
+                        edited: false,
                     }),
                 );
                 self.held_acl.insert(id, (fact.clone(), effect.clone()));
                 Ok(())
             }
-            // Its content: one new row with both.
-            FactBody::MemoryContent(_) if self.held_acl.contains_key(&id) => {
+            // Its content: one new row with both (plain text; an edit goes
+            // through the text log, after the acl).
+            FactBody::MemoryContent(c)
+                if self.held_acl.contains_key(&id) && c.text.plain().is_some() =>
+            {
                 let Some((acl, acl_effect)) = self.held_acl.remove(&id) else {
                     return Ok(());
                 };
@@ -283,6 +291,16 @@ impl ReplicaStore for SqlReplica<'_, '_> {
                 Ok(())
             }
         }
+    }
+
+    fn merge_text(&mut self, fact: &Verified<SignedFact>) -> Result<bool> {
+        let Some((id, _)) = fact.fact.body.memory() else {
+            return Ok(false);
+        };
+        self.release(&id)?;
+        let changed = self.tx.merge_text(fact)?;
+        self.states.remove(&id);
+        Ok(changed)
     }
 
     fn observe(&mut self, clock: &Hlc) -> Result<()> {
@@ -434,8 +452,14 @@ pub fn export_facts(
     {
         let mut stmt = conn.prepare(
             "SELECT effective, grants_ever, tombstone_fact IS NOT NULL, content_fact, acl_fact,
-                    tombstone_fact
+                    tombstone_fact, edited, id
              FROM memories WHERE seq > ?1 AND seq <= ?2 ORDER BY seq",
+        )?;
+        // An edited memory's text log: every fact of it that changed since
+        // `since` (all of them after a change of visibility).
+        let mut text_log = conn.prepare_cached(
+            "SELECT fact FROM memory_text
+             WHERE memory = ?1 AND seq > ?2 AND seq <= ?3 AND fact IS NOT NULL ORDER BY seq",
         )?;
         let mut rows = stmt.query(params![spec.since, high])?;
         while let Some(r) = rows.next()? {
@@ -443,6 +467,16 @@ pub fn export_facts(
             let content: Option<Vec<u8>> = r.get(3)?;
             let acl: Option<Vec<u8>> = r.get(4)?;
             let tomb: Option<Vec<u8>> = r.get(5)?;
+            if d == MemoryExport::Whole && r.get::<_, bool>(6)? {
+                let id: Vec<u8> = r.get(7)?;
+                let mut log = text_log.query(params![id, spec.since, high])?;
+                while let Some(l) = log.next()? {
+                    let f: Vec<u8> = l.get(0)?;
+                    if content.as_ref() != Some(&f) {
+                        push(f, &mut out)?;
+                    }
+                }
+            }
             match d {
                 MemoryExport::None => {}
                 MemoryExport::Retraction => {

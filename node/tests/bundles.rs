@@ -1091,7 +1091,7 @@ fn export_for_a_scoped_peer_carries_only_its_scope_and_retractions() {
             match &f.fact.body {
                 FactBody::MemoryContent(c) => {
                     for w in ["fvprivate", "fvagent", "fvzeus", "fvglobal"] {
-                        assert!(!c.text.as_str().contains(w), "{c:?}");
+                        assert!(!c.text.plain().unwrap_or_default().contains(w), "{c:?}");
                     }
                     seen.content.insert(c.id.to_string());
                 }

@@ -74,21 +74,47 @@ pub struct MemoryFixed {
     pub origin: NodeId,
 }
 
-/// The text of a memory. New representations (e.g. an automerge change set)
-/// are appended as variants, never inserted, so old encodings stay valid.
+/// The text a content fact carries. New representations are appended as
+/// variants, never inserted, so old encodings stay valid.
+///
+/// A memory's text is [`MemoryText::Plain`] until its first edit; from then
+/// on content facts carry automerge changes to a document every node builds
+/// the same way (DESIGN.md §4, `amos_sync::text`), and the text readers see
+/// is that document's.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
 pub enum MemoryText {
+    /// The whole text (a memory never edited; also the base of the first edit).
     Plain(String),
+    /// One automerge change to the text document. Empty: this fact changes
+    /// other fields only.
+    Edit(Vec<u8>),
+    /// The origin's compaction: the whole document, saved by automerge. Only
+    /// the memory's origin may author one.
+    Snapshot(Vec<u8>),
 }
 
 impl MemoryText {
-    /// The text as readers see it.
-    pub fn as_str(&self) -> &str {
+    /// The text, if this fact carries it whole.
+    pub fn plain(&self) -> Option<&str> {
         match self {
-            MemoryText::Plain(s) => s,
+            MemoryText::Plain(s) => Some(s),
+            MemoryText::Edit(_) | MemoryText::Snapshot(_) => None,
+        }
+    }
+
+    /// Whether this fact may change the text of an edited memory.
+    pub fn changes_text(&self) -> bool {
+        match self {
+            MemoryText::Plain(_) | MemoryText::Snapshot(_) => true,
+            MemoryText::Edit(c) => !c.is_empty(),
         }
     }
 }
+
+/// Largest automerge change one edit fact may carry.
+pub const MAX_CHANGE_BYTES: usize = 256 * 1024;
+/// Largest saved document a compaction fact may carry.
+pub const MAX_SNAPSHOT_BYTES: usize = 512 * 1024;
 
 /// The content register of a memory (clock `v`).
 #[derive(Clone, Debug, PartialEq, Encode, Decode)]
@@ -234,7 +260,16 @@ impl FactBody {
                 if !m.kind.is_valid() {
                     return bad("memory type is not a slug");
                 }
-                check_text(m.text.as_str())?;
+                match &m.text {
+                    MemoryText::Plain(t) => check_text(t)?,
+                    MemoryText::Edit(c) => check_size("text change", c.len(), MAX_CHANGE_BYTES)?,
+                    MemoryText::Snapshot(d) => {
+                        if d.is_empty() {
+                            return bad("empty text snapshot");
+                        }
+                        check_size("text snapshot", d.len(), MAX_SNAPSHOT_BYTES)?
+                    }
+                }
                 check_tags(&m.tags)?;
                 check_unit("importance", m.importance)?;
                 check_unit("confidence", m.confidence)?;
@@ -324,6 +359,13 @@ pub fn check_text(text: &str) -> Result<(), ProtocolError> {
             size: text.len(),
             limit: MAX_TEXT_BYTES,
         });
+    }
+    Ok(())
+}
+
+fn check_size(what: &'static str, size: usize, limit: usize) -> Result<(), ProtocolError> {
+    if size > limit {
+        return Err(ProtocolError::TooLarge { what, size, limit });
     }
     Ok(())
 }

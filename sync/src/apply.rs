@@ -34,6 +34,9 @@ pub struct MemoryState {
     pub tombstone_v: Option<Hlc>,
     /// The grants in force on this node.
     pub effective: Grants,
+    /// Whether the memory's text is an automerge document here (it has been
+    /// edited): see [`crate::text`].
+    pub edited: bool,
 }
 
 /// How to store an admitted fact.
@@ -77,6 +80,10 @@ pub trait ReplicaStore {
     fn project_team(&mut self, project: &ProjectId) -> Result<Option<TeamId>, Self::Error>;
     /// Write an admitted fact that won the merge.
     fn put(&mut self, fact: &Verified<SignedFact>, effect: &Effect) -> Result<(), Self::Error>;
+    /// Offer the text of a content fact that lost by clock to the memory's
+    /// text log ([`crate::text::TextLog::offer`]); its other fields are
+    /// dropped. Returns whether anything changed.
+    fn merge_text(&mut self, fact: &Verified<SignedFact>) -> Result<bool, Self::Error>;
     /// Advance our clock past a received one.
     fn observe(&mut self, clock: &Hlc) -> Result<(), Self::Error>;
     /// Keep a fact aside to retry later.
@@ -206,6 +213,11 @@ fn apply_one<S: ReplicaStore>(
     store.observe(&fact.clock)?;
     match verdict {
         Verdict::Stale => Ok(Outcome::Stale),
+        Verdict::MergeText => Ok(if store.merge_text(f)? {
+            Outcome::Applied
+        } else {
+            Outcome::Stale
+        }),
         Verdict::Refuse(r) => Ok(Outcome::Refused(r)),
         Verdict::Apply => {
             let effective = match &fact.body {

@@ -35,6 +35,8 @@ pub enum Refusal {
     FixedFieldMismatch(String),
     /// The sender is not a registered peer (or was removed).
     UnknownPeer,
+    /// A text change or snapshot that does not decode.
+    MalformedText(String),
 }
 
 impl fmt::Display for Refusal {
@@ -44,6 +46,7 @@ impl fmt::Display for Refusal {
             Refusal::OutsidePolicy(what) => write!(f, "outside the peer's policy: {what}"),
             Refusal::FixedFieldMismatch(what) => write!(f, "fixed field mismatch: {what}"),
             Refusal::UnknownPeer => f.write_str("sender is not a registered peer"),
+            Refusal::MalformedText(e) => write!(f, "malformed text: {e}"),
         }
     }
 }
@@ -103,6 +106,11 @@ pub fn check<S: ReplicaStore>(
             };
             if !full && fact.author() != fixed.origin {
                 return Ok(Gate::Refuse(Refusal::NotOrigin));
+            }
+            if let FactBody::MemoryContent(c) = &fact.body
+                && let Err(e) = crate::text::check(&c.text)
+            {
+                return Ok(Gate::Refuse(Refusal::MalformedText(e.to_string())));
             }
             let origin_policy = if fixed.origin == me {
                 Some(PeerPolicy::Full)

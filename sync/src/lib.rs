@@ -27,6 +27,7 @@ pub mod gate;
 pub mod memstore;
 pub mod merge;
 pub mod session;
+pub mod text;
 pub mod transport;
 
 pub use apply::{ApplyReport, Effect, MemoryState, ReplicaStore, Sender, apply_batch};

@@ -8,14 +8,15 @@ use std::convert::Infallible;
 
 use amos_acl::{AuthorizedScopes, Gated, OrgGraph, PeerPolicy, ProjectState, TeamState};
 use amos_protocol::{
-    AgentId, Fact, FactBody, Grants, Hlc, HlcState, MemoryFixed, MemoryId, NodeId, NodeIdentity,
-    OrgScope, ProjectId, Register, SignedFact, TeamId, Verified,
+    AgentId, Fact, FactBody, Grants, Hlc, HlcState, MemoryFixed, MemoryId, MemoryText, NodeId,
+    NodeIdentity, OrgScope, ProjectId, Register, SignedFact, TeamId, Verified,
 };
 
 use crate::apply::{Effect, MemoryState, ReplicaStore};
 use crate::digest::Digest;
 use crate::export::{self, MemoryExport};
 use crate::gate::{DeferReason, Refusal};
+use crate::text::{TextDoc, TextLog};
 
 /// Per-memory state beside its facts.
 #[derive(Debug, Clone)]
@@ -39,6 +40,8 @@ pub struct MemStore {
     pub hlc: HlcState,
     pub deferred: Vec<(SignedFact, NodeId, DeferReason)>,
     pub refused: Vec<(SignedFact, NodeId, Refusal)>,
+    /// Edited memories: their text logs and documents.
+    pub texts: BTreeMap<MemoryId, (TextLog, TextDoc)>,
 }
 
 impl MemStore {
@@ -51,7 +54,94 @@ impl MemStore {
             hlc: HlcState::default(),
             deferred: Vec::new(),
             refused: Vec::new(),
+            texts: BTreeMap::new(),
         }
+    }
+
+    /// Edit memory `mem`'s text as `amos update` does: an automerge change
+    /// in a signed content fact, stored here. `None` if the memory's content
+    /// is not held, the text is unchanged, or the edit cannot be made.
+    pub fn edit_text(
+        &mut self,
+        identity: &NodeIdentity,
+        mem: &MemoryId,
+        new_text: &str,
+        now_ms: u64,
+    ) -> Option<Verified<SignedFact>> {
+        let current = self.facts.get(&Register::MemoryContent(*mem))?.clone();
+        let FactBody::MemoryContent(mut c) = current.fact.body.clone() else {
+            return None;
+        };
+        let mut doc = match self.texts.get(mem) {
+            Some((log, _)) => log.build(*mem).ok()?,
+            None => TextLog::start(Some(&current)).build(*mem).ok()?,
+        };
+        let clock = self.hlc.tick(now_ms, self.me);
+        let change = doc.edit(new_text, &self.me, &clock).ok()??;
+        c.text = MemoryText::Edit(change);
+        self.sign_and_put(identity, clock, FactBody::MemoryContent(c))
+    }
+
+    /// Compact memory `mem`'s history as its origin does: a snapshot of the
+    /// whole document in a signed content fact.
+    pub fn compact_text(
+        &mut self,
+        identity: &NodeIdentity,
+        mem: &MemoryId,
+        now_ms: u64,
+    ) -> Option<Verified<SignedFact>> {
+        let current = self.facts.get(&Register::MemoryContent(*mem))?.clone();
+        let FactBody::MemoryContent(mut c) = current.fact.body.clone() else {
+            return None;
+        };
+        let saved = self.texts.get_mut(mem)?.1.save();
+        let clock = self.hlc.tick(now_ms, self.me);
+        c.text = MemoryText::Snapshot(saved);
+        self.sign_and_put(identity, clock, FactBody::MemoryContent(c))
+    }
+
+    fn sign_and_put(
+        &mut self,
+        identity: &NodeIdentity,
+        clock: Hlc,
+        body: FactBody,
+    ) -> Option<Verified<SignedFact>> {
+        let signed = identity.sign(Fact { clock, body }).ok()?;
+        let Ok(()) = self.put(&signed, &Effect::local(&signed.fact.body));
+        Some(signed)
+    }
+
+    /// Offer a content fact's text to its memory's log, starting the log
+    /// at the first edit. Returns whether anything changed.
+    fn offer_text(&mut self, fact: &Verified<SignedFact>) -> bool {
+        let FactBody::MemoryContent(c) = &fact.fact.body else {
+            return false;
+        };
+        let id = c.id;
+        if !self.texts.contains_key(&id) {
+            if c.text.plain().is_some() {
+                return false;
+            }
+            let current = self.facts.get(&Register::MemoryContent(id));
+            let log = TextLog::start(current.map(|f| &**f));
+            let doc = match log.build(id) {
+                Ok(d) => d,
+                Err(_) => TextDoc::empty(id),
+            };
+            self.texts.insert(id, (log, doc));
+        }
+        let Some((log, doc)) = self.texts.get_mut(&id) else {
+            return false;
+        };
+        log.offer(id, fact, doc).unwrap_or(false)
+    }
+
+    /// Every text-log fact of memory `id`.
+    fn text_facts(&self, id: &MemoryId) -> Vec<Vec<u8>> {
+        self.texts
+            .get(id)
+            .map(|(log, _)| log.facts().map(<[u8]>::to_vec).collect())
+            .unwrap_or_default()
     }
 
     /// Author, sign and store a local write at physical time `now_ms`.
@@ -104,6 +194,15 @@ impl MemStore {
                 out.push(f.clone());
             }
         }
+        for (id, d) in &decisions {
+            if *d == MemoryExport::Whole {
+                for b in self.text_facts(id) {
+                    if let Ok(f) = SignedFact::decode_verified(&b) {
+                        out.push(f);
+                    }
+                }
+            }
+        }
         out
     }
 
@@ -119,6 +218,11 @@ impl MemStore {
         let mut d = Digest::new();
         for f in self.facts.values() {
             d.add(&f.to_bytes());
+        }
+        for id in self.texts.keys() {
+            for b in self.text_facts(id) {
+                d.add(&b);
+            }
         }
         d.finish().0
     }
@@ -154,7 +258,11 @@ impl MemStore {
     /// The text of a memory, if its content is held.
     pub fn text(&self, id: &MemoryId) -> Option<String> {
         match &self.facts.get(&Register::MemoryContent(*id))?.fact.body {
-            FactBody::MemoryContent(c) => Some(c.text.as_str().to_owned()),
+            FactBody::MemoryContent(c) => match (self.texts.get(id), c.text.plain()) {
+                (Some((_, doc)), _) => Some(doc.text()),
+                (None, Some(t)) => Some(t.to_owned()),
+                (None, None) => Some(String::new()),
+            },
             _ => None,
         }
     }
@@ -231,6 +339,7 @@ impl ReplicaStore for MemStore {
                 acl_v: clock(Register::MemoryAcl(*id)),
                 tombstone_v: clock(Register::MemoryTombstone(*id)),
                 effective: m.effective.clone(),
+                edited: self.texts.contains_key(id),
             }
         }))
     }
@@ -258,6 +367,7 @@ impl ReplicaStore for MemStore {
                     m.effective = Grants::private();
                     self.facts.remove(&Register::MemoryContent(id));
                     self.facts.remove(&Register::MemoryAcl(id));
+                    self.texts.remove(&id);
                 }
                 FactBody::MemoryAcl(_) => {
                     let eff = effect.effective.clone().unwrap_or_default();
@@ -269,13 +379,20 @@ impl ReplicaStore for MemStore {
                         && let Some(c) = self.facts.remove(&Register::MemoryContent(id))
                     {
                         m.purged_v = Some(c.fact.clock);
+                        self.texts.remove(&id);
                     }
+                }
+                FactBody::MemoryContent(_) => {
+                    self.offer_text(fact);
                 }
                 _ => {}
             }
         }
         self.facts.insert(body.register(), fact.clone());
         Ok(())
+    }
+    fn merge_text(&mut self, fact: &Verified<SignedFact>) -> Result<bool, Infallible> {
+        Ok(self.offer_text(fact))
     }
     fn observe(&mut self, clock: &Hlc) -> Result<(), Infallible> {
         self.hlc.observe(clock);

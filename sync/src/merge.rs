@@ -9,7 +9,7 @@
 //!
 //! Applying the same fact twice, or facts in any order, gives the same state.
 
-use amos_protocol::{Fact, FactBody, Hlc};
+use amos_protocol::{Fact, FactBody, Hlc, MemoryText};
 
 use crate::apply::MemoryState;
 use crate::gate::Refusal;
@@ -19,6 +19,10 @@ use crate::gate::Refusal;
 pub enum Verdict {
     /// Newer than what we hold: write it.
     Apply,
+    /// A content fact older than the one held, whose text change still
+    /// counts: concurrent edits both survive ([`crate::text`]). Its other
+    /// fields lose.
+    MergeText,
     /// Not newer (or the memory is tombstoned): drop it silently.
     Stale,
     /// Contradicts a fixed field: refuse and record why.
@@ -33,10 +37,20 @@ pub enum Verdict {
 /// * Content purged by a revocation keeps its clock: a replay stays stale,
 ///   while the same fact re-sent once the memory is shared here again (equal
 ///   clock, non-empty effective grants) is taken back.
+///
+/// A content fact that loses by clock may still carry a text change the
+/// memory's text document lacks: [`Verdict::MergeText`]. Only the origin
+/// may compact a memory's history (a snapshot).
 pub fn decide_memory(fact: &Fact, held: Option<&MemoryState>) -> Verdict {
     let Some((_, fixed)) = fact.body.memory() else {
         return Verdict::Stale;
     };
+    if let FactBody::MemoryContent(c) = &fact.body
+        && matches!(c.text, MemoryText::Snapshot(_))
+        && fact.author() != fixed.origin
+    {
+        return Verdict::Refuse(Refusal::NotOrigin);
+    }
     let Some(held) = held else {
         return Verdict::Apply;
     };
@@ -48,14 +62,23 @@ pub fn decide_memory(fact: &Fact, held: Option<&MemoryState>) -> Verdict {
     match (&fact.body, held.tombstone_v.as_ref()) {
         (FactBody::MemoryTombstone(_), t) => newer(&fact.clock, t),
         (_, Some(_)) => Verdict::Stale,
-        (FactBody::MemoryContent(_), None) => match held.content_v.as_ref() {
-            // Purged content comes back only with the memory shared here
-            // again (acl facts apply before content in a batch).
-            Some(v) if !held.content_held && !held.effective.is_empty() && fact.clock >= *v => {
-                Verdict::Apply
+        (FactBody::MemoryContent(c), None) => {
+            let by_clock = match held.content_v.as_ref() {
+                // Purged content comes back only with the memory shared here
+                // again (acl facts apply before content in a batch).
+                Some(v) if !held.content_held && !held.effective.is_empty() && fact.clock >= *v => {
+                    Verdict::Apply
+                }
+                v => newer(&fact.clock, v),
+            };
+            let text_counts = c.text.changes_text()
+                && (held.edited || c.text.plain().is_none())
+                && (held.content_held || !held.effective.is_empty());
+            match by_clock {
+                Verdict::Stale if text_counts => Verdict::MergeText,
+                v => v,
             }
-            v => newer(&fact.clock, v),
-        },
+        }
         (FactBody::MemoryAcl(_), None) => newer(&fact.clock, held.acl_v.as_ref()),
         _ => Verdict::Stale,
     }

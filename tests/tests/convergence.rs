@@ -360,7 +360,10 @@ impl World {
                 else {
                     unreachable!("holder holds content")
                 };
-                c.text = MemoryText::Plain(format!("{} / edit {text}", c.text.as_str()));
+                c.text = MemoryText::Plain(format!(
+                    "{} / edit {text}",
+                    c.text.plain().unwrap_or_default()
+                ));
                 c.importance = f32::from(text % 101) / 100.0;
                 self.write(at, FactBody::MemoryContent(c));
             }

@@ -1194,7 +1194,7 @@ fn export_to_a_scoped_peer_leaks_nothing() {
     let texts: Vec<&str> = out
         .iter()
         .filter_map(|f| match &f.fact.body {
-            FactBody::MemoryContent(c) => Some(c.text.as_str()),
+            FactBody::MemoryContent(c) => c.text.plain(),
             _ => None,
         })
         .collect();

@@ -163,10 +163,21 @@ enum Cmd {
     /// Per-agent ranking weights by memory type (replicated)
     #[command(subcommand)]
     Profile(ProfileCmd),
-    /// Edit a memory's content (owner only)
+    /// Edit a memory's content (owner only; on its origin or a full peer of it).
+    /// Concurrent edits on two nodes are merged, never dropped.
     Update {
         id: String,
         text: String,
+        /// The origin compacts the memory's edit history once it holds more
+        /// than this many bytes
+        #[arg(long, value_name = "BYTES", env = "AMOS_TEXT_COMPACT_BYTES", default_value_t = amos_node::text::DEFAULT_COMPACT_BYTES)]
+        compact_at: u64,
+        #[command(flatten)]
+        who: AsAgent,
+    },
+    /// The edits of a memory: author node, clock and size, oldest first
+    History {
+        id: String,
         #[command(flatten)]
         who: AsAgent,
     },
@@ -1348,10 +1359,39 @@ fn run(cli: Cli) -> Result<()> {
                 }
             });
         }
-        Cmd::Update { id, text, who: w } => {
+        Cmd::Update {
+            id,
+            text,
+            compact_at,
+            who: w,
+        } => {
             let who = who(&node, &w)?;
-            let id = node.update(&who, &id, &text)?;
+            let id = node.update_with(&who, &id, &text, compact_at)?;
             out.emit(&json!({"id": id.to_string()}), || format!("updated {id}"));
+        }
+        Cmd::History { id, who: w } => {
+            let who = who(&node, &w)?;
+            let (id, lines) = node.history(&who, &id)?;
+            out.emit(&json!({"id": id.to_string(), "edits": lines}), || {
+                lines
+                    .iter()
+                    .map(|l| {
+                        let at =
+                            std::time::UNIX_EPOCH + std::time::Duration::from_millis(l.wall_ms);
+                        let size = l
+                            .bytes
+                            .map_or_else(|| "compacted".to_owned(), |b| format!("{b} B"));
+                        format!(
+                            "{}  {:<8}  {}  {}",
+                            humantime::format_rfc3339_millis(at),
+                            l.kind,
+                            &l.author[..10.min(l.author.len())],
+                            size
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
         }
         Cmd::Share { id, scope, who: w } => set_grant(&mut node, &out, &w, &id, &scope, true)?,
         Cmd::Unshare { id, scope, who: w } => set_grant(&mut node, &out, &w, &id, &scope, false)?,

@@ -16,6 +16,7 @@
 pub mod memory;
 pub mod org;
 pub mod schema;
+pub mod text;
 
 use std::path::Path;
 use std::time::Duration;
@@ -273,38 +274,19 @@ impl Tx<'_> {
         let tx = &self.tx;
         match &fact.fact.body {
             FactBody::MemoryContent(m) => {
-                let tags = serde_json::to_string(&m.tags).unwrap_or_else(|_| "[]".into());
-                tx.prepare_cached(
-                    "INSERT INTO memories(id, owner, origin, created_ms, kind, content, tags,
-                        importance, confidence, pinned, expires_ms, supersedes, v, content_fact,
-                        seq, touched, owner_trusted)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?15, ?16)
-                     ON CONFLICT(id) DO UPDATE SET kind = excluded.kind, content = excluded.content,
-                        tags = excluded.tags, importance = excluded.importance,
-                        confidence = excluded.confidence, pinned = excluded.pinned,
-                        expires_ms = excluded.expires_ms, supersedes = excluded.supersedes,
-                        v = excluded.v, content_fact = excluded.content_fact,
-                        seq = excluded.seq, touched = excluded.touched,
-                        owner_trusted = excluded.owner_trusted",
-                )?
-                .execute(params![
-                    &m.id.0[..],
-                    m.fixed.owner.as_str(),
-                    &m.fixed.origin.0[..],
-                    m.fixed.created_ms as i64,
-                    m.kind.as_str(),
-                    m.text.as_str(),
-                    tags,
-                    m.importance as f64,
-                    m.confidence as f64,
-                    m.pinned,
-                    m.expires_ms.map(|e| e as i64),
-                    m.supersedes.map(|s| s.0.to_vec()),
-                    v,
-                    bytes,
-                    seq,
-                    effect.owner_trusted,
-                ])?;
+                let edited: bool = tx
+                    .prepare_cached("SELECT edited FROM memories WHERE id = ?1")?
+                    .query_row([&m.id.0[..]], |r| r.get(0))
+                    .optional()?
+                    .unwrap_or(false);
+                match m.text.plain() {
+                    Some(text) if !edited => {
+                        self.put_content_row(fact, text, seq, effect.owner_trusted)?
+                    }
+                    _ => {
+                        self.put_edited_content(fact, effect.owner_trusted, true)?;
+                    }
+                }
             }
             FactBody::MemoryAcl(m) => {
                 let effective = effect.effective.as_ref().unwrap_or(&m.grants);
@@ -346,7 +328,9 @@ impl Tx<'_> {
                 for g in effective.iter() {
                     ins.execute(params![&m.id.0[..], g.to_string()])?;
                 }
+                self.resend_text(&m.id, seq)?;
                 if effect.purge_content {
+                    self.drop_text(&m.id)?;
                     // No local agent can see it and it is not ours: erase the
                     // content but keep its clock `v`, so an older replay stays
                     // stale (the origin re-sends it whole if it is shared again).
@@ -376,7 +360,8 @@ impl Tx<'_> {
                     seq,
                     effect.owner_trusted,
                 ])?;
-                // Terminal: erase content and visibility everywhere.
+                // Terminal: erase content, its text log and visibility everywhere.
+                self.drop_text(&m.id)?;
                 tx.prepare_cached(
                     "UPDATE memories SET kind = NULL, content = NULL, tags = NULL,
                         importance = NULL, confidence = NULL, pinned = NULL, expires_ms = NULL,
@@ -491,6 +476,58 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Write a content fact as the memory's content register, with `text`
+    /// as the text readers see.
+    fn put_content_row(
+        &mut self,
+        fact: &Verified<SignedFact>,
+        text: &str,
+        seq: i64,
+        owner_trusted: bool,
+    ) -> Result<()> {
+        let FactBody::MemoryContent(m) = &fact.fact.body else {
+            return Err(NodeError::Corrupt(
+                "put_content_row takes a content fact".into(),
+            ));
+        };
+        let bytes = fact.to_bytes();
+        let v = fact.fact.clock.sort_key().to_vec();
+        let tx = &self.tx;
+        let tags = serde_json::to_string(&m.tags).unwrap_or_else(|_| "[]".into());
+        tx.prepare_cached(
+                    "INSERT INTO memories(id, owner, origin, created_ms, kind, content, tags,
+                        importance, confidence, pinned, expires_ms, supersedes, v, content_fact,
+                        seq, touched, owner_trusted)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?15, ?16)
+                     ON CONFLICT(id) DO UPDATE SET kind = excluded.kind, content = excluded.content,
+                        tags = excluded.tags, importance = excluded.importance,
+                        confidence = excluded.confidence, pinned = excluded.pinned,
+                        expires_ms = excluded.expires_ms, supersedes = excluded.supersedes,
+                        v = excluded.v, content_fact = excluded.content_fact,
+                        seq = excluded.seq, touched = excluded.touched,
+                        owner_trusted = excluded.owner_trusted",
+                )?
+                .execute(params![
+                    &m.id.0[..],
+                    m.fixed.owner.as_str(),
+                    &m.fixed.origin.0[..],
+                    m.fixed.created_ms as i64,
+                    m.kind.as_str(),
+                    text,
+                    tags,
+                    m.importance as f64,
+                    m.confidence as f64,
+                    m.pinned,
+                    m.expires_ms.map(|e| e as i64),
+                    m.supersedes.map(|s| s.0.to_vec()),
+                    v,
+                    bytes,
+                    seq,
+                    owner_trusted,
+                ])?;
+        Ok(())
+    }
+
     /// Write a memory that has no row yet from its content and acl facts
     /// (same id and fixed fields) as one new row: the row that `put_fact`
     /// of the acl fact (with `effective` in force, never purging) then of
@@ -516,6 +553,11 @@ impl Tx<'_> {
                 "put_new_memory: the content and acl facts name different memories".into(),
             ));
         }
+        let Some(text) = m.text.plain() else {
+            return Err(NodeError::Corrupt(
+                "put_new_memory takes plain text; an edit goes through the text log".into(),
+            ));
+        };
         self.next_seq()?;
         let seq = self.next_seq()?;
         let tags = serde_json::to_string(&m.tags).unwrap_or_else(|_| "[]".into());
@@ -534,7 +576,7 @@ impl Tx<'_> {
             &m.fixed.origin.0[..],
             m.fixed.created_ms as i64,
             m.kind.as_str(),
-            m.text.as_str(),
+            text,
             tags,
             m.importance as f64,
             m.confidence as f64,

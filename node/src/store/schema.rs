@@ -201,6 +201,23 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT, WITHOUT ROWID;
     CREATE INDEX associations_b ON associations(b);
     "#,
+    // v5: edited text (DESIGN.md §4, `amos_sync::text`). An edited memory's
+    // text is an automerge document made of the facts in `memory_text`: its
+    // base (plain text), its snapshot and its edits, each a signed content
+    // fact kept and relayed even when it lost the content register by clock.
+    // `text_doc` caches the saved document (local, rebuildable).
+    r#"
+    CREATE TABLE memory_text (
+        memory  BLOB NOT NULL,
+        key     BLOB NOT NULL,     -- 'base', 'snapshot' or an edit's 32-byte change id
+        v       BLOB NOT NULL,     -- the fact's clock (sort key)
+        fact    BLOB,              -- the signed fact; NULL once the snapshot covers it
+        seq     INTEGER NOT NULL,
+        PRIMARY KEY (memory, key)
+    ) STRICT, WITHOUT ROWID;
+    ALTER TABLE memories ADD COLUMN edited INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE memories ADD COLUMN text_doc BLOB;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -1,0 +1,311 @@
+//! Edited memories' text on SQLite: the `memory_text` log (one row per
+//! base, snapshot and edit: [`amos_sync::text::TextLog`]), the text it
+//! materialises into `memories.content`, and a local cache of the automerge
+//! document (`memories.text_doc`).
+//!
+//! Boundary: which facts the log keeps and what the text is are decided by
+//! `amos_sync::text`; this module only loads and stores rows. The cache is
+//! never replicated and can always be rebuilt from the log.
+
+use amos_protocol::{FactBody, Hlc, MemoryId, MemoryText, SignedFact, Verified, codec};
+use amos_sync::text::{LogEntry, LogKey, TextDoc, TextError, TextLog};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::Tx;
+use crate::error::{NodeError, Result};
+
+const BASE: &[u8] = b"base";
+const SNAPSHOT: &[u8] = b"snapshot";
+
+fn key_bytes(k: &LogKey) -> Vec<u8> {
+    match k {
+        LogKey::Base => BASE.to_vec(),
+        LogKey::Snapshot => SNAPSHOT.to_vec(),
+        LogKey::Edit(c) => c.to_vec(),
+    }
+}
+
+fn key_of(b: &[u8]) -> Option<LogKey> {
+    match b {
+        BASE => Some(LogKey::Base),
+        SNAPSHOT => Some(LogKey::Snapshot),
+        _ => b.try_into().ok().map(LogKey::Edit),
+    }
+}
+
+fn corrupt(e: TextError) -> NodeError {
+    NodeError::Corrupt(format!("memory text: {e}"))
+}
+
+/// The text log of memory `id` (empty if it was never edited here).
+pub fn load_log(conn: &Connection, id: &MemoryId) -> Result<TextLog> {
+    let mut stmt = conn.prepare_cached("SELECT key, v, fact FROM memory_text WHERE memory = ?1")?;
+    let mut rows = stmt.query([&id.0[..]])?;
+    let mut log = TextLog::default();
+    while let Some(r) = rows.next()? {
+        let key: Vec<u8> = r.get(0)?;
+        let v: Vec<u8> = r.get(1)?;
+        let (Some(key), Some(clock)) = (key_of(&key), Hlc::from_sort_key(&v)) else {
+            return Err(NodeError::Corrupt(
+                "memory_text row with a bad key or clock".into(),
+            ));
+        };
+        log.entries.insert(
+            key,
+            LogEntry {
+                clock,
+                fact: r.get(2)?,
+            },
+        );
+    }
+    Ok(log)
+}
+
+/// One entry of `amos history`, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryEntry {
+    pub key: LogKey,
+    pub clock: Hlc,
+    /// Bytes of the change (or base text, or snapshot) the fact carries;
+    /// `None` once compacted into the snapshot.
+    pub bytes: Option<usize>,
+}
+
+/// The history of memory `id`: its text log, or, for a memory never edited,
+/// its one content fact as the base.
+pub fn history(conn: &Connection, id: &MemoryId) -> Result<Vec<HistoryEntry>> {
+    let log = load_log(conn, id)?;
+    let mut out = Vec::new();
+    if log.entries.is_empty() {
+        let fact: Option<Vec<u8>> = conn
+            .prepare_cached("SELECT content_fact FROM memories WHERE id = ?1")?
+            .query_row([&id.0[..]], |r| r.get(0))
+            .optional()?
+            .flatten();
+        if let Some(b) = fact {
+            let f = decode(&b)?;
+            out.push(HistoryEntry {
+                key: LogKey::Base,
+                clock: f.fact.clock,
+                bytes: Some(carried(&f)),
+            });
+        }
+        return Ok(out);
+    }
+    for (key, e) in log.entries {
+        let bytes = match (&e.fact, key) {
+            (Some(b), _) => Some(carried(&decode(b)?)),
+            // A marker of an edit the snapshot holds: the snapshot stands for it.
+            (None, LogKey::Edit(_)) => continue,
+            (None, _) => None,
+        };
+        out.push(HistoryEntry {
+            key,
+            clock: e.clock,
+            bytes,
+        });
+    }
+    out.sort_by_key(|e| e.clock);
+    Ok(out)
+}
+
+fn decode(b: &[u8]) -> Result<SignedFact> {
+    codec::decode_signed(b).map_err(|e| NodeError::Corrupt(format!("stored text fact: {e}")))
+}
+
+fn carried(f: &SignedFact) -> usize {
+    match &f.fact.body {
+        FactBody::MemoryContent(c) => match &c.text {
+            MemoryText::Plain(t) => t.len(),
+            MemoryText::Edit(b) | MemoryText::Snapshot(b) => b.len(),
+        },
+        _ => 0,
+    }
+}
+
+/// Stored bytes of an edited memory's text: its log facts and its cached
+/// document (for the storage-overhead figure of `amos bench`).
+pub fn stored_bytes(conn: &Connection, id: &MemoryId) -> Result<(u64, u64)> {
+    let log: i64 = conn.query_row(
+        "SELECT coalesce(sum(length(fact)), 0) FROM memory_text WHERE memory = ?1",
+        [&id.0[..]],
+        |r| r.get(0),
+    )?;
+    let doc: i64 = conn.query_row(
+        "SELECT coalesce(length(text_doc), 0) FROM memories WHERE id = ?1",
+        [&id.0[..]],
+        |r| r.get(0),
+    )?;
+    Ok((log as u64, doc as u64))
+}
+
+/// What a memory row says about its text.
+struct TextRow {
+    edited: bool,
+    cache: Option<Vec<u8>>,
+    content_fact: Option<Vec<u8>>,
+}
+
+fn text_row(conn: &Connection, id: &MemoryId) -> Result<Option<TextRow>> {
+    Ok(conn
+        .prepare_cached("SELECT edited, text_doc, content_fact FROM memories WHERE id = ?1")?
+        .query_row([&id.0[..]], |r| {
+            Ok(TextRow {
+                edited: r.get(0)?,
+                cache: r.get(1)?,
+                content_fact: r.get(2)?,
+            })
+        })
+        .optional()?)
+}
+
+/// The text state of a memory as a write transaction sees it.
+pub struct TextState {
+    pub log: TextLog,
+    pub doc: TextDoc,
+    /// Whether the memory was edited before (its log exists).
+    pub edited: bool,
+}
+
+impl Tx<'_> {
+    /// The log and document of memory `id`. For a memory never edited, a
+    /// fresh log whose base is its current plain content fact.
+    pub fn text_state(&self, id: &MemoryId) -> Result<TextState> {
+        let row = text_row(&self.tx, id)?;
+        let edited = row.as_ref().is_some_and(|r| r.edited);
+        let log = if edited {
+            load_log(&self.tx, id)?
+        } else {
+            let current = row
+                .as_ref()
+                .and_then(|r| r.content_fact.as_deref())
+                .map(decode)
+                .transpose()?;
+            TextLog::start(current.as_ref())
+        };
+        let cached = row
+            .and_then(|r| r.cache)
+            .filter(|_| edited)
+            .and_then(|c| TextDoc::load(*id, &c).ok());
+        let doc = match cached {
+            Some(mut d) => {
+                if log.complete(&mut d) {
+                    d
+                } else {
+                    log.build(*id).map_err(corrupt)?
+                }
+            }
+            None => log.build(*id).map_err(corrupt)?,
+        };
+        Ok(TextState { log, doc, edited })
+    }
+
+    /// Store a content fact of memory `id` whose text must go through the
+    /// text log (the memory was edited, or the fact is an edit or snapshot).
+    /// With `fields_win`, the fact also becomes the content register (it won
+    /// by clock); otherwise only its text counts. Returns whether anything
+    /// changed.
+    pub(super) fn put_edited_content(
+        &mut self,
+        fact: &Verified<SignedFact>,
+        owner_trusted: bool,
+        fields_win: bool,
+    ) -> Result<bool> {
+        let FactBody::MemoryContent(m) = &fact.fact.body else {
+            return Ok(false);
+        };
+        let TextState {
+            mut log,
+            mut doc,
+            edited,
+        } = self.text_state(&m.id)?;
+        // A log started here is new: its base row is written too, with the
+        // row's seq as it stands — the base is the content fact peers synced
+        // up to that seq already hold, so it is not sent again.
+        let (before, base_seq) = if edited {
+            (log.clone(), None)
+        } else {
+            let row_seq: Option<i64> = self
+                .tx
+                .prepare_cached("SELECT seq FROM memories WHERE id = ?1")?
+                .query_row([&m.id.0[..]], |r| r.get(0))
+                .optional()?;
+            (TextLog::default(), row_seq)
+        };
+        let changed = log.offer(m.id, fact, &mut doc).map_err(corrupt)?;
+        if !changed && !fields_win && edited {
+            return Ok(false);
+        }
+        let seq = self.next_seq()?;
+        self.write_log(&m.id, &before, &log, seq, base_seq)?;
+        let text = doc.text();
+        let cache = log.complete(&mut doc).then(|| doc.save());
+        if fields_win {
+            self.put_content_row(fact, &text, seq, owner_trusted)?;
+        }
+        self.tx
+            .prepare_cached(
+                "UPDATE memories SET content = CASE WHEN content_fact IS NULL THEN NULL ELSE ?2 END,
+                    edited = 1, text_doc = ?3, seq = ?4, touched = ?4
+                 WHERE id = ?1",
+            )?
+            .execute(params![&m.id.0[..], text, cache, seq])?;
+        Ok(true)
+    }
+
+    /// Offer the text of a content fact that lost by clock (see
+    /// [`amos_sync::Verdict::MergeText`]).
+    pub fn merge_text(&mut self, fact: &Verified<SignedFact>) -> Result<bool> {
+        // Without `fields_win` the row keeps its own owner rule.
+        self.put_edited_content(fact, false, false)
+    }
+
+    fn write_log(
+        &self,
+        id: &MemoryId,
+        before: &TextLog,
+        after: &TextLog,
+        seq: i64,
+        base_seq: Option<i64>,
+    ) -> Result<()> {
+        let mut put = self.tx.prepare_cached(
+            "INSERT INTO memory_text(memory, key, v, fact, seq) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT(memory, key) DO UPDATE SET v = excluded.v, fact = excluded.fact,
+                seq = excluded.seq",
+        )?;
+        for (k, e) in &after.entries {
+            if before.entries.get(k) != Some(e) {
+                put.execute(params![
+                    &id.0[..],
+                    key_bytes(k),
+                    &e.clock.sort_key()[..],
+                    e.fact,
+                    match (k, base_seq) {
+                        (LogKey::Base, Some(s)) => s,
+                        _ => seq,
+                    }
+                ])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Forget an edited memory's text (purge or tombstone).
+    pub(super) fn drop_text(&self, id: &MemoryId) -> Result<()> {
+        self.tx
+            .prepare_cached("DELETE FROM memory_text WHERE memory = ?1")?
+            .execute([&id.0[..]])?;
+        self.tx
+            .prepare_cached("UPDATE memories SET edited = 0, text_doc = NULL WHERE id = ?1")?
+            .execute([&id.0[..]])?;
+        Ok(())
+    }
+
+    /// Send the whole text log again with the memory's new visibility.
+    pub(super) fn resend_text(&self, id: &MemoryId, seq: i64) -> Result<()> {
+        self.tx
+            .prepare_cached("UPDATE memory_text SET seq = ?2 WHERE memory = ?1")?
+            .execute(params![&id.0[..], seq])?;
+        Ok(())
+    }
+}

@@ -1,0 +1,160 @@
+//! Editing a memory's text and reading its history (DESIGN.md §4,
+//! "Concurrent content edits"): a local edit becomes an automerge change in
+//! a signed content fact; the origin compacts a history that outgrew its
+//! budget by signing a snapshot.
+//!
+//! Boundary: which facts make up the text and what it reads is
+//! `amos_sync::text`'s; storage is `store::text`'s. The gate runs before
+//! anything here: only a visible memory is edited or shown.
+
+use amos_acl::AuthorizedScopes;
+use amos_protocol::fact::check_text;
+use amos_protocol::{Fact, FactBody, MemoryContent, MemoryId, MemoryText};
+use amos_sync::text::LogKey;
+use serde::Serialize;
+
+use crate::error::{NodeError, Result};
+use crate::node::Node;
+use crate::store::memory::MemoryRecord;
+use crate::store::text::{self as stored, HistoryEntry};
+
+/// Compact an edited memory's history once its log holds more than this
+/// many bytes of facts (`amos update --compact-at`, `AMOS_TEXT_COMPACT_BYTES`).
+pub const DEFAULT_COMPACT_BYTES: u64 = 64 * 1024;
+
+/// One line of `amos history`.
+#[derive(Debug, Clone, Serialize)]
+pub struct HistoryLine {
+    /// `created` (the plain base), `edit` or `snapshot`.
+    pub kind: &'static str,
+    /// The author node (full NodeId).
+    pub author: String,
+    pub wall_ms: u64,
+    pub logical: u32,
+    /// Bytes the fact carries (text, change or saved document); `null` for
+    /// a base compacted into the snapshot. Compacted edits are not listed:
+    /// the snapshot line stands for them.
+    pub bytes: Option<usize>,
+    pub compacted: bool,
+}
+
+impl From<HistoryEntry> for HistoryLine {
+    fn from(e: HistoryEntry) -> Self {
+        HistoryLine {
+            kind: match e.key {
+                LogKey::Base => "created",
+                LogKey::Snapshot => "snapshot",
+                LogKey::Edit(_) => "edit",
+            },
+            author: e.clock.node.to_string(),
+            wall_ms: e.clock.wall_ms,
+            logical: e.clock.logical,
+            bytes: e.bytes,
+            compacted: e.bytes.is_none(),
+        }
+    }
+}
+
+fn content_of(rec: &MemoryRecord, text: MemoryText) -> FactBody {
+    FactBody::MemoryContent(MemoryContent {
+        id: rec.id,
+        fixed: amos_protocol::MemoryFixed {
+            owner: rec.owner.clone(),
+            created_ms: rec.created_ms,
+            origin: rec.origin,
+        },
+        kind: rec.kind.clone(),
+        text,
+        tags: rec.tags.clone(),
+        importance: rec.importance,
+        confidence: rec.confidence,
+        pinned: rec.pinned,
+        expires_ms: rec.expires_ms,
+        supersedes: rec.supersedes,
+    })
+}
+
+fn text_error(e: amos_sync::text::TextError) -> NodeError {
+    NodeError::Corrupt(format!("memory text: {e}"))
+}
+
+impl Node {
+    /// [`Node::update`] with an explicit compaction budget.
+    pub fn update_with(
+        &mut self,
+        who: &AuthorizedScopes,
+        id: &str,
+        text: &str,
+        compact_bytes: u64,
+    ) -> Result<MemoryId> {
+        check_text(text)?;
+        let rec = self.text_editable(who, id)?;
+        let now = self.now_ms();
+        let me = self.node_id();
+        let identity = &self.identity;
+        self.store.write(|tx| {
+            let clock = tx.tick(now, me)?;
+            let mut state = tx.text_state(&rec.id)?;
+            let Some(change) = state.doc.edit(text, &me, &clock).map_err(text_error)? else {
+                return Ok(());
+            };
+            let edit = identity.sign(Fact {
+                clock,
+                body: content_of(&rec, MemoryText::Edit(change)),
+            })?;
+            tx.put_fact(&edit, &amos_sync::Effect::local(&edit.fact.body))?;
+            // Only the origin compacts (a snapshot from anyone else is refused).
+            if rec.origin == me {
+                let (log_bytes, _) = stored::stored_bytes(tx.conn(), &rec.id)?;
+                if log_bytes > compact_bytes {
+                    let mut state = tx.text_state(&rec.id)?;
+                    let saved = state.doc.save();
+                    if saved.len() <= amos_protocol::fact::MAX_SNAPSHOT_BYTES {
+                        let snap = identity.sign(Fact {
+                            clock: tx.tick(now, me)?,
+                            body: content_of(&rec, MemoryText::Snapshot(saved)),
+                        })?;
+                        tx.put_fact(&snap, &amos_sync::Effect::local(&snap.fact.body))?;
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        Ok(rec.id)
+    }
+
+    /// The memory `who` may edit the text of: owner (or the local admin),
+    /// and originating here or at a `full` peer (whose facts this node's
+    /// peers accept from us as from our own operator).
+    fn text_editable(&self, who: &AuthorizedScopes, id: &str) -> Result<MemoryRecord> {
+        let rec = self.get(who, id)?.into_inner();
+        if !(who.owns(&rec) || who.is_admin()) {
+            return Err(NodeError::Refused(format!(
+                "only the owner ({}) may change memory {}",
+                rec.owner, rec.id
+            )));
+        }
+        if rec.origin != self.node_id() && !rec.owner_trusted {
+            return Err(NodeError::Refused(format!(
+                "memory {} originates at node {}, which is not a full peer; change it there",
+                rec.id,
+                rec.origin.short()
+            )));
+        }
+        Ok(rec)
+    }
+
+    /// The edits of a memory visible to `who`, oldest first.
+    pub fn history(
+        &self,
+        who: &AuthorizedScopes,
+        id: &str,
+    ) -> Result<(MemoryId, Vec<HistoryLine>)> {
+        let rec = self.get(who, id)?.into_inner();
+        let lines = stored::history(self.store.conn(), &rec.id)?
+            .into_iter()
+            .map(HistoryLine::from)
+            .collect();
+        Ok((rec.id, lines))
+    }
+}
