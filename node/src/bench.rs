@@ -20,6 +20,7 @@ use crate::error::{NodeError, Result};
 use crate::home::Home;
 use crate::index::dir_size;
 use crate::node::{NewMemory, Node};
+use crate::progress::{Feedback, Progress};
 
 /// Memories per `add_many` transaction while loading.
 const LOAD_BATCH: usize = 1000;
@@ -38,8 +39,8 @@ pub struct BenchConfig {
     pub single_adds: usize,
     /// Where to make the temporary home (None = the system temp dir).
     pub workdir: Option<PathBuf>,
-    /// Show a progress bar (only when stderr is a terminal).
-    pub progress: bool,
+    /// Progress bars on stderr (drawn only when it is a terminal).
+    pub feedback: Feedback,
     /// Keep the temporary homes afterwards (their path is in the report).
     pub keep: bool,
     /// Run the live-sync section (two in-process nodes over loopback QUIC).
@@ -213,21 +214,6 @@ pub fn peak_rss_bytes() -> u64 {
         .unwrap_or(0)
 }
 
-fn progress_bar(show: bool, len: usize, what: &str) -> indicatif::ProgressBar {
-    use std::io::IsTerminal;
-    if !show || !std::io::stderr().is_terminal() {
-        return indicatif::ProgressBar::hidden();
-    }
-    let pb = indicatif::ProgressBar::new(len as u64);
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{msg:>10} [{bar:40}] {pos}/{len} ({per_sec}, eta {eta})",
-    ) {
-        pb.set_style(style.progress_chars("=> "));
-    }
-    pb.set_message(what.to_owned());
-    pb
-}
-
 /// Run the benchmark.
 pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
     let org: Org = serde_json::from_str(&fs::read_to_string(cfg.corpus.join("org.json")).map_err(
@@ -293,7 +279,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         n.importance = m.importance;
         Ok(n)
     };
-    let pb = progress_bar(cfg.progress, 0, "load");
+    let pb = Progress::counter(cfg.feedback, "load", "memories");
     let t0 = Instant::now();
     // The first memories, (owner, id), to change before the incremental sync.
     let mut changes: Vec<(String, String)> = Vec::new();
@@ -329,7 +315,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
     // Reading and parsing the workload file is the harness's, not the node's.
     let load_s = t0.elapsed().as_secs_f64() - parse_s;
     let memories = first;
-    pb.finish_and_clear();
+    drop(pb);
 
     // First catch-up builds the index.
     let t0 = Instant::now();
@@ -338,7 +324,12 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
     let index_build_s = t0.elapsed().as_secs_f64();
 
     // Queries, each as its own requester (the gate is rebuilt per query).
-    let pb = progress_bar(cfg.progress, queries.len() * cfg.passes * 2, "queries");
+    let pb = Progress::bar(
+        cfg.feedback,
+        "queries",
+        "recalls",
+        (queries.len() * cfg.passes * 2) as u64,
+    );
     let mut search = Vec::new();
     let mut pack = Vec::new();
     let mut with_hits = 0;
@@ -359,7 +350,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
             pb.inc(1);
         }
     }
-    pb.finish_and_clear();
+    drop(pb);
 
     // Single durable adds after the load.
     let mut adds = Vec::new();
@@ -374,7 +365,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
     }
 
     let t0 = Instant::now();
-    node.index_rebuild()?;
+    node.index_rebuild(cfg.feedback)?;
     let index_rebuild_s = t0.elapsed().as_secs_f64();
 
     // Bundle: export everything (signed, encrypted), import into a fresh peer.
@@ -387,10 +378,10 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
     peer.mesh_key_set(&key.to_string())?;
     let bundle_path = tmp.path().join("bench.bndl");
     let t0 = Instant::now();
-    let exported = node.bundle_export(&bundle_path, &[], None)?;
+    let exported = node.bundle_export(&bundle_path, &[], None, cfg.feedback)?;
     let export_s = t0.elapsed().as_secs_f64();
     let t0 = Instant::now();
-    let imported = peer.bundle_import(&bundle_path)?;
+    let imported = peer.bundle_import(&bundle_path, cfg.feedback)?;
     let import_s = t0.elapsed().as_secs_f64();
     if node.digest(&[])? != peer.digest(&[])? {
         return Err(NodeError::Failed(

@@ -10,7 +10,7 @@
 //! Invariant: a bundle that fails verification changes nothing.
 
 use std::fs::{self, File};
-use std::io::{BufReader, BufWriter, IsTerminal};
+use std::io::{BufReader, BufWriter};
 use std::path::Path;
 
 use amos_acl::PeerPolicy;
@@ -23,6 +23,7 @@ use serde::Serialize;
 use crate::error::{NodeError, Result};
 use crate::home::write_atomic;
 use crate::node::Node;
+use crate::progress::{Feedback, Progress};
 
 /// Facts per bundle frame (the format's own default: large enough that
 /// batch verification on the reader's cores runs at full speed).
@@ -61,20 +62,6 @@ fn bundle_err(file: &Path) -> impl Fn(BundleError) -> NodeError + '_ {
         }
         e => NodeError::Failed(format!("{}: {e}", file.display())),
     }
-}
-
-fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return indicatif::ProgressBar::hidden();
-    }
-    let pb = indicatif::ProgressBar::new(len);
-    if let Ok(style) =
-        indicatif::ProgressStyle::with_template("{msg:>8} [{bar:40}] {pos}/{len} facts ({per_sec})")
-    {
-        pb.set_style(style.progress_chars("=> "));
-    }
-    pb.set_message(what.to_owned());
-    pb
 }
 
 impl Node {
@@ -119,11 +106,13 @@ impl Node {
 
     /// Write a bundle of what `policy` lets out: `--for PEER` uses that
     /// peer's policy, `--scope S…` a scoped policy, neither everything.
+    /// `feedback`: a progress line on stderr (only if it is a terminal).
     pub fn bundle_export(
         &mut self,
         file: &Path,
         scopes: &[String],
         for_peer: Option<&str>,
+        feedback: Feedback,
     ) -> Result<ExportReport> {
         let mut pairing = None;
         let policy = match (for_peer, scopes.is_empty()) {
@@ -174,12 +163,12 @@ impl Node {
             pairing,
         )
         .map_err(bundle_err(file))?;
-        let pb = progress(0, "export");
+        let pb = Progress::counter(feedback, "export", "facts");
         self.export_snapshot(&policy, FRAME_FACTS, |facts| {
             pb.inc(facts.len() as u64);
             writer.write_frame(&facts).map_err(bundle_err(file))
         })?;
-        pb.finish_and_clear();
+        drop(pb);
         let (out, summary) = writer.finish().map_err(bundle_err(file))?;
         out.into_inner()
             .map_err(|e| NodeError::io(format!("writing {}", file.display()))(e.into_error()))?
@@ -198,7 +187,8 @@ impl Node {
     }
 
     /// Verify a bundle completely, then apply it through the import gate.
-    pub fn bundle_import(&mut self, file: &Path) -> Result<ImportReport> {
+    /// `feedback`: a progress bar on stderr (only if it is a terminal).
+    pub fn bundle_import(&mut self, file: &Path, feedback: Feedback) -> Result<ImportReport> {
         let key = self.mesh_key()?;
         let open = || -> Result<BufReader<File>> {
             File::open(file).map(BufReader::new).map_err(|e| {
@@ -249,7 +239,7 @@ impl Node {
         }
         let summary = verified.summary();
         let t0 = std::time::Instant::now();
-        let pb = progress(summary.facts, "import");
+        let pb = Progress::bar(feedback, "import", "facts", summary.facts);
         let mut total = ApplyReport::default();
         bundle::read_verified(open()?, key.as_ref(), &verified, |facts| {
             let n = facts.len() as u64;
@@ -262,7 +252,7 @@ impl Node {
             ReadError::Bundle(b) => bundle_err(file)(b),
             ReadError::Apply(n) => n,
         })?;
-        pb.finish_and_clear();
+        drop(pb);
         let retried = self.retry_deferred()?;
         Ok(ImportReport {
             file: file.display().to_string(),

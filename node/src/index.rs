@@ -36,6 +36,7 @@ use tantivy::{
 
 use crate::error::{NodeError, Result};
 use crate::home::Home;
+use crate::progress::Progress;
 use crate::store::{self, Store};
 
 const PAYLOAD_PREFIX: &str = "amos-index v1";
@@ -138,15 +139,21 @@ impl RecallIndex {
 
     /// Bring the index up to date with the store (see the module docs).
     pub fn catch_up(&mut self, store: &mut Store) -> Result<CatchUp> {
-        self.sync_with(store, false)
+        self.sync_with(store, false, &Progress::hidden())
     }
 
-    /// Drop every document and index the whole store again.
-    pub fn rebuild(&mut self, store: &mut Store) -> Result<CatchUp> {
-        self.sync_with(store, true)
+    /// Drop every document and index the whole store again, counting the
+    /// rows done on `progress`.
+    pub fn rebuild(&mut self, store: &mut Store, progress: &Progress) -> Result<CatchUp> {
+        self.sync_with(store, true, progress)
     }
 
-    fn sync_with(&mut self, store: &mut Store, force_rebuild: bool) -> Result<CatchUp> {
+    fn sync_with(
+        &mut self,
+        store: &mut Store,
+        force_rebuild: bool,
+        progress: &Progress,
+    ) -> Result<CatchUp> {
         let epoch = store.epoch()?;
         // Cheap check without the lock first: most searches find nothing to do.
         if !force_rebuild {
@@ -203,7 +210,9 @@ impl RecallIndex {
         if out.rebuilt {
             writer.delete_all_documents()?;
         }
+        progress.set_len(rows.len() as u64);
         for (id, content, tags, kind, owner, effective, live) in rows {
+            progress.inc(1);
             let Some(id) = MemoryId::from_slice(&id) else {
                 continue;
             };

@@ -27,6 +27,7 @@ pub mod ops;
 pub mod pairing;
 pub mod peers;
 pub mod profile;
+pub mod progress;
 pub mod recall;
 pub mod replica;
 pub mod service;

@@ -16,7 +16,10 @@
 //!   timeout;
 //! * every fact is verified before it is applied; any transport, protocol
 //!   or verification error aborts the session, and the session guarantees
-//!   no watermark moved past what committed.
+//!   no watermark moved past what committed;
+//! * a dialler may pass a [`SyncObserver`] that hears of every batch applied
+//!   and sent (the CLI's progress line); the sans-IO session knows nothing
+//!   of it.
 //!
 //! Completion: a side finishes its send stream only after its session
 //! finished, so reading the peer's end of stream means the peer finished
@@ -30,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use amos_protocol::wire::{Epoch, SyncMessage, SyncV1, Watermark};
 use amos_protocol::{NodeId, NodeIdentity};
+use amos_sync::ApplyReport;
 use amos_sync::session::{Action, Event, Session, SessionError};
 use amos_sync::transport::{
     self, TransportError, accept_incoming, read_frame, with_timeout, write_frame,
@@ -99,6 +103,20 @@ pub struct SessionStats {
     pub bytes_out: u64,
 }
 
+/// Told what a dialled session moves while it moves it (`amos sync now`
+/// and `amos join` draw their progress line from it, see
+/// `crate::progress::SyncProgress`). Called on the session's blocking
+/// threads: must be cheap and never block.
+pub trait SyncObserver: Send + Sync {
+    /// A batch of `facts` from `peer` went through the import gate.
+    fn applied(&self, peer: &NodeId, facts: u64, report: &ApplyReport);
+    /// `facts` more of ours were queued for `peer`.
+    fn sent(&self, peer: &NodeId, facts: u64);
+}
+
+/// A shared [`SyncObserver`].
+pub type Observer = Arc<dyn SyncObserver>;
+
 /// The outcome of syncing with one peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -165,13 +183,15 @@ enum Outgoing {
 /// stream. On error the caller should close the connection.
 ///
 /// `first` is a message the caller already read from `recv` (the server
-/// reads one to tell a sync from a pairing).
+/// reads one to tell a sync from a pairing); `observer` hears of every batch
+/// applied and sent.
 pub async fn drive_session(
     home: Home,
     peer: NodeId,
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     first: Option<SyncV1>,
+    observer: Option<Observer>,
 ) -> std::result::Result<SessionStats, MeshError> {
     let (in_tx, in_rx) = mpsc::channel::<Input>(CHANNEL_DEPTH);
     if let Some(m) = first {
@@ -285,7 +305,7 @@ pub async fn drive_session(
     let worker = tokio::task::spawn_blocking({
         let abort = abort.clone();
         move || {
-            let r = session_thread(&home, peer, in_rx, in_tx, out_tx, abort.clone());
+            let r = session_thread(&home, peer, in_rx, in_tx, out_tx, abort.clone(), observer);
             if r.is_err() {
                 abort.store(true, Ordering::Relaxed);
             }
@@ -332,6 +352,7 @@ fn session_thread(
     export_tx: mpsc::Sender<Input>,
     out: mpsc::UnboundedSender<Outgoing>,
     abort: Arc<AtomicBool>,
+    observer: Option<Observer>,
 ) -> std::result::Result<(u64, u64), MeshError> {
     let mut node = Node::open(home)?;
     let my_epoch = node.epoch_bytes()?;
@@ -364,14 +385,19 @@ fn session_thread(
                         batches,
                         tx,
                         abort.clone(),
+                        observer.clone(),
                     );
                 }
                 Action::Apply(facts) => {
-                    facts_in += facts.len() as u64;
+                    let n = facts.len() as u64;
+                    facts_in += n;
                     let verified = crate::verify::verify_facts(&facts)
                         .map_err(|e| MeshError::BadFact(e.to_string()))?;
                     let report = node.apply_from(&peer, verified)?;
                     crate::metrics::facts_applied(&report);
+                    if let Some(o) = &observer {
+                        o.applied(&peer, n, &report);
+                    }
                     debug!(?report, "applied a batch from {}", peer.short());
                 }
                 Action::SaveWatermark(w) => node.save_watermark(&peer, &w)?,
@@ -410,6 +436,7 @@ fn spawn_export(
     out: mpsc::Sender<Vec<Vec<u8>>>,
     done: mpsc::Sender<Input>,
     abort: Arc<AtomicBool>,
+    observer: Option<Observer>,
 ) {
     std::thread::spawn(move || {
         let result = (|| {
@@ -420,6 +447,9 @@ fn spawn_export(
                     return Err(NodeError::Failed("the sync was aborted".into()));
                 }
                 n += facts.len() as u64;
+                if let Some(o) = &observer {
+                    o.sent(&peer, facts.len() as u64);
+                }
                 out.blocking_send(facts)
                     .map_err(|_| NodeError::Failed("the connection to the peer closed".into()))
             })?;
@@ -443,6 +473,7 @@ pub async fn sync_pass(
     home: &Home,
     identity: Arc<NodeIdentity>,
     only: Option<&str>,
+    observer: Option<Observer>,
 ) -> Result<Vec<PeerOutcome>> {
     let peers = {
         let node = Node::open(home)?;
@@ -476,7 +507,7 @@ pub async fn sync_pass(
         }
         None => peers.into_iter().filter(|p| p.addr.is_some()).collect(),
     };
-    Ok(sync_peers(home, identity, chosen).await)
+    Ok(sync_peers(home, identity, chosen, observer).await)
 }
 
 /// Sync with each of `peers` concurrently; outcomes in the same order.
@@ -484,12 +515,14 @@ pub async fn sync_peers(
     home: &Home,
     identity: Arc<NodeIdentity>,
     peers: Vec<PeerInfo>,
+    observer: Option<Observer>,
 ) -> Vec<PeerOutcome> {
     let mut set = JoinSet::new();
     for (i, p) in peers.into_iter().enumerate() {
         let home = home.clone();
         let identity = identity.clone();
-        set.spawn(async move { (i, sync_with(&home, &identity, &p).await) });
+        let observer = observer.clone();
+        set.spawn(async move { (i, sync_with(&home, &identity, &p, observer).await) });
     }
     let mut outcomes = Vec::new();
     while let Some(r) = set.join_next().await {
@@ -567,7 +600,7 @@ async fn periodic_pass(
             .filter(|x| x.addr.is_some() && p.due(&x.node_id, now))
             .collect()
     };
-    let outcomes = sync_peers(home, identity, due).await;
+    let outcomes = sync_peers(home, identity, due, None).await;
     let now = SystemClock.now_ms();
     let mut p = pacing.lock().unwrap_or_else(|e| e.into_inner());
     for o in &outcomes {
@@ -577,9 +610,14 @@ async fn periodic_pass(
 }
 
 /// Dial one peer and run a session; never fails, reports instead.
-pub async fn sync_with(home: &Home, identity: &NodeIdentity, peer: &PeerInfo) -> PeerOutcome {
+pub async fn sync_with(
+    home: &Home,
+    identity: &NodeIdentity,
+    peer: &PeerInfo,
+    observer: Option<Observer>,
+) -> PeerOutcome {
     let started = Instant::now();
-    let r = dial_and_sync(home, identity, peer).await;
+    let r = dial_and_sync(home, identity, peer, observer).await;
     let elapsed = started.elapsed();
     let ms = elapsed.as_millis() as u64;
     crate::metrics::session_finished(
@@ -654,6 +692,7 @@ async fn dial_and_sync(
     home: &Home,
     identity: &NodeIdentity,
     peer: &PeerInfo,
+    observer: Option<Observer>,
 ) -> std::result::Result<SessionStats, (SyncResult, String)> {
     let failed = |e: &dyn std::fmt::Display| (SyncResult::Failed, e.to_string());
     let unreachable = |e: &dyn std::fmt::Display| (SyncResult::Unreachable, e.to_string());
@@ -697,7 +736,7 @@ async fn dial_and_sync(
     })
     .await;
     let result = match stream {
-        Ok((send, recv)) => drive_session(home.clone(), expected, send, recv, None).await,
+        Ok((send, recv)) => drive_session(home.clone(), expected, send, recv, None, observer).await,
         Err(e) => Err(e.into()),
     };
     match result {
@@ -792,9 +831,13 @@ pub fn probe_blocking(home: &Home, targets: &[(NodeId, String)]) -> Result<Vec<P
 }
 
 /// Run [`sync_pass`] on a fresh runtime (for the CLI).
-pub fn sync_pass_blocking(home: &Home, only: Option<&str>) -> Result<Vec<PeerOutcome>> {
+pub fn sync_pass_blocking(
+    home: &Home,
+    only: Option<&str>,
+    observer: Option<Observer>,
+) -> Result<Vec<PeerOutcome>> {
     let identity = Arc::new(home.load_identity()?);
-    runtime()?.block_on(sync_pass(home, identity, only))
+    runtime()?.block_on(sync_pass(home, identity, only, observer))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -1037,7 +1080,7 @@ async fn serve_connection(home: Home, incoming: quinn::Incoming) {
         return;
     }
     let started = Instant::now();
-    let session = drive_session(home, peer, send, recv, Some(first)).await;
+    let session = drive_session(home, peer, send, recv, Some(first), None).await;
     crate::metrics::session_finished(
         &peer,
         Role::Accept,
@@ -1188,8 +1231,13 @@ async fn answer_join(
     }
 }
 
-/// `amos join CODE`: pair with the inviter, then run a first sync.
-pub fn join_blocking(home: &Home, code_text: &str) -> Result<JoinReport> {
+/// `amos join CODE`: pair with the inviter, then run a first sync
+/// (`observer` hears of its progress).
+pub fn join_blocking(
+    home: &Home,
+    code_text: &str,
+    observer: Option<Observer>,
+) -> Result<JoinReport> {
     let identity = Arc::new(home.load_identity()?);
     let code = pairing::read_code(code_text, &identity.node_id(), SystemClock.now_ms())?;
     runtime()?.block_on(async {
@@ -1211,7 +1259,7 @@ pub fn join_blocking(home: &Home, code_text: &str) -> Result<JoinReport> {
         })
         .await
         .map_err(|e| NodeError::Failed(format!("recording the inviter: {e}")))??;
-        let first = sync_with(home, &identity, &peer).await;
+        let first = sync_with(home, &identity, &peer, observer).await;
         Ok(JoinReport {
             peer: peer.node_id.clone(),
             name: peer.name.clone(),

@@ -1,8 +1,9 @@
 //! Observability for `amos serve --metrics ADDR`: process counters that the
 //! mesh updates through small hooks ([`facts_applied`], [`session_finished`]),
-//! gauges read from the store at scrape time, the Prometheus text format
-//! (written by hand), and a minimal HTTP/1.1 responder for `GET /metrics`
-//! and `GET /healthz`.
+//! gauges read from the store at scrape time (with the recall latency
+//! histogram, which the processes that search record in the store:
+//! `crate::recall::latency`), the Prometheus text format (written by hand),
+//! and a minimal HTTP/1.1 responder for `GET /metrics` and `GET /healthz`.
 //!
 //! The responder reads at most [`MAX_REQUEST`] bytes of request head within
 //! [`REQUEST_TIMEOUT`], serves at most [`MAX_CONNECTIONS`] connections at
@@ -29,6 +30,7 @@ use crate::error::{NodeError, Result};
 use crate::home::Home;
 use crate::index::RecallIndex;
 use crate::mesh::{SessionStats, SyncResult};
+use crate::recall::latency;
 use crate::store::Store;
 
 /// The longest request head the responder reads.
@@ -165,6 +167,8 @@ struct StoreGauges {
     refused_by_reason: BTreeMap<&'static str, i64>,
     /// reason class → facts held aside.
     quarantined_by_reason: BTreeMap<&'static str, i64>,
+    /// Recall latency, per kind (recorded by every process that searched).
+    recall: Vec<latency::Histogram>,
 }
 
 /// The fixed class of an audit log reason (see `amos_sync::gate::Refusal`).
@@ -242,6 +246,7 @@ fn read_store(home: &Home) -> Result<StoreGauges> {
             "SELECT reason, count(*) FROM deferred GROUP BY reason",
             deferral_class,
         )?,
+        recall: latency::read(conn)?,
     })
 }
 
@@ -398,6 +403,36 @@ fn render(store: Option<&StoreGauges>) -> String {
         for reason in ["clock_skew", "missing_endpoint", "other"] {
             let n = s.quarantined_by_reason.get(reason).copied().unwrap_or(0);
             let _ = writeln!(o, "amos_quarantined_facts{{reason=\"{reason}\"}} {n}");
+        }
+        header(
+            &mut o,
+            "amos_recall_duration_seconds",
+            "histogram",
+            "Search and context pack latency (to the ranked answer), by kind, from every process that recalled on this home (CLI, MCP, bench).",
+        );
+        for h in &s.recall {
+            let kind = h.kind.as_str();
+            for (bound, n) in &h.buckets {
+                let _ = writeln!(
+                    o,
+                    "amos_recall_duration_seconds_bucket{{kind=\"{kind}\",le=\"{bound}\"}} {n}"
+                );
+            }
+            let _ = writeln!(
+                o,
+                "amos_recall_duration_seconds_bucket{{kind=\"{kind}\",le=\"+Inf\"}} {}",
+                h.count
+            );
+            let _ = writeln!(
+                o,
+                "amos_recall_duration_seconds_sum{{kind=\"{kind}\"}} {}",
+                h.sum_seconds
+            );
+            let _ = writeln!(
+                o,
+                "amos_recall_duration_seconds_count{{kind=\"{kind}\"}} {}",
+                h.count
+            );
         }
         for (name, kind, help, v) in [
             (

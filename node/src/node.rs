@@ -173,13 +173,16 @@ impl Node {
     }
 
     /// Drop and rebuild the index; returns what it did and `(docs, bytes)`.
-    pub(crate) fn rebuild_index(&mut self) -> Result<(crate::index::CatchUp, (u64, u64))> {
+    pub(crate) fn rebuild_index(
+        &mut self,
+        progress: &crate::progress::Progress,
+    ) -> Result<(crate::index::CatchUp, (u64, u64))> {
         self.index()?;
         let Node { index, store, .. } = self;
         let index = index
             .as_mut()
             .ok_or_else(|| NodeError::Index("index not open".into()))?;
-        let done = index.rebuild(store)?;
+        let done = index.rebuild(store, progress)?;
         Ok((done, index.stats()))
     }
 

@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::error::{NodeError, Result};
 use crate::index::{CatchUp, RecallIndex};
 use crate::node::Node;
+use crate::progress::{Feedback, Progress};
 use crate::recall::text::{NEAR_DUPLICATE, near_duplicates, normalize_text, token_set};
 use crate::store::{self, hex, schema::SCHEMA_VERSION};
 
@@ -257,9 +258,12 @@ impl Node {
         })
     }
 
-    /// Drop the index and rebuild it from the store.
-    pub fn index_rebuild(&mut self) -> Result<RebuildReport> {
-        let (CatchUp { indexed, .. }, (docs, index_bytes)) = self.rebuild_index()?;
+    /// Drop the index and rebuild it from the store (a progress bar on
+    /// stderr when `feedback` allows and it is a terminal).
+    pub fn index_rebuild(&mut self, feedback: Feedback) -> Result<RebuildReport> {
+        let progress = Progress::bar(feedback, "index", "memories", 0);
+        let (CatchUp { indexed, .. }, (docs, index_bytes)) = self.rebuild_index(&progress)?;
+        drop(progress);
         Ok(RebuildReport {
             indexed,
             docs,

@@ -1,7 +1,9 @@
 //! `amos serve --metrics ADDR`: a real node on 127.0.0.1 serves Prometheus
 //! text on `/metrics` and answers `/healthz`; a sync from a peer moves the
-//! session and fact counters; `--log-format json` makes every log line on
-//! stderr a JSON object. Scraped with a plain TCP client.
+//! session and fact counters; searches and packs run by other processes on
+//! the same home show in the recall latency histogram (and leave the digest
+//! alone); `--log-format json` makes every log line on stderr a JSON object.
+//! Scraped with a plain TCP client.
 
 mod common;
 
@@ -260,4 +262,88 @@ fn a_metrics_address_already_taken_stops_serve_with_a_clear_error() {
     assert!(r.stderr.contains("cannot listen for metrics"), "{r:?}");
     let r = a.run(&["serve", "--no-mdns", "--metrics", "not-an-addr"]);
     assert_eq!(r.code, 2, "{r:?}");
+}
+
+/// `amos_recall_duration_seconds{kind}`: (le → cumulative count) in bound
+/// order, then count and sum.
+fn recall_histogram(s: &BTreeMap<String, f64>, kind: &str) -> (Vec<(f64, f64)>, f64, f64) {
+    let prefix = format!("amos_recall_duration_seconds_bucket{{kind=\"{kind}\",le=\"");
+    let mut buckets: Vec<(f64, f64)> = s
+        .iter()
+        .filter_map(|(series, n)| {
+            let le = series.strip_prefix(&prefix)?.strip_suffix("\"}")?;
+            let le = match le {
+                "+Inf" => f64::INFINITY,
+                le => le.parse().expect("le is a number"),
+            };
+            Some((le, *n))
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let get = |suffix: &str| {
+        *s.get(&format!(
+            "amos_recall_duration_seconds_{suffix}{{kind=\"{kind}\"}}"
+        ))
+        .unwrap_or_else(|| panic!("no {suffix} for {kind}: {s:#?}"))
+    };
+    (buckets, get("count"), get("sum"))
+}
+
+#[test]
+fn recall_latency_counts_every_search_and_pack_and_leaves_the_digest_alone() {
+    let a = Home::apollo();
+    a.add("alice", "orion launch window is at dawn", &["team:apollo"]);
+    a.add("alice", "orion fuel plan needs review", &[]);
+    let digest = |h: &Home| h.json(&["digest"])["digest"].clone();
+    let (before, before_team) = (digest(&a), a.digest("team:apollo"));
+    let metrics = format!("127.0.0.1:{}", free_tcp_port());
+    let server = Server::start_with(
+        a.path(),
+        None,
+        &format!("127.0.0.1:{}", free_port()),
+        &["--no-mdns", "--metrics", &metrics],
+    );
+
+    let idle = scrape_until(&metrics, |_| true);
+    for kind in ["search", "pack"] {
+        let (buckets, count, _) = recall_histogram(&idle, kind);
+        assert_eq!(count, 0.0, "{kind}: {idle:#?}");
+        assert!(buckets.len() > 2 && buckets.iter().all(|b| b.1 == 0.0));
+    }
+
+    // Four searches (one finds nothing, one prints JSON) and two packs; a
+    // refused search (bad input) is no recall.
+    a.ok(&["search", "orion", "--as", "alice"]);
+    a.ok(&["search", "orion launch", "--as", "alice", "--explain"]);
+    a.ok(&["search", "nothing-matches-this", "--as", "alice"]);
+    a.json(&["search", "fuel", "--as", "alice"]);
+    a.ok(&["pack", "orion", "--as", "alice", "--budget", "200"]);
+    a.ok(&[
+        "pack", "fuel", "--as", "alice", "--budget", "200", "--report",
+    ]);
+    assert_eq!(
+        a.run(&["search", "orion", "--as", "alice", "-k", "0"]).code,
+        2
+    );
+
+    // Each call committed its sample before it exited: one scrape sees all.
+    let after = scrape_until(&metrics, |_| true);
+    for (kind, calls) in [("search", 4.0), ("pack", 2.0)] {
+        let (buckets, count, sum) = recall_histogram(&after, kind);
+        assert_eq!(count, calls, "{kind}: {after:#?}\n{}", server.log());
+        let (last_le, inf) = *buckets.last().expect("buckets");
+        assert_eq!(
+            (last_le, inf),
+            (f64::INFINITY, calls),
+            "{kind}: +Inf = count"
+        );
+        assert!(
+            buckets.windows(2).all(|w| w[0].1 <= w[1].1),
+            "{kind}: buckets are cumulative: {buckets:?}"
+        );
+        assert!(sum > 0.0, "{kind}: the sum is the time spent: {sum}");
+    }
+    // Local-only: recalling replicates nothing.
+    assert_eq!(digest(&a), before);
+    assert_eq!(a.digest("team:apollo"), before_team);
 }

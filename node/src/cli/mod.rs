@@ -623,7 +623,8 @@ fn join_cmd(home: &Home, out: &Out, code: &str, offline: bool) -> Result<()> {
     let r = if offline {
         amos_node::pairing::join_offline(home, code)?
     } else {
-        amos_node::mesh::join_blocking(home, code)?
+        let progress = amos_node::progress::SyncProgress::new(out.feedback());
+        amos_node::mesh::join_blocking(home, code, progress.observer())?
     };
     out.emit(&r, || {
         let mut s = format!(
@@ -663,7 +664,9 @@ fn sync_cmd(home: &Home, out: &Out, cmd: SyncCmd) -> Result<()> {
     };
     // Validates the home (exit 2 if it is not one).
     drop(Node::open(home)?);
-    let outcomes = amos_node::mesh::sync_pass_blocking(home, only)?;
+    let progress = amos_node::progress::SyncProgress::new(out.feedback());
+    let outcomes = amos_node::mesh::sync_pass_blocking(home, only, progress.observer())?;
+    drop(progress);
     out.emit(&json!({"peers": outcomes}), || {
         if outcomes.is_empty() {
             return "no peers with an address to sync with".into();
@@ -887,7 +890,7 @@ fn run(cli: Cli) -> Result<()> {
                 limit,
                 single_adds: adds,
                 workdir,
-                progress: !cli.quiet && !cli.json,
+                feedback: out.feedback(),
                 keep,
                 sync: !no_sync,
             };
@@ -988,7 +991,7 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Index(IndexCmd::Rebuild) => {
-            let r = node.index_rebuild()?;
+            let r = node.index_rebuild(out.feedback())?;
             out.emit(&r, || {
                 format!("indexed {} memories ({} bytes)", r.indexed, r.index_bytes)
             });
@@ -1069,7 +1072,7 @@ fn run(cli: Cli) -> Result<()> {
             scopes,
             for_peer,
         }) => {
-            let r = node.bundle_export(&file, &scopes, for_peer.as_deref())?;
+            let r = node.bundle_export(&file, &scopes, for_peer.as_deref(), out.feedback())?;
             out.emit(&r, || {
                 format!(
                     "wrote {} facts in {} frames ({} bytes, {}) to {}",
@@ -1086,7 +1089,7 @@ fn run(cli: Cli) -> Result<()> {
             });
         }
         Cmd::Bundle(BundleCmd::Import { file }) => {
-            let r = node.bundle_import(&file)?;
+            let r = node.bundle_import(&file, out.feedback())?;
             out.emit(&r, || {
                 format!(
                     "{} facts from {}: {} applied, {} already known, {} refused, {} quarantined",

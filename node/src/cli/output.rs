@@ -13,6 +13,15 @@ pub struct Out {
 }
 
 impl Out {
+    /// Progress on stderr: never with `--json` or `-q`.
+    pub fn feedback(&self) -> amos_node::progress::Feedback {
+        if self.json || self.quiet {
+            amos_node::progress::Feedback::Quiet
+        } else {
+            amos_node::progress::Feedback::Auto
+        }
+    }
+
     /// Print `value` as JSON with `--json`, else `text()` unless `--quiet`.
     pub fn emit<T: Serialize + ?Sized>(&self, value: &T, text: impl FnOnce() -> String) {
         if self.json {

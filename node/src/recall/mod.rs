@@ -10,25 +10,29 @@
 //! between linked memories, and never counted or named.
 //!
 //! Invariant: recall writes only local-only state (`last_access_ms`,
-//! `recall_count`, `reinforcement`, link `strength`, `associations`); it never writes a
-//! replicated fact, so `amos digest` does not move.
+//! `recall_count`, `reinforcement`, link `strength`, `associations`,
+//! `recall_latency`); it never writes a replicated fact, so `amos digest`
+//! does not move.
 //!
 //! Submodules: [`rank`] (the score and its explanation), [`resonance`]
 //! (spreading over links), [`pack`] (context packs), [`text`] (duplicate and
-//! contradiction heuristics).
+//! contradiction heuristics), [`latency`] (the recall latency histogram).
 
+pub mod latency;
 pub mod pack;
 pub mod rank;
 pub mod resonance;
 pub mod text;
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use amos_acl::{AuthorizedScopes, Visible};
 use amos_protocol::MemoryId;
 use rusqlite::params;
 use serde::Serialize;
 
+pub use latency::RecallKind;
 pub use pack::{Pack, PackDecision, PackOptions, estimate_tokens};
 pub use rank::{Explain, RecallOptions, ResonanceConfig};
 pub use text::normalize_text;
@@ -88,8 +92,42 @@ impl Node {
         self.search_with(who, query, &RecallOptions::top(k))
     }
 
-    /// Gated, ranked recall of `query` for `who`.
+    /// Gated, ranked recall of `query` for `who`; notes the hits as
+    /// recalled (with `opts.note_recall`) and records the latency.
     pub fn search_with(
+        &mut self,
+        who: &AuthorizedScopes,
+        query: &str,
+        opts: &RecallOptions,
+    ) -> Result<Vec<Hit>> {
+        let started = Instant::now();
+        let hits = self.recall(who, query, opts)?;
+        let recalled: Vec<MemoryId> = match opts.note_recall {
+            true => hits.iter().map(|h| h.memory.id).collect(),
+            false => Vec::new(),
+        };
+        self.finish_recall(RecallKind::Search, started, &recalled);
+        Ok(hits)
+    }
+
+    /// After a recall that started at `started`: note `recalled` memories
+    /// (for retention) and record the latency, in one write that never
+    /// waits long for another process's write lock. Never fails the recall:
+    /// a busy or failing store skips the bookkeeping (logged at debug).
+    pub(crate) fn finish_recall(
+        &mut self,
+        kind: RecallKind,
+        started: Instant,
+        recalled: &[MemoryId],
+    ) {
+        let now = self.now_ms();
+        if let Err(e) = bookkeeping(&mut self.store, kind, started, recalled, now) {
+            tracing::debug!(error = %e, kind = kind.as_str(), "recall bookkeeping skipped");
+        }
+    }
+
+    /// The gated, ranked hits, without bookkeeping.
+    pub(crate) fn recall(
         &mut self,
         who: &AuthorizedScopes,
         query: &str,
@@ -184,13 +222,6 @@ impl Node {
             sort_hits(&mut hits);
         }
         hits.truncate(k);
-        if opts.note_recall {
-            let ids: Vec<MemoryId> = hits.iter().map(|h| h.memory.id).collect();
-            // Bookkeeping for retention; a failure here must not fail recall.
-            if let Err(e) = note_recalled(store, &ids, now) {
-                tracing::warn!(error = %e, "could not record recall");
-            }
-        }
         Ok(hits)
     }
 
@@ -313,10 +344,17 @@ fn sort_hits(hits: &mut [Hit]) {
 
 /// Record `ids` as recalled at `now_ms` (local-only), taking the write lock
 /// only when one of them was last noted more than an hour ago.
-fn note_recalled(store: &mut crate::store::Store, ids: &[MemoryId], now_ms: u64) -> Result<()> {
-    if ids.is_empty() {
-        return Ok(());
-    }
+/// Note the stale ones of `ids` as recalled (at most once per
+/// [`RECALL_NOTE_EVERY_MS`]) and add a latency sample, in one write. With
+/// nothing to note the write waits for no one: if another process holds the
+/// write lock, the sample is dropped.
+fn bookkeeping(
+    store: &mut crate::store::Store,
+    kind: RecallKind,
+    started: Instant,
+    ids: &[MemoryId],
+    now_ms: u64,
+) -> Result<()> {
     let stale_before = now_ms.saturating_sub(RECALL_NOTE_EVERY_MS) as i64;
     let stale: Vec<MemoryId> = {
         let mut stmt = store.conn().prepare_cached(
@@ -330,14 +368,19 @@ fn note_recalled(store: &mut crate::store::Store, ids: &[MemoryId], now_ms: u64)
         }
         out
     };
-    if stale.is_empty() {
-        return Ok(());
-    }
-    // Never wait long for the write lock for bookkeeping: skip it instead.
-    store
-        .conn()
-        .busy_timeout(std::time::Duration::from_millis(50))?;
-    let done = store.write(|tx| memory::note_recalled(tx.conn(), &stale, now_ms));
+    let wait = match stale.is_empty() {
+        true => Duration::ZERO,
+        false => Duration::from_millis(50),
+    };
+    store.conn().busy_timeout(wait)?;
+    // The time to the answer; this write is bookkeeping, not recall.
+    let elapsed = started.elapsed();
+    let done = store.write(|tx| {
+        if !stale.is_empty() {
+            memory::note_recalled(tx.conn(), &stale, now_ms)?;
+        }
+        latency::record(tx.conn(), kind, elapsed)
+    });
     store.conn().busy_timeout(crate::store::BUSY_TIMEOUT)?;
     done
 }

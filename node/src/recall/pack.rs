@@ -131,7 +131,9 @@ impl Node {
         self.pack_with(who, query, &PackOptions::new(budget))
     }
 
-    /// A context pack with explicit options.
+    /// A context pack with explicit options; notes its hits as recalled
+    /// (with `opts.recall.note_recall`) and records the latency (kind
+    /// `pack`; its search is not counted again as a `search`).
     pub fn pack_with(
         &mut self,
         who: &AuthorizedScopes,
@@ -147,7 +149,12 @@ impl Node {
                 "pinned share and near-duplicate threshold must be in 0..=1".into(),
             ));
         }
-        let hits = self.search_with(who, query, &opts.recall)?;
+        let started = std::time::Instant::now();
+        let hits = self.recall(who, query, &opts.recall)?;
+        let recalled: Vec<MemoryId> = match opts.recall.note_recall {
+            true => hits.iter().map(|h| h.memory.id).collect(),
+            false => Vec::new(),
+        };
         let core = self.pinned_core(who, &hits, opts)?;
 
         let budget = opts.budget;
@@ -297,6 +304,7 @@ impl Node {
             let ids: Vec<String> = items.iter().map(|h| h.memory.id.to_string()).collect();
             self.feedback(who, &ids, true)?;
         }
+        self.finish_recall(super::RecallKind::Pack, started, &recalled);
         Ok(Pack {
             items,
             tokens: used,

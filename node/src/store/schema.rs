@@ -218,6 +218,18 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE memories ADD COLUMN edited INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE memories ADD COLUMN text_doc BLOB;
     "#,
+    // v6: local-only recall latency (recall::latency): samples per kind and
+    // bucket, recorded by whichever process searches, read by /metrics.
+    // Never replicated, never a fact.
+    r#"
+    CREATE TABLE recall_latency (
+        kind    TEXT NOT NULL,       -- search | pack
+        bucket  INTEGER NOT NULL,    -- upper bound in microseconds; 9223372036854775807 = +Inf
+        count   INTEGER NOT NULL,
+        sum_us  INTEGER NOT NULL,    -- total microseconds of the samples counted here
+        PRIMARY KEY (kind, bucket)
+    ) STRICT, WITHOUT ROWID;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -1,0 +1,926 @@
+//! README.md, run: every command of every ```sh block runs against the
+//! test-built `amos` in temp homes, or is listed in [`NOT_RUN`] with the
+//! reason it cannot run here. A README command that is neither fails this
+//! test, so a new one cannot go untested; an entry of [`NOT_RUN`] or
+//! [`REWRITTEN`] the README no longer shows fails it too.
+//!
+//! How a line runs: the `laptop$` / `server$` prompt picks the home (see
+//! [`block_homes`]), comments are dropped, `a && b` and `a; b` run in turn,
+//! a synopsis (`amos retention [--idle 90d|off] [--apply]`) runs bare and
+//! once with each optional part, and placeholders (`<id>`, `<laptop-id>`,
+//! `<server-id>`, `<key>`, `amos1-…`, `/media/usb/…`, `FILE`, `N`, the bench
+//! corpora) become what earlier commands printed or files in a temp dir.
+//! Every command must exit 0 and leave no progress-bar residue (carriage
+//! returns, escape sequences) on its piped stderr. `amos serve` listens on
+//! a free 127.0.0.1 port with `--no-mdns`; nothing leaves loopback.
+//!
+//! The quickstart's claims are checked as it goes (bob sees the team memory,
+//! not alice's private one; after `unshare` he does not; `forget` erases),
+//! as are the air gap's and the pairing's convergence: see [`CLAIMS`].
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use common::server::{Server, free_port, id};
+use common::{Home, Run};
+
+/// README commands this test does not run, and why.
+const NOT_RUN: &[(&str, &str)] = &[
+    (
+        "cargo test --workspace --locked",
+        "the whole test suite, this test included",
+    ),
+    (
+        "claude mcp add amos --env AMOS_AGENT=claude -- amos mcp",
+        "needs the Claude Code CLI; `amos mcp` itself is driven by node/tests/mcp.rs",
+    ),
+    (
+        "amos discover --timeout 3s",
+        "multicast would leave loopback; discovery runs inside network namespaces in node/tests/discovery.rs",
+    ),
+    (
+        "sudo amos service install --bin /usr/local/bin/amos",
+        "root: writes /etc/systemd/system, creates a user, starts a service; the --dry-run line renders the same plan and node/tests/deploy.rs verifies the units",
+    ),
+    (
+        "bash deploy/mesh-test.sh",
+        "needs a Docker engine and a static release build; node/tests/deploy.rs runs it where Docker answers",
+    ),
+    (
+        "python3 ../shared/bench/gen_workload.py 100000 /tmp/w100k",
+        "the workload generator lives outside this repository; the bench lines run on a small corpus instead",
+    ),
+    (
+        "fuzz/run.sh 600",
+        "nightly Rust and cargo-fuzz, ten minutes per target",
+    ),
+    (
+        "cargo test --release -p amos-protocol bundle::tests::bench -- --ignored --nocapture",
+        "a release build verifying 300k signed facts: a benchmark, not a check",
+    ),
+];
+
+/// README commands that run in another form: (README, run instead, why).
+const REWRITTEN: &[(&str, &str, &str)] = &[
+    (
+        "cargo run --release -- demo",
+        "amos demo",
+        "the binary these tests built instead of a release build",
+    ),
+    (
+        "amos service install --user --timer",
+        "amos service install --user --timer --dry-run",
+        "the real install writes ~/.config/systemd/user and runs systemctl --user; the dry run plans the same and writes nothing",
+    ),
+    (
+        "export AMOS_HOME=~/.local/share/amos",
+        "(every command gets its temp home in AMOS_HOME)",
+        "the test's homes are temp dirs",
+    ),
+];
+
+/// What the README claims and this test checks on the way.
+const CLAIMS: &[&str] = &[
+    "demo: who recalls what",
+    "quickstart: bob sees the team memory, not alice's private one",
+    "quickstart: bob's pack holds the team memory",
+    "quickstart: get shows the memory shared with the team",
+    "quickstart: after unshare bob no longer sees it",
+    "quickstart: forget erases",
+    "air gap: the key is printed",
+    "air gap: the import refused nothing",
+    "air gap: digests equal",
+    "pairing: join pairs and syncs",
+    "pairing: sync now converges",
+    "recall: consolidate archived a duplicate",
+    "recall: restore-memory brings it back",
+    "operations: the dry run writes nothing",
+    "bench: ran on the corpus",
+];
+
+/// One command line of a ```sh block.
+#[derive(Debug, Clone)]
+struct Line {
+    /// The markdown heading the block is under.
+    heading: String,
+    /// The block's index under that heading.
+    block: usize,
+    /// 1-based line number in README.md.
+    number: usize,
+    /// `laptop`, `server`, or "" (no prompt, or a bare `$`).
+    prompt: String,
+    /// The command, prompt and comment removed.
+    text: String,
+}
+
+/// The command lines of every ```sh block, in order. In a block where some
+/// lines start with `$ `, only those are commands (the rest is output).
+fn readme_commands(readme: &str) -> Vec<Line> {
+    let mut out = Vec::new();
+    let mut heading = String::new();
+    let mut blocks_here = 0;
+    let mut lines = readme.lines().enumerate();
+    while let Some((_, line)) = lines.next() {
+        let fence = line.trim_start();
+        if let Some(lang) = fence.strip_prefix("```") {
+            let body: Vec<(usize, &str)> = lines
+                .by_ref()
+                .take_while(|(_, l)| !l.trim_start().starts_with("```"))
+                .map(|(i, l)| (i + 1, l))
+                .collect();
+            if lang.trim() != "sh" {
+                continue;
+            }
+            let prompted = body.iter().any(|(_, l)| l.starts_with("$ "));
+            let mut joined: Vec<(usize, String)> = Vec::new();
+            let mut continues = false;
+            for (n, l) in body {
+                let l = l.trim_end();
+                match (continues, joined.last_mut()) {
+                    (true, Some((_, prev))) => prev.push_str(l.trim_start()),
+                    _ => joined.push((n, l.to_owned())),
+                }
+                continues = l.ends_with('\\');
+                if continues && let Some((_, prev)) = joined.last_mut() {
+                    prev.pop();
+                }
+            }
+            for (number, l) in joined {
+                let (prompt, rest) = split_prompt(&l);
+                if prompted && prompt.is_none() {
+                    continue;
+                }
+                let text = strip_comment(rest).trim().to_owned();
+                if text.is_empty() {
+                    continue;
+                }
+                out.push(Line {
+                    heading: heading.clone(),
+                    block: blocks_here,
+                    number,
+                    prompt: prompt.unwrap_or_default().to_owned(),
+                    text,
+                });
+            }
+            blocks_here += 1;
+        } else if let Some(h) = line.strip_prefix('#') {
+            heading = h.trim_start_matches('#').trim().to_owned();
+            blocks_here = 0;
+        }
+    }
+    out
+}
+
+/// `laptop$ cmd` → (Some("laptop"), "cmd"); `$ cmd` → (Some(""), "cmd").
+fn split_prompt(line: &str) -> (Option<&str>, &str) {
+    if let Some(rest) = line.strip_prefix("$ ") {
+        return (Some(""), rest);
+    }
+    match line.split_once("$ ") {
+        Some((name, rest))
+            if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric()) =>
+        {
+            (Some(name), rest)
+        }
+        _ => (None, line),
+    }
+}
+
+/// Cut a `#` comment (at the start or after a space, outside quotes).
+fn strip_comment(line: &str) -> &str {
+    let mut quote = None;
+    let mut prev = ' ';
+    for (i, c) in line.char_indices() {
+        match (quote, c) {
+            (None, '"' | '\'') => quote = Some(c),
+            (Some(q), c) if c == q => quote = None,
+            (None, '#') if prev.is_whitespace() => return &line[..i],
+            _ => {}
+        }
+        prev = c;
+    }
+    line
+}
+
+/// Split on `&&` and `;` outside quotes.
+fn split_commands(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quote = None;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (None, '"' | '\'') => quote = Some(c),
+            (Some(q), c) if c == q => quote = None,
+            (None, ';') => {
+                out.push(std::mem::take(&mut cur));
+                continue;
+            }
+            (None, '&') if chars.peek() == Some(&'&') => {
+                chars.next();
+                out.push(std::mem::take(&mut cur));
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    out.push(cur);
+    out.into_iter()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// A synopsis, expanded: the command without its optional `[-…]` parts,
+/// then once with each alternative of each part (`[--idle 90d|off]` gives
+/// `--idle 90d` and `--idle off`). Brackets not followed by `-` (an IPv6
+/// address) are text.
+fn expand_synopsis(cmd: &str) -> Vec<String> {
+    let mut parts: Vec<(String, Vec<String>)> = Vec::new(); // (text before, alternatives)
+    let mut rest = cmd;
+    while let Some(at) = rest.find("[-") {
+        let Some(len) = rest[at..].find(']') else {
+            break;
+        };
+        let inner = &rest[at + 1..at + len];
+        let mut alts: Vec<String> = Vec::new();
+        for (i, alt) in inner.split('|').enumerate() {
+            let alt = alt.trim();
+            if i == 0 || alt.contains(' ') {
+                alts.push(alt.to_owned());
+            } else {
+                // `--idle 90d|off`: a lone word replaces the first's last word.
+                let first = &alts[0];
+                let stem = first.rsplit_once(' ').map_or("", |(s, _)| s);
+                alts.push(format!("{stem} {alt}").trim().to_owned());
+            }
+        }
+        parts.push((rest[..at].to_owned(), alts));
+        rest = &rest[at + len + 1..];
+    }
+    let tail = rest.to_owned();
+    let render = |chosen: Option<(usize, &str)>| -> String {
+        let mut s = String::new();
+        for (i, (before, _)) in parts.iter().enumerate() {
+            s.push_str(before);
+            if let Some((j, alt)) = chosen
+                && i == j
+            {
+                s.push_str(alt);
+            }
+        }
+        s.push_str(&tail);
+        s.split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    let mut out = vec![render(None)];
+    for (i, (_, alts)) in parts.iter().enumerate() {
+        for alt in alts {
+            out.push(render(Some((i, alt))));
+        }
+    }
+    out
+}
+
+/// Shell words: whitespace-separated, `"…"` and `'…'` quoting.
+fn words(cmd: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut quote = None;
+    for c in cmd.chars() {
+        match (quote, c) {
+            (None, '"' | '\'') => {
+                quote = Some(c);
+                in_word = true;
+            }
+            (Some(q), c) if c == q => quote = None,
+            (None, c) if c.is_whitespace() => {
+                if in_word {
+                    out.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            (_, c) => {
+                cur.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if in_word {
+        out.push(cur);
+    }
+    out
+}
+
+/// Which home each prompt means in a block: (prompt, home name). Blocks
+/// not named here run unprompted commands in `main`, the quickstart's home.
+fn block_homes(heading: &str, block: usize) -> &'static [(&'static str, &'static str)] {
+    match (heading, block) {
+        ("Two machines, across an air gap", 0) => &[("laptop", "main"), ("server", "server")],
+        ("Two machines on a network: pairing by code", 0) => {
+            &[("laptop", "spoke"), ("server", "hub")]
+        }
+        ("Two machines on a network: pairing by code", 1) => {
+            &[("laptop", "wire-laptop"), ("server", "wire-server")]
+        }
+        _ => &[("", "main")],
+    }
+}
+
+struct Tour {
+    /// The repository root: every command runs there (README paths are
+    /// relative to it).
+    root: PathBuf,
+    tmp: tempfile::TempDir,
+    homes: BTreeMap<&'static str, Home>,
+    /// Placeholder → value.
+    vars: BTreeMap<&'static str, String>,
+    /// Values for the `<id>` placeholders of the next command, in order.
+    ids: Vec<String>,
+    /// Memory ids the tour made, by role.
+    made: BTreeMap<&'static str, String>,
+    /// The block being run: (heading, index).
+    block: Option<(String, usize)>,
+    server: Option<Server>,
+    claims: BTreeSet<&'static str>,
+    not_run: BTreeSet<&'static str>,
+    rewritten: BTreeSet<&'static str>,
+    ran: usize,
+}
+
+impl Tour {
+    fn new() -> Tour {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("repository root")
+            .to_owned();
+        let tmp = tempfile::tempdir().expect("tempdir");
+        write_corpus(&tmp.path().join("corpus"));
+        let mut homes = BTreeMap::new();
+        homes.insert("main", Home::uninit());
+        Tour {
+            root,
+            tmp,
+            homes,
+            vars: BTreeMap::new(),
+            ids: Vec::new(),
+            made: BTreeMap::new(),
+            block: None,
+            server: None,
+            claims: BTreeSet::new(),
+            not_run: BTreeSet::new(),
+            rewritten: BTreeSet::new(),
+            ran: 0,
+        }
+    }
+
+    fn home(&self, name: &str) -> &Home {
+        self.homes
+            .get(name)
+            .unwrap_or_else(|| panic!("home {name:?} was never set up"))
+    }
+
+    /// A memory id an earlier step captured.
+    fn made(&self, role: &str) -> String {
+        self.made.get(role).cloned().unwrap_or_else(|| {
+            panic!("no {role:?} memory was captured: did README.md's quickstart change?")
+        })
+    }
+
+    fn claim(&mut self, c: &'static str) {
+        assert!(CLAIMS.contains(&c), "unlisted claim {c:?}");
+        self.claims.insert(c);
+    }
+
+    /// A fresh initialised home `name` (`amos init --name NODE`).
+    fn init(&mut self, name: &'static str, node: &str) {
+        let h = Home::uninit();
+        h.ok(&["init", "--name", node]);
+        self.homes.insert(name, h);
+    }
+
+    /// Set-up a block needs that its README text leaves to the reader.
+    fn enter(&mut self, line: &Line) {
+        let key = (line.heading.clone(), line.block);
+        if self.block.as_ref() == Some(&key) {
+            return;
+        }
+        // Leaving a block stops what it started.
+        self.server = None;
+        self.block = Some(key);
+        self.vars.clear();
+        match (line.heading.as_str(), line.block) {
+            ("Two machines, across an air gap", 0) => {
+                // The quickstart's home is the laptop; its team memory is
+                // forgotten by now, so give the bundle a live one.
+                self.init("server", "server");
+                let server = id(self.home("server"));
+                self.vars.insert("<server-id>", server);
+                let fresh = self.home("main").add(
+                    "alice",
+                    "release freeze starts on Friday",
+                    &["team:apollo"],
+                );
+                self.made.insert("air-gap", fresh);
+            }
+            ("Two machines on a network: pairing by code", 0) => {
+                self.init("hub", "server");
+                self.init("spoke", "laptop");
+                let hub = self.home("hub");
+                hub.ok(&["team", "create", "apollo"]);
+                hub.ok(&["agent", "add", "alice", "--team", "apollo"]);
+                hub.add("alice", "we deploy on Tuesdays", &["team:apollo"]);
+            }
+            ("Two machines on a network: pairing by code", 1) => {
+                self.init("wire-laptop", "laptop");
+                self.init("wire-server", "server");
+                let (l, s) = (id(self.home("wire-laptop")), id(self.home("wire-server")));
+                self.vars.insert("<laptop-id>", l);
+                self.vars.insert("<server-id>", s);
+            }
+            ("Recall", 0) => {
+                let main = self.home("main");
+                let a = main.add("alice", "we deploy after the standup", &["team:apollo"]);
+                let b = main.add(
+                    "alice",
+                    "the deploy checklist lives in the wiki",
+                    &["team:apollo"],
+                );
+                let d1 = main.add(
+                    "alice",
+                    "the deploy window closes at noon",
+                    &["team:apollo"],
+                );
+                let d2 = main.add(
+                    "alice",
+                    "The deploy window closes at noon.",
+                    &["team:apollo"],
+                );
+                self.made.insert("recall-a", a);
+                self.made.insert("recall-b", b);
+                self.made.insert("dup-1", d1);
+                self.made.insert("dup-2", d2);
+            }
+            _ => {}
+        }
+    }
+
+    /// Run one README line.
+    fn line(&mut self, line: &Line) {
+        if let Some((text, _)) = NOT_RUN.iter().find(|(t, _)| *t == line.text) {
+            self.not_run.insert(text);
+            return;
+        }
+        self.enter(line);
+        let home = block_homes(&line.heading, line.block)
+            .iter()
+            .find(|(p, _)| *p == line.prompt)
+            .map(|(_, h)| *h)
+            .unwrap_or_else(|| {
+                panic!(
+                    "README.md:{}: no home for prompt {:?} under {:?}: teach block_homes",
+                    line.number, line.prompt, line.heading
+                )
+            });
+        for simple in split_commands(&line.text) {
+            let simple = match REWRITTEN.iter().find(|(t, _, _)| *t == simple) {
+                Some((text, instead, _)) => {
+                    self.rewritten.insert(text);
+                    if text.starts_with("export AMOS_HOME=") {
+                        continue;
+                    }
+                    (*instead).to_owned()
+                }
+                None => simple,
+            };
+            for cmd in expand_synopsis(&simple) {
+                self.run(line, home, &cmd);
+            }
+        }
+    }
+
+    /// Replace placeholders in `w`.
+    fn substitute(&mut self, line: &Line, w: &str) -> String {
+        let path = |p: PathBuf| p.to_str().expect("utf-8 temp path").to_owned();
+        let value = match w {
+            "<id>" => {
+                assert!(
+                    !self.ids.is_empty(),
+                    "README.md:{}: no value for <id> in {:?}",
+                    line.number,
+                    line.text
+                );
+                self.ids.remove(0)
+            }
+            "<laptop-id>" | "<server-id>" | "<key>" | "amos1-…" => self
+                .vars
+                .get(w)
+                .unwrap_or_else(|| panic!("README.md:{}: nothing printed {w} yet", line.number))
+                .clone(),
+            "FILE" => {
+                let dir = self.tmp.path().join("backups");
+                std::fs::create_dir_all(&dir).expect("mkdir");
+                path(dir.join("amos.backup"))
+            }
+            "N" => "2".into(),
+            "../shared/bench/w10k" | "/tmp/w100k" => path(self.tmp.path().join("corpus")),
+            w if w.starts_with("/media/usb/") => {
+                let dir = self.tmp.path().join("usb");
+                std::fs::create_dir_all(&dir).expect("mkdir");
+                path(dir.join(&w["/media/usb/".len()..]))
+            }
+            w => w.to_owned(),
+        };
+        let unresolved = value.contains('…') || (value.contains('<') && value.contains('>'));
+        assert!(
+            !unresolved,
+            "README.md:{}: unknown placeholder {value:?} in {:?}",
+            line.number, line.text
+        );
+        value
+    }
+
+    /// Run one simple command (README form `cmd`) in `home`.
+    fn run(&mut self, line: &Line, home: &'static str, cmd: &str) {
+        let raw = words(cmd);
+        assert!(
+            raw.first().is_some_and(|w| w == "amos"),
+            "README.md:{}: {:?} is neither run by this test nor in NOT_RUN (with the reason)",
+            line.number,
+            line.text
+        );
+        self.before(cmd);
+        let args: Vec<String> = raw[1..].iter().map(|w| self.substitute(line, w)).collect();
+        assert!(
+            self.ids.is_empty(),
+            "README.md:{}: unused <id> values",
+            line.number
+        );
+        if args.first().map(String::as_str) == Some("serve") {
+            self.serve(home, &args);
+            return;
+        }
+        let out = self
+            .home(home)
+            .cmd()
+            .current_dir(&self.root)
+            .env("HOME", self.tmp.path().join("home"))
+            .env_remove("XDG_CONFIG_HOME")
+            .args(&args)
+            .output()
+            .expect("spawn amos");
+        let run = Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        };
+        self.ran += 1;
+        let doctor_env = args.first().map(String::as_str) == Some("doctor")
+            && run.code == 1
+            && run
+                .stdout
+                .lines()
+                .filter(|l| l.starts_with("fail"))
+                .all(|l| l.split_whitespace().nth(1) == Some("listener"));
+        if doctor_env {
+            // Port 4747 is this machine's business, not the home's.
+            eprintln!("note: `amos doctor` failed only its listener check here: {run:?}");
+        } else {
+            assert_eq!(
+                run.code, 0,
+                "README.md:{}: `{cmd}` ({home}) failed: {run:?}",
+                line.number
+            );
+        }
+        assert!(
+            !run.stderr.contains('\r') && !run.stderr.contains('\x1b'),
+            "README.md:{}: `{cmd}` left terminal control characters on a piped stderr: {:?}",
+            line.number,
+            run.stderr
+        );
+        self.after(cmd, home, &run);
+    }
+
+    /// `amos serve …`: in the background, on a free loopback port, no mDNS.
+    fn serve(&mut self, home: &'static str, args: &[String]) {
+        let mut extra: Vec<&str> = Vec::new();
+        let mut it = args[1..].iter();
+        while let Some(a) = it.next() {
+            if a == "--listen" {
+                it.next();
+            } else {
+                extra.push(a);
+            }
+        }
+        if !extra.contains(&"--no-mdns") {
+            extra.push("--no-mdns");
+        }
+        let addr = format!("127.0.0.1:{}", free_port());
+        // Returns once the server logged "listening on".
+        self.server = Some(Server::start_with(
+            self.home(home).path(),
+            None,
+            &addr,
+            &extra,
+        ));
+        self.ran += 1;
+    }
+
+    /// Set-up right before a command: the values of its `<id>`s.
+    fn before(&mut self, cmd: &str) {
+        let made = |k: &str| self.made(k);
+        self.ids = if cmd.starts_with("amos --json get <id>")
+            || cmd.starts_with("amos unshare <id>")
+            || cmd.starts_with("amos forget <id>")
+        {
+            vec![made("team")]
+        } else if cmd.starts_with("amos feedback <id> <id>") {
+            vec![made("recall-a"), made("recall-b")]
+        } else if cmd.starts_with("amos restore-memory <id>") {
+            vec![made("archived")]
+        } else {
+            Vec::new()
+        };
+    }
+
+    /// What a command printed: capture values, check the README's claims.
+    fn after(&mut self, cmd: &str, home: &'static str, run: &Run) {
+        let query = "when do we deploy";
+        match cmd {
+            "amos demo" => {
+                assert!(
+                    run.stdout.contains("bob") && run.stdout.contains("sees"),
+                    "{run:?}"
+                );
+                self.claim("demo: who recalls what");
+            }
+            c if c.starts_with("amos add \"we deploy on Tuesdays\"") => {
+                self.made.insert("team", run.stdout.trim().to_owned());
+            }
+            c if c.starts_with("amos add \"my deploy token") => {
+                self.made.insert("private", run.stdout.trim().to_owned());
+            }
+            c if c.starts_with(&format!("amos search \"{query}\" --as bob")) => {
+                let (team, private) = (&self.made("team"), &self.made("private"));
+                assert!(
+                    run.stdout.contains(team.as_str()) && !run.stdout.contains(private.as_str()),
+                    "bob sees the team memory only: {run:?}"
+                );
+                // The private memory matches the query too: the gate, not
+                // relevance, keeps it from bob.
+                let alice = self.home("main").search_ids("alice", query, 10);
+                assert!(alice.contains(team) && alice.contains(private), "{alice:?}");
+                self.claim("quickstart: bob sees the team memory, not alice's private one");
+            }
+            c if c.starts_with("amos pack \"deploy\" --as bob --budget 400") => {
+                assert!(
+                    run.stdout.contains("we deploy on Tuesdays")
+                        && !run.stdout.contains("deploy token"),
+                    "{run:?}"
+                );
+                self.claim("quickstart: bob's pack holds the team memory");
+            }
+            c if c.starts_with("amos --json get <id>") => {
+                let v = run.json();
+                assert_eq!(v["id"].as_str(), Some(self.made("team").as_str()), "{v}");
+                assert_eq!(v["visibility"], serde_json::json!(["team:apollo"]), "{v}");
+                self.claim("quickstart: get shows the memory shared with the team");
+            }
+            c if c.starts_with("amos unshare <id> team:apollo") => {
+                let team = &self.made("team");
+                assert!(
+                    !self
+                        .home("main")
+                        .search_ids("bob", query, 10)
+                        .contains(team)
+                );
+                assert!(
+                    self.home("main")
+                        .search_ids("alice", query, 10)
+                        .contains(team)
+                );
+                self.claim("quickstart: after unshare bob no longer sees it");
+            }
+            c if c.starts_with("amos forget <id>") => {
+                let team = &self.made("team");
+                let r = self.home("main").run(&["get", team, "--as", "alice"]);
+                assert_eq!(r.code, 2, "a forgotten memory is no such memory: {r:?}");
+                assert!(
+                    !self
+                        .home("main")
+                        .search_ids("alice", query, 10)
+                        .contains(team)
+                );
+                let r = self.home("main").run(&["--json", "get", team, "--admin"]);
+                assert!(
+                    !r.stdout.contains("Tuesdays"),
+                    "the content is gone even for the admin: {r:?}"
+                );
+                self.claim("quickstart: forget erases");
+            }
+            "amos id" if home == "main" => {
+                let printed = run.stdout.trim().to_owned();
+                assert_eq!(printed, id(self.home("main")));
+                self.vars.insert("<laptop-id>", printed);
+            }
+            "amos mesh key generate" => {
+                let key = run
+                    .stdout
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("")
+                    .to_owned();
+                assert!(key.starts_with("amosk1-"), "{run:?}");
+                self.vars.insert("<key>", key);
+                self.claim("air gap: the key is printed");
+            }
+            c if c.starts_with("amos bundle import") => {
+                assert!(
+                    run.stdout.contains(" 0 refused") && !run.stdout.contains(" 0 applied"),
+                    "{run:?}"
+                );
+                self.claim("air gap: the import refused nothing");
+            }
+            "amos digest --scope team:apollo" if home == "server" => {
+                let printed = run.stdout.split_whitespace().next().unwrap_or("");
+                assert_eq!(printed, self.home("main").digest("team:apollo"), "{run:?}");
+                assert!(!run.stdout.contains("(0 facts)"), "{run:?}");
+                self.claim("air gap: digests equal");
+            }
+            c if c.starts_with("amos team invite") => {
+                let code = run
+                    .stdout
+                    .split_whitespace()
+                    .find(|w| w.starts_with("amos1-"))
+                    .unwrap_or_else(|| panic!("no code printed: {run:?}"));
+                self.vars.insert("amos1-…", code.to_owned());
+            }
+            c if c.starts_with("amos join amos1-…") => {
+                assert!(run.stdout.contains("first sync ok"), "{run:?}");
+                self.claim("pairing: join pairs and syncs");
+            }
+            "amos sync now" if home == "spoke" => {
+                assert!(run.stdout.contains("  ok: "), "{run:?}");
+                let (hub, spoke) = (self.home("hub"), self.home("spoke"));
+                let d = hub.digest("team:apollo");
+                assert_eq!(spoke.digest("team:apollo"), d);
+                self.claim("pairing: sync now converges");
+            }
+            "amos consolidate --apply" => {
+                let archived: Vec<String> = ["dup-1", "dup-2"]
+                    .iter()
+                    .map(|k| self.made(k))
+                    .filter(|m| {
+                        self.home("main").json(&["get", m, "--as", "alice"])["archived"] == true
+                    })
+                    .collect();
+                if let [one] = archived.as_slice() {
+                    self.made.insert("archived", one.clone());
+                    self.claim("recall: consolidate archived a duplicate");
+                }
+            }
+            c if c.starts_with("amos restore-memory <id>") => {
+                let m = &self.made("archived");
+                assert_eq!(
+                    self.home("main").json(&["get", m, "--as", "alice"])["archived"],
+                    false
+                );
+                self.claim("recall: restore-memory brings it back");
+            }
+            c if c.starts_with("amos service install") && c.contains("--dry-run") => {
+                let planned: Vec<&str> = run
+                    .stdout
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("==> ")?.strip_suffix(" (would write)"))
+                    .collect();
+                assert!(!planned.is_empty(), "{run:?}");
+                // User units go under $HOME, which is the tour's own.
+                let mine: Vec<&&str> = planned
+                    .iter()
+                    .filter(|f| Path::new(f).starts_with(self.tmp.path()))
+                    .collect();
+                for f in &mine {
+                    assert!(!Path::new(f).exists(), "a dry run wrote {f}");
+                }
+                if !mine.is_empty() {
+                    self.claim("operations: the dry run writes nothing");
+                }
+            }
+            c if c.starts_with("amos bench") => {
+                assert_eq!(run.json()["memories"], 40, "{run:?}");
+                self.claim("bench: ran on the corpus");
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A small benchmark workload in the shared format.
+fn write_corpus(dir: &Path) {
+    std::fs::create_dir_all(dir).expect("mkdir");
+    let org = serde_json::json!({
+        "agents": ["a0", "a1"],
+        "teams": {"t0": ["a0", "a1"]},
+        "projects": {"p0": {"team": "t0", "members": ["a0"]}},
+    });
+    std::fs::write(dir.join("org.json"), org.to_string()).expect("org");
+    let memories: String = (0..40)
+        .map(|i| {
+            let share: Vec<&str> = if i % 3 == 0 { vec!["team:t0"] } else { vec![] };
+            serde_json::json!({
+                "owner": format!("a{}", i % 2), "type": "note",
+                "content": format!("memory {i} about the deploy window {}", i % 7),
+                "share": share,
+            })
+            .to_string()
+                + "\n"
+        })
+        .collect();
+    std::fs::write(dir.join("memories.jsonl"), memories).expect("memories");
+    let queries: String = (0..4)
+        .map(|i| {
+            serde_json::json!({"as": format!("a{}", i % 2), "query": format!("deploy window {i}")})
+                .to_string()
+                + "\n"
+        })
+        .collect();
+    std::fs::write(dir.join("queries.jsonl"), queries).expect("queries");
+}
+
+#[test]
+fn every_readme_command_runs_or_says_why_not() {
+    let readme =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .expect("README.md");
+    let lines = readme_commands(&readme);
+    assert!(lines.len() > 40, "found only {} commands", lines.len());
+    let mut tour = Tour::new();
+    for line in &lines {
+        tour.line(line);
+    }
+    tour.server = None;
+    for (text, why) in NOT_RUN {
+        assert!(
+            tour.not_run.contains(text),
+            "NOT_RUN lists {text:?} ({why}), which README.md no longer shows"
+        );
+    }
+    for (text, _, _) in REWRITTEN {
+        assert!(
+            tour.rewritten.contains(text),
+            "REWRITTEN lists {text:?}, which README.md no longer shows"
+        );
+    }
+    let missing: Vec<&&str> = CLAIMS
+        .iter()
+        .filter(|c| !tour.claims.contains(*c))
+        .collect();
+    assert!(missing.is_empty(), "claims never checked: {missing:?}");
+    eprintln!(
+        "README.md: {} command lines, {} amos runs, {} not run (see NOT_RUN)",
+        lines.len(),
+        tour.ran,
+        tour.not_run.len()
+    );
+}
+
+#[test]
+fn the_extractor_reads_prompts_comments_synopses_and_output() {
+    let md = "# T\n```sh\nlaptop$ amos id   # prints it\n# only a comment\namos a && amos b; amos c\n```\n\
+              ```toml\n# not a heading\n```\n## U\n```sh\n$ amos discover\n10.0.0.7  port 4747\n```\n";
+    let got: Vec<(String, usize, String, String)> = readme_commands(md)
+        .into_iter()
+        .map(|l| (l.heading, l.block, l.prompt, l.text))
+        .collect();
+    let want = vec![
+        ("T".to_owned(), 0, "laptop".to_owned(), "amos id".to_owned()),
+        ("T".into(), 0, "".into(), "amos a && amos b; amos c".into()),
+        ("U".into(), 0, "".into(), "amos discover".into()),
+    ];
+    assert_eq!(got, want);
+    assert_eq!(
+        split_commands("amos a && amos b; amos \"c; d\""),
+        ["amos a", "amos b", "amos \"c; d\""]
+    );
+    assert_eq!(
+        expand_synopsis("amos retention [--idle 90d|off] [--apply]"),
+        [
+            "amos retention",
+            "amos retention --idle 90d",
+            "amos retention --idle off",
+            "amos retention --apply"
+        ]
+    );
+    assert_eq!(
+        expand_synopsis("amos serve --listen [::]:4747"),
+        ["amos serve --listen [::]:4747"]
+    );
+    assert_eq!(
+        words("amos add \"a # b\" --as x"),
+        ["amos", "add", "a # b", "--as", "x"]
+    );
+    assert_eq!(strip_comment("amos x  # y \"z\""), "amos x  ");
+}
