@@ -128,6 +128,9 @@ pub struct BenchReport {
     pub sync: Option<SyncReport>,
     /// Why the sync section failed, if it did (the other figures stand).
     pub sync_error: Option<String>,
+    /// Concurrent edits of one 10 kB memory on two full peers (null if it failed).
+    pub text: Option<crate::bench_text::TextReport>,
+    pub text_error: Option<String>,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -138,7 +141,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[idx.min(sorted.len() - 1)]
 }
 
-fn millis(mut xs: Vec<f64>) -> Millis {
+pub(crate) fn millis(mut xs: Vec<f64>) -> Millis {
     xs.sort_by(f64::total_cmp);
     Millis {
         p50: percentile(&xs, 0.5),
@@ -398,6 +401,11 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         (None, None)
     };
 
+    let (text, text_error) = match crate::bench_text::run(tmp.path(), 20) {
+        Ok(r) => (Some(r), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+
     let db_bytes = ["amos.db", "amos.db-wal"]
         .iter()
         .filter_map(|f| fs::metadata(home.root().join(f)).ok())
@@ -436,5 +444,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         mean_hits: total_hits as f64 / searches.max(1) as f64,
         sync,
         sync_error,
+        text,
+        text_error,
     })
 }

@@ -11,6 +11,7 @@
 
 pub mod bench;
 pub mod bench_sync;
+pub mod bench_text;
 pub mod bundles;
 pub mod clock;
 pub mod discovery;

@@ -82,6 +82,20 @@ fn bench_runs_on_the_shared_workload() {
     let idle_bytes = sync["idle_bytes"].as_u64().unwrap();
     assert!(idle_bytes > 0 && idle_bytes < 512, "{sync}");
     assert!(sync["initial_bytes"].as_u64().unwrap() > sync["idle_bytes"].as_u64().unwrap());
+    // Concurrent edits of one 10 kB memory on two full peers: both sides'
+    // edits survive on both; one one-line edit travels as one small fact;
+    // compaction keeps an edited memory's storage within 3x its text.
+    let text = &v["text"];
+    assert!(text.is_object(), "missing text section: {v}");
+    assert_eq!(text["converged"], true, "{text}");
+    assert!(text["text_bytes"].as_u64().unwrap() >= 10_000, "{text}");
+    assert!(text["edit_fact_bytes"].as_u64().unwrap() < 1024, "{text}");
+    let after = text["overhead_after"].as_f64().unwrap();
+    assert!(after > 0.0 && after <= 3.0, "{text}");
+    assert!(
+        text["overhead_after"].as_f64() < text["overhead_before"].as_f64(),
+        "{text}"
+    );
     // The temporary home is removed afterwards.
     let left: Vec<_> = std::fs::read_dir(home.path()).unwrap().collect();
     assert!(left.is_empty(), "bench left files behind: {left:?}");

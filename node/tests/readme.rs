@@ -87,6 +87,9 @@ const CLAIMS: &[&str] = &[
     "quickstart: bob sees the team memory, not alice's private one",
     "quickstart: bob's pack holds the team memory",
     "quickstart: get shows the memory shared with the team",
+    "quickstart: update edits the text",
+    "history lists the creation and the edit",
+    "editing: update edits the text",
     "quickstart: after unshare bob no longer sees it",
     "quickstart: forget erases",
     "air gap: the key is printed",
@@ -632,7 +635,17 @@ impl Tour {
     /// Set-up right before a command: the values of its `<id>`s.
     fn before(&mut self, cmd: &str) {
         let made = |k: &str| self.made(k);
-        self.ids = if cmd.starts_with("amos --json get <id>")
+        self.ids = if cmd.starts_with("amos update <id> \"deploy runbook") {
+            let id = self
+                .home("main")
+                .add("alice", "deploy runbook: 1. build", &[]);
+            self.made.insert("runbook", id.clone());
+            vec![id]
+        } else if cmd.starts_with("amos history <id> --as alice --json") {
+            vec![made("runbook")]
+        } else if cmd.starts_with("amos --json get <id>")
+            || cmd.starts_with("amos update <id> \"we deploy")
+            || cmd.starts_with("amos history <id> --as alice")
             || cmd.starts_with("amos unshare <id>")
             || cmd.starts_with("amos forget <id>")
         {
@@ -688,6 +701,45 @@ impl Tour {
                 assert_eq!(v["id"].as_str(), Some(self.made("team").as_str()), "{v}");
                 assert_eq!(v["visibility"], serde_json::json!(["team:apollo"]), "{v}");
                 self.claim("quickstart: get shows the memory shared with the team");
+            }
+            c if c.starts_with("amos update <id> \"we deploy") => {
+                let team = self.made("team");
+                let v = self.home("main").json(&["get", &team, "--as", "alice"]);
+                assert_eq!(v["content"], "we deploy on Tuesdays and Thursdays", "{v}");
+                self.claim("quickstart: update edits the text");
+            }
+            c if c.starts_with("amos update <id> \"deploy runbook") => {
+                let id = self.made("runbook");
+                let v = self.home("main").json(&["get", &id, "--as", "alice"]);
+                assert!(
+                    v["content"].as_str().unwrap_or("").contains("3. promote"),
+                    "{v}"
+                );
+                self.claim("editing: update edits the text");
+            }
+            c if c.starts_with("amos history <id> --as alice") => {
+                let team = if c.contains("--json") {
+                    self.made("runbook")
+                } else {
+                    self.made("team")
+                };
+                let v = self.home("main").json(&["history", &team, "--as", "alice"]);
+                let kinds: Vec<&str> = v["edits"]
+                    .as_array()
+                    .expect("edits")
+                    .iter()
+                    .map(|e| e["kind"].as_str().unwrap_or(""))
+                    .collect();
+                if c.contains("--json") {
+                    assert!(run.json()["edits"].is_array(), "{run:?}");
+                } else {
+                    assert!(
+                        run.stdout.contains("created") && run.stdout.contains("edit"),
+                        "{run:?}"
+                    );
+                }
+                assert_eq!(kinds[..2], ["created", "edit"], "{v}");
+                self.claim("history lists the creation and the edit");
             }
             c if c.starts_with("amos unshare <id> team:apollo") => {
                 let team = &self.made("team");
