@@ -93,10 +93,10 @@ fn actor(domain: &[u8], parts: &[&[u8]]) -> ActorId {
 /// The seed change every node derives from a memory's plain text.
 fn seed(id: &MemoryId, base: &str) -> Result<Change, TextError> {
     let mut doc = AutoCommit::new().with_actor(actor(b"seed", &[&id.0]));
-    let text = doc
-        .put_object(ROOT, TEXT_KEY, ObjType::Text)
+    let list = doc
+        .put_object(ROOT, TEXT_KEY, ObjType::List)
         .map_err(malformed)?;
-    doc.splice_text(&text, 0, 0, base).map_err(malformed)?;
+    doc.splice(&list, 0, 0, tokens(base)).map_err(malformed)?;
     doc.commit_with(CommitOptions::default().with_time(0));
     doc.get_last_local_change()
         .ok_or_else(|| malformed("the seed made no change"))
@@ -107,19 +107,22 @@ pub fn seed_id(id: &MemoryId, base: &str) -> Result<ChangeId, TextError> {
     Ok(seed(id, base)?.hash().0)
 }
 
-/// Split text into words, each with the whitespace after it (leading
-/// whitespace is a word of its own): the units edits insert and delete.
-fn words(text: &str) -> Vec<&str> {
+/// Split text into tokens: each maximal run of non-whitespace, and each
+/// maximal run of whitespace. The document holds one list element per
+/// token (a 10 kB text is about 3,000 elements, not 10,000 characters, which
+/// is what automerge's costs grow with), and edits insert and delete whole
+/// tokens: a concurrent insertion never lands inside a word.
+fn tokens(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let mut start = 0;
-    let mut in_space = false;
+    let mut prev: Option<bool> = None;
     for (i, c) in text.char_indices() {
         let space = c.is_whitespace();
-        if in_space && !space && i > start {
+        if prev.is_some_and(|p| p != space) {
             out.push(&text[start..i]);
             start = i;
         }
-        in_space = space;
+        prev = Some(space);
     }
     if start < text.len() {
         out.push(&text[start..]);
@@ -127,63 +130,160 @@ fn words(text: &str) -> Vec<&str> {
     out
 }
 
-/// Turn `old` into `new` from a word-level diff: words are inserted and
-/// deleted whole, so a concurrent insertion never lands inside a word this
-/// edit keeps; where words are replaced, only the characters between the
-/// replaced run's common prefix and suffix change.
-fn splice_by_words(
+/// Turn the list `old` (the document's elements) into `new_text`, one
+/// splice per changed run.
+///
+/// The diff is of the old text's tokens against the new text's. Elements
+/// are never split across a change of whitespace, so every token boundary
+/// of the old text is an element boundary and each hunk is a run of whole
+/// elements; but elements need not be whole tokens (after a merge "w1" and
+/// "w2" may be neighbours, read as the one token "w1w2"), so a replaced
+/// run goes through [`refine`], which keeps every old element the new text
+/// still spells — a concurrent delete of it must still delete it.
+fn splice_tokens(
     doc: &mut AutoCommit,
     obj: &automerge::ObjId,
-    old: &str,
-    new: &str,
+    old: &[String],
+    new_text: &str,
 ) -> Result<(), TextError> {
     use similar::DiffOp;
-    let (a, b) = (words(old), words(new));
-    let chars = |ws: &[&str]| ws.iter().map(|w| w.chars().count()).sum::<usize>();
-    // Merge each run of deletes, inserts and replaces into one hunk
-    // (old words a[o0..o1] become new words b[n0..n1]).
+    let old_text = old.concat();
+    let (a, b) = (tokens(&old_text), tokens(new_text));
+    // Byte offsets of the tokens, and of the elements.
+    let offsets = |ts: &[&str]| -> Vec<usize> {
+        let mut at = 0;
+        let mut v = Vec::with_capacity(ts.len() + 1);
+        for t in ts {
+            v.push(at);
+            at += t.len();
+        }
+        v.push(at);
+        v
+    };
+    let (ta, tb) = (offsets(&a), offsets(&b));
+    let els: Vec<&str> = old.iter().map(String::as_str).collect();
+    let te = offsets(&els);
+    let element_at = |byte: usize| te.partition_point(|&o| o < byte);
+    // The hunks are the gaps between the runs the diff found equal (old
+    // tokens o0..o1 become new tokens n0..n1). Only the equal runs are
+    // used: similar's Myers can report the index of an insert or delete
+    // out of step with them.
     let mut hunks: Vec<(usize, usize, usize, usize)> = Vec::new();
-    let mut open: Option<(usize, usize, usize, usize)> = None;
+    let (mut o, mut n) = (0usize, 0usize);
     for op in similar::capture_diff_slices(similar::Algorithm::Myers, &a, &b) {
-        let (o, n) = (op.old_range(), op.new_range());
-        if let DiffOp::Equal { .. } = op {
-            hunks.extend(open.take());
+        if let DiffOp::Equal {
+            old_index,
+            new_index,
+            len,
+        } = op
+        {
+            if old_index < o || new_index < n {
+                continue;
+            }
+            if old_index > o || new_index > n {
+                hunks.push((o, old_index, n, new_index));
+            }
+            (o, n) = (old_index + len, new_index + len);
+        }
+    }
+    if o < a.len() || n < b.len() {
+        hunks.push((o, a.len(), n, b.len()));
+    }
+    // From the last hunk back, so earlier positions stay valid.
+    for (o0, o1, n0, n1) in hunks.into_iter().rev() {
+        let (e0, e1) = (element_at(ta[o0]), element_at(ta[o1]));
+        let to = &new_text[tb[n0]..tb[n1]];
+        if e0 == e1 || to.is_empty() {
+            doc.splice(obj, e0, (e1 - e0) as isize, tokens(to))
+                .map_err(malformed)?;
             continue;
         }
-        open = Some(match open {
-            Some((o0, _, n0, _)) => (o0, o.end, n0, n.end),
-            None => (o.start, o.end, n.start, n.end),
-        });
-    }
-    hunks.extend(open);
-    // Apply from the last hunk back, so earlier positions stay valid.
-    for (o0, o1, n0, n1) in hunks.into_iter().rev() {
-        let pos = chars(&a[..o0]);
-        // Keep the characters both sides share at the ends (a word whose
-        // trailing whitespace changed stays the same word).
-        let was: Vec<char> = a[o0..o1].concat().chars().collect();
-        let now: Vec<char> = b[n0..n1].concat().chars().collect();
-        let pre = was.iter().zip(&now).take_while(|(x, y)| x == y).count();
-        let suf = was[pre..]
-            .iter()
-            .rev()
-            .zip(now[pre..].iter().rev())
-            .take_while(|(x, y)| x == y)
-            .count();
-        let ins: String = now[pre..now.len() - suf].iter().collect();
-        let del = was.len() - pre - suf;
-        if del > 0 || !ins.is_empty() {
-            doc.splice_text(obj, pos + pre, del as isize, &ins)
-                .map_err(malformed)?;
+        for (s, e, ins) in refine(&els[e0..e1], to).into_iter().rev() {
+            doc.splice(
+                obj,
+                e0 + s,
+                (e - s) as isize,
+                ins.iter().map(String::as_str),
+            )
+            .map_err(malformed)?;
         }
     }
     Ok(())
+}
+
+/// Within one replaced run: the splices that turn the old elements `els`
+/// into the text `to`, keeping every old element that `to` still spells,
+/// in order. Returns splices `(start, end, tokens)` relative to the run, in
+/// order.
+///
+/// Old elements need not be canonical tokens (a merge can leave "w1" and
+/// "w2" side by side, read as "w1w2"), and the new text may join what were
+/// separate words, so tokens alone cannot say what was kept. This picks
+/// the old elements to keep by dynamic programming over (element, position
+/// in `to`), maximising the characters kept; what lies between kept
+/// elements is inserted as new tokens. A run too large for that is
+/// replaced whole.
+fn refine(els: &[&str], to: &str) -> Vec<(usize, usize, Vec<String>)> {
+    let (m, n) = (els.len(), to.len());
+    let owned = |t: &str| tokens(t).into_iter().map(str::to_owned).collect::<Vec<_>>();
+    if m.saturating_mul(n + 1) > 1 << 20 {
+        return vec![(0, m, owned(to))];
+    }
+    let b = to.as_bytes();
+    let fits = |k: usize, p: usize| {
+        let e = els[k].as_bytes();
+        !e.is_empty() && to.is_char_boundary(p) && b[p..].starts_with(e)
+    };
+    // best[k][p]: most characters keepable from element k on, at `to`[p..].
+    // take[k][p]: the best when element k is kept at some q >= p, and that q.
+    let w = n + 1;
+    let mut best = vec![0usize; (m + 1) * w];
+    let mut take = vec![(0usize, usize::MAX); (m + 1) * w];
+    for k in (0..m).rev() {
+        let len = els[k].len();
+        let mut suffix = (0usize, usize::MAX);
+        for p in (0..=n).rev() {
+            if p + len <= n && fits(k, p) {
+                let v = len + best[(k + 1) * w + p + len];
+                if v >= suffix.0 {
+                    suffix = (v, p);
+                }
+            }
+            take[k * w + p] = suffix;
+            best[k * w + p] = best[(k + 1) * w + p].max(suffix.0);
+        }
+    }
+    // Walk the choices: kept elements, and what replaces the rest.
+    let mut out = Vec::new();
+    let (mut p, mut pending): (usize, Option<usize>) = (0, None);
+    for k in 0..m {
+        let (v, q) = take[k * w + p];
+        if q != usize::MAX && v > 0 && v >= best[(k + 1) * w + p] {
+            if pending.is_some() || q > p {
+                out.push((pending.unwrap_or(k), k, owned(&to[p..q])));
+            }
+            pending = None;
+            p = q + els[k].len();
+        } else {
+            pending.get_or_insert(k);
+        }
+    }
+    if pending.is_some() || p < n {
+        out.push((pending.unwrap_or(m), m, owned(&to[p..])));
+    }
+    out
 }
 
 /// One memory's text document.
 pub struct TextDoc {
     id: MemoryId,
     doc: AutoCommit,
+    /// A change was applied that the document does not hold yet (automerge
+    /// queues a change until what it depends on arrives; a saved document
+    /// does not carry that queue).
+    waiting: bool,
+    /// A change broke automerge's state (see [`TextDoc::guarded`]).
+    broken: bool,
 }
 
 impl std::fmt::Debug for TextDoc {
@@ -198,6 +298,8 @@ impl TextDoc {
         TextDoc {
             id,
             doc: AutoCommit::new(),
+            waiting: false,
+            broken: false,
         }
     }
 
@@ -211,88 +313,232 @@ impl TextDoc {
                 limit: MAX_SNAPSHOT_BYTES,
             });
         }
-        let doc = AutoCommit::load(bytes).map_err(malformed)?;
-        Ok(TextDoc { id, doc })
+        let loaded = std::panic::catch_unwind(|| {
+            AutoCommit::load(bytes).map(|mut doc| {
+                // Read back what a caller will read, while a panic is caught.
+                let _ = doc.get_heads();
+                doc
+            })
+        });
+        let doc = match loaded {
+            Ok(Ok(doc)) => doc,
+            Ok(Err(e)) => return Err(malformed(e)),
+            Err(_) => return Err(malformed("the saved document does not load")),
+        };
+        Ok(TextDoc {
+            id,
+            doc,
+            waiting: false,
+            broken: false,
+        })
     }
 
     /// Build from the facts that make up the text: the base text (if held),
     /// a snapshot (if any) and the edits' changes, in any order. A change
-    /// that does not decode or fit is left out.
+    /// that does not decode or fit is left out — the same one on every node,
+    /// since what fits depends only on the set of changes.
     pub fn build<'a>(
         id: MemoryId,
         base: Option<&str>,
         snapshot: Option<&[u8]>,
         changes: impl IntoIterator<Item = &'a [u8]>,
     ) -> Result<TextDoc, TextError> {
-        let mut doc = match snapshot {
-            Some(s) => TextDoc::load(id, s)?,
-            None => TextDoc::empty(id),
+        let start = || -> Result<TextDoc, TextError> {
+            let mut doc = match snapshot {
+                Some(s) => TextDoc::load(id, s)?,
+                None => TextDoc::empty(id),
+            };
+            if let Some(base) = base {
+                doc.add_base(base)?;
+            }
+            Ok(doc)
         };
-        if let Some(base) = base {
-            doc.add_base(base)?;
+        // Changes that do not decode are left out at once; the others go in
+        // as one batch (automerge orders them causally).
+        let mut decoded: Vec<Change> = changes
+            .into_iter()
+            .filter_map(|c| decode_change(c).ok())
+            .collect();
+        decoded.sort_by_key(|c| c.hash());
+        let ids: Vec<ChangeId> = decoded.iter().map(|c| c.hash().0).collect();
+        let settle = |mut doc: TextDoc| {
+            doc.waiting = !ids.iter().all(|c| doc.contains(c));
+            doc
+        };
+        let mut doc = start()?;
+        if doc.try_apply(decoded.clone()).is_ok() {
+            let doc = settle(doc);
+            if !doc.broken() {
+                return Ok(doc);
+            }
         }
-        for c in changes {
-            // A change that does not decode or fit is left out of the text
-            // (it was signed by a node allowed to edit; its fact is kept).
-            let _ = doc.apply(c);
+        // One of them does not fit: one by one, leaving out each that fails
+        // (and starting again from scratch after it, since a failed apply
+        // may leave automerge's state half-changed).
+        let mut left_out: BTreeSet<ChangeHash> = BTreeSet::new();
+        loop {
+            let mut doc = start()?;
+            let mut failed = None;
+            for c in decoded.iter().filter(|c| !left_out.contains(&c.hash())) {
+                if doc.try_apply(vec![c.clone()]).is_err() || doc.broken() {
+                    failed = Some(c.hash());
+                    break;
+                }
+            }
+            match failed {
+                Some(h) => {
+                    left_out.insert(h);
+                }
+                None => {
+                    let mut doc = settle(doc);
+                    doc.waiting = !ids
+                        .iter()
+                        .filter(|c| !left_out.contains(&ChangeHash(**c)))
+                        .all(|c| doc.contains(c));
+                    return Ok(doc);
+                }
+            }
         }
-        Ok(doc)
     }
 
     /// Add the seed change of `base` (a no-op if the document holds it).
     pub fn add_base(&mut self, base: &str) -> Result<(), TextError> {
         let s = seed(&self.id, base)?;
-        self.doc.apply_changes([s]).map_err(malformed)
+        self.try_apply(vec![s])
     }
 
     /// Merge one change (a no-op if held; queued by automerge until its
     /// dependencies arrive).
     ///
     /// automerge can panic on a change that decodes but whose operations do
-    /// not fit the document; such a change is an error here, and the
-    /// document is left as it was.
+    /// not fit the document; that is an error here, after which the document
+    /// must be built again ([`TextDoc::build`] leaves such a change out).
     pub fn apply(&mut self, change: &[u8]) -> Result<(), TextError> {
         let c = decode_change(change)?;
-        if self.contains(&c.hash().0) {
+        let id = c.hash().0;
+        if self.contains(&id) {
             return Ok(());
         }
-        let before = self.doc.clone();
+        self.try_apply(vec![c])?;
+        if !self.contains(&id) {
+            self.waiting = true;
+        }
+        Ok(())
+    }
+
+    /// Whether an applied change still waits for one it depends on.
+    pub fn waiting(&self) -> bool {
+        self.waiting
+    }
+
+    fn try_apply(&mut self, changes: Vec<Change>) -> Result<(), TextError> {
+        let hashes: Vec<ChangeHash> = changes.iter().map(Change::hash).collect();
+        // Applied, and read back: automerge can take a change that breaks
+        // its later reads, so that is part of applying.
+        let applied = self.guarded(None, |doc| {
+            Some(doc.apply_changes(changes).map(|()| {
+                for h in &hashes {
+                    let _ = doc.get_change_by_hash(h);
+                }
+                let _ = doc.get_heads();
+            }))
+        });
+        match applied {
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => Err(malformed(e)),
+            None => Err(malformed("the change does not fit the document")),
+        }
+    }
+
+    /// Run `f` on the automerge document, turning a panic into `default`.
+    /// automerge's state after a panic is not to be touched, not even
+    /// dropped (its drop can panic again): it is leaked, and the document
+    /// is left empty and marked broken, for the caller to build again.
+    fn guarded<T>(&mut self, default: T, f: impl FnOnce(&mut AutoCommit) -> T) -> T {
+        if self.broken {
+            return default;
+        }
         let doc = &mut self.doc;
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| doc.apply_changes([c]))) {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => {
-                self.doc = before;
-                Err(malformed(e))
-            }
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(doc))) {
+            Ok(v) => v,
             Err(_) => {
-                self.doc = before;
-                Err(malformed("the change does not fit the document"))
+                std::mem::forget(std::mem::replace(&mut self.doc, AutoCommit::new()));
+                self.broken = true;
+                default
             }
         }
+    }
+
+    /// Run a read on the document, turning a panic into `default`.
+    fn read<T>(&self, default: T, f: impl FnOnce(&AutoCommit) -> T) -> T {
+        if self.broken {
+            return default;
+        }
+        let doc = &self.doc;
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(doc))).unwrap_or(default)
+    }
+
+    /// Whether a change broke the document (it must be built again).
+    pub fn broken(&self) -> bool {
+        self.broken
     }
 
     /// Whether the document holds (has applied) change `c`.
     pub fn contains(&mut self, c: &ChangeId) -> bool {
-        self.doc.get_change_by_hash(&ChangeHash(*c)).is_some()
+        self.guarded(false, |doc| {
+            doc.get_change_by_hash(&ChangeHash(*c)).is_some()
+        })
     }
 
     /// The ids of every change the document holds.
     pub fn change_ids(&mut self) -> Vec<ChangeId> {
-        self.doc
-            .get_changes(&[])
-            .into_iter()
-            .map(|c| c.hash().0)
-            .collect()
+        self.guarded(Vec::new(), |doc| {
+            doc.get_changes(&[])
+                .into_iter()
+                .map(|c| c.hash().0)
+                .collect()
+        })
     }
 
     /// The text as readers see it ("" until the base is held).
     pub fn text(&self) -> String {
-        match self.doc.get(ROOT, TEXT_KEY) {
-            Ok(Some((Value::Object(ObjType::Text), obj))) => {
-                self.doc.text(&obj).unwrap_or_default()
+        let Some(obj) = self.list() else {
+            return String::new();
+        };
+        self.read(String::new(), |doc| {
+            let mut out = String::new();
+            for item in doc.list_range(&obj, ..) {
+                if let automerge::ValueRef::Scalar(automerge::ScalarValueRef::Str(s)) = item.value {
+                    out.push_str(&s);
+                }
             }
-            _ => String::new(),
-        }
+            out
+        })
+    }
+
+    fn list(&self) -> Option<automerge::ObjId> {
+        self.read(None, |doc| match doc.get(ROOT, TEXT_KEY) {
+            Ok(Some((Value::Object(ObjType::List), obj))) => Some(obj),
+            _ => None,
+        })
+    }
+
+    /// The document's tokens, in order (elements that are not strings,
+    /// which only a foreign change could make, read as nothing).
+    fn elements(&self) -> Vec<String> {
+        let Some(obj) = self.list() else {
+            return Vec::new();
+        };
+        self.read(Vec::new(), |doc| {
+            doc.list_range(&obj, ..)
+                .map(|item| match item.value {
+                    automerge::ValueRef::Scalar(automerge::ScalarValueRef::Str(s)) => {
+                        s.into_owned()
+                    }
+                    _ => String::new(),
+                })
+                .collect()
+        })
     }
 
     /// Make the change that turns the text into `new_text`, authored by
@@ -305,31 +551,39 @@ impl TextDoc {
         author: &NodeId,
         clock: &Hlc,
     ) -> Result<Option<Vec<u8>>, TextError> {
-        if self.text() == new_text {
+        let old = self.elements();
+        if old.concat() == new_text {
             return Ok(None);
         }
-        let obj = match self.doc.get(ROOT, TEXT_KEY) {
-            Ok(Some((Value::Object(ObjType::Text), obj))) => obj,
-            _ => return Err(malformed("the document has no base text to edit")),
-        };
-        self.doc
-            .set_actor(actor(b"edit", &[&author.0, &clock.sort_key()]));
-        let old = self.text();
-        splice_by_words(&mut self.doc, &obj, &old, new_text)?;
+        let obj = self
+            .list()
+            .ok_or_else(|| malformed("the document has no base text to edit"))?;
         let time = i64::try_from(clock.wall_ms).unwrap_or(i64::MAX);
-        self.doc
-            .commit_with(CommitOptions::default().with_time(time));
-        let mut change = self
-            .doc
-            .get_last_local_change()
-            .ok_or_else(|| malformed("the edit made no change"))?;
-        Ok(Some(change.bytes().into_owned()))
+        let made = self.guarded(None, |doc| {
+            doc.set_actor(actor(b"edit", &[&author.0, &clock.sort_key()]));
+            Some(splice_tokens(doc, &obj, &old, new_text).map(|()| {
+                doc.commit_with(CommitOptions::default().with_time(time));
+                doc.get_last_local_change()
+                    .map(|mut c| c.bytes().into_owned())
+            }))
+        });
+        match made {
+            // Never ship a change that does not say what was asked.
+            Some(Ok(Some(_))) if self.text() != new_text => {
+                Err(malformed("the edit does not reproduce the new text"))
+            }
+            Some(Ok(Some(change))) => Ok(Some(change)),
+            Some(Ok(None)) => Err(malformed("the edit made no change")),
+            Some(Err(e)) => Err(e),
+            None => Err(malformed("the document broke while editing")),
+        }
     }
 
     /// The whole document (history included), compressed: the local cache
     /// and what a compaction signs.
+    /// Empty if the document is broken.
     pub fn save(&mut self) -> Vec<u8> {
-        self.doc.save()
+        self.guarded(Vec::new(), AutoCommit::save)
     }
 }
 
@@ -439,16 +693,6 @@ impl TextLog {
         )
     }
 
-    /// Whether `doc` holds every edit this log holds (false while an edit
-    /// waits for one it depends on: automerge keeps such a change queued,
-    /// and a saved document does not carry the queue).
-    pub fn complete(&self, doc: &mut TextDoc) -> bool {
-        self.entries.iter().all(|(k, e)| match (k, &e.fact) {
-            (LogKey::Edit(c), Some(_)) => doc.contains(c),
-            _ => true,
-        })
-    }
-
     /// Offer one content fact of this memory, already admitted by the gate
     /// (the caller decides its other fields by clock). `doc` is this log's
     /// document ([`TextLog::build`]) and is kept in step. Returns whether the
@@ -463,7 +707,7 @@ impl TextLog {
         // An edit that waited for one it depends on may not have been taken
         // up when that one came inside a snapshot or a new base: build the
         // document again from the log, which applies every held edit.
-        if changed && !self.complete(doc) {
+        if changed && (doc.waiting() || doc.broken()) {
             *doc = self.build(id)?;
         }
         Ok(changed)
@@ -515,8 +759,10 @@ impl TextLog {
                     },
                 );
                 // A change that does not fit stays out of the text (its fact
-                // is kept, so every node decides the same).
-                let _ = doc.apply(change);
+                // is kept, and every node leaves the same one out).
+                if doc.apply(change).is_err() || doc.broken() {
+                    *doc = self.build(id)?;
+                }
                 Ok(true)
             }
             MemoryText::Snapshot(saved) => {
@@ -585,11 +831,65 @@ mod tests {
     }
 
     #[test]
-    fn words_keep_their_whitespace_and_rejoin_exactly() {
-        for t in ["", "a", " a b\n\nc  ", "step one\nstep two\n", "  "] {
-            assert_eq!(words(t).concat(), t);
+    fn tokens_split_words_from_whitespace_and_rejoin_exactly() {
+        for t in [
+            "",
+            "a",
+            " a b\n\nc  ",
+            "step one\nstep two\n",
+            "  ",
+            "é ✓\tx",
+        ] {
+            assert_eq!(tokens(t).concat(), t);
         }
-        assert_eq!(words(" a b\n"), vec![" ", "a ", "b\n"]);
+        assert_eq!(tokens(" a b\n\nc"), vec![" ", "a", " ", "b", "\n\n", "c"]);
+    }
+
+    #[test]
+    fn refining_keeps_every_old_element_the_new_text_still_holds() {
+        let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+        // "w1" and "w2" read as one word; the text after is the same.
+        assert!(refine(&["w1", "w2", " ", "\n"], "w1w2 \n").is_empty());
+        // Deleting "w001 " before a merged "w002w008": w002 and w008 stay.
+        assert_eq!(
+            refine(&["w001", " ", "w002", "w008", " ", "\n"], "w002w008 \n"),
+            vec![(0, 2, vec![])]
+        );
+        // Deleting " w002" joins w001 and w008: both stay.
+        assert_eq!(
+            refine(&["w001", " ", "w002", "w008", " "], "w001w008 "),
+            vec![(1, 3, vec![])]
+        );
+        // A changed word: the old element goes, the new one comes.
+        assert_eq!(
+            refine(&["w1", "w2", " "], "w1x2 "),
+            vec![(1, 2, s(&["x2"]))]
+        );
+        assert_eq!(refine(&[], "new"), vec![(0, 0, s(&["new"]))]);
+    }
+
+    proptest::proptest! {
+        /// Whatever the elements (merges leave them non-canonical), an
+        /// edit yields exactly the text asked for.
+        #[test]
+        fn any_edit_of_any_elements_yields_the_new_text(
+            els in proptest::collection::vec(
+                proptest::sample::select(vec!["a", "b", "ab", "ba", " ", "\n", "  ", "c"]), 0..12),
+            new in proptest::collection::vec(
+                proptest::sample::select(vec!["a", "b", "c", " ", "\n", "ab"]), 0..12),
+        ) {
+            let id = MemoryId::new(1_700_000_000_000, [1; 10]);
+            let a = NodeIdentity::from_secret([1; 32]).node_id();
+            let mut doc = TextDoc::empty(id);
+            let list = doc.doc.put_object(ROOT, TEXT_KEY, ObjType::List).unwrap();
+            doc.doc.splice(&list, 0, 0, els.iter().copied()).unwrap();
+            doc.doc.commit_with(CommitOptions::default().with_time(0));
+            let new = new.concat();
+            let before = doc.text();
+            let made = doc.edit(&new, &a, &clock(1, &a)).unwrap();
+            proptest::prop_assert_eq!(made.is_some(), before != new);
+            proptest::prop_assert_eq!(doc.text(), new);
+        }
     }
 
     #[test]

@@ -187,14 +187,10 @@ impl Tx<'_> {
             .and_then(|r| r.cache)
             .filter(|_| edited)
             .and_then(|c| TextDoc::load(*id, &c).ok());
+        // The cache is written only for a document that holds every edit
+        // of the log, in the transaction that writes the log.
         let doc = match cached {
-            Some(mut d) => {
-                if log.complete(&mut d) {
-                    d
-                } else {
-                    log.build(*id).map_err(corrupt)?
-                }
-            }
+            Some(d) => d,
             None => log.build(*id).map_err(corrupt)?,
         };
         Ok(TextState { log, doc, edited })
@@ -239,7 +235,7 @@ impl Tx<'_> {
         let seq = self.next_seq()?;
         self.write_log(&m.id, &before, &log, seq, base_seq)?;
         let text = doc.text();
-        let cache = log.complete(&mut doc).then(|| doc.save());
+        let cache = (!doc.waiting()).then(|| doc.save());
         if fields_win {
             self.put_content_row(fact, &text, seq, owner_trusted)?;
         }
