@@ -27,8 +27,12 @@ pub struct TextReport {
     /// Rounds of two concurrent one-line edits.
     pub rounds: usize,
     /// Applying the other peer's edit (one fact) into a memory that has a
-    /// concurrent edit of its own: gate, merge, materialise, write.
+    /// concurrent edit of its own: gate, merge, materialise, write — in a
+    /// process that holds the document already (`amos serve`, `amos mcp`).
     pub merge_ms: Millis,
+    /// The same in a process that first loads the document from the store
+    /// (a fresh `amos sync now`).
+    pub merge_cold_ms: Millis,
     /// A local one-line edit (`amos update`), compaction included when due.
     pub edit_ms: Millis,
     /// Bytes of the facts that carried one one-line edit.
@@ -199,7 +203,7 @@ pub fn run(dir: &std::path::Path, rounds: usize) -> Result<TextReport> {
     let id = mid.to_string();
     exchange(&a, &mut b, 0)?;
 
-    let (mut merge, mut edit) = (Vec::new(), Vec::new());
+    let (mut merge, mut cold, mut edit) = (Vec::new(), Vec::new(), Vec::new());
     let mut edit_fact_bytes = 0;
     for r in 0..rounds {
         let (since_a, since_b) = (a.store.max_seq()?, b.store.max_seq()?);
@@ -217,7 +221,8 @@ pub fn run(dir: &std::path::Path, rounds: usize) -> Result<TextReport> {
         let t0 = Instant::now();
         b.apply_from(&ida, facts)?;
         merge.push(t0.elapsed().as_secs_f64() * 1e3);
-        merge.push(exchange(&b, &mut a, since_b)?);
+        crate::store::text::forget_warm_documents();
+        cold.push(exchange(&b, &mut a, since_b)?);
     }
     let final_a = text_of(&a, &id)?;
     let converged = final_a == text_of(&b, &id)?
@@ -240,6 +245,7 @@ pub fn run(dir: &std::path::Path, rounds: usize) -> Result<TextReport> {
         text_bytes,
         rounds,
         merge_ms: millis(merge),
+        merge_cold_ms: millis(cold),
         edit_ms: millis(edit),
         edit_fact_bytes,
         converged,

@@ -95,7 +95,12 @@ impl Node {
         self.store.write(|tx| {
             let clock = tx.tick(now, me)?;
             let mut state = tx.text_state(&rec.id)?;
-            let Some(change) = state.doc.edit(text, &me, &clock).map_err(text_error)? else {
+            let epoch = tx.epoch()?;
+            let Some(change) = state
+                .doc
+                .edit_as(text, &me, epoch.as_bytes(), &clock)
+                .map_err(text_error)?
+            else {
                 return Ok(());
             };
             let edit = identity.sign(Fact {

@@ -551,6 +551,21 @@ impl TextDoc {
         author: &NodeId,
         clock: &Hlc,
     ) -> Result<Option<Vec<u8>>, TextError> {
+        self.edit_as(new_text, author, b"", clock)
+    }
+
+    /// [`TextDoc::edit`] with the author's `lineage`: one automerge actor
+    /// serves a node's every edit of a memory while its store lives (fewer
+    /// actors keep the document small and quick to load); a store restored
+    /// from a backup, with a new log epoch as lineage, starts a new actor
+    /// rather than reuse sequence numbers its peers already hold.
+    pub fn edit_as(
+        &mut self,
+        new_text: &str,
+        author: &NodeId,
+        lineage: &[u8],
+        clock: &Hlc,
+    ) -> Result<Option<Vec<u8>>, TextError> {
         let old = self.elements();
         if old.concat() == new_text {
             return Ok(None);
@@ -559,8 +574,9 @@ impl TextDoc {
             .list()
             .ok_or_else(|| malformed("the document has no base text to edit"))?;
         let time = i64::try_from(clock.wall_ms).unwrap_or(i64::MAX);
+        let id = self.id;
         let made = self.guarded(None, |doc| {
-            doc.set_actor(actor(b"edit", &[&author.0, &clock.sort_key()]));
+            doc.set_actor(actor(b"edit", &[&author.0, &id.0, lineage]));
             Some(splice_tokens(doc, &obj, &old, new_text).map(|()| {
                 doc.commit_with(CommitOptions::default().with_time(time));
                 doc.get_last_local_change()

@@ -212,6 +212,12 @@ impl Tx<'_> {
         &self.tx
     }
 
+    /// The store's log epoch (see [`Store::epoch`]).
+    pub fn epoch(&self) -> Result<String> {
+        meta_text(&self.tx, "epoch")?
+            .ok_or_else(|| NodeError::Corrupt("store has no log epoch".into()))
+    }
+
     /// Hand out the next local sequence number.
     pub fn next_seq(&mut self) -> Result<i64> {
         let seq = match self.seq {

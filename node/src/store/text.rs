@@ -139,24 +139,75 @@ pub fn stored_bytes(conn: &Connection, id: &MemoryId) -> Result<(u64, u64)> {
     Ok((log as u64, doc as u64))
 }
 
+/// Drop the documents this process keeps warm (the bench measures the
+/// cold path with it).
+pub fn forget_warm_documents() {
+    warm::clear();
+}
+
 /// What a memory row says about its text.
 struct TextRow {
     edited: bool,
     cache: Option<Vec<u8>>,
     content_fact: Option<Vec<u8>>,
+    seq: i64,
 }
 
 fn text_row(conn: &Connection, id: &MemoryId) -> Result<Option<TextRow>> {
     Ok(conn
-        .prepare_cached("SELECT edited, text_doc, content_fact FROM memories WHERE id = ?1")?
+        .prepare_cached("SELECT edited, text_doc, content_fact, seq FROM memories WHERE id = ?1")?
         .query_row([&id.0[..]], |r| {
             Ok(TextRow {
                 edited: r.get(0)?,
                 cache: r.get(1)?,
                 content_fact: r.get(2)?,
+                seq: r.get(3)?,
             })
         })
         .optional()?)
+}
+
+/// Documents this process built or loaded lately, by (store log epoch,
+/// memory), each with the row `seq` it is the document of. Loading an
+/// automerge document costs milliseconds; a long-running process (`amos
+/// serve`, `amos mcp`) that merges edits of one memory again and again
+/// skips that. A document is taken out while in use and put back after its
+/// write; one whose row has moved since (another process wrote, or the
+/// write rolled back) is never used: its `seq` no longer matches.
+mod warm {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    use amos_protocol::MemoryId;
+    use amos_sync::text::TextDoc;
+
+    const MAX: usize = 64;
+
+    type Key = (String, MemoryId);
+    static DOCS: Mutex<Option<HashMap<Key, (i64, TextDoc)>>> = Mutex::new(None);
+
+    pub fn take(epoch: &str, id: &MemoryId, seq: i64) -> Option<TextDoc> {
+        let mut docs = DOCS.lock().ok()?;
+        let (at, doc) = docs.as_mut()?.remove(&(epoch.to_owned(), *id))?;
+        (at == seq).then_some(doc)
+    }
+
+    pub fn clear() {
+        if let Ok(mut docs) = DOCS.lock() {
+            *docs = None;
+        }
+    }
+
+    pub fn put(epoch: &str, id: MemoryId, seq: i64, doc: TextDoc) {
+        let Ok(mut docs) = DOCS.lock() else {
+            return;
+        };
+        let docs = docs.get_or_insert_with(HashMap::new);
+        if docs.len() >= MAX {
+            docs.clear();
+        }
+        docs.insert((epoch.to_owned(), id), (seq, doc));
+    }
 }
 
 /// The text state of a memory as a write transaction sees it.
@@ -183,10 +234,15 @@ impl Tx<'_> {
                 .transpose()?;
             TextLog::start(current.as_ref())
         };
-        let cached = row
-            .and_then(|r| r.cache)
-            .filter(|_| edited)
-            .and_then(|c| TextDoc::load(*id, &c).ok());
+        let warm = match &row {
+            Some(r) if edited => warm::take(&self.epoch()?, id, r.seq),
+            _ => None,
+        };
+        let cached = warm.or_else(|| {
+            row.and_then(|r| r.cache)
+                .filter(|_| edited)
+                .and_then(|c| TextDoc::load(*id, &c).ok())
+        });
         // The cache is written only for a document that holds every edit
         // of the log, in the transaction that writes the log.
         let doc = match cached {
@@ -246,6 +302,9 @@ impl Tx<'_> {
                  WHERE id = ?1",
             )?
             .execute(params![&m.id.0[..], text, cache, seq])?;
+        if !doc.waiting() && !doc.broken() {
+            warm::put(&self.epoch()?, m.id, seq, doc);
+        }
         Ok(true)
     }
 
