@@ -13,7 +13,7 @@ secs="${1:-60}"
 [[ "$secs" =~ ^[0-9]+$ ]] || { echo "usage: $0 [seconds-per-target] [target...]" >&2; exit 2; }
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(bundle_reader fact_decoder pairing_code sync_message)
+[ ${#targets[@]} -gt 0 ] || targets=(bundle_reader fact_decoder pairing_code sync_message text_change)
 
 if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
     echo "cargo-fuzz not found; installing it" >&2
@@ -27,7 +27,16 @@ status=0
 for t in "${targets[@]}"; do
     log="$(mktemp)"
     echo "== $t: ${secs}s"
-    if cargo +nightly fuzz run "$t" -- \
+    # text_change leaks on purpose: automerge's state after a caught panic
+    # is forgotten, not dropped (its drop can panic again; see
+    # amos_sync::text::TextDoc::guarded), so leak reports there are expected.
+    extra=()
+    asan="${ASAN_OPTIONS:-}"
+    if [ "$t" = text_change ]; then
+        extra=(-detect_leaks=0)
+        asan="detect_leaks=0${asan:+:$asan}"
+    fi
+    if ASAN_OPTIONS="$asan" cargo +nightly fuzz run "$t" -- "${extra[@]}" \
         -max_total_time="$secs" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
         -print_final_stats=1 >"$log" 2>&1; then
         result="no crash"

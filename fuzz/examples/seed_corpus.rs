@@ -83,6 +83,23 @@ fn main() -> std::io::Result<()> {
     fs::write(b.join("seed-encrypted"), bundle(&id, Some(&key), &frames))?;
     fs::write(b.join("seed-empty"), bundle(&id, None, &[]))?;
     fs::write(b.join("seed-one"), bundle(&id, Some(&key), &frames[1..2]))?;
+    // text_change: a real edit's change and a saved document.
+    let t = root.join("text_change");
+    fs::create_dir_all(&t)?;
+    let mem = amos_protocol::MemoryId([7; 16]);
+    let mut doc = amos_sync::text::TextDoc::build(mem, Some("alpha beta gamma\n"), None, [])
+        .expect("seed document");
+    let clock = Hlc {
+        wall_ms: 1_700_000_000_000,
+        logical: 0,
+        node: id.node_id(),
+    };
+    let change = doc
+        .edit("alpha beta delta gamma\n", &id.node_id(), &clock)
+        .expect("edit")
+        .expect("a change");
+    fs::write(t.join("seed-change"), change)?;
+    fs::write(t.join("seed-saved"), doc.save())?;
     println!("seed corpus written to {}", root.display());
     Ok(())
 }

@@ -78,7 +78,62 @@ fn decode_change(bytes: &[u8]) -> Result<Change, TextError> {
             limit: MAX_CHANGE_BYTES,
         });
     }
+    check_chunks(bytes, &[CHUNK_CHANGE, CHUNK_COMPRESSED_CHANGE], Some(1))?;
     Change::try_from(bytes).map_err(malformed)
+}
+
+const MAGIC: [u8; 4] = [0x85, 0x6f, 0x4a, 0x83];
+const CHUNK_DOCUMENT: u8 = 0;
+const CHUNK_CHANGE: u8 = 1;
+const CHUNK_COMPRESSED_CHANGE: u8 = 2;
+
+/// Walk automerge's chunk headers (magic, checksum, type, LEB128 length)
+/// before automerge parses anything: only the chunk types amos writes are
+/// accepted (some others make automerge abort, which no `catch_unwind` can
+/// stop), lengths must add up exactly, and `most` bounds the count.
+fn check_chunks(bytes: &[u8], allowed: &[u8], most: Option<usize>) -> Result<(), TextError> {
+    let mut rest = bytes;
+    let mut count = 0usize;
+    while !rest.is_empty() {
+        count += 1;
+        if most.is_some_and(|m| count > m) {
+            return Err(malformed("more automerge chunks than expected"));
+        }
+        if rest.len() < 9 || rest[..4] != MAGIC {
+            return Err(malformed("not an automerge chunk"));
+        }
+        if !allowed.contains(&rest[8]) {
+            return Err(malformed(format!(
+                "automerge chunk type {} not accepted",
+                rest[8]
+            )));
+        }
+        let (mut len, mut shift, mut at) = (0u64, 0u32, 9usize);
+        loop {
+            let b = *rest
+                .get(at)
+                .ok_or_else(|| malformed("truncated automerge chunk length"))?;
+            at += 1;
+            if shift > 56 {
+                return Err(malformed("automerge chunk length too long"));
+            }
+            len |= u64::from(b & 0x7f) << shift;
+            shift += 7;
+            if b & 0x80 == 0 {
+                break;
+            }
+        }
+        let end = usize::try_from(len)
+            .ok()
+            .and_then(|l| at.checked_add(l))
+            .filter(|&e| e <= rest.len())
+            .ok_or_else(|| malformed("automerge chunk longer than its bytes"))?;
+        rest = &rest[end..];
+    }
+    if count == 0 {
+        return Err(malformed("no automerge chunk"));
+    }
+    Ok(())
 }
 
 fn actor(domain: &[u8], parts: &[&[u8]]) -> ActorId {
@@ -313,6 +368,11 @@ impl TextDoc {
                 limit: MAX_SNAPSHOT_BYTES,
             });
         }
+        check_chunks(
+            bytes,
+            &[CHUNK_DOCUMENT, CHUNK_CHANGE, CHUNK_COMPRESSED_CHANGE],
+            None,
+        )?;
         let loaded = std::panic::catch_unwind(|| {
             AutoCommit::load(bytes).map(|mut doc| {
                 // Read back what a caller will read, while a panic is caught.
