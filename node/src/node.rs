@@ -559,12 +559,7 @@ impl Node {
 
     /// The memory, visible to `who`, that `who` may change: owner (or the
     /// explicit local admin when `admin_ok`), and authored here.
-    pub(crate) fn editable(
-        &self,
-        who: &AuthorizedScopes,
-        id: &str,
-        admin_ok: bool,
-    ) -> Result<MemoryRecord> {
+    fn editable(&self, who: &AuthorizedScopes, id: &str, admin_ok: bool) -> Result<MemoryRecord> {
         let rec = self.get(who, id)?.into_inner();
         if !(who.owns(&rec) || (admin_ok && who.is_admin())) {
             return Err(NodeError::Refused(format!(
