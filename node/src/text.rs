@@ -107,7 +107,7 @@ impl Node {
                 clock,
                 body: content_of(&rec, MemoryText::Edit(change)),
             })?;
-            tx.put_fact(&edit, &amos_sync::Effect::local(&edit.fact.body))?;
+            tx.put_local_edit(&edit, state)?;
             // Only the origin compacts (a snapshot from anyone else is refused).
             if rec.origin == me {
                 let (log_bytes, _) = stored::stored_bytes(tx.conn(), &rec.id)?;

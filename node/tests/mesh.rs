@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::time::Instant;
 
 use common::Home;
-use common::server::{Server, free_port, id};
+use common::server::{Server, free_port, id, pair};
 use serde_json::Value;
 
 fn digest(h: &Home) -> String {
@@ -26,16 +26,8 @@ fn two_nodes_sync_and_an_idle_sync_moves_nothing() {
     let a = apollo_node();
     let b = Home::new();
     let server = Server::start(a.path());
-    let (ida, idb) = (id(&a), id(&b));
-    a.ok(&["peers", "add", &idb, "--policy", "team:apollo"]);
-    b.ok(&[
-        "peers",
-        "add",
-        &ida,
-        &server.addr,
-        "--policy",
-        "team:apollo",
-    ]);
+    let ida = id(&a);
+    pair(&a, &b, &server, "team:apollo");
     for i in 0..5 {
         a.add(
             "alice",
@@ -83,15 +75,7 @@ fn unknown_and_removed_keys_are_refused_and_the_server_keeps_serving() {
     let stranger = Home::new();
     let mut server = Server::start(a.path());
     let (ida, idb) = (id(&a), id(&b));
-    a.ok(&["peers", "add", &idb, "--policy", "team:apollo"]);
-    b.ok(&[
-        "peers",
-        "add",
-        &ida,
-        &server.addr,
-        "--policy",
-        "team:apollo",
-    ]);
+    pair(&a, &b, &server, "team:apollo");
     stranger.ok(&[
         "peers",
         "add",
@@ -283,17 +267,9 @@ fn a_fact_that_does_not_verify_fails_the_sync_and_moves_nothing() {
 fn a_large_two_way_sync_does_not_stall() {
     let a = apollo_node();
     let b = apollo_node();
-    let (ida, idb) = (id(&a), id(&b));
+
     let server = Server::start(a.path());
-    a.ok(&["peers", "add", &idb, "--policy", "team:apollo"]);
-    b.ok(&[
-        "peers",
-        "add",
-        &ida,
-        &server.addr,
-        "--policy",
-        "team:apollo",
-    ]);
+    pair(&a, &b, &server, "team:apollo");
     for h in [&a, &b] {
         let home = amos_node::Home::new(h.path());
         let mut node = amos_node::Node::open(&home).unwrap();

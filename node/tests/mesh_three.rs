@@ -16,7 +16,7 @@ mod common;
 use std::time::Duration;
 
 use common::Home;
-use common::server::{Server, id};
+use common::server::{Server, id, pair};
 use serde_json::Value;
 
 const SCOPE: &str = "team:apollo";
@@ -270,9 +270,8 @@ fn garbage_and_oversize_frames_from_a_registered_key_end_only_that_session() {
     a.ok(&["team", "create", "apollo"]);
     a.ok(&["agent", "add", "alice", "--team", "apollo"]);
     let mut server = Server::start(a.path());
-    let (ida, idb) = (id(&a), id(&b));
-    a.ok(&["peers", "add", &idb, "--policy", SCOPE]);
-    b.ok(&["peers", "add", &ida, &server.addr, "--policy", SCOPE]);
+    let ida = id(&a);
+    pair(&a, &b, &server, SCOPE);
     a.add("alice", "quasar after the attack", &[SCOPE]);
 
     let identity = amos_node::Home::new(b.path()).load_identity().unwrap();

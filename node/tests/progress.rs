@@ -10,7 +10,7 @@ mod common;
 
 use std::process::{Command, Stdio};
 
-use common::server::{Server, id};
+use common::server::{Server, id, pair};
 use common::{Home, amos_bin};
 
 /// A serving node with `n` team memories, and a fresh node registered with
@@ -26,8 +26,7 @@ fn serving_with(n: usize) -> (Home, Home, Server) {
     }
     let b = Home::new();
     let server = Server::start(a.path());
-    a.ok(&["peers", "add", &id(&b), "--policy", "full"]);
-    b.ok(&["peers", "add", &id(&a), &server.addr, "--policy", "full"]);
+    pair(&a, &b, &server, "full");
     (a, b, server)
 }
 

@@ -11,7 +11,7 @@
 mod common;
 
 use common::Home;
-use common::server::{Server, id};
+use common::server::{Server, id, pair};
 use serde_json::Value;
 
 fn text_of(h: &Home, mem: &str) -> String {
@@ -34,9 +34,7 @@ fn full_pair() -> (Home, Home, Server) {
     let a = Home::apollo();
     let b = Home::new();
     let server = Server::start(a.path());
-    let (ida, idb) = (id(&a), id(&b));
-    a.ok(&["peers", "add", &idb, "--policy", "full"]);
-    b.ok(&["peers", "add", &ida, &server.addr, "--policy", "full"]);
+    pair(&a, &b, &server, "full");
     (a, b, server)
 }
 
@@ -108,16 +106,7 @@ fn a_scoped_peer_cannot_edit_and_a_replica_of_it_stays_read_only() {
     let a = Home::apollo();
     let c = Home::apollo();
     let server = Server::start(a.path());
-    let (ida, idc) = (id(&a), id(&c));
-    a.ok(&["peers", "add", &idc, "--policy", "team:apollo"]);
-    c.ok(&[
-        "peers",
-        "add",
-        &ida,
-        &server.addr,
-        "--policy",
-        "team:apollo",
-    ]);
+    pair(&a, &c, &server, "team:apollo");
     let mem = a.add("alice", "the shared plan", &["team:apollo"]);
     synced(&c, &server);
     assert_eq!(text_of(&c, &mem), "the shared plan");

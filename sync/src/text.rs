@@ -421,13 +421,17 @@ impl TextDoc {
             .collect();
         decoded.sort_by_key(|c| c.hash());
         let ids: Vec<ChangeId> = decoded.iter().map(|c| c.hash().0).collect();
-        let settle = |mut doc: TextDoc| {
-            doc.waiting = !ids.iter().all(|c| doc.contains(c));
+        // Whether an applied change (not left out) still waits.
+        let settle = |mut doc: TextDoc, left_out: &BTreeSet<ChangeHash>| {
+            doc.waiting = !ids
+                .iter()
+                .filter(|c| !left_out.contains(&ChangeHash(**c)))
+                .all(|c| doc.contains(c));
             doc
         };
         let mut doc = start()?;
         if doc.try_apply(decoded.clone()).is_ok() {
-            let doc = settle(doc);
+            let doc = settle(doc, &BTreeSet::new());
             if !doc.broken() {
                 return Ok(doc);
             }
@@ -449,14 +453,7 @@ impl TextDoc {
                 Some(h) => {
                     left_out.insert(h);
                 }
-                None => {
-                    let mut doc = settle(doc);
-                    doc.waiting = !ids
-                        .iter()
-                        .filter(|c| !left_out.contains(&ChangeHash(**c)))
-                        .all(|c| doc.contains(c));
-                    return Ok(doc);
-                }
+                None => return Ok(settle(doc, &left_out)),
             }
         }
     }

@@ -216,6 +216,8 @@ pub struct TextState {
     pub doc: TextDoc,
     /// Whether the memory was edited before (its log exists).
     pub edited: bool,
+    /// The memory row's `seq` as it stands (`None`: no row yet).
+    row_seq: Option<i64>,
 }
 
 impl Tx<'_> {
@@ -224,6 +226,7 @@ impl Tx<'_> {
     pub fn text_state(&self, id: &MemoryId) -> Result<TextState> {
         let row = text_row(&self.tx, id)?;
         let edited = row.as_ref().is_some_and(|r| r.edited);
+        let row_seq = row.as_ref().map(|r| r.seq);
         let log = if edited {
             load_log(&self.tx, id)?
         } else {
@@ -249,7 +252,12 @@ impl Tx<'_> {
             Some(d) => d,
             None => log.build(*id).map_err(corrupt)?,
         };
-        Ok(TextState { log, doc, edited })
+        Ok(TextState {
+            log,
+            doc,
+            edited,
+            row_seq,
+        })
     }
 
     /// Store a content fact of memory `id` whose text must go through the
@@ -266,22 +274,39 @@ impl Tx<'_> {
         let FactBody::MemoryContent(m) = &fact.fact.body else {
             return Ok(false);
         };
+        let state = self.text_state(&m.id)?;
+        self.write_text(fact, owner_trusted, fields_win, state)
+    }
+
+    /// Store an edit this node just made from `state` (the state
+    /// [`Tx::text_state`] gave, whose document already holds the change), as
+    /// the memory's content register: the document is not loaded again.
+    pub fn put_local_edit(&mut self, fact: &Verified<SignedFact>, state: TextState) -> Result<()> {
+        self.write_text(fact, true, true, state).map(|_| ())
+    }
+
+    fn write_text(
+        &mut self,
+        fact: &Verified<SignedFact>,
+        owner_trusted: bool,
+        fields_win: bool,
+        state: TextState,
+    ) -> Result<bool> {
+        let FactBody::MemoryContent(m) = &fact.fact.body else {
+            return Ok(false);
+        };
         let TextState {
             mut log,
             mut doc,
             edited,
-        } = self.text_state(&m.id)?;
+            row_seq,
+        } = state;
         // A log started here is new: its base row is written too, with the
         // row's seq as it stands — the base is the content fact peers synced
         // up to that seq already hold, so it is not sent again.
         let (before, base_seq) = if edited {
             (log.clone(), None)
         } else {
-            let row_seq: Option<i64> = self
-                .tx
-                .prepare_cached("SELECT seq FROM memories WHERE id = ?1")?
-                .query_row([&m.id.0[..]], |r| r.get(0))
-                .optional()?;
             (TextLog::default(), row_seq)
         };
         let changed = log.offer(m.id, fact, &mut doc).map_err(corrupt)?;

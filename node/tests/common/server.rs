@@ -136,3 +136,10 @@ impl Drop for Server {
 pub fn id(h: &super::Home) -> String {
     h.json(&["id"])["node_id"].as_str().expect("id").to_owned()
 }
+
+/// Register `a` (serving at `server`) and `b` as peers of each other with
+/// `policy`; `b` knows `a`'s address, so `b` dials.
+pub fn pair(a: &super::Home, b: &super::Home, server: &Server, policy: &str) {
+    a.ok(&["peers", "add", &id(b), "--policy", policy]);
+    b.ok(&["peers", "add", &id(a), &server.addr, "--policy", policy]);
+}
