@@ -63,12 +63,11 @@ impl PeerPolicy {
     }
 
     /// Whether org records of `scope` (the team or project record and its
-    /// memberships) are inside the policy: a team only if the policy names
-    /// the team, a project only if it names the project. A `project:` policy
-    /// does *not* admit the project's team: who belongs to one of our teams
-    /// is never decided by a peer the team was not shared with (else a peer
-    /// could name one of our teams as its project's team and then rewrite
-    /// that team's members).
+    /// memberships) are named by the policy: a team only if the policy names
+    /// the team, a project only if it names the project. (The import gate
+    /// and export also let a `project:P` policy carry P's team record and
+    /// the team memberships P's members need; who may *author* those is the
+    /// org origin rule's business, in `amos-sync`.)
     pub fn admits_org(&self, scope: &OrgScope) -> bool {
         let PeerPolicy::Scoped(s) = self else {
             return true;
@@ -77,6 +76,14 @@ impl PeerPolicy {
             OrgScope::Team(t) => s.contains(&Scope::Team(t.clone())),
             OrgScope::Project(p) => s.contains(&Scope::Project(p.clone())),
         }
+    }
+
+    /// The projects a scoped policy names (none for full).
+    pub fn projects(&self) -> impl Iterator<Item = &amos_protocol::ProjectId> {
+        self.scopes().filter_map(|s| match s {
+            Scope::Project(p) => Some(p),
+            _ => None,
+        })
     }
 
     /// The scopes of a scoped policy (empty for full).

@@ -20,6 +20,7 @@ fn fact(id: &NodeIdentity, i: u64) -> Vec<u8> {
     let body = if i.is_multiple_of(2) {
         FactBody::Team(TeamFact {
             id: TeamId::parse(&format!("team-{i}")).expect("slug"),
+            origin: NodeId([7; 32]),
             name: format!("Team {i}"),
             present: true,
         })

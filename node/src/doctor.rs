@@ -186,6 +186,30 @@ pub fn run(node: &mut Node, probe_network: bool) -> Result<DoctorReport> {
         );
     }
 
+    // Org records: the same team or project id created on two nodes.
+    let conflicts = org_conflicts(node.store().conn())?;
+    if conflicts.is_empty() {
+        c.ok(
+            "org_origins",
+            "no team or project id is claimed by two nodes",
+        );
+    }
+    for (register, peer) in conflicts {
+        c.warn(
+            format!("org_origin {register}"),
+            format!(
+                "{register} here and the {register} of peer {} were created independently on two nodes; \
+                 they are different scopes with one id, and neither node takes the other's record or members",
+                &peer[..10.min(peer.len())]
+            ),
+            format!(
+                "pick one: on the node whose {register} should yield, create it anew under another id, \
+                 re-add its members and re-share its memories there, then delete the old one \
+                 (`amos audit` lists the refused facts)"
+            ),
+        );
+    }
+
     // Network.
     if probe_network {
         listener(&mut c, node, &home);
@@ -220,6 +244,27 @@ pub fn run(node: &mut Node, probe_network: bool) -> Result<DoctorReport> {
 
     let ok = c.0.iter().all(|x| x.status != "fail");
     Ok(DoctorReport { ok, checks: c.0 })
+}
+
+/// Teams and projects whose records a peer sent with another origin than
+/// ours (`org_origin_conflict` in the audit log): `(register, peer)`.
+fn org_conflicts(conn: &rusqlite::Connection) -> Result<Vec<(String, String)>> {
+    let mut stmt = conn.prepare(
+        "SELECT DISTINCT register, peer FROM audit WHERE code = 'org_origin_conflict'
+         ORDER BY register",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (register, peer) = row?;
+        let peer = <[u8; 32]>::try_from(peer.as_slice())
+            .map(|a| amos_protocol::NodeId(a).to_string())
+            .unwrap_or_default();
+        out.push((register, peer));
+    }
+    Ok(out)
 }
 
 /// The listening address `amos serve` recorded (or the default): free, or

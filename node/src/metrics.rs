@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use amos_sync::ApplyReport;
+use amos_sync::{ApplyReport, Refusal};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -171,46 +171,31 @@ struct StoreGauges {
     recall: Vec<latency::Histogram>,
 }
 
-/// The fixed class of an audit log reason (see `amos_sync::gate::Refusal`).
-fn refusal_class(reason: &str) -> &'static str {
-    if reason.starts_with("memory fact not authored by") {
-        "not_origin"
-    } else if reason.starts_with("outside the peer's policy") {
-        "outside_policy"
-    } else if reason.starts_with("fixed field mismatch") {
-        "fixed_field_mismatch"
-    } else if reason.starts_with("sender is not a registered peer") {
-        "unknown_peer"
-    } else {
-        "other"
-    }
-}
-
-/// The fixed class of a deferral reason (see `amos_sync::gate::DeferReason`).
-fn deferral_class(reason: &str) -> &'static str {
-    if reason.starts_with("clock ") {
-        "clock_skew"
-    } else if reason.starts_with("link endpoint") {
-        "missing_endpoint"
-    } else {
-        "other"
-    }
-}
-
+/// Count rows per stable code (`amos_sync::Refusal::code`,
+/// `amos_sync::DeferReason::code`); a code this binary does not know
+/// (written by a newer one) counts as `other`. Never free text.
 fn grouped(
     conn: &rusqlite::Connection,
     sql: &str,
-    class: fn(&str) -> &'static str,
+    known: &[&'static str],
 ) -> Result<BTreeMap<&'static str, i64>> {
     let mut out = BTreeMap::new();
     let mut stmt = conn.prepare(sql)?;
     let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
     for row in rows {
-        let (reason, n) = row?;
-        *out.entry(class(&reason)).or_default() += n;
+        let (code, n) = row?;
+        let class = known
+            .iter()
+            .find(|k| **k == code)
+            .copied()
+            .unwrap_or("other");
+        *out.entry(class).or_default() += n;
     }
     Ok(out)
 }
+
+/// Every deferral code (`amos_sync::DeferReason::code`).
+const DEFER_CODES: [&str; 3] = ["clock_skew", "missing_endpoint", "missing_scope"];
 
 /// Read the gauges. Read-only: a scrape changes nothing (not even what
 /// `amos status` counts as seen).
@@ -238,13 +223,13 @@ fn read_store(home: &Home) -> Result<StoreGauges> {
         store_bytes,
         refused_by_reason: grouped(
             conn,
-            "SELECT reason, count(*) FROM audit GROUP BY reason",
-            refusal_class,
+            "SELECT code, count(*) FROM audit GROUP BY code",
+            &Refusal::CODES,
         )?,
         quarantined_by_reason: grouped(
             conn,
-            "SELECT reason, count(*) FROM deferred GROUP BY reason",
-            deferral_class,
+            "SELECT code, count(*) FROM deferred GROUP BY code",
+            &DEFER_CODES,
         )?,
         recall: latency::read(conn)?,
     })
@@ -384,13 +369,7 @@ fn render(store: Option<&StoreGauges>) -> String {
             "counter",
             "Distinct facts refused from peers (the audit log), by reason.",
         );
-        for reason in [
-            "not_origin",
-            "outside_policy",
-            "fixed_field_mismatch",
-            "unknown_peer",
-            "other",
-        ] {
+        for reason in Refusal::CODES.iter().chain(&["other"]) {
             let n = s.refused_by_reason.get(reason).copied().unwrap_or(0);
             let _ = writeln!(o, "amos_facts_refused_total{{reason=\"{reason}\"}} {n}");
         }
@@ -400,7 +379,7 @@ fn render(store: Option<&StoreGauges>) -> String {
             "gauge",
             "Facts from peers held aside to retry later, by reason.",
         );
-        for reason in ["clock_skew", "missing_endpoint", "other"] {
+        for reason in DEFER_CODES.iter().chain(&["other"]) {
             let n = s.quarantined_by_reason.get(reason).copied().unwrap_or(0);
             let _ = writeln!(o, "amos_quarantined_facts{{reason=\"{reason}\"}} {n}");
         }
@@ -728,29 +707,30 @@ mod tests {
     }
 
     #[test]
-    fn reasons_map_to_fixed_classes_without_their_free_text() {
-        assert_eq!(
-            refusal_class("outside the peer's policy: team:secret-project"),
-            "outside_policy"
-        );
-        assert_eq!(
-            refusal_class("memory fact not authored by the memory's origin"),
-            "not_origin"
-        );
-        assert_eq!(
-            refusal_class("fixed field mismatch: owner"),
-            "fixed_field_mismatch"
-        );
-        assert_eq!(
-            refusal_class("sender is not a registered peer"),
-            "unknown_peer"
-        );
-        assert_eq!(refusal_class("something new"), "other");
-        assert_eq!(deferral_class("clock 600 s ahead of ours"), "clock_skew");
-        assert_eq!(
-            deferral_class("link endpoint not yet received"),
-            "missing_endpoint"
-        );
+    fn refusals_are_counted_by_code_never_by_text() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE audit(code TEXT, reason TEXT);
+             INSERT INTO audit VALUES ('not_origin', 'secret text'), ('not_origin', 'x'),
+                 ('org_not_origin', 'team:secret'), ('from_the_future', 'y');",
+        )
+        .unwrap();
+        let got = grouped(
+            &conn,
+            "SELECT code, count(*) FROM audit GROUP BY code",
+            &Refusal::CODES,
+        )
+        .unwrap();
+        let want: BTreeMap<&str, i64> =
+            [("not_origin", 2), ("org_not_origin", 1), ("other", 1)].into();
+        assert_eq!(got, want);
+        // Every code is a Prometheus-safe label value.
+        for c in Refusal::CODES.iter().chain(&DEFER_CODES) {
+            assert!(
+                c.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{c}"
+            );
+        }
     }
 
     #[test]

@@ -207,7 +207,7 @@ impl Node {
             }
             let facts = sign_all(identity, unsigned)?;
             for signed in &facts {
-                tx.put_fact(signed, &amos_sync::Effect::local(&signed.fact.body))?;
+                tx.put(&admit_local(identity, signed.clone())?)?;
             }
             Ok((facts, out))
         })
@@ -300,11 +300,13 @@ impl Node {
             .map(|t| TeamId::parse(t))
             .collect::<Result<Vec<_>, _>>()?;
         let kind = kind.to_owned();
+        let me = self.node_id();
         self.commit(|tx| {
             for t in &teams {
                 if !org::team_present(tx.conn(), t) {
                     return Err(NodeError::BadInput(format!("unknown team {t}")));
                 }
+                check_org_authority(tx.conn(), me, &OrgScope::Team(t.clone()))?;
             }
             let mut bodies = vec![FactBody::Agent(AgentFact {
                 id: id.clone(),
@@ -327,10 +329,13 @@ impl Node {
     pub fn team_create(&mut self, id: &str, name: Option<&str>) -> Result<()> {
         let id = TeamId::parse(id)?;
         let name = name.unwrap_or(id.as_str()).to_owned();
-        self.commit(|_| {
+        let me = self.node_id();
+        self.commit(|tx| {
+            let origin = check_org_authority(tx.conn(), me, &OrgScope::Team(id.clone()))?;
             Ok((
                 vec![FactBody::Team(TeamFact {
                     id,
+                    origin,
                     name,
                     present: true,
                 })],
@@ -342,15 +347,18 @@ impl Node {
 
     pub fn team_delete(&mut self, id: &str) -> Result<()> {
         let id = TeamId::parse(id)?;
+        let me = self.node_id();
         self.commit(|tx| {
             let name = org::list_teams(tx.conn())?
                 .into_iter()
                 .find(|t| t.id == id.as_str())
                 .map(|t| t.name)
                 .ok_or_else(|| NodeError::BadInput(format!("unknown team {id}")))?;
+            let origin = check_org_authority(tx.conn(), me, &OrgScope::Team(id.clone()))?;
             Ok((
                 vec![FactBody::Team(TeamFact {
                     id,
+                    origin,
                     name,
                     present: false,
                 })],
@@ -368,10 +376,12 @@ impl Node {
     pub fn team_member(&mut self, team: &str, agent: &str, present: bool) -> Result<()> {
         let team = TeamId::parse(team)?;
         let agent = AgentId::parse(agent)?;
+        let me = self.node_id();
         self.commit(|tx| {
             if !org::team_present(tx.conn(), &team) {
                 return Err(NodeError::BadInput(format!("unknown team {team}")));
             }
+            check_org_authority(tx.conn(), me, &OrgScope::Team(team.clone()))?;
             if !org::agent_present(tx.conn(), &agent)? {
                 return Err(NodeError::BadInput(format!("unknown agent {agent}")));
             }
@@ -390,10 +400,13 @@ impl Node {
         let id = ProjectId::parse(id)?;
         let team = TeamId::parse(team)?;
         let name = name.unwrap_or(id.as_str()).to_owned();
+        let me = self.node_id();
         self.commit(|tx| {
             if !org::team_present(tx.conn(), &team) {
                 return Err(NodeError::BadInput(format!("unknown team {team}")));
             }
+            check_org_authority(tx.conn(), me, &OrgScope::Team(team.clone()))?;
+            let origin = check_org_authority(tx.conn(), me, &OrgScope::Project(id.clone()))?;
             if let Some(existing) = org::project_state(tx.conn(), &id)
                 && existing.team != team
             {
@@ -406,6 +419,7 @@ impl Node {
                 vec![FactBody::Project(ProjectFact {
                     id,
                     team,
+                    origin,
                     name,
                     present: true,
                 })],
@@ -417,15 +431,18 @@ impl Node {
 
     pub fn project_delete(&mut self, id: &str) -> Result<()> {
         let id = ProjectId::parse(id)?;
+        let me = self.node_id();
         self.commit(|tx| {
             let p = org::list_projects(tx.conn())?
                 .into_iter()
                 .find(|p| p.id == id.as_str())
                 .ok_or_else(|| NodeError::BadInput(format!("unknown project {id}")))?;
+            let origin = check_org_authority(tx.conn(), me, &OrgScope::Project(id.clone()))?;
             Ok((
                 vec![FactBody::Project(ProjectFact {
                     id,
                     team: TeamId::parse(&p.team)?,
+                    origin,
                     name: p.name,
                     present: false,
                 })],
@@ -443,10 +460,12 @@ impl Node {
     pub fn project_member(&mut self, project: &str, agent: &str, present: bool) -> Result<()> {
         let project = ProjectId::parse(project)?;
         let agent = AgentId::parse(agent)?;
+        let me = self.node_id();
         self.commit(|tx| {
             let state = org::project_state(tx.conn(), &project)
                 .filter(|p| p.present)
                 .ok_or_else(|| NodeError::BadInput(format!("unknown project {project}")))?;
+            check_org_authority(tx.conn(), me, &OrgScope::Project(project.clone()))?;
             if !org::agent_present(tx.conn(), &agent)? {
                 return Err(NodeError::BadInput(format!("unknown agent {agent}")));
             }
@@ -546,11 +565,12 @@ impl Node {
             }
             // Fresh ids: each memory is one new row (content, then acl).
             let facts = sign_all(identity, unsigned)?;
-            for pair in facts.chunks_exact(2) {
-                let FactBody::MemoryAcl(acl) = &pair[1].fact.body else {
-                    return Err(NodeError::Corrupt("add: facts out of order".into()));
-                };
-                tx.put_new_memory(&pair[0], &pair[1], &acl.grants, true)?;
+            let mut facts = facts.into_iter();
+            while let (Some(content), Some(acl)) = (facts.next(), facts.next()) {
+                tx.put_new_memory(
+                    &admit_local(identity, content)?,
+                    &admit_local(identity, acl)?,
+                )?;
             }
             Ok(())
         })?;
@@ -730,6 +750,38 @@ fn sign_all(identity: &NodeIdentity, facts: Vec<Fact>) -> Result<Vec<Verified<Si
         out.extend(r?);
     }
     Ok(out)
+}
+
+/// Whether this node may author the record and memberships of `scope`
+/// (the org origin rule): it created the scope, or its creator is a `full`
+/// peer (the same operator's node); a scope not held yet is created here.
+/// Returns the scope's origin. Every other node would refuse such a fact
+/// from us, so it is refused here first.
+pub(crate) fn check_org_authority(
+    conn: &rusqlite::Connection,
+    me: NodeId,
+    scope: &OrgScope,
+) -> Result<NodeId> {
+    let Some(origin) = crate::replica::org_origin(conn, scope)? else {
+        return Ok(me);
+    };
+    if origin == me || crate::replica::peer_policy(conn, &origin)?.is_some_and(|p| p.is_full()) {
+        return Ok(origin);
+    }
+    Err(NodeError::Refused(format!(
+        "{scope} was created by node {}; only that node (or its full peers) may change its record or members",
+        origin.short()
+    )))
+}
+
+/// Admit a fact this node just signed (a local write proves its author is
+/// this node: [`amos_sync::Admission::local`]).
+pub(crate) fn admit_local(
+    identity: &NodeIdentity,
+    fact: Verified<SignedFact>,
+) -> Result<amos_sync::Admission> {
+    amos_sync::Admission::local(identity, fact)
+        .map_err(|_| NodeError::Corrupt("a local write signed by another key".into()))
 }
 
 fn membership(scope: OrgScope, agent: &AgentId, present: bool) -> FactBody {

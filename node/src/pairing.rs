@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use amos_acl::PeerPolicy;
 use amos_protocol::pairing::{self, PairingCode, ProofBinding};
-use amos_protocol::{MeshKey, NodeId, TeamId};
+use amos_protocol::{MeshKey, NodeId, OrgScope, TeamId};
 use rand::RngExt;
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
@@ -91,6 +91,12 @@ impl Node {
         if !org::team_present(self.store().conn(), &team_id) {
             return Err(NodeError::BadInput(format!("no such team: {team_id}")));
         }
+        // Invites for a team come from its origin (or a full peer of it).
+        crate::node::check_org_authority(
+            self.store().conn(),
+            self.node_id(),
+            &OrgScope::Team(team_id.clone()),
+        )?;
         let policy: PeerPolicy = match policy {
             Some(p) => p.parse()?,
             None => format!("team:{team_id}").parse()?,

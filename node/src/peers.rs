@@ -64,7 +64,7 @@ impl Node {
             if n == 0 {
                 return Err(NodeError::BadInput(format!("unknown peer {}", id.short())));
             }
-            reset_watermark(tx, &id)
+            policy_changed(tx, &id, &policy)
         })
     }
 
@@ -350,9 +350,18 @@ pub(crate) fn upsert_peer(
         params![&id.0[..], addr, name, policy.to_string(), now_ms as i64],
     )?;
     if old.is_some_and(|o| o != *policy) {
-        reset_watermark(tx, id)?;
+        policy_changed(tx, id, policy)?;
     }
     Ok(())
+}
+
+/// A peer's policy changed: the memories it originated are re-judged as the
+/// gate now would ([`replica::restand_origin`]: content it needs again comes
+/// back when re-sent, content no longer needed goes), and both sides re-sync
+/// from the start ([`reset_watermark`]).
+fn policy_changed(tx: &mut Tx<'_>, id: &NodeId, policy: &PeerPolicy) -> Result<()> {
+    replica::restand_origin(tx, id, policy)?;
+    reset_watermark(tx, id)
 }
 
 /// A policy changed: re-pull what the peer now sends us from the start (same

@@ -8,10 +8,11 @@
 use amos_acl::PeerPolicy;
 use amos_protocol::{
     FactBody, Grants, Hlc, MemoryFixed, MemoryId, NodeId, OrgScope, ProjectId, Register,
-    SignedFact, TeamId, Verified,
+    SignedFact, TeamId,
 };
 use amos_sync::export::{self, MemoryExport};
-use amos_sync::{DeferReason, Effect, MemoryState, Refusal, ReplicaStore};
+use amos_sync::gate::{self, Standing};
+use amos_sync::{Admission, DeferReason, MemoryState, Refusal, ReplicaStore};
 use std::collections::HashMap;
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -37,7 +38,7 @@ pub struct SqlReplica<'t, 'c> {
     /// Memories as they stand in this transaction (`None`: no row).
     states: HashMap<MemoryId, Option<MemoryState>>,
     /// Acl facts of memories without a row, not written yet.
-    held_acl: HashMap<MemoryId, (Verified<SignedFact>, Effect)>,
+    held_acl: HashMap<MemoryId, Admission>,
 }
 
 impl<'t, 'c> SqlReplica<'t, 'c> {
@@ -56,16 +57,16 @@ impl<'t, 'c> SqlReplica<'t, 'c> {
     /// lacks them: call it once the batch is applied, before committing.
     pub fn finish(&mut self) -> Result<()> {
         let held: Vec<_> = self.held_acl.drain().collect();
-        for (_, (fact, effect)) in held {
-            self.tx.put_fact(&fact, &effect)?;
+        for (_, admission) in held {
+            self.tx.put(&admission)?;
         }
         Ok(())
     }
 
     /// Write the held-back acl fact of `id`, if any.
     fn release(&mut self, id: &MemoryId) -> Result<()> {
-        if let Some((fact, effect)) = self.held_acl.remove(id) {
-            self.tx.put_fact(&fact, &effect)?;
+        if let Some(admission) = self.held_acl.remove(id) {
+            self.tx.put(&admission)?;
         }
         Ok(())
     }
@@ -81,13 +82,14 @@ impl<'t, 'c> SqlReplica<'t, 'c> {
             Option<Vec<u8>>,
             String,
             bool,
+            bool,
         );
         let row: Option<Row> = self
             .tx
             .conn()
             .prepare_cached(
                 "SELECT owner, created_ms, origin, v, content_fact IS NOT NULL, acl_v,
-                        tombstone_fact, effective, edited
+                        tombstone_fact, effective, edited, owner_trusted
                  FROM memories WHERE id = ?1",
             )?
             .query_row([&id.0[..]], |r| {
@@ -101,10 +103,22 @@ impl<'t, 'c> SqlReplica<'t, 'c> {
                     r.get(6)?,
                     r.get(7)?,
                     r.get(8)?,
+                    r.get(9)?,
                 ))
             })
             .optional()?;
-        let Some((owner, created, origin, v, content_held, acl_v, tomb, effective, edited)) = row
+        let Some((
+            owner,
+            created,
+            origin,
+            v,
+            content_held,
+            acl_v,
+            tomb,
+            effective,
+            edited,
+            owner_trusted,
+        )) = row
         else {
             return Ok(None);
         };
@@ -132,6 +146,7 @@ impl<'t, 'c> SqlReplica<'t, 'c> {
             acl_v: clock(acl_v),
             tombstone_v,
             effective: split_grants(&effective),
+            owner_trusted,
             edited,
         }))
     }
@@ -161,6 +176,65 @@ pub fn peer_policy(conn: &Connection, node: &NodeId) -> Result<Option<PeerPolicy
             .map_err(|e| NodeError::Corrupt(format!("stored policy of peer {}: {e}", node.short())))
     })
     .transpose()
+}
+
+/// The operator changed the policy it gives `peer`: re-judge every memory
+/// that peer originated as the gate now would ([`gate::peer_standing`]) —
+/// the grants in force here, the owner rule, and its content: erased if no
+/// longer needed, accepted again (the very fact that was purged, at its own
+/// clock) when it is. A re-judged row takes a fresh `seq`, so what it now
+/// lets out reaches the peers that may have it. Returns the rows changed.
+pub fn restand_origin(tx: &mut Tx<'_>, peer: &NodeId, policy: &PeerPolicy) -> Result<usize> {
+    let standing: Standing = gate::peer_standing(policy);
+    let rows: Vec<(Vec<u8>, String, String, bool)> = {
+        let mut stmt = tx.conn().prepare(
+            "SELECT id, grants, effective, owner_trusted FROM memories
+             WHERE origin = ?1 AND tombstone_fact IS NULL",
+        )?;
+        stmt.query_map([&peer.0[..]], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })?
+        .collect::<rusqlite::Result<_>>()?
+    };
+    let mut changed = 0;
+    for (id, grants, effective, owner_trusted) in rows {
+        let id = MemoryId(
+            id.try_into()
+                .map_err(|_| NodeError::Corrupt("stored memory id".into()))?,
+        );
+        let now = standing.effective(&split_grants(&grants));
+        if now == split_grants(&effective) && owner_trusted == standing.owner_trusted {
+            continue;
+        }
+        tx.set_standing(
+            &id,
+            &now,
+            standing.owner_trusted,
+            !standing.keeps_content(&now),
+        )?;
+        changed += 1;
+    }
+    Ok(changed)
+}
+
+/// The node that created a team or project we hold.
+pub fn org_origin(conn: &Connection, scope: &OrgScope) -> Result<Option<NodeId>> {
+    let (sql, key) = match scope {
+        OrgScope::Team(t) => ("SELECT origin FROM teams WHERE id = ?1", t.as_str()),
+        OrgScope::Project(p) => ("SELECT origin FROM projects WHERE id = ?1", p.as_str()),
+    };
+    let origin: Option<Option<Vec<u8>>> = conn
+        .prepare_cached(sql)?
+        .query_row([key], |r| r.get(0))
+        .optional()?;
+    origin
+        .flatten()
+        .map(|b| {
+            b.try_into()
+                .map(NodeId)
+                .map_err(|_| NodeError::Corrupt(format!("stored origin of {scope}")))
+        })
+        .transpose()
 }
 
 fn project_team(conn: &Connection, p: &ProjectId) -> Result<Option<TeamId>> {
@@ -235,18 +309,27 @@ impl ReplicaStore for SqlReplica<'_, '_> {
         project_team(self.tx.conn(), project)
     }
 
-    fn put(&mut self, fact: &Verified<SignedFact>, effect: &Effect) -> Result<()> {
+    fn org_origin(&mut self, scope: &OrgScope) -> Result<Option<NodeId>> {
+        org_origin(self.tx.conn(), scope)
+    }
+
+    fn put(&mut self, admission: Admission) -> Result<()> {
+        let fact = admission.fact();
         let Some((id, fixed)) = fact.fact.body.memory() else {
-            return self.tx.put_fact(fact, effect);
+            return self.tx.put(&admission);
         };
         match &fact.fact.body {
             // A memory new here: hold its acl back for its content.
             FactBody::MemoryAcl(a)
-                if !effect.purge_content
+                if !admission.effect().purge_content()
                     && !self.held_acl.contains_key(&id)
                     && self.memory(&id)?.is_none() =>
             {
-                let effective = effect.effective.clone().unwrap_or_else(|| a.grants.clone());
+                let effective = admission
+                    .effect()
+                    .effective()
+                    .cloned()
+                    .unwrap_or_else(|| a.grants.clone());
                 self.states.insert(
                     id,
                     Some(MemoryState {
@@ -256,10 +339,11 @@ impl ReplicaStore for SqlReplica<'_, '_> {
                         acl_v: Some(fact.fact.clock),
                         tombstone_v: None,
                         effective,
+                        owner_trusted: admission.effect().owner_trusted(),
                         edited: false,
                     }),
                 );
-                self.held_acl.insert(id, (fact.clone(), effect.clone()));
+                self.held_acl.insert(id, admission);
                 Ok(())
             }
             // Its content: one new row with both (plain text; an edit goes
@@ -267,25 +351,20 @@ impl ReplicaStore for SqlReplica<'_, '_> {
             FactBody::MemoryContent(c)
                 if self.held_acl.contains_key(&id) && c.text.plain().is_some() =>
             {
-                let Some((acl, acl_effect)) = self.held_acl.remove(&id) else {
+                let Some(acl) = self.held_acl.remove(&id) else {
                     return Ok(());
                 };
-                let effective = match (&acl_effect.effective, &acl.fact.body) {
-                    (Some(e), _) => e.clone(),
-                    (None, FactBody::MemoryAcl(a)) => a.grants.clone(),
-                    (None, _) => Grants::private(),
-                };
-                self.tx
-                    .put_new_memory(fact, &acl, &effective, effect.owner_trusted)?;
+                self.tx.put_new_memory(&admission, &acl)?;
                 if let Some(Some(state)) = self.states.get_mut(&id) {
                     state.content_v = Some(fact.fact.clock);
                     state.content_held = true;
+                    state.owner_trusted = admission.effect().owner_trusted();
                 }
                 Ok(())
             }
             _ => {
                 self.release(&id)?;
-                self.tx.put_fact(fact, effect)?;
+                self.tx.put(&admission)?;
                 // Re-read on next use: the row changed in ways only SQL knows.
                 self.states.remove(&id);
                 Ok(())
@@ -293,12 +372,12 @@ impl ReplicaStore for SqlReplica<'_, '_> {
         }
     }
 
-    fn merge_text(&mut self, fact: &Verified<SignedFact>) -> Result<bool> {
-        let Some((id, _)) = fact.fact.body.memory() else {
+    fn merge_text(&mut self, admission: &Admission) -> Result<bool> {
+        let Some((id, _)) = admission.fact().fact.body.memory() else {
             return Ok(false);
         };
         self.release(&id)?;
-        let changed = self.tx.merge_text(fact)?;
+        let changed = self.tx.merge_text(admission)?;
         self.states.remove(&id);
         Ok(changed)
     }
@@ -311,21 +390,25 @@ impl ReplicaStore for SqlReplica<'_, '_> {
         let bytes = fact.to_bytes();
         let ahead = match reason {
             DeferReason::ClockSkew { ahead_ms } => Some(*ahead_ms as i64),
-            DeferReason::MissingEndpoint => None,
+            DeferReason::MissingEndpoint | DeferReason::MissingScope => None,
         };
-        self.tx.conn().prepare_cached(
-            "INSERT INTO deferred(hash, fact, peer, reason, ahead_ms, since_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT(hash) DO UPDATE SET reason = excluded.reason, ahead_ms = excluded.ahead_ms",
-        )?
-        .execute(params![
-            blake3::hash(&bytes).as_bytes().to_vec(),
-            bytes,
-            &from.0[..],
-            reason.to_string(),
-            ahead,
-            self.now_ms as i64
-        ])?;
+        self.tx
+            .conn()
+            .prepare_cached(
+                "INSERT INTO deferred(hash, fact, peer, reason, ahead_ms, since_ms, code)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT(hash) DO UPDATE SET reason = excluded.reason, ahead_ms = excluded.ahead_ms,
+                code = excluded.code",
+            )?
+            .execute(params![
+                blake3::hash(&bytes).as_bytes().to_vec(),
+                bytes,
+                &from.0[..],
+                reason.to_string(),
+                ahead,
+                self.now_ms as i64,
+                reason.code()
+            ])?;
         Ok(())
     }
 
@@ -334,8 +417,8 @@ impl ReplicaStore for SqlReplica<'_, '_> {
         self.tx
             .conn()
             .prepare_cached(
-                "INSERT OR IGNORE INTO audit(time_ms, peer, author, register, reason, fact, hash)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT OR IGNORE INTO audit(time_ms, peer, author, register, reason, fact, hash, code)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?
             .execute(params![
                 self.now_ms as i64,
@@ -345,6 +428,7 @@ impl ReplicaStore for SqlReplica<'_, '_> {
                 reason.to_string(),
                 bytes.clone(),
                 blake3::hash(&bytes).as_bytes().to_vec(),
+                reason.code(),
             ])?;
         Ok(())
     }
@@ -435,6 +519,39 @@ pub fn export_facts(
             };
             if scope.is_some_and(|s| export::org(spec.policy, &s)) {
                 push(r.get(1)?, &mut out)?;
+            }
+        }
+    }
+    // A `project:` policy's teams: the record and the memberships of the
+    // projects' members, whole every time (few; a project membership can
+    // make an unchanged team membership needed).
+    let via = export::teams_via_projects(spec.policy, |p| project_team(conn, p).ok().flatten());
+    for (team, projects) in &via {
+        let record: Option<Vec<u8>> = conn
+            .prepare_cached("SELECT fact FROM teams WHERE id = ?1 AND seq <= ?2")?
+            .query_row(params![team.as_str(), high], |r| r.get(0))
+            .optional()?;
+        if let Some(f) = record {
+            push(f, &mut out)?;
+        }
+        let mut stmt = conn.prepare_cached(
+            "SELECT m.fact, m.agent FROM memberships m WHERE m.scope = ?1 AND m.seq <= ?2 ORDER BY m.seq",
+        )?;
+        let mut member = conn.prepare_cached(
+            "SELECT EXISTS(SELECT 1 FROM memberships WHERE scope = ?1 AND agent = ?2 AND present = 1)",
+        )?;
+        let mut rows = stmt.query(params![format!("team:{team}"), high])?;
+        while let Some(r) = rows.next()? {
+            let agent: String = r.get(1)?;
+            let mut needed = false;
+            for p in projects {
+                if member.query_row(params![format!("project:{p}"), agent], |r| r.get(0))? {
+                    needed = true;
+                    break;
+                }
+            }
+            if needed {
+                push(r.get(0)?, &mut out)?;
             }
         }
     }
@@ -588,12 +705,16 @@ pub struct AuditEntry {
     pub peer: String,
     pub author: String,
     pub register: String,
+    /// The refusal's stable code (`amos_sync::Refusal::code`).
+    pub code: String,
+    /// The refusal as people read it (may change between versions).
     pub reason: String,
 }
 
 pub fn audit(conn: &Connection, limit: usize) -> Result<Vec<AuditEntry>> {
     let mut stmt = conn.prepare(
-        "SELECT time_ms, peer, author, register, reason FROM audit ORDER BY id DESC LIMIT ?1",
+        "SELECT time_ms, peer, author, register, reason, code FROM audit
+         ORDER BY id DESC LIMIT ?1",
     )?;
     let id = |b: Vec<u8>| {
         <[u8; 32]>::try_from(b.as_slice())
@@ -607,6 +728,7 @@ pub fn audit(conn: &Connection, limit: usize) -> Result<Vec<AuditEntry>> {
             author: id(r.get(2)?),
             register: r.get(3)?,
             reason: r.get(4)?,
+            code: r.get(5)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)

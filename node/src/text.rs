@@ -14,7 +14,7 @@ use amos_sync::text::LogKey;
 use serde::Serialize;
 
 use crate::error::{NodeError, Result};
-use crate::node::Node;
+use crate::node::{Node, admit_local};
 use crate::store::memory::MemoryRecord;
 use crate::store::text::{self as stored, HistoryEntry};
 
@@ -107,7 +107,7 @@ impl Node {
                 clock,
                 body: content_of(&rec, MemoryText::Edit(change)),
             })?;
-            tx.put_local_edit(&edit, state)?;
+            tx.put_local_edit(&admit_local(identity, edit)?, state)?;
             // Only the origin compacts (a snapshot from anyone else is refused).
             if rec.origin == me {
                 let (log_bytes, _) = stored::stored_bytes(tx.conn(), &rec.id)?;
@@ -119,7 +119,7 @@ impl Node {
                             clock: tx.tick(now, me)?,
                             body: content_of(&rec, MemoryText::Snapshot(saved)),
                         })?;
-                        tx.put_fact(&snap, &amos_sync::Effect::local(&snap.fact.body))?;
+                        tx.put(&admit_local(identity, snap)?)?;
                     }
                 }
             }

@@ -926,6 +926,7 @@ fn a_scoped_peer_cannot_escalate_through_a_bundle() {
             6,
             FactBody::Team(TeamFact {
                 id: TeamId::parse("zeus").unwrap(),
+                origin: identity.node_id(),
                 name: "zeus".into(),
                 present: false,
             }),

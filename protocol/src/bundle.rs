@@ -1441,6 +1441,7 @@ mod tests {
             clock: clock(id.node_id(), 1_000 + i),
             body: FactBody::Team(TeamFact {
                 id: TeamId::parse(&format!("team-{i}")).unwrap(),
+                origin: NodeId([7; 32]),
                 name: format!("Team {i}"),
                 present: true,
             }),
@@ -2162,6 +2163,7 @@ mod tests {
                 clock: clock(NodeId(author), 1),
                 body: FactBody::Team(TeamFact {
                     id: TeamId::parse("x").unwrap(),
+                    origin: NodeId([7; 32]),
                     name: String::new(),
                     present: true,
                 }),

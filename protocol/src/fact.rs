@@ -156,18 +156,27 @@ pub struct LinkFact {
     pub present: bool,
 }
 
+/// A team's record. Its `origin` is fixed at creation: the node that
+/// created the team, the only one (with its `full` peers) that may author
+/// the team's record and memberships (the org origin rule).
 #[derive(Clone, Debug, PartialEq, Encode, Decode)]
 pub struct TeamFact {
     pub id: TeamId,
+    /// Fixed at creation.
+    pub origin: NodeId,
     pub name: String,
     pub present: bool,
 }
 
+/// A project's record; `team` and `origin` are fixed at creation, as for a
+/// team.
 #[derive(Clone, Debug, PartialEq, Encode, Decode)]
 pub struct ProjectFact {
     pub id: ProjectId,
     /// Fixed at creation.
     pub team: TeamId,
+    /// Fixed at creation.
+    pub origin: NodeId,
     pub name: String,
     pub present: bool,
 }

@@ -202,6 +202,7 @@ mod tests {
             (arb_slug(), "[ -~]{0,30}", any::<bool>()).prop_map(|(t, name, present)| {
                 FactBody::Team(TeamFact {
                     id: TeamId::parse(&t).unwrap(),
+                    origin: NodeId([7; 32]),
                     name,
                     present,
                 })
@@ -274,6 +275,7 @@ mod tests {
             },
             body: FactBody::Team(TeamFact {
                 id: TeamId::parse("apollo").unwrap(),
+                origin: NodeId([7; 32]),
                 name: "Apollo".into(),
                 present: true,
             }),

@@ -7,11 +7,11 @@
 
 use amos_acl::PeerPolicy;
 use amos_protocol::{
-    FactBody, Grants, Hlc, MemoryFixed, MemoryId, NodeId, ProjectId, Register, SignedFact, TeamId,
-    Verified,
+    FactBody, Grants, Hlc, MemoryFixed, MemoryId, NodeId, OrgScope, ProjectId, Register,
+    SignedFact, TeamId, Verified,
 };
 
-use crate::gate::{self, DeferReason, Gate, Refusal};
+use crate::gate::{self, Admission, DeferReason, Gate, Refusal};
 use crate::merge::{self, Verdict};
 
 /// Who sent a batch, with the policy *we* gave it.
@@ -34,35 +34,11 @@ pub struct MemoryState {
     pub tombstone_v: Option<Hlc>,
     /// The grants in force on this node.
     pub effective: Grants,
+    /// Whether the owner rule holds here (origin is us or a `full` peer).
+    pub owner_trusted: bool,
     /// Whether the memory's text is an automerge document here (it has been
     /// edited): see [`crate::text`].
     pub edited: bool,
-}
-
-/// How to store an admitted fact.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Effect {
-    /// For acl facts: the grants in force on this node (`grants ∩ restriction`).
-    pub effective: Option<Grants>,
-    /// For memory facts: whether the owner rule holds (origin is us or a full peer).
-    pub owner_trusted: bool,
-    /// For acl facts: no local agent can see the memory any longer and it is
-    /// not ours: its content may be erased.
-    pub purge_content: bool,
-}
-
-impl Effect {
-    /// The effect of a fact this node authored itself.
-    pub fn local(fact: &FactBody) -> Effect {
-        Effect {
-            effective: match fact {
-                FactBody::MemoryAcl(a) => Some(a.grants.clone()),
-                _ => None,
-            },
-            owner_trusted: true,
-            purge_content: false,
-        }
-    }
 }
 
 /// Storage as the replication core sees it. `amos-node` implements it over
@@ -78,12 +54,15 @@ pub trait ReplicaStore {
     fn clock_of(&mut self, register: &Register) -> Result<Option<Hlc>, Self::Error>;
     /// A project's team in our org graph.
     fn project_team(&mut self, project: &ProjectId) -> Result<Option<TeamId>, Self::Error>;
-    /// Write an admitted fact that won the merge.
-    fn put(&mut self, fact: &Verified<SignedFact>, effect: &Effect) -> Result<(), Self::Error>;
+    /// The node that created a team or project we hold (its fixed `origin`).
+    fn org_origin(&mut self, scope: &OrgScope) -> Result<Option<NodeId>, Self::Error>;
+    /// Write an admitted fact that won the merge. Only the gate makes an
+    /// [`Admission`] ([`gate::check`], [`Admission::local`]).
+    fn put(&mut self, admission: Admission) -> Result<(), Self::Error>;
     /// Offer the text of a content fact that lost by clock to the memory's
     /// text log ([`crate::text::TextLog::offer`]); its other fields are
     /// dropped. Returns whether anything changed.
-    fn merge_text(&mut self, fact: &Verified<SignedFact>) -> Result<bool, Self::Error>;
+    fn merge_text(&mut self, admission: &Admission) -> Result<bool, Self::Error>;
     /// Advance our clock past a received one.
     fn observe(&mut self, clock: &Hlc) -> Result<(), Self::Error>;
     /// Keep a fact aside to retry later.
@@ -122,8 +101,9 @@ impl ApplyReport {
 
 fn order(body: &FactBody) -> u8 {
     match body {
-        FactBody::Team(_) => 0,
-        FactBody::Project(_) => 1,
+        // A project first: a `project:` policy admits its team's record.
+        FactBody::Project(_) => 0,
+        FactBody::Team(_) => 1,
         FactBody::Membership(_) => 2,
         FactBody::Agent(_) => 3,
         FactBody::Profile(_) => 4,
@@ -148,15 +128,14 @@ pub fn apply_batch<S: ReplicaStore>(
     facts.sort_by_key(|f| order(&f.fact.body));
     let mut report = ApplyReport::default();
     for f in facts {
-        let outcome = apply_one(store, sender, &f, now_ms, max_skew_ms)?;
-        match outcome {
+        match apply_one(store, sender, f, now_ms, max_skew_ms)? {
             Outcome::Applied => report.applied += 1,
             Outcome::Stale => report.stale += 1,
-            Outcome::Refused(r) => {
+            Outcome::Refused(f, r) => {
                 store.refuse(&f, &sender.node, &r)?;
                 report.refused += 1;
             }
-            Outcome::Deferred(d) => {
+            Outcome::Deferred(f, d) => {
                 store.defer(&f, &sender.node, &d)?;
                 report.deferred += 1;
             }
@@ -168,30 +147,29 @@ pub fn apply_batch<S: ReplicaStore>(
 enum Outcome {
     Applied,
     Stale,
-    Refused(Refusal),
-    Deferred(DeferReason),
+    Refused(Verified<SignedFact>, Refusal),
+    Deferred(Verified<SignedFact>, DeferReason),
 }
 
 fn apply_one<S: ReplicaStore>(
     store: &mut S,
     sender: &Sender,
-    f: &Verified<SignedFact>,
+    f: Verified<SignedFact>,
     now_ms: u64,
     max_skew_ms: u64,
 ) -> Result<Outcome, S::Error> {
-    let fact = &f.fact;
-    let (restriction, owner_trusted) = match gate::check(store, sender, fact)? {
-        Gate::Refuse(r) => return Ok(Outcome::Refused(r)),
-        Gate::Defer(d) => return Ok(Outcome::Deferred(d)),
-        Gate::Admit {
-            restriction,
-            owner_trusted,
-        } => (restriction, owner_trusted),
+    let admission = match gate::check(store, sender, f)? {
+        Gate::Refuse(f, r) => return Ok(Outcome::Refused(f, r)),
+        Gate::Defer(f, d) => return Ok(Outcome::Deferred(f, d)),
+        Gate::Admit(a) => a,
     };
+    let fact = &admission.fact().fact;
     if fact.clock.wall_ms > now_ms.saturating_add(max_skew_ms) {
-        return Ok(Outcome::Deferred(DeferReason::ClockSkew {
-            ahead_ms: fact.clock.wall_ms - now_ms,
-        }));
+        let ahead_ms = fact.clock.wall_ms - now_ms;
+        return Ok(Outcome::Deferred(
+            admission.into_fact(),
+            DeferReason::ClockSkew { ahead_ms },
+        ));
     }
     let verdict = match &fact.body {
         FactBody::MemoryContent(_) | FactBody::MemoryAcl(_) | FactBody::MemoryTombstone(_) => {
@@ -208,34 +186,19 @@ fn apply_one<S: ReplicaStore>(
     };
     // A refused fact never reaches the store, not even its clock.
     if let Verdict::Refuse(r) = verdict {
-        return Ok(Outcome::Refused(r));
+        return Ok(Outcome::Refused(admission.into_fact(), r));
     }
     store.observe(&fact.clock)?;
     match verdict {
         Verdict::Stale => Ok(Outcome::Stale),
-        Verdict::MergeText => Ok(if store.merge_text(f)? {
+        Verdict::MergeText => Ok(if store.merge_text(&admission)? {
             Outcome::Applied
         } else {
             Outcome::Stale
         }),
-        Verdict::Refuse(r) => Ok(Outcome::Refused(r)),
+        Verdict::Refuse(r) => Ok(Outcome::Refused(admission.into_fact(), r)),
         Verdict::Apply => {
-            let effective = match &fact.body {
-                FactBody::MemoryAcl(a) => Some(match &restriction {
-                    Some(p) => p.effective(&a.grants),
-                    None => a.grants.clone(),
-                }),
-                _ => None,
-            };
-            let purge_content = !owner_trusted && effective.as_ref().is_some_and(Grants::is_empty);
-            store.put(
-                f,
-                &Effect {
-                    effective,
-                    owner_trusted,
-                    purge_content,
-                },
-            )?;
+            store.put(admission)?;
             Ok(Outcome::Applied)
         }
     }

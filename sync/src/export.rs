@@ -9,7 +9,9 @@
 //!   policy; agents and profiles only to `full` peers.
 
 use amos_acl::PeerPolicy;
-use amos_protocol::{Grants, OrgScope};
+use std::collections::BTreeMap;
+
+use amos_protocol::{Grants, OrgScope, ProjectId, TeamId};
 
 /// What of a memory row goes to a peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,9 +51,31 @@ pub fn memory(
     }
 }
 
-/// Decide an org record (team/project and their memberships).
+/// Decide an org record (team/project and their memberships) of a scope
+/// the policy names.
 pub fn org(policy: &PeerPolicy, scope: &OrgScope) -> bool {
     policy.admits_org(scope)
+}
+
+/// The teams a scoped policy reaches through the projects it names, each
+/// with those projects: a `project:P` peer receives P's team record and the
+/// team memberships of P's members (what they need to pass the gate there),
+/// nothing else of the team. Stores send these whole on every export (they
+/// are few), since a project membership can make an unchanged team
+/// membership needed.
+pub fn teams_via_projects(
+    policy: &PeerPolicy,
+    mut project_team: impl FnMut(&ProjectId) -> Option<TeamId>,
+) -> BTreeMap<TeamId, Vec<ProjectId>> {
+    let mut out: BTreeMap<TeamId, Vec<ProjectId>> = BTreeMap::new();
+    for p in policy.projects() {
+        if let Some(t) = project_team(p)
+            && !policy.admits_org(&OrgScope::Team(t.clone()))
+        {
+            out.entry(t).or_default().push(p.clone());
+        }
+    }
+    out
 }
 
 /// Agents and profiles go only to full peers.

@@ -30,6 +30,6 @@ pub mod session;
 pub mod text;
 pub mod transport;
 
-pub use apply::{ApplyReport, Effect, MemoryState, ReplicaStore, Sender, apply_batch};
-pub use gate::{DeferReason, Refusal};
+pub use apply::{ApplyReport, MemoryState, ReplicaStore, Sender, apply_batch};
+pub use gate::{Admission, DeferReason, Effect, Refusal};
 pub use merge::Verdict;

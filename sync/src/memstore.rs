@@ -12,9 +12,10 @@ use amos_protocol::{
     NodeIdentity, OrgScope, ProjectId, Register, SignedFact, TeamId, Verified,
 };
 
-use crate::apply::{Effect, MemoryState, ReplicaStore};
+use crate::apply::{MemoryState, ReplicaStore};
 use crate::digest::Digest;
 use crate::export::{self, MemoryExport};
+use crate::gate::{self, Admission};
 use crate::gate::{DeferReason, Refusal};
 use crate::text::{TextDoc, TextLog};
 
@@ -107,7 +108,8 @@ impl MemStore {
         body: FactBody,
     ) -> Option<Verified<SignedFact>> {
         let signed = identity.sign(Fact { clock, body }).ok()?;
-        let Ok(()) = self.put(&signed, &Effect::local(&signed.fact.body));
+        let admission = Admission::local(identity, signed.clone()).ok()?;
+        let Ok(()) = self.put(admission);
         Some(signed)
     }
 
@@ -156,8 +158,10 @@ impl MemStore {
             Ok(s) => s,
             Err(e) => panic!("memstore write of an invalid fact: {e}"),
         };
-        let effect = Effect::local(&signed.fact.body);
-        let Ok(()) = self.put(&signed, &effect);
+        let Ok(admission) = Admission::local(id, signed.clone()) else {
+            panic!("memstore write signed by another key");
+        };
+        let Ok(()) = self.put(admission);
         signed
     }
 
@@ -174,6 +178,7 @@ impl MemStore {
                 export::memory(policy, &m.effective, &m.grants_ever, m.tombstoned),
             );
         }
+        let via = export::teams_via_projects(policy, |p| self.project_team_of(p));
         let mut out = Vec::new();
         for (reg, f) in &self.facts {
             let go = match reg {
@@ -185,9 +190,16 @@ impl MemStore {
                     let d = |x| decisions.get(x).copied().unwrap_or(MemoryExport::None);
                     export::link(d(a), d(b))
                 }
-                Register::Team(t) => export::org(policy, &OrgScope::Team(t.clone())),
+                Register::Team(t) => {
+                    export::org(policy, &OrgScope::Team(t.clone())) || via.contains_key(t)
+                }
                 Register::Project(p) => export::org(policy, &OrgScope::Project(p.clone())),
-                Register::Membership(s, _) => export::org(policy, s),
+                Register::Membership(s, a) => {
+                    export::org(policy, s)
+                        || matches!(s, OrgScope::Team(t) if via.get(t).is_some_and(|ps| {
+                            ps.iter().any(|p| self.is_member(&OrgScope::Project(p.clone()), a))
+                        }))
+                }
                 Register::Agent(_) | Register::Profile(_) => export::registry(policy),
             };
             if go {
@@ -204,6 +216,52 @@ impl MemStore {
             }
         }
         out
+    }
+
+    fn is_member(&self, scope: &OrgScope, agent: &AgentId) -> bool {
+        matches!(
+            self.org_fact(&Register::Membership(scope.clone(), agent.clone())),
+            Some(Fact { body: FactBody::Membership(m), .. }) if m.present
+        )
+    }
+
+    /// Change the policy we give `node` (registering it if new), and
+    /// re-judge every memory it originated as the gate would now: its
+    /// effective grants, its owner rule, and its content — erased if no
+    /// longer needed, taken back when the origin re-sends it.
+    pub fn set_peer_policy(&mut self, node: NodeId, policy: PeerPolicy) {
+        self.peers.insert(node, policy.clone());
+        let ids: Vec<MemoryId> = self
+            .memories
+            .iter()
+            .filter(|(_, m)| m.fixed.origin == node && !m.tombstoned)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            let standing = gate::peer_standing(&policy);
+            let grants = match self
+                .facts
+                .get(&Register::MemoryAcl(id))
+                .map(|f| &f.fact.body)
+            {
+                Some(FactBody::MemoryAcl(a)) => a.grants.clone(),
+                _ => Grants::private(),
+            };
+            let effective = standing.effective(&grants);
+            let keep = standing.keeps_content(&effective);
+            let Some(m) = self.memories.get_mut(&id) else {
+                continue;
+            };
+            m.owner_trusted = standing.owner_trusted;
+            for g in effective.iter() {
+                m.grants_ever.insert(g.clone());
+            }
+            m.effective = effective;
+            if !keep && let Some(c) = self.facts.remove(&Register::MemoryContent(id)) {
+                m.purged_v = Some(c.fact.clock);
+                self.texts.remove(&id);
+            }
+        }
     }
 
     fn project_team_of(&self, p: &ProjectId) -> Option<TeamId> {
@@ -339,6 +397,7 @@ impl ReplicaStore for MemStore {
                 acl_v: clock(Register::MemoryAcl(*id)),
                 tombstone_v: clock(Register::MemoryTombstone(*id)),
                 effective: m.effective.clone(),
+                owner_trusted: m.owner_trusted,
                 edited: self.texts.contains_key(id),
             }
         }))
@@ -349,18 +408,32 @@ impl ReplicaStore for MemStore {
     fn project_team(&mut self, project: &ProjectId) -> Result<Option<TeamId>, Infallible> {
         Ok(self.project_team_of(project))
     }
-    fn put(&mut self, fact: &Verified<SignedFact>, effect: &Effect) -> Result<(), Infallible> {
+    fn org_origin(&mut self, scope: &OrgScope) -> Result<Option<NodeId>, Infallible> {
+        let reg = match scope {
+            OrgScope::Team(t) => Register::Team(t.clone()),
+            OrgScope::Project(p) => Register::Project(p.clone()),
+        };
+        Ok(match self.org_fact(&reg).map(|f| &f.body) {
+            Some(FactBody::Team(t)) => Some(t.origin),
+            Some(FactBody::Project(p)) => Some(p.origin),
+            _ => None,
+        })
+    }
+    fn put(&mut self, admission: Admission) -> Result<(), Infallible> {
+        let effect = admission.effect().clone();
+        let fact = admission.into_fact();
+        let fact = &fact;
         let body = &fact.fact.body;
         if let Some((id, fixed)) = body.memory() {
             let m = self.memories.entry(id).or_insert_with(|| MemMeta {
                 fixed: fixed.clone(),
                 effective: Grants::private(),
                 grants_ever: Grants::private(),
-                owner_trusted: effect.owner_trusted,
+                owner_trusted: effect.owner_trusted(),
                 tombstoned: false,
                 purged_v: None,
             });
-            m.owner_trusted = effect.owner_trusted;
+            m.owner_trusted = effect.owner_trusted();
             match body {
                 FactBody::MemoryTombstone(_) => {
                     m.tombstoned = true;
@@ -370,12 +443,12 @@ impl ReplicaStore for MemStore {
                     self.texts.remove(&id);
                 }
                 FactBody::MemoryAcl(_) => {
-                    let eff = effect.effective.clone().unwrap_or_default();
+                    let eff = effect.effective().cloned().unwrap_or_default();
                     for g in eff.iter() {
                         m.grants_ever.insert(g.clone());
                     }
                     m.effective = eff;
-                    if effect.purge_content
+                    if effect.purge_content()
                         && let Some(c) = self.facts.remove(&Register::MemoryContent(id))
                     {
                         m.purged_v = Some(c.fact.clock);
@@ -391,8 +464,8 @@ impl ReplicaStore for MemStore {
         self.facts.insert(body.register(), fact.clone());
         Ok(())
     }
-    fn merge_text(&mut self, fact: &Verified<SignedFact>) -> Result<bool, Infallible> {
-        Ok(self.offer_text(fact))
+    fn merge_text(&mut self, admission: &Admission) -> Result<bool, Infallible> {
+        Ok(self.offer_text(admission.fact()))
     }
     fn observe(&mut self, clock: &Hlc) -> Result<(), Infallible> {
         self.hlc.observe(clock);

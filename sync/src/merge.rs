@@ -34,9 +34,10 @@ pub enum Verdict {
 /// * Two tombstones (concurrent forgets) compete like any register, so every
 ///   replica keeps the same one; content and acl facts after a tombstone are
 ///   stale whatever their clock.
-/// * Content purged by a revocation keeps its clock: a replay stays stale,
-///   while the same fact re-sent once the memory is shared here again (equal
-///   clock, non-empty effective grants) is taken back.
+/// * Content purged by a revocation keeps its clock: a replay stays stale
+///   while the memory is not needed here, and the same fact re-sent once it
+///   is needed again (equal clock; re-shared here, or its origin's policy
+///   widened) is taken back. A tombstone still beats it.
 ///
 /// A content fact that loses by clock may still carry a text change the
 /// memory's text document lacks: [`Verdict::MergeText`]. Only the origin
@@ -63,17 +64,20 @@ pub fn decide_memory(fact: &Fact, held: Option<&MemoryState>) -> Verdict {
         (FactBody::MemoryTombstone(_), t) => newer(&fact.clock, t),
         (_, Some(_)) => Verdict::Stale,
         (FactBody::MemoryContent(c), None) => {
+            // Content is needed here when the owner rule holds (ours or a
+            // full peer's memory) or some grant is in force.
+            let needed = held.owner_trusted || !held.effective.is_empty();
             let by_clock = match held.content_v.as_ref() {
-                // Purged content comes back only with the memory shared here
-                // again (acl facts apply before content in a batch).
-                Some(v) if !held.content_held && !held.effective.is_empty() && fact.clock >= *v => {
-                    Verdict::Apply
-                }
+                // Purged content comes back — the very fact that was purged,
+                // at its own clock — once the memory is needed here again
+                // (re-shared, or its origin's policy widened; acl facts
+                // apply before content in a batch).
+                Some(v) if !held.content_held && needed && fact.clock >= *v => Verdict::Apply,
                 v => newer(&fact.clock, v),
             };
             let text_counts = c.text.changes_text()
                 && (held.edited || c.text.plain().is_none())
-                && (held.content_held || !held.effective.is_empty());
+                && (held.content_held || needed);
             match by_clock {
                 Verdict::Stale if text_counts => Verdict::MergeText,
                 v => v,

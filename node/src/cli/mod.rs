@@ -1109,9 +1109,10 @@ fn run(cli: Cli) -> Result<()> {
                     .iter()
                     .map(|e| {
                         format!(
-                            "{}  peer {}  {}  {}",
+                            "{}  peer {}  {}  {}  {}",
                             output::rfc3339(e.time_ms),
                             &e.peer[..10.min(e.peer.len())],
+                            e.code,
                             e.register,
                             e.reason
                         )

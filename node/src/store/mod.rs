@@ -1,8 +1,10 @@
 //! The authoritative store: one SQLite file per home.
 //!
 //! Owns the schema ([`schema`]), the persisted hybrid logical clock, the local
-//! sequence counter and log epoch (DESIGN.md §7), and writing verified facts
-//! into their register rows ([`Tx::put_fact`]). Reading memory rows is in
+//! sequence counter and log epoch (DESIGN.md §7), and writing admitted facts
+//! into their register rows ([`Tx::put`]: it takes only an
+//! [`amos_sync::Admission`], which only the import gate or a local write
+//! signed by this node's key can make). Reading memory rows is in
 //! [`memory`], the org graph in [`org`].
 //!
 //! Invariant: every write runs in one `BEGIN IMMEDIATE` transaction, so many
@@ -11,7 +13,7 @@
 //!
 //! Boundary: the store decides nothing about who may see or change what (that
 //! is `amos-acl` and the node API) nor which of two facts wins (that is
-//! `amos-sync`); `put_fact` writes what it is given.
+//! `amos-sync`); `put` writes what the gate admitted.
 
 pub mod memory;
 pub mod org;
@@ -21,8 +23,8 @@ pub mod text;
 use std::path::Path;
 use std::time::Duration;
 
-use amos_protocol::{FactBody, Grants, Hlc, HlcState, NodeId, SignedFact, Verified};
-use amos_sync::Effect;
+use amos_protocol::{FactBody, Grants, Hlc, HlcState, MemoryId, NodeId, SignedFact, Verified};
+use amos_sync::{Admission, Effect};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
 use crate::error::{NodeError, Result};
@@ -268,12 +270,40 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Write a verified fact into its register row, verbatim with its
-    /// signature. `effect` says how (for an acl fact: the grants in force on
-    /// this node; whether the owner rule holds; whether to erase content).
-    /// Does not decide whether the fact should win: callers (local writes,
-    /// `amos-sync`) have.
-    pub fn put_fact(&mut self, fact: &Verified<SignedFact>, effect: &Effect) -> Result<()> {
+    /// Write an admitted fact into its register row, verbatim with its
+    /// signature, as its effect says (for an acl fact: the grants in force
+    /// on this node; whether the owner rule holds; whether to erase
+    /// content). Does not decide whether the fact should win: callers
+    /// (local writes, `amos-sync`) have.
+    ///
+    /// The only way in is an admission (this compiles):
+    ///
+    /// ```no_run
+    /// fn store(tx: &mut amos_node::store::Tx<'_>, a: &amos_sync::Admission) {
+    ///     tx.put(a).unwrap();
+    /// }
+    /// ```
+    ///
+    /// A bare verified fact is not one:
+    ///
+    /// ```compile_fail
+    /// fn store(tx: &mut amos_node::store::Tx<'_>, f: &amos_protocol::Verified<amos_protocol::SignedFact>) {
+    ///     tx.put(f).unwrap();
+    /// }
+    /// ```
+    ///
+    /// and the raw writer under it is private:
+    ///
+    /// ```compile_fail
+    /// fn store(tx: &mut amos_node::store::Tx<'_>, a: &amos_sync::Admission) {
+    ///     tx.put_fact(a.fact(), a.effect()).unwrap();
+    /// }
+    /// ```
+    pub fn put(&mut self, admission: &Admission) -> Result<()> {
+        self.put_fact(admission.fact(), admission.effect())
+    }
+
+    fn put_fact(&mut self, fact: &Verified<SignedFact>, effect: &Effect) -> Result<()> {
         let seq = self.next_seq()?;
         let bytes = fact.to_bytes();
         let v = fact.fact.clock.sort_key().to_vec();
@@ -287,15 +317,15 @@ impl Tx<'_> {
                     .unwrap_or(false);
                 match m.text.plain() {
                     Some(text) if !edited => {
-                        self.put_content_row(fact, text, seq, effect.owner_trusted)?
+                        self.put_content_row(fact, text, seq, effect.owner_trusted())?
                     }
                     _ => {
-                        self.put_edited_content(fact, effect.owner_trusted, true)?;
+                        self.put_edited_content(fact, effect.owner_trusted(), true)?;
                     }
                 }
             }
             FactBody::MemoryAcl(m) => {
-                let effective = effect.effective.as_ref().unwrap_or(&m.grants);
+                let effective = effect.effective().unwrap_or(&m.grants);
                 let mut ever: Grants = tx
                     .prepare_cached("SELECT grants_ever FROM memories WHERE id = ?1")?
                     .query_row([&m.id.0[..]], |r| r.get::<_, String>(0))
@@ -324,7 +354,7 @@ impl Tx<'_> {
                     v,
                     bytes,
                     seq,
-                    effect.owner_trusted,
+                    effect.owner_trusted(),
                     join_grants(&ever),
                 ])?;
                 tx.prepare_cached("DELETE FROM memory_grants WHERE memory = ?1")?
@@ -335,18 +365,8 @@ impl Tx<'_> {
                     ins.execute(params![&m.id.0[..], g.to_string()])?;
                 }
                 self.resend_text(&m.id, seq)?;
-                if effect.purge_content {
-                    self.drop_text(&m.id)?;
-                    // No local agent can see it and it is not ours: erase the
-                    // content but keep its clock `v`, so an older replay stays
-                    // stale (the origin re-sends it whole if it is shared again).
-                    tx.prepare_cached(
-                        "UPDATE memories SET kind = NULL, content = NULL, tags = NULL,
-                            importance = NULL, confidence = NULL, pinned = NULL,
-                            expires_ms = NULL, supersedes = NULL, content_fact = NULL
-                         WHERE id = ?1",
-                    )?
-                    .execute([&m.id.0[..]])?;
+                if effect.purge_content() {
+                    self.purge_content(&m.id)?;
                 }
             }
             FactBody::MemoryTombstone(m) => {
@@ -364,7 +384,7 @@ impl Tx<'_> {
                     m.fixed.created_ms as i64,
                     bytes,
                     seq,
-                    effect.owner_trusted,
+                    effect.owner_trusted(),
                 ])?;
                 // Terminal: erase content, its text log and visibility everywhere.
                 self.drop_text(&m.id)?;
@@ -400,16 +420,25 @@ impl Tx<'_> {
             }
             FactBody::Team(t) => {
                 tx.prepare_cached(
-                    "INSERT INTO teams(id, name, present, v, fact, seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                    "INSERT INTO teams(id, name, present, v, fact, seq, origin)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
                      ON CONFLICT(id) DO UPDATE SET name = excluded.name, present = excluded.present,
                         v = excluded.v, fact = excluded.fact, seq = excluded.seq",
                 )?
-                .execute(params![t.id.as_str(), t.name, t.present, v, bytes, seq])?;
+                .execute(params![
+                    t.id.as_str(),
+                    t.name,
+                    t.present,
+                    v,
+                    bytes,
+                    seq,
+                    &t.origin.0[..]
+                ])?;
             }
             FactBody::Project(p) => {
                 tx.prepare_cached(
-                    "INSERT INTO projects(id, team, name, present, v, fact, seq)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                    "INSERT INTO projects(id, team, name, present, v, fact, seq, origin)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
                      ON CONFLICT(id) DO UPDATE SET name = excluded.name, present = excluded.present,
                         v = excluded.v, fact = excluded.fact, seq = excluded.seq",
                 )?
@@ -420,7 +449,8 @@ impl Tx<'_> {
                     p.present,
                     v,
                     bytes,
-                    seq
+                    seq,
+                    &p.origin.0[..]
                 ])?;
             }
             FactBody::Membership(m) => {
@@ -478,6 +508,76 @@ impl Tx<'_> {
                     seq
                 ])?;
             }
+        }
+        Ok(())
+    }
+
+    /// No local agent can see the memory and it is not ours (nor a full
+    /// peer's): erase the content but keep its clock `v`, so an older replay
+    /// stays stale (the same fact is taken back once the memory is needed
+    /// here again, `amos_sync::merge::decide_memory`).
+    fn purge_content(&self, id: &MemoryId) -> Result<()> {
+        self.drop_text(id)?;
+        self.tx
+            .prepare_cached(
+                "UPDATE memories SET kind = NULL, content = NULL, tags = NULL,
+                    importance = NULL, confidence = NULL, pinned = NULL,
+                    expires_ms = NULL, supersedes = NULL, content_fact = NULL
+                 WHERE id = ?1",
+            )?
+            .execute([&id.0[..]])?;
+        Ok(())
+    }
+
+    /// Re-judge a stored memory's standing here (its origin's policy
+    /// changed): the grants in force, the owner rule, and whether its
+    /// content must go. Takes a fresh `seq` (what leaves for peers may have
+    /// changed) and moves `touched` (the index re-reads it).
+    pub(crate) fn set_standing(
+        &mut self,
+        id: &MemoryId,
+        effective: &Grants,
+        owner_trusted: bool,
+        purge: bool,
+    ) -> Result<()> {
+        let seq = self.next_seq()?;
+        let ever: Grants = self
+            .tx
+            .prepare_cached("SELECT grants_ever FROM memories WHERE id = ?1")?
+            .query_row([&id.0[..]], |r| r.get::<_, String>(0))
+            .optional()?
+            .map(|s| split_grants(&s))
+            .unwrap_or_default();
+        let ever = ever
+            .iter()
+            .chain(effective.iter())
+            .cloned()
+            .collect::<Grants>();
+        self.tx
+            .prepare_cached(
+                "UPDATE memories SET effective = ?2, owner_trusted = ?3, grants_ever = ?4,
+                    seq = ?5, touched = ?5
+                 WHERE id = ?1",
+            )?
+            .execute(params![
+                &id.0[..],
+                join_grants(effective),
+                owner_trusted,
+                join_grants(&ever),
+                seq
+            ])?;
+        self.tx
+            .prepare_cached("DELETE FROM memory_grants WHERE memory = ?1")?
+            .execute([&id.0[..]])?;
+        let mut ins = self
+            .tx
+            .prepare_cached("INSERT INTO memory_grants(memory, scope) VALUES (?1, ?2)")?;
+        for g in effective.iter() {
+            ins.execute(params![&id.0[..], g.to_string()])?;
+        }
+        self.resend_text(id, seq)?;
+        if purge {
+            self.purge_content(id)?;
         }
         Ok(())
     }
@@ -540,13 +640,9 @@ impl Tx<'_> {
     /// the content fact (with `owner_trusted`) would leave, in one insert
     /// instead of an insert and an update. Two `seq`s are taken; the row
     /// carries the second. Fails if a row for the id exists.
-    pub fn put_new_memory(
-        &mut self,
-        content: &Verified<SignedFact>,
-        acl: &Verified<SignedFact>,
-        effective: &Grants,
-        owner_trusted: bool,
-    ) -> Result<()> {
+    pub(crate) fn put_new_memory(&mut self, content: &Admission, acl: &Admission) -> Result<()> {
+        let owner_trusted = content.effect().owner_trusted();
+        let (content, acl_effect, acl) = (content.fact(), acl.effect(), acl.fact());
         let (FactBody::MemoryContent(m), FactBody::MemoryAcl(a)) =
             (&content.fact.body, &acl.fact.body)
         else {
@@ -564,6 +660,7 @@ impl Tx<'_> {
                 "put_new_memory takes plain text; an edit goes through the text log".into(),
             ));
         };
+        let effective = acl_effect.effective().unwrap_or(&a.grants);
         self.next_seq()?;
         let seq = self.next_seq()?;
         let tags = serde_json::to_string(&m.tags).unwrap_or_else(|_| "[]".into());
@@ -727,27 +824,39 @@ mod tests {
                 body: FactBody::MemoryAcl(MemoryAcl { id, fixed, grants }),
             })
             .unwrap();
+        // Admissions as the node makes them: a local write (owner rule
+        // holds, signed grants in force), and the gate's for a memory from a
+        // scoped peer (`global` only: narrower than the signed grants).
+        let admit = |owner_trusted: bool, fact: &Verified<SignedFact>| -> Admission {
+            if owner_trusted {
+                return Admission::local(&identity, fact.clone()).unwrap();
+            }
+            let other = NodeIdentity::from_secret([8; 32]).node_id();
+            let mut replica = amos_sync::memstore::MemStore::new(other);
+            let policy: amos_acl::PeerPolicy = "global".parse().unwrap();
+            replica.set_peer_policy(me, policy.clone());
+            let sender = amos_sync::Sender { node: me, policy };
+            match amos_sync::gate::check(&mut replica, &sender, fact.clone()).unwrap() {
+                amos_sync::gate::Gate::Admit(a) => a,
+                other => panic!("not admitted: {other:?}"),
+            }
+        };
         for owner_trusted in [true, false] {
-            let acl_effect = Effect {
-                effective: Some(effective.clone()),
-                owner_trusted,
-                purge_content: false,
-            };
-            let content_effect = Effect {
-                effective: None,
-                owner_trusted,
-                purge_content: false,
-            };
+            let acl_admission = admit(owner_trusted, &acl);
+            let content_admission = admit(owner_trusted, &content);
+            if !owner_trusted {
+                assert_eq!(acl_admission.effect().effective(), Some(&effective));
+            }
             let mut one =
                 Store::create(&dir.path().join(format!("a{owner_trusted}")), [1; 16]).unwrap();
             one.write(|tx| {
-                tx.put_fact(&acl, &acl_effect)?;
-                tx.put_fact(&content, &content_effect)
+                tx.put(&acl_admission)?;
+                tx.put(&content_admission)
             })
             .unwrap();
             let mut two =
                 Store::create(&dir.path().join(format!("b{owner_trusted}")), [1; 16]).unwrap();
-            two.write(|tx| tx.put_new_memory(&content, &acl, &effective, owner_trusted))
+            two.write(|tx| tx.put_new_memory(&content_admission, &acl_admission))
                 .unwrap();
             assert_eq!(dump(&one), dump(&two));
             // A local write puts content first, then acl: the same row.
@@ -755,8 +864,8 @@ mod tests {
                 Store::create(&dir.path().join(format!("c{owner_trusted}")), [1; 16]).unwrap();
             three
                 .write(|tx| {
-                    tx.put_fact(&content, &content_effect)?;
-                    tx.put_fact(&acl, &acl_effect)
+                    tx.put(&content_admission)?;
+                    tx.put(&acl_admission)
                 })
                 .unwrap();
             assert_eq!(dump(&three), dump(&two));

@@ -230,6 +230,23 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (kind, bucket)
     ) STRICT, WITHOUT ROWID;
     "#,
+    // v7: trust by construction. Teams and projects carry the node that
+    // created them (`origin`, a fixed field of their facts: only it, or its
+    // full peers, may author their records and memberships), and every
+    // audit entry its refusal's stable code (`amos_sync::Refusal::code`).
+    // Org facts written before v7 have no origin and no longer decode: they
+    // are dropped here, and the origin re-sends them (see the upgrade note
+    // in docs).
+    r#"
+    ALTER TABLE teams ADD COLUMN origin BLOB;
+    ALTER TABLE projects ADD COLUMN origin BLOB;
+    DELETE FROM memberships;
+    DELETE FROM projects;
+    DELETE FROM teams;
+    ALTER TABLE audit ADD COLUMN code TEXT NOT NULL DEFAULT 'other';
+    CREATE INDEX audit_code ON audit(code);
+    ALTER TABLE deferred ADD COLUMN code TEXT NOT NULL DEFAULT 'other';
+    "#,
 ];
 
 /// The schema version this binary writes.

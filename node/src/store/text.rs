@@ -8,6 +8,7 @@
 //! never replicated and can always be rebuilt from the log.
 
 use amos_protocol::{FactBody, Hlc, MemoryId, MemoryText, SignedFact, Verified, codec};
+use amos_sync::Admission;
 use amos_sync::text::{LogEntry, LogKey, TextDoc, TextError, TextLog};
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -281,8 +282,8 @@ impl Tx<'_> {
     /// Store an edit this node just made from `state` (the state
     /// [`Tx::text_state`] gave, whose document already holds the change), as
     /// the memory's content register: the document is not loaded again.
-    pub fn put_local_edit(&mut self, fact: &Verified<SignedFact>, state: TextState) -> Result<()> {
-        self.write_text(fact, true, true, state).map(|_| ())
+    pub fn put_local_edit(&mut self, edit: &Admission, state: TextState) -> Result<()> {
+        self.write_text(edit.fact(), true, true, state).map(|_| ())
     }
 
     fn write_text(
@@ -335,7 +336,8 @@ impl Tx<'_> {
 
     /// Offer the text of a content fact that lost by clock (see
     /// [`amos_sync::Verdict::MergeText`]).
-    pub fn merge_text(&mut self, fact: &Verified<SignedFact>) -> Result<bool> {
+    pub(crate) fn merge_text(&mut self, admission: &Admission) -> Result<bool> {
+        let fact = admission.fact();
         // Without `fields_win` the row keeps its own owner rule.
         self.put_edited_content(fact, false, false)
     }
