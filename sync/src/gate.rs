@@ -535,3 +535,288 @@ fn conflict(scope: &OrgScope, held: &NodeId, theirs: &NodeId) -> Refusal {
 fn outside(scope: &OrgScope) -> Refusal {
     Refusal::OutsidePolicy(format!("org records of {scope}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memstore::MemStore;
+    use amos_protocol::{
+        AgentId, HlcState, LinkFact, MembershipFact, MemoryAcl, MemoryContent, MemoryFixed,
+        MemoryId, MemoryText, MemoryType, ProjectFact, ProjectId, Relation, TeamFact,
+    };
+
+    const NOW: u64 = 1_750_000_000_000;
+
+    struct World {
+        us: NodeIdentity,
+        peer: NodeIdentity,
+        store: MemStore,
+        hlc: HlcState,
+    }
+
+    impl World {
+        /// Us, with team `t` (and its project `p`) created here, and a peer
+        /// we give `policy`.
+        fn new(policy: &str) -> World {
+            let us = NodeIdentity::from_secret([1; 32]);
+            let peer = NodeIdentity::from_secret([2; 32]);
+            let mut store = MemStore::new(us.node_id());
+            store.set_peer_policy(peer.node_id(), policy.parse().unwrap());
+            let mut w = World {
+                us,
+                peer,
+                store,
+                hlc: HlcState::default(),
+            };
+            let me = w.us.node_id();
+            w.local(FactBody::Team(TeamFact {
+                id: team("t"),
+                origin: me,
+                name: "t".into(),
+                present: true,
+            }));
+            w.local(FactBody::Project(ProjectFact {
+                id: ProjectId::parse("p").unwrap(),
+                team: team("t"),
+                origin: me,
+                name: "p".into(),
+                present: true,
+            }));
+            w
+        }
+
+        fn local(&mut self, body: FactBody) -> Verified<SignedFact> {
+            self.store.write(&self.us, body, NOW)
+        }
+
+        fn signed_by_peer(&mut self, body: FactBody) -> Verified<SignedFact> {
+            let clock = self.hlc.tick(NOW, self.peer.node_id());
+            self.peer.sign(Fact { clock, body }).unwrap()
+        }
+
+        fn judge(&mut self, body: FactBody) -> Result<Effect, String> {
+            let fact = self.signed_by_peer(body);
+            let sender = Sender {
+                node: self.peer.node_id(),
+                policy: self.store.peers[&self.peer.node_id()].clone(),
+            };
+            match check(&mut self.store, &sender, fact).unwrap() {
+                Gate::Admit(a) => Ok(a.effect().clone()),
+                Gate::Refuse(_, r) => Err(r.code().to_owned()),
+                Gate::Defer(_, d) => Err(d.code().to_owned()),
+            }
+        }
+    }
+
+    fn team(s: &str) -> TeamId {
+        TeamId::parse(s).unwrap()
+    }
+
+    fn member(scope: OrgScope, agent: &str, present: bool) -> FactBody {
+        FactBody::Membership(MembershipFact {
+            scope,
+            agent: AgentId::parse(agent).unwrap(),
+            role: "member".into(),
+            present,
+        })
+    }
+
+    #[test]
+    fn a_scoped_peer_cannot_change_a_team_it_did_not_create() {
+        let mut w = World::new("team:t");
+        let t = OrgScope::Team(team("t"));
+        assert_eq!(
+            w.judge(member(t.clone(), "bob", false)),
+            Err("org_not_origin".into())
+        );
+        assert_eq!(
+            w.judge(member(t, "eve", true)),
+            Err("org_not_origin".into())
+        );
+        let peer = w.peer.node_id();
+        let renamed = FactBody::Team(TeamFact {
+            id: team("t"),
+            origin: peer,
+            name: "mine now".into(),
+            present: true,
+        });
+        assert_eq!(w.judge(renamed), Err("org_origin_conflict".into()));
+        let me = w.us.node_id();
+        let renamed_as_ours = FactBody::Team(TeamFact {
+            id: team("t"),
+            origin: me,
+            name: "mine now".into(),
+            present: true,
+        });
+        assert_eq!(w.judge(renamed_as_ours), Err("org_not_origin".into()));
+        // A team outside the policy is refused before anything else.
+        let other = FactBody::Team(TeamFact {
+            id: team("u"),
+            origin: peer,
+            name: "u".into(),
+            present: true,
+        });
+        assert_eq!(w.judge(other), Err("outside_policy".into()));
+    }
+
+    #[test]
+    fn a_scoped_peer_runs_its_own_team() {
+        let mut w = World::new("team:u");
+        let peer = w.peer.node_id();
+        // Its membership before its team: deferred, not refused.
+        assert_eq!(
+            w.judge(member(OrgScope::Team(team("u")), "bob", true)),
+            Err("missing_scope".into())
+        );
+        let record = FactBody::Team(TeamFact {
+            id: team("u"),
+            origin: peer,
+            name: "u".into(),
+            present: true,
+        });
+        assert!(w.judge(record.clone()).is_ok());
+        let fact = w.signed_by_peer(record);
+        let sender = Sender {
+            node: peer,
+            policy: "team:u".parse().unwrap(),
+        };
+        crate::apply_batch(&mut w.store, &sender, vec![fact], NOW, 1).unwrap();
+        assert!(
+            w.judge(member(OrgScope::Team(team("u")), "bob", true))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_project_policy_reaches_its_team_record_and_members_only() {
+        let mut w = World::new("project:p");
+        let me = w.us.node_id();
+        // Our team t holds project p: the peer may not author t's records…
+        assert_eq!(
+            w.judge(member(OrgScope::Team(team("t")), "bob", true)),
+            Err("org_not_origin".into())
+        );
+        // …and a team unrelated to p is outside the policy.
+        assert_eq!(
+            w.judge(member(OrgScope::Team(team("u")), "bob", true)),
+            Err("outside_policy".into())
+        );
+        // A peer's project q of its own team: with policy project:q, its
+        // team record (authored by its origin) is admitted.
+        let mut w = World::new("project:q");
+        let peer = w.peer.node_id();
+        let team_record = FactBody::Team(TeamFact {
+            id: team("v"),
+            origin: peer,
+            name: "v".into(),
+            present: true,
+        });
+        // q not known yet: the team record waits for it.
+        assert_eq!(w.judge(team_record.clone()), Err("missing_scope".into()));
+        let project = FactBody::Project(ProjectFact {
+            id: ProjectId::parse("q").unwrap(),
+            team: team("v"),
+            origin: peer,
+            name: "q".into(),
+            present: true,
+        });
+        let facts = vec![
+            w.signed_by_peer(team_record.clone()),
+            w.signed_by_peer(project),
+        ];
+        let sender = Sender {
+            node: peer,
+            policy: "project:q".parse().unwrap(),
+        };
+        // One batch, team first on the wire: projects apply first.
+        let r = crate::apply_batch(&mut w.store, &sender, facts, NOW, 1).unwrap();
+        assert_eq!((r.applied, r.refused, r.deferred), (2, 0, 0));
+        assert!(
+            w.judge(member(OrgScope::Team(team("v")), "bob", true))
+                .is_ok()
+        );
+        let _ = me;
+    }
+
+    #[test]
+    fn a_scoped_peer_cannot_link_from_a_memory_it_did_not_originate() {
+        let mut w = World::new("team:t");
+        let me = w.us.node_id();
+        let fixed = MemoryFixed {
+            owner: AgentId::parse("alice").unwrap(),
+            created_ms: NOW,
+            origin: me,
+        };
+        let (x, y) = (MemoryId::new(NOW, [1; 10]), MemoryId::new(NOW, [2; 10]));
+        for id in [x, y] {
+            w.local(FactBody::MemoryContent(MemoryContent {
+                id,
+                fixed: fixed.clone(),
+                kind: MemoryType::default(),
+                text: MemoryText::Plain("text".into()),
+                tags: vec![],
+                importance: 0.5,
+                confidence: 1.0,
+                pinned: false,
+                expires_ms: None,
+                supersedes: None,
+            }));
+            w.local(FactBody::MemoryAcl(MemoryAcl {
+                id,
+                fixed: fixed.clone(),
+                grants: "team:t"
+                    .parse::<amos_protocol::Scope>()
+                    .into_iter()
+                    .collect(),
+            }));
+        }
+        let link = FactBody::Link(LinkFact {
+            from: x,
+            to: y,
+            relation: Relation::default(),
+            weight: 1.0,
+            present: true,
+        });
+        assert_eq!(w.judge(link), Err("link_not_origin".into()));
+    }
+
+    #[test]
+    fn a_local_admission_needs_this_nodes_key() {
+        let us = NodeIdentity::from_secret([1; 32]);
+        let them = NodeIdentity::from_secret([2; 32]);
+        let mut hlc = HlcState::default();
+        let body = member(OrgScope::Team(team("t")), "bob", true);
+        let theirs = them
+            .sign(Fact {
+                clock: hlc.tick(NOW, them.node_id()),
+                body: body.clone(),
+            })
+            .unwrap();
+        assert!(Admission::local(&us, theirs).is_err());
+        let ours = us
+            .sign(Fact {
+                clock: hlc.tick(NOW, us.node_id()),
+                body,
+            })
+            .unwrap();
+        let a = Admission::local(&us, ours).unwrap();
+        assert!(a.effect().owner_trusted() && !a.effect().purge_content());
+    }
+
+    #[test]
+    fn codes_are_distinct_and_listed() {
+        let all = [
+            Refusal::NotOrigin,
+            Refusal::OutsidePolicy(String::new()),
+            Refusal::FixedFieldMismatch(String::new()),
+            Refusal::OrgOriginConflict(String::new()),
+            Refusal::OrgNotOrigin(String::new()),
+            Refusal::LinkNotOrigin,
+            Refusal::UnknownPeer,
+            Refusal::MalformedText(String::new()),
+        ];
+        let codes: std::collections::BTreeSet<_> = all.iter().map(Refusal::code).collect();
+        assert_eq!(codes.len(), all.len());
+        assert_eq!(codes, Refusal::CODES.into_iter().collect());
+    }
+}
