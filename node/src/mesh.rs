@@ -184,14 +184,71 @@ enum Outgoing {
 ///
 /// `first` is a message the caller already read from `recv` (the server
 /// reads one to tell a sync from a pairing); `observer` hears of every batch
-/// applied and sent.
+/// applied and sent. The peer's listen addresses are not recorded: a
+/// dialler reached the peer at the address it has.
 pub async fn drive_session(
+    home: Home,
+    peer: NodeId,
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+    first: Option<SyncV1>,
+    observer: Option<Observer>,
+) -> std::result::Result<SessionStats, MeshError> {
+    drive(home, peer, send, recv, first, observer, None).await
+}
+
+/// Like [`drive_session`], for a session the registered `peer` opened from
+/// `remote`: where it says it serves is recorded as its address
+/// ([`learned_addr`]).
+pub async fn drive_accepted_session(
+    home: Home,
+    peer: NodeId,
+    remote: SocketAddr,
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+    first: SyncV1,
+) -> std::result::Result<SessionStats, MeshError> {
+    drive(home, peer, send, recv, Some(first), None, Some(remote)).await
+}
+
+/// Where to dial a peer that says it serves at `listen` and was seen
+/// connecting from `remote`: an unspecified IP (`0.0.0.0`, `::`) becomes
+/// `remote`'s IP with the announced port; a loopback address is of no use
+/// unless the peer came over loopback; multicast and broadcast never are.
+/// An address on the IP the peer came from is preferred (that one routes);
+/// otherwise the first usable one, in the peer's order.
+pub fn learned_addr(listen: &[SocketAddr], remote: SocketAddr) -> Option<SocketAddr> {
+    let seen = remote.ip().to_canonical();
+    let usable = |a: &SocketAddr| -> Option<SocketAddr> {
+        let ip = a.ip().to_canonical();
+        if a.port() == 0 || ip.is_multicast() {
+            return None;
+        }
+        if ip.is_unspecified() {
+            return Some(SocketAddr::new(seen, a.port()));
+        }
+        let broadcast = matches!(ip, std::net::IpAddr::V4(v4) if v4.is_broadcast());
+        if broadcast || (ip.is_loopback() && !seen.is_loopback()) {
+            return None;
+        }
+        Some(SocketAddr::new(ip, a.port()))
+    };
+    let candidates: Vec<SocketAddr> = listen.iter().filter_map(usable).collect();
+    candidates
+        .iter()
+        .find(|a| a.ip() == seen)
+        .or(candidates.first())
+        .copied()
+}
+
+async fn drive(
     home: Home,
     peer: NodeId,
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     first: Option<SyncV1>,
     observer: Option<Observer>,
+    learn_from: Option<SocketAddr>,
 ) -> std::result::Result<SessionStats, MeshError> {
     let (in_tx, in_rx) = mpsc::channel::<Input>(CHANNEL_DEPTH);
     if let Some(m) = first {
@@ -305,7 +362,16 @@ pub async fn drive_session(
     let worker = tokio::task::spawn_blocking({
         let abort = abort.clone();
         move || {
-            let r = session_thread(&home, peer, in_rx, in_tx, out_tx, abort.clone(), observer);
+            let r = session_thread(
+                &home,
+                peer,
+                in_rx,
+                in_tx,
+                out_tx,
+                abort.clone(),
+                observer,
+                learn_from,
+            );
             if r.is_err() {
                 abort.store(true, Ordering::Relaxed);
             }
@@ -345,6 +411,8 @@ pub async fn drive_session(
 }
 
 /// The blocking side of a session: returns (facts in, facts out).
+/// `learn_from`: the peer dialled us from there; record where it serves.
+#[allow(clippy::too_many_arguments)]
 fn session_thread(
     home: &Home,
     peer: NodeId,
@@ -353,10 +421,13 @@ fn session_thread(
     out: mpsc::UnboundedSender<Outgoing>,
     abort: Arc<AtomicBool>,
     observer: Option<Observer>,
+    learn_from: Option<SocketAddr>,
 ) -> std::result::Result<(u64, u64), MeshError> {
     let mut node = Node::open(home)?;
     let my_epoch = node.epoch_bytes()?;
-    let (mut session, first) = Session::start(my_epoch, node.watermark_of(&peer)?);
+    // Where `amos serve` last said it listens (none if it never served).
+    let listen: Vec<SocketAddr> = pairing::recorded_listen(home).into_iter().collect();
+    let (mut session, first) = Session::start(my_epoch, node.watermark_of(&peer)?, &listen);
     let mut todo: VecDeque<Action> = first.into();
     // Moved into the export thread: afterwards only the reader can feed us,
     // so its end (or abort) ends our wait.
@@ -400,6 +471,19 @@ fn session_thread(
                     }
                     debug!(?report, "applied a batch from {}", peer.short());
                 }
+                Action::PeerListens(addrs) => match learn_from {
+                    // Only the peer the handshake authenticated, only if
+                    // registered (never adds one), never its policy.
+                    Some(remote) => match learned_addr(&addrs, remote) {
+                        Some(a) => {
+                            if node.peer_learn_addr(&peer, a)? {
+                                info!("{} serves at {a}: recorded", peer.short());
+                            }
+                        }
+                        None => debug!("{} serves nowhere we can dial: {addrs:?}", peer.short()),
+                    },
+                    None => debug!("{} serves at {addrs:?}", peer.short()),
+                },
                 Action::SaveWatermark(w) => node.save_watermark(&peer, &w)?,
                 Action::Finished => {
                     send(Outgoing::Finish)?;
@@ -1049,6 +1133,7 @@ async fn serve_connection(home: Home, incoming: quinn::Incoming) {
         proof,
         name,
         listen_port,
+        agent,
     } = first
     {
         let join = JoinRequest {
@@ -1056,6 +1141,7 @@ async fn serve_connection(home: Home, incoming: quinn::Incoming) {
             proof,
             name,
             addr: listen_port.map(|p| SocketAddr::new(remote.ip(), p).to_string()),
+            agent,
         };
         answer_join(home, &conn, peer, join, send).await;
         return;
@@ -1080,7 +1166,7 @@ async fn serve_connection(home: Home, incoming: quinn::Incoming) {
         return;
     }
     let started = Instant::now();
-    let session = drive_session(home, peer, send, recv, Some(first), None).await;
+    let session = drive_accepted_session(home, peer, remote, send, recv, first).await;
     crate::metrics::session_finished(
         &peer,
         Role::Accept,
@@ -1153,6 +1239,8 @@ struct JoinRequest {
     name: String,
     /// Where the joiner serves: the address it came from, with its port.
     addr: Option<String>,
+    /// The joiner's agent, to make a member of the invite's scopes.
+    agent: Option<amos_protocol::AgentId>,
 }
 
 fn exported_key(conn: &quinn::Connection) -> std::result::Result<[u8; 32], MeshError> {
@@ -1178,23 +1266,28 @@ async fn answer_join(
         Ok(exported) => {
             let decided = tokio::task::spawn_blocking(move || {
                 let mut node = Node::open(&home)?;
-                node.accept_join(
+                node.accept_join_as(
                     &joiner,
                     &join.invite,
                     &join.proof,
                     amos_protocol::pairing::ProofBinding::Session(&exported),
                     &join.name,
                     join.addr.as_deref(),
+                    join.agent.as_ref(),
                 )
             })
             .await;
             match decided {
                 Ok(Ok(w)) => {
                     info!("paired with {joiner} at {remote} (policy {})", w.policy);
+                    for s in &w.member_of {
+                        info!("the joiner's agent is a member of {s}");
+                    }
                     SyncV1::Welcome {
                         policy: w.policy.to_string(),
                         name: w.name,
                         mesh_key: w.mesh_key.map(|k| *k.as_bytes()),
+                        member_of: w.member_of,
                     }
                 }
                 Ok(Err(NodeError::Refused(reason))) => {
@@ -1231,17 +1324,21 @@ async fn answer_join(
     }
 }
 
-/// `amos join CODE`: pair with the inviter, then run a first sync
-/// (`observer` hears of its progress).
+/// `amos join CODE [--as AGENT]`: pair with the inviter, then run a first
+/// sync (`observer` hears of its progress). `agent` (one of ours) asks the
+/// inviter to make it a member of the invite's scopes; the caller drops it
+/// for a `full` invite, which names none.
 pub fn join_blocking(
     home: &Home,
     code_text: &str,
+    agent: Option<&amos_protocol::AgentId>,
     observer: Option<Observer>,
 ) -> Result<JoinReport> {
     let identity = Arc::new(home.load_identity()?);
     let code = pairing::read_code(code_text, &identity.node_id(), SystemClock.now_ms())?;
     runtime()?.block_on(async {
-        let (addr, welcome) = dial_inviter(home, &identity, &code).await?;
+        let (addr, welcome) = dial_inviter(home, &identity, &code, agent).await?;
+        let member_of: Vec<String> = welcome.member_of.iter().map(ToString::to_string).collect();
         let (outcome, peer) = tokio::task::spawn_blocking({
             let home = home.clone();
             let code = code.clone();
@@ -1266,6 +1363,8 @@ pub fn join_blocking(
             policy: peer.policy.clone(),
             addr: Some(addr),
             mesh_key: outcome,
+            agent: agent.map(ToString::to_string),
+            member_of,
             first_sync: Some(first),
         })
     })
@@ -1277,10 +1376,12 @@ async fn dial_inviter(
     home: &Home,
     identity: &NodeIdentity,
     code: &amos_protocol::pairing::PairingCode,
+    agent: Option<&amos_protocol::AgentId>,
 ) -> Result<(String, Welcome)> {
     let me = JoinerInfo {
         name: home.info()?.name,
         listen_port: pairing::recorded_listen(home).map(|a| a.port()),
+        agent: agent.cloned(),
     };
     let inviter = code.inviter;
     let mut unreachable = Vec::new();
@@ -1336,6 +1437,7 @@ async fn dial_inviter(
 struct JoinerInfo {
     name: String,
     listen_port: Option<u16>,
+    agent: Option<amos_protocol::AgentId>,
 }
 
 enum JoinFailure {
@@ -1390,6 +1492,7 @@ async fn join_at(
         ),
         name: joiner.name.clone(),
         listen_port: joiner.listen_port,
+        agent: joiner.agent.clone(),
     };
     let exchange = async {
         let (mut send, mut recv) = conn
@@ -1418,12 +1521,14 @@ async fn join_at(
             policy,
             name,
             mesh_key,
+            member_of,
         })) => Ok(Welcome {
             policy: policy.parse().map_err(|_| {
                 JoinFailure::Failed(format!("the inviter sent a bad policy {policy:?}"))
             })?,
             name,
             mesh_key: mesh_key.map(amos_protocol::MeshKey::from_bytes),
+            member_of,
         }),
         Ok(SyncMessage::V1(SyncV1::Refused { reason })) => Err(JoinFailure::Refused(reason)),
         Ok(_) => Err(JoinFailure::Failed(
@@ -1436,6 +1541,47 @@ async fn join_at(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_learned_address_is_where_the_peer_came_from_unless_it_names_one() {
+        let a = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let lan = a("192.0.2.7:50000");
+        // A wildcard becomes the source IP with the announced port.
+        assert_eq!(
+            learned_addr(&[a("0.0.0.0:4747")], lan),
+            Some(a("192.0.2.7:4747"))
+        );
+        assert_eq!(
+            learned_addr(&[a("[::]:4747")], lan),
+            Some(a("192.0.2.7:4747"))
+        );
+        // A v4-mapped source is recorded as plain IPv4.
+        let mapped = a("[::ffff:192.0.2.7]:50000");
+        assert_eq!(
+            learned_addr(&[a("[::]:4747")], mapped),
+            Some(a("192.0.2.7:4747"))
+        );
+        // An explicit address is recorded as given; one on the source IP wins.
+        assert_eq!(
+            learned_addr(&[a("198.51.100.1:4747")], lan),
+            Some(a("198.51.100.1:4747"))
+        );
+        assert_eq!(
+            learned_addr(&[a("198.51.100.1:4747"), a("192.0.2.7:4748")], lan),
+            Some(a("192.0.2.7:4748"))
+        );
+        // Loopback only helps a peer on this machine; multicast, broadcast never.
+        assert_eq!(learned_addr(&[a("127.0.0.1:4747")], lan), None);
+        assert_eq!(
+            learned_addr(&[a("127.0.0.1:4747")], a("127.0.0.1:50000")),
+            Some(a("127.0.0.1:4747"))
+        );
+        assert_eq!(
+            learned_addr(&[a("224.0.0.1:4747"), a("255.255.255.255:4747")], lan),
+            None
+        );
+        assert_eq!(learned_addr(&[], lan), None);
+    }
 
     #[test]
     fn passes_are_jittered_within_ten_percent() {

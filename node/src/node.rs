@@ -378,20 +378,9 @@ impl Node {
         let agent = AgentId::parse(agent)?;
         let me = self.node_id();
         self.commit(|tx| {
-            if !org::team_present(tx.conn(), &team) {
-                return Err(NodeError::BadInput(format!("unknown team {team}")));
-            }
             check_org_authority(tx.conn(), me, &OrgScope::Team(team.clone()))?;
-            if !org::agent_present(tx.conn(), &agent)? {
-                return Err(NodeError::BadInput(format!("unknown agent {agent}")));
-            }
-            let scope = OrgScope::Team(team.clone());
-            if !present && !org::is_member(tx.conn(), &scope, &agent)? {
-                return Err(NodeError::BadInput(format!(
-                    "agent {agent} is not a member of team {team}"
-                )));
-            }
-            Ok((vec![membership(scope, &agent, present)], ()))
+            let fact = team_member_fact(tx, &team, &agent, present, AgentAt::Here)?;
+            Ok((vec![fact], ()))
         })?;
         Ok(())
     }
@@ -462,27 +451,9 @@ impl Node {
         let agent = AgentId::parse(agent)?;
         let me = self.node_id();
         self.commit(|tx| {
-            let state = org::project_state(tx.conn(), &project)
-                .filter(|p| p.present)
-                .ok_or_else(|| NodeError::BadInput(format!("unknown project {project}")))?;
             check_org_authority(tx.conn(), me, &OrgScope::Project(project.clone()))?;
-            if !org::agent_present(tx.conn(), &agent)? {
-                return Err(NodeError::BadInput(format!("unknown agent {agent}")));
-            }
-            let scope = OrgScope::Project(project.clone());
-            if present {
-                if !org::is_member(tx.conn(), &OrgScope::Team(state.team.clone()), &agent)? {
-                    return Err(NodeError::BadInput(format!(
-                        "agent {agent} is not a member of team {}, which owns project {project}",
-                        state.team
-                    )));
-                }
-            } else if !org::is_member(tx.conn(), &scope, &agent)? {
-                return Err(NodeError::BadInput(format!(
-                    "agent {agent} is not a member of project {project}"
-                )));
-            }
-            Ok((vec![membership(scope, &agent, present)], ()))
+            let (fact, _) = project_member_fact(tx, &project, &agent, present, AgentAt::Here)?;
+            Ok((vec![fact], ()))
         })?;
         Ok(())
     }
@@ -782,6 +753,73 @@ pub(crate) fn admit_local(
 ) -> Result<amos_sync::Admission> {
     amos_sync::Admission::local(identity, fact)
         .map_err(|_| NodeError::Corrupt("a local write signed by another key".into()))
+}
+
+/// Whose agent a membership write names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AgentAt {
+    /// One of this node's agents: registered here and, to join a project,
+    /// already a member of the project's team.
+    Here,
+    /// A joining node's agent (`amos join --as`): registered on that node,
+    /// not here; the caller writes its team membership in the same commit.
+    Joiner,
+}
+
+/// The checks for adding (`present`) or removing `agent` in `team`, as
+/// stored in `tx`, and the membership fact to commit.
+pub(crate) fn team_member_fact(
+    tx: &mut Tx<'_>,
+    team: &TeamId,
+    agent: &AgentId,
+    present: bool,
+    at: AgentAt,
+) -> Result<FactBody> {
+    if !org::team_present(tx.conn(), team) {
+        return Err(NodeError::BadInput(format!("unknown team {team}")));
+    }
+    if at == AgentAt::Here && !org::agent_present(tx.conn(), agent)? {
+        return Err(NodeError::BadInput(format!("unknown agent {agent}")));
+    }
+    let scope = OrgScope::Team(team.clone());
+    if !present && !org::is_member(tx.conn(), &scope, agent)? {
+        return Err(NodeError::BadInput(format!(
+            "agent {agent} is not a member of team {team}"
+        )));
+    }
+    Ok(membership(scope, agent, present))
+}
+
+/// Like [`team_member_fact`] for a project; also returns the project's team.
+pub(crate) fn project_member_fact(
+    tx: &mut Tx<'_>,
+    project: &ProjectId,
+    agent: &AgentId,
+    present: bool,
+    at: AgentAt,
+) -> Result<(FactBody, TeamId)> {
+    let state = org::project_state(tx.conn(), project)
+        .filter(|p| p.present)
+        .ok_or_else(|| NodeError::BadInput(format!("unknown project {project}")))?;
+    if at == AgentAt::Here && !org::agent_present(tx.conn(), agent)? {
+        return Err(NodeError::BadInput(format!("unknown agent {agent}")));
+    }
+    let scope = OrgScope::Project(project.clone());
+    if present {
+        if at == AgentAt::Here
+            && !org::is_member(tx.conn(), &OrgScope::Team(state.team.clone()), agent)?
+        {
+            return Err(NodeError::BadInput(format!(
+                "agent {agent} is not a member of team {}, which owns project {project}",
+                state.team
+            )));
+        }
+    } else if !org::is_member(tx.conn(), &scope, agent)? {
+        return Err(NodeError::BadInput(format!(
+            "agent {agent} is not a member of project {project}"
+        )));
+    }
+    Ok((membership(scope, agent, present), state.team))
 }
 
 fn membership(scope: OrgScope, agent: &AgentId, present: bool) -> FactBody {

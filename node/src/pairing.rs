@@ -8,6 +8,10 @@
 //! transaction, so a failed or refused join records nothing.
 //! Invariant: the secret is never stored; the inviter keeps only the key
 //! proofs are checked with (`pairing::proof_key`), until the invite is used.
+//! Invariant: a joiner's agent (`amos join --as`) becomes a member only of
+//! the scopes the invite's policy names, written by the inviter as its own
+//! org facts in the transaction that accepts the join; a joiner can never
+//! make one of the inviter's own agents a member of anything.
 //! Boundary: no sockets; a join's network leg passes in what it saw.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
@@ -15,7 +19,7 @@ use std::time::Duration;
 
 use amos_acl::PeerPolicy;
 use amos_protocol::pairing::{self, PairingCode, ProofBinding};
-use amos_protocol::{MeshKey, NodeId, OrgScope, TeamId};
+use amos_protocol::{AgentId, FactBody, MeshKey, NodeId, OrgScope, Scope, TeamId};
 use rand::RngExt;
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
@@ -23,7 +27,7 @@ use serde::Serialize;
 use crate::error::{NodeError, Result};
 use crate::home::{Home, write_atomic};
 use crate::mesh::PeerOutcome;
-use crate::node::Node;
+use crate::node::{AgentAt, Node, project_member_fact, team_member_fact};
 use crate::peers::upsert_peer;
 use crate::store::org;
 
@@ -48,6 +52,8 @@ pub struct Welcome {
     pub policy: PeerPolicy,
     pub name: String,
     pub mesh_key: Option<MeshKey>,
+    /// The scopes the joiner's agent is a member of on the inviter now.
+    pub member_of: Vec<OrgScope>,
 }
 
 /// What `amos join` reports.
@@ -58,6 +64,12 @@ pub struct JoinReport {
     pub policy: String,
     pub addr: Option<String>,
     pub mesh_key: MeshKeyOutcome,
+    /// The joiner's agent (`--as`) the inviter made a member, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// The scopes the inviter made it a member of (`team:T`, `project:P`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub member_of: Vec<String>,
     /// The first sync (`None` for `--offline`).
     pub first_sync: Option<PeerOutcome>,
 }
@@ -169,13 +181,38 @@ impl Node {
         name: &str,
         addr: Option<&str>,
     ) -> Result<Welcome> {
+        self.accept_join_as(joiner, invite, proof, binding, name, addr, None)
+    }
+
+    /// [`Node::accept_join`] for a joiner that names its `agent`: in the
+    /// same transaction, the inviter also makes that agent a member (role
+    /// `member`) of every team the invite's policy names, and of every
+    /// project it names together with the project's team (project grants
+    /// need both). A `full` or `global` policy names no team: nothing is
+    /// written. Refused (nothing recorded) if the agent is one of this
+    /// node's own agents and not already such a member: a joiner cannot
+    /// grant our agents anything.
+    #[allow(clippy::too_many_arguments)]
+    pub fn accept_join_as(
+        &mut self,
+        joiner: &NodeId,
+        invite: &[u8; 16],
+        proof: &[u8; 32],
+        binding: ProofBinding<'_>,
+        name: &str,
+        addr: Option<&str>,
+        agent: Option<&AgentId>,
+    ) -> Result<Welcome> {
         let me = self.node_id();
         if *joiner == me {
             return Err(NodeError::Refused("a node cannot pair with itself".into()));
         }
+        if agent.is_some_and(|a| !a.is_valid()) {
+            return Err(NodeError::Refused("malformed agent id".into()));
+        }
         let now = self.now_ms();
         let name = clean_name(name);
-        let policy = self.store.write(|tx| {
+        let (_, (policy, member_of)) = self.commit(|tx| {
             let row: Option<(Vec<u8>, String, i64, Option<i64>)> = tx
                 .conn()
                 .query_row(
@@ -208,12 +245,17 @@ impl Node {
                 params![&invite[..], now as i64, &joiner.0[..]],
             )?;
             upsert_peer(tx, joiner, addr, Some(&name), &policy, now)?;
-            Ok(policy)
+            let (bodies, member_of) = match agent {
+                Some(agent) => joiner_memberships(tx, &policy, agent)?,
+                None => (Vec::new(), Vec::new()),
+            };
+            Ok((bodies, (policy, member_of)))
         })?;
         Ok(Welcome {
             policy,
             name: self.name().to_owned(),
             mesh_key: self.mesh_key()?,
+            member_of,
         })
     }
 
@@ -258,6 +300,68 @@ impl Node {
     }
 }
 
+/// The membership facts that make a joiner's `agent` a member of what
+/// `policy` names (see [`Node::accept_join_as`]), and the scopes it is a
+/// member of afterwards. Memberships it already holds are not rewritten.
+fn joiner_memberships(
+    tx: &mut crate::store::Tx<'_>,
+    policy: &PeerPolicy,
+    agent: &AgentId,
+) -> Result<(Vec<FactBody>, Vec<OrgScope>)> {
+    let refused = |e: NodeError| match e {
+        NodeError::BadInput(m) => {
+            NodeError::Refused(format!("the invite's scope cannot take agent {agent}: {m}"))
+        }
+        e => e,
+    };
+    // Each team once, teams before projects (a project needs its team).
+    let mut wanted: Vec<OrgScope> = Vec::new();
+    let mut bodies = Vec::new();
+    for scope in policy.scopes() {
+        match scope {
+            Scope::Team(t) => {
+                let s = OrgScope::Team(t.clone());
+                if !wanted.contains(&s) {
+                    wanted.push(s);
+                }
+            }
+            Scope::Project(p) => {
+                let (_, team) =
+                    project_member_fact(tx, p, agent, true, AgentAt::Joiner).map_err(refused)?;
+                let t = OrgScope::Team(team);
+                if !wanted.contains(&t) {
+                    wanted.push(t);
+                }
+                wanted.push(OrgScope::Project(p.clone()));
+            }
+            _ => {}
+        }
+    }
+    wanted.sort_by_key(|s| matches!(s, OrgScope::Project(_)));
+    wanted.dedup();
+    let ours = org::agent_present(tx.conn(), agent)?;
+    for scope in &wanted {
+        if org::is_member(tx.conn(), scope, agent)? {
+            continue;
+        }
+        if ours {
+            return Err(NodeError::Refused(format!(
+                "agent {agent} is one of the inviter's own agents and not a member of {scope}: \
+                 a join cannot add it (pair without --as, or under another agent id)"
+            )));
+        }
+        let fact = match scope {
+            OrgScope::Team(t) => team_member_fact(tx, t, agent, true, AgentAt::Joiner),
+            OrgScope::Project(p) => {
+                project_member_fact(tx, p, agent, true, AgentAt::Joiner).map(|(f, _)| f)
+            }
+        }
+        .map_err(refused)?;
+        bodies.push(fact);
+    }
+    Ok((bodies, wanted))
+}
+
 /// `amos join CODE --offline`: record the inviter (at the code's first
 /// address, with the code's policy) without a network, and keep an offline
 /// proof of the code's secret that this node's bundles to the inviter carry
@@ -294,6 +398,8 @@ pub fn join_offline(home: &Home, code_text: &str) -> Result<JoinReport> {
         policy: policy.to_string(),
         addr,
         mesh_key: MeshKeyOutcome::None,
+        agent: None,
+        member_of: Vec::new(),
         first_sync: None,
     })
 }
@@ -538,6 +644,109 @@ mod tests {
         assert!(
             a.team_invite("apollo", Some("bogus:x"), DEFAULT_INVITE_TTL, &addr)
                 .is_err()
+        );
+    }
+
+    fn join_as(home: &Home, joiner: &NodeId, code: &PairingCode, agent: &str) -> Result<Welcome> {
+        let mut a = node_at(home, T0 + 1);
+        let proof = pairing::join_proof(
+            &pairing::proof_key(&code.secret),
+            ProofBinding::Session(b"tls"),
+            joiner,
+            &code.inviter,
+            &code.policy,
+        );
+        a.accept_join_as(
+            joiner,
+            &pairing::invite_id(&code.secret),
+            &proof,
+            ProofBinding::Session(b"tls"),
+            "b",
+            None,
+            Some(&AgentId::parse(agent).unwrap()),
+        )
+    }
+
+    fn members(home: &Home, scope: &OrgScope) -> Vec<String> {
+        let node = Node::open(home).unwrap();
+        ["bob", "alice", "eve"]
+            .into_iter()
+            .filter(|a| {
+                org::is_member(node.store().conn(), scope, &AgentId::parse(a).unwrap()).unwrap()
+            })
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn a_project_invite_makes_the_joiners_agent_a_member_of_the_project_and_its_team() {
+        let (_d, home, joiner, _) = setup();
+        let mut a = node_at(&home, T0);
+        a.project_create("moon", "apollo", None).unwrap();
+        let inv = a
+            .team_invite(
+                "apollo",
+                Some("project:moon"),
+                DEFAULT_INVITE_TTL,
+                &["127.0.0.1:4747".into()],
+            )
+            .unwrap();
+        drop(a);
+        let code = PairingCode::decode(&inv.code).unwrap();
+        let w = join_as(&home, &joiner, &code, "bob").unwrap();
+        let team = OrgScope::Team(TeamId::parse("apollo").unwrap());
+        let moon = OrgScope::Project(amos_protocol::ProjectId::parse("moon").unwrap());
+        assert_eq!(w.member_of, vec![team.clone(), moon.clone()]);
+        assert_eq!(members(&home, &team), vec!["bob"]);
+        assert_eq!(members(&home, &moon), vec!["bob"]);
+        // The agent lives on the joiner: the inviter did not register it.
+        assert!(node_at(&home, T0).agent_list().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_join_cannot_add_the_inviters_own_agents_and_records_nothing_then() {
+        let (_d, home, joiner, code) = setup();
+        let mut a = node_at(&home, T0);
+        a.agent_add("eve", "agent", &[]).unwrap();
+        a.agent_add("alice", "agent", &["apollo".into()]).unwrap();
+        drop(a);
+        let e = join_as(&home, &joiner, &code, "eve").err().unwrap();
+        assert!(
+            matches!(&e, NodeError::Refused(r) if r.contains("own agents")),
+            "{e}"
+        );
+        let team = OrgScope::Team(TeamId::parse("apollo").unwrap());
+        assert_eq!(members(&home, &team), vec!["alice"]);
+        assert_eq!(peers_of(&home), 0, "refused: no peer recorded");
+        // Already a member: nothing to write, the join goes through.
+        let w = join_as(&home, &joiner, &code, "alice").unwrap();
+        assert_eq!(w.member_of, vec![team.clone()]);
+        assert_eq!(members(&home, &team), vec!["alice"]);
+        assert_eq!(peers_of(&home), 1);
+    }
+
+    #[test]
+    fn a_learned_address_updates_only_a_registered_peer_and_keeps_host_names() {
+        let (_d, home, joiner, _) = setup();
+        let mut a = node_at(&home, T0);
+        let at: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        assert!(!a.peer_learn_addr(&joiner, at).unwrap(), "unknown peer");
+        assert_eq!(peers_of(&home), 0, "never registers one");
+        a.peer_add(&joiner.to_string(), None, "team:apollo")
+            .unwrap();
+        assert!(a.peer_learn_addr(&joiner, at).unwrap());
+        assert!(!a.peer_learn_addr(&joiner, at).unwrap(), "unchanged");
+        let moved: SocketAddr = "127.0.0.1:5001".parse().unwrap();
+        assert!(a.peer_learn_addr(&joiner, moved).unwrap());
+        let p = &a.peer_list().unwrap()[0];
+        assert_eq!(p.addr.as_deref(), Some("127.0.0.1:5001"));
+        assert_eq!(p.policy, "team:apollo");
+        a.peer_add(&joiner.to_string(), Some("b.example:4747"), "team:apollo")
+            .unwrap();
+        assert!(!a.peer_learn_addr(&joiner, at).unwrap(), "host name kept");
+        assert_eq!(
+            a.peer_list().unwrap()[0].addr.as_deref(),
+            Some("b.example:4747")
         );
     }
 }

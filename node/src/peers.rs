@@ -4,7 +4,9 @@
 //!
 //! Invariant: a peer's policy is set only here, by the local operator; a
 //! change of policy resets that peer's watermark so the next sync re-sends
-//! what the new policy admits.
+//! what the new policy admits. A peer's address may also be learnt (mDNS,
+//! or where a registered peer says it serves), never its registration or
+//! its policy.
 
 use amos_acl::PeerPolicy;
 use amos_protocol::wire::{Epoch, Watermark};
@@ -78,6 +80,38 @@ impl Node {
             )?)
         })?;
         Ok(n > 0)
+    }
+
+    /// Record where an already registered peer serves, as it said in a
+    /// session it opened (authenticated by the handshake); never registers
+    /// one, never touches its policy. A host name the operator gave is kept
+    /// (`peers add ID HOST:PORT`: the operator knows better than a NAT'd
+    /// source address); an IP address is replaced. Returns whether the
+    /// stored address changed.
+    pub fn peer_learn_addr(&mut self, id: &NodeId, addr: std::net::SocketAddr) -> Result<bool> {
+        let addr = addr.to_string();
+        self.store.write(|tx| {
+            let current: Option<Option<String>> = tx
+                .conn()
+                .query_row(
+                    "SELECT addr FROM peers WHERE node_id = ?1",
+                    [&id.0[..]],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            let replace = match current {
+                None => false,
+                Some(None) => true,
+                Some(Some(old)) => old != addr && old.parse::<std::net::SocketAddr>().is_ok(),
+            };
+            if replace {
+                tx.conn().execute(
+                    "UPDATE peers SET addr = ?2 WHERE node_id = ?1",
+                    params![&id.0[..], addr],
+                )?;
+            }
+            Ok(replace)
+        })
     }
 
     /// Record the outcome of a sync with a peer (`ok`, `unreachable`,

@@ -237,7 +237,11 @@ fn a_fact_that_does_not_verify_fails_the_sync_and_moves_nothing() {
         ));
         let epoch = [7u8; 16];
         for m in [
-            SyncV1::Hello { epoch, have: None },
+            SyncV1::Hello {
+                epoch,
+                have: None,
+                listen: vec![],
+            },
             SyncV1::Facts { facts },
             SyncV1::Done {
                 upto: Watermark { epoch, seq: 99 },

@@ -4,7 +4,10 @@
 //! mistyped, expired, reused and forged codes are refused with exit 2 and
 //! nothing recorded on either side; a stranger let in to pair cannot sync;
 //! `amos join --offline` pairs for bundles, and the inviter accepts the
-//! joiner from its first, signed bundle exactly once.
+//! joiner from its first, signed bundle exactly once. A joiner that serves
+//! only after joining is dialled by its inviter once it synced (its hello
+//! says where it serves); `amos join --as AGENT` makes the joiner's agent a
+//! member of the invite's team, never one of the inviter's own agents.
 
 mod common;
 
@@ -279,4 +282,133 @@ fn offline_join_pairs_through_the_first_signed_bundle_once() {
         assert_eq!(peers(&a).len(), 1, "{who}: a recorded a peer");
         assert_eq!(a.fingerprint(), before, "{who}: a changed");
     }
+}
+
+fn team_members(h: &Home, team: &str) -> Vec<String> {
+    h.json(&["team", "list"])["teams"]
+        .as_array()
+        .expect("teams")
+        .iter()
+        .find(|t| t["id"] == team)
+        .map(|t| {
+            t["members"]
+                .as_array()
+                .expect("members")
+                .iter()
+                .map(|m| m.as_str().expect("member").to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_joiner_that_serves_only_after_joining_is_dialled_by_its_inviter() {
+    let a = inviter();
+    let server_a = Server::start(a.path());
+    let b = Home::new();
+    // b has never served: the join tells a no port, a records no address.
+    b.ok(&["join", &invite(&a, &[])]);
+    let on_a = peers(&a);
+    assert_eq!(on_a.len(), 1);
+    assert!(on_a[0]["addr"].is_null(), "{on_a:?}");
+    let (code, outcomes) = a.sync(&["auto"]);
+    assert_eq!(code, 0);
+    assert!(outcomes.is_empty(), "no address to dial yet: {outcomes:?}");
+
+    // b serves now, on the wildcard address (as `amos serve` does by default).
+    let port = free_port();
+    let _server_b = Server::start_with(b.path(), None, &format!("0.0.0.0:{port}"), &["--no-mdns"]);
+    // One sync b dials: its hello says where it serves, a records it as the
+    // address b came from (loopback here) with b's port.
+    let (code, outcomes) = b.sync(&["now"]);
+    assert_eq!(code, 0, "{outcomes:?}");
+    assert_eq!(outcomes[0]["result"], "ok", "{outcomes:?}");
+    let on_a = peers(&a);
+    assert_eq!(on_a[0]["node_id"], id(&b));
+    assert_eq!(on_a[0]["addr"], format!("127.0.0.1:{port}"), "{on_a:?}");
+    // Learning an address changed nothing else: same peer, same policy.
+    assert_eq!(on_a.len(), 1);
+    assert_eq!(on_a[0]["policy"], "team:apollo");
+    assert!(server_a.log().contains("serves at"), "{}", server_a.log());
+
+    // Now a dials b: `sync auto` reaches it and pulls what b wrote since.
+    b.ok(&["agent", "add", "bob", "--team", "apollo"]);
+    let from_b = b.add(
+        "bob",
+        "the joiner's late note on rollbacks",
+        &["team:apollo"],
+    );
+    let (code, outcomes) = a.sync(&["auto"]);
+    assert_eq!(code, 0, "{outcomes:?}");
+    assert_eq!(outcomes.len(), 1, "{outcomes:?}");
+    assert_eq!(outcomes[0]["peer"], id(&b));
+    assert_eq!(outcomes[0]["result"], "ok", "{outcomes:?}");
+    assert_eq!(a.search_ids("alice", "rollbacks", 5), vec![from_b]);
+}
+
+#[test]
+fn join_as_an_agent_makes_it_a_member_of_the_invites_team() {
+    let a = inviter();
+    let note = a.add(
+        "alice",
+        "apollo freezes deploys on fridays",
+        &["team:apollo"],
+    );
+    let _server = Server::start(a.path());
+
+    // b pairs as bob: the inviter adds bob to apollo in the accepting
+    // transaction, and the membership (authored by a) reaches b with the
+    // first sync under the team:apollo policy.
+    let b = Home::new();
+    b.ok(&["agent", "add", "bob"]);
+    let joined = b.json(&["join", &invite(&a, &[]), "--as", "bob"]);
+    assert_eq!(joined["first_sync"]["result"], "ok", "{joined}");
+    assert_eq!(joined["agent"], "bob");
+    assert_eq!(joined["member_of"], serde_json::json!(["team:apollo"]));
+    assert_eq!(team_members(&a, "apollo"), vec!["alice", "bob"]);
+    assert_eq!(team_members(&b, "apollo"), vec!["alice", "bob"]);
+    assert_eq!(
+        b.search_ids("bob", "deploys fridays", 5),
+        vec![note.clone()]
+    );
+    // The inviter did not register b's agent as one of its own.
+    let agents_a = a.json(&["agent", "list"]).to_string();
+    assert!(!agents_a.contains("\"bob\""), "{agents_a}");
+
+    // Control: a joiner that names no agent adds nobody.
+    let c = Home::new();
+    c.ok(&["agent", "add", "carol"]);
+    let joined = c.json(&["join", &invite(&a, &[])]);
+    assert!(joined["member_of"].is_null(), "{joined}");
+    assert!(c.search_ids("carol", "deploys fridays", 5).is_empty());
+    assert_eq!(team_members(&a, "apollo"), vec!["alice", "bob"]);
+
+    // The agent must be one of the joiner's own (registered there).
+    let d = Home::new();
+    let code = invite(&a, &[]);
+    let r = d.run(&["join", &code, "--as", "nobody"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("unknown agent"), "{r:?}");
+    assert!(peers(&d).is_empty());
+
+    // Attack: a joiner names one of the inviter's own agents (eve is not in
+    // apollo). Refused, nothing recorded on either side, the invite unspent.
+    a.ok(&["agent", "add", "eve"]);
+    d.ok(&["agent", "add", "eve"]);
+    let before = (peers(&a).len(), a.fingerprint());
+    let r = d.run(&["join", &code, "--as", "eve"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("inviter's own agents"), "{r:?}");
+    assert_eq!((peers(&a).len(), a.fingerprint()), before);
+    assert_eq!(team_members(&a, "apollo"), vec!["alice", "bob"]);
+    assert!(peers(&d).is_empty());
+    d.ok(&["join", &code]);
+    assert_eq!(peer_ids(&d), vec![id(&a)]);
+
+    // A `full` invite names no team: --as is ignored, with a note.
+    let e = Home::new();
+    e.ok(&["agent", "add", "erin"]);
+    let r = e.ok(&["join", &invite(&a, &["--policy", "full"]), "--as", "erin"]);
+    assert!(r.stderr.contains("ignored"), "{r:?}");
+    assert!(!team_members(&a, "apollo").contains(&"erin".to_owned()));
 }

@@ -20,8 +20,10 @@ fn node(dir: &tempfile::TempDir, name: &str) -> Node {
 /// received (a's, b's).
 fn sync(a: &mut Node, b: &mut Node) -> (usize, usize) {
     let (ida, idb) = (a.node_id(), b.node_id());
-    let (mut sa, first_a) = Session::start(a.epoch_bytes().unwrap(), a.watermark_of(&idb).unwrap());
-    let (mut sb, first_b) = Session::start(b.epoch_bytes().unwrap(), b.watermark_of(&ida).unwrap());
+    let (mut sa, first_a) =
+        Session::start(a.epoch_bytes().unwrap(), a.watermark_of(&idb).unwrap(), &[]);
+    let (mut sb, first_b) =
+        Session::start(b.epoch_bytes().unwrap(), b.watermark_of(&ida).unwrap(), &[]);
     let mut to_a: VecDeque<SyncV1> = VecDeque::new();
     let mut to_b: VecDeque<SyncV1> = VecDeque::new();
     let mut received = (0, 0);
@@ -62,6 +64,7 @@ fn sync(a: &mut Node, b: &mut Node) -> (usize, usize) {
                             .collect();
                         me.apply_from(&peer, v).unwrap();
                     }
+                    Action::PeerListens(_) => unreachable!("neither side serves"),
                     Action::SaveWatermark(w) => me.save_watermark(&peer, &w).unwrap(),
                     Action::Finished => {
                         if is_a {

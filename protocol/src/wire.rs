@@ -9,12 +9,28 @@
 //! stores as its new watermark once every batch has committed. An idle sync
 //! is a `Hello` and a `Done` each way: bytes independent of the store's size.
 //!
+//! A `Hello` also names where its sender serves (`listen`), so a peer that
+//! only ever dialled us can be dialled back; the receiver records it only
+//! for a peer it already registered, authenticated by the handshake.
+//!
 //! Frames carrying these are length-prefixed by the transport; this module
-//! only encodes and decodes one message, with the size limit of [`codec`].
+//! only encodes and decodes one message, with the size limit of [`codec`],
+//! and refuses a message whose fields break their bounds ([`SyncV1::check`]).
+//! It never decides what a receiver does with an address or an agent.
+
+use std::net::SocketAddr;
 
 use bincode::{Decode, Encode};
 
-use crate::{ProtocolError, codec};
+use crate::{AgentId, OrgScope, ProtocolError, codec};
+
+/// At most this many listen addresses in a `Hello`.
+pub const MAX_LISTEN: usize = 8;
+/// The longest listen address accepted, as text (an IPv6 address with a
+/// zone and a port fits).
+pub const MAX_LISTEN_LEN: usize = 64;
+/// At most this many scopes in a `Welcome`'s `member_of`.
+pub const MAX_MEMBER_OF: usize = 16;
 
 /// A log epoch: random, changes when a store is restored or reset.
 pub type Epoch = [u8; 16];
@@ -29,10 +45,15 @@ pub struct Watermark {
 /// Version 1 of the session messages.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
 pub enum SyncV1 {
-    /// Opening: my epoch, and what I hold of yours (`None`: nothing yet).
+    /// Opening: my epoch, what I hold of yours (`None`: nothing yet), and
+    /// where I serve (empty if I do not): at most [`MAX_LISTEN`] socket
+    /// addresses in their canonical text form ([`parse_listen`]). An
+    /// unspecified IP (`0.0.0.0`, `::`) means "the address you see me at,
+    /// this port".
     Hello {
         epoch: Epoch,
         have: Option<Watermark>,
+        listen: Vec<String>,
     },
     /// A batch of wire-encoded signed facts (each verified by the receiver).
     Facts { facts: Vec<Vec<u8>> },
@@ -53,14 +74,86 @@ pub enum SyncV1 {
         /// The UDP port the joiner serves on, if it serves (the inviter
         /// records the address it saw with this port).
         listen_port: Option<u16>,
+        /// The joiner's agent (`amos join --as AGENT`), for the inviter to
+        /// add to the scopes the invite's policy names. A valid slug.
+        agent: Option<AgentId>,
     },
     /// The inviter accepted a `Join`: both sides record each other with
-    /// `policy`; the inviter hands over its mesh key.
+    /// `policy`; the inviter hands over its mesh key, and names the scopes
+    /// it made the joiner's agent a member of (at most [`MAX_MEMBER_OF`]).
     Welcome {
         policy: String,
         name: String,
         mesh_key: Option<[u8; 32]>,
+        member_of: Vec<OrgScope>,
     },
+}
+
+impl SyncV1 {
+    /// The bounds a decoded message must keep (a peer's bytes can carry
+    /// anything the encoding allows): listen addresses and `member_of` are
+    /// bounded and well-formed, ids are valid slugs.
+    pub fn check(&self) -> Result<(), ProtocolError> {
+        match self {
+            SyncV1::Hello { listen, .. } => {
+                if listen.len() > MAX_LISTEN {
+                    return Err(ProtocolError::malformed(format!(
+                        "a hello names {} listen addresses (at most {MAX_LISTEN})",
+                        listen.len()
+                    )));
+                }
+                for a in listen {
+                    parse_listen(a)?;
+                }
+            }
+            SyncV1::Join {
+                agent: Some(agent), ..
+            } if !agent.is_valid() => {
+                return Err(ProtocolError::malformed(
+                    "a join names a malformed agent id",
+                ));
+            }
+            SyncV1::Welcome { member_of, .. } => {
+                if member_of.len() > MAX_MEMBER_OF {
+                    return Err(ProtocolError::malformed(format!(
+                        "a welcome names {} scopes (at most {MAX_MEMBER_OF})",
+                        member_of.len()
+                    )));
+                }
+                let valid = |s: &OrgScope| match s {
+                    OrgScope::Team(t) => t.is_valid(),
+                    OrgScope::Project(p) => p.is_valid(),
+                };
+                if !member_of.iter().all(valid) {
+                    return Err(ProtocolError::malformed(
+                        "a welcome names a malformed scope",
+                    ));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// A listen address as a `Hello` carries it: a socket address in Rust's
+/// canonical text form (`1.2.3.4:4747`, `[::1]:4747`), at most
+/// [`MAX_LISTEN_LEN`] bytes, with a port other than 0. Anything else (host
+/// names, junk, a second spelling of the same address) is refused.
+pub fn parse_listen(text: &str) -> Result<SocketAddr, ProtocolError> {
+    let bad = || ProtocolError::malformed(format!("bad listen address {:?}", truncate(text)));
+    if text.len() > MAX_LISTEN_LEN {
+        return Err(bad());
+    }
+    let addr: SocketAddr = text.parse().map_err(|_| bad())?;
+    if addr.port() == 0 || addr.to_string() != text {
+        return Err(bad());
+    }
+    Ok(addr)
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(MAX_LISTEN_LEN).collect()
 }
 
 /// The versioned envelope.
@@ -74,11 +167,14 @@ impl SyncMessage {
         codec::encode(self)
     }
 
-    /// Decode one message (canonical, size-limited, no trailing bytes).
-    /// Non-minimal integer encodings are refused, as for facts: one message,
-    /// one encoding.
+    /// Decode one message (canonical, size-limited, no trailing bytes,
+    /// within [`SyncV1::check`]'s bounds). Non-minimal integer encodings are
+    /// refused, as for facts: one message, one encoding.
     pub fn decode(bytes: &[u8]) -> Result<SyncMessage, ProtocolError> {
-        codec::decode_canonical("sync message", bytes)
+        let m: SyncMessage = codec::decode_canonical("sync message", bytes)?;
+        let SyncMessage::V1(v1) = &m;
+        v1.check()?;
+        Ok(m)
     }
 }
 
@@ -97,10 +193,12 @@ mod tests {
             SyncV1::Hello {
                 epoch: [1; 16],
                 have: None,
+                listen: vec![],
             },
             SyncV1::Hello {
                 epoch: [1; 16],
                 have: Some(w),
+                listen: vec!["0.0.0.0:4747".into(), "[::1]:4748".into()],
             },
             SyncV1::Facts {
                 facts: vec![vec![1, 2, 3], vec![]],
@@ -114,11 +212,13 @@ mod tests {
                 proof: [6; 32],
                 name: "laptop".into(),
                 listen_port: Some(4747),
+                agent: Some(AgentId::parse("bob").unwrap()),
             },
             SyncV1::Welcome {
                 policy: "team:apollo".into(),
                 name: "server".into(),
                 mesh_key: None,
+                member_of: vec![OrgScope::Team("apollo".parse().unwrap())],
             },
         ] {
             let m = SyncMessage::V1(m);
@@ -136,6 +236,74 @@ mod tests {
             SyncMessage::decode(&[0, 1, 0]).unwrap(),
             SyncMessage::V1(SyncV1::Facts { facts: vec![] })
         );
+    }
+
+    fn hello(listen: &[&str]) -> Vec<u8> {
+        SyncMessage::V1(SyncV1::Hello {
+            epoch: [1; 16],
+            have: None,
+            listen: listen.iter().map(|s| s.to_string()).collect(),
+        })
+        .encode()
+    }
+
+    #[test]
+    fn listen_addresses_are_bounded_and_well_formed() {
+        let eight: Vec<String> = (1..=8).map(|p| format!("10.0.0.1:{p}")).collect();
+        let eight: Vec<&str> = eight.iter().map(String::as_str).collect();
+        assert!(SyncMessage::decode(&hello(&eight)).is_ok());
+        let mut nine = eight.clone();
+        nine.push("10.0.0.1:9");
+        assert!(SyncMessage::decode(&hello(&nine)).is_err(), "too many");
+        for junk in [
+            "",
+            "localhost:4747",
+            "example.org:4747",
+            "1.2.3.4",
+            "1.2.3.4:0",
+            "1.2.3.4:65536",
+            "01.2.3.4:4747",
+            " 1.2.3.4:4747",
+            "[::0001]:4747",
+            "::1:4747",
+            "1.2.3.4:4747\n",
+        ] {
+            assert!(SyncMessage::decode(&hello(&[junk])).is_err(), "{junk:?}");
+        }
+        let long = format!("[::1%{}]:4747", "9".repeat(80));
+        assert!(SyncMessage::decode(&hello(&[&long])).is_err(), "too long");
+        assert_eq!(parse_listen("[::]:4747").unwrap().port(), 4747);
+    }
+
+    #[test]
+    fn join_agents_and_welcome_scopes_are_checked() {
+        let join = |agent: &str| {
+            // A slug that skipped the parser (a peer's bytes can hold anything).
+            let mut bytes = SyncMessage::V1(SyncV1::Join {
+                invite: [0; 16],
+                proof: [0; 32],
+                name: String::new(),
+                listen_port: None,
+                agent: Some(AgentId::parse("bobx").unwrap()),
+            })
+            .encode();
+            let at = bytes.len() - 4;
+            bytes.splice(at.., agent.bytes());
+            bytes
+        };
+        assert!(SyncMessage::decode(&join("bobx")).is_ok());
+        assert!(SyncMessage::decode(&join("B O!")).is_err());
+        let welcome = |n: usize| {
+            SyncMessage::V1(SyncV1::Welcome {
+                policy: "team:apollo".into(),
+                name: String::new(),
+                mesh_key: None,
+                member_of: vec![OrgScope::Team("apollo".parse().unwrap()); n],
+            })
+            .encode()
+        };
+        assert!(SyncMessage::decode(&welcome(MAX_MEMBER_OF)).is_ok());
+        assert!(SyncMessage::decode(&welcome(MAX_MEMBER_OF + 1)).is_err());
     }
 
     proptest! {

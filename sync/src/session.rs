@@ -4,8 +4,8 @@
 //!
 //! One session = both sides pull (DESIGN.md §7):
 //!
-//! 1. each side sends `Hello { epoch, have }` — its log epoch and the
-//!    watermark it holds of the other;
+//! 1. each side sends `Hello { epoch, have, listen }` — its log epoch, the
+//!    watermark it holds of the other, and where it serves (if it does);
 //! 2. on the other's `Hello`, a side exports its facts changed after that
 //!    watermark (from 0 if the epochs differ: a restored store starts over;
 //!    last-writer-wins makes the resend harmless), sends them as `Facts`
@@ -16,8 +16,15 @@
 //!
 //! Invariant: a watermark only moves after everything it covers committed,
 //! so a session cut at any point loses nothing; the next one resumes.
+//!
+//! The peer's listen addresses surface as [`Action::PeerListens`], checked
+//! but not interpreted: the driver knows the connection (who the handshake
+//! authenticated, where it came from) and decides what to record. The
+//! session never registers, trusts or changes a peer.
 
-use amos_protocol::wire::{Epoch, SyncV1, Watermark};
+use std::net::SocketAddr;
+
+use amos_protocol::wire::{Epoch, MAX_LISTEN, SyncV1, Watermark, parse_listen};
 
 /// What happened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +48,11 @@ pub enum Action {
         since: i64,
         peer_reset: bool,
     },
+    /// The peer said where it serves (at most [`MAX_LISTEN`] addresses,
+    /// each well-formed, in its order; never empty). Unspecified IPs mean
+    /// "where you see me". The driver may record one for the peer it
+    /// authenticated; nothing else follows from it.
+    PeerListens(Vec<SocketAddr>),
     /// Verify and apply a batch from the peer in one transaction.
     Apply(Vec<Vec<u8>>),
     /// Store our new watermark of the peer.
@@ -72,8 +84,13 @@ pub struct Session {
 }
 
 impl Session {
-    /// Open a session: `have` is our stored watermark of the peer.
-    pub fn start(my_epoch: Epoch, have: Option<Watermark>) -> (Session, Vec<Action>) {
+    /// Open a session: `have` is our stored watermark of the peer, `listen`
+    /// where we serve (empty if we do not; at most [`MAX_LISTEN`] are sent).
+    pub fn start(
+        my_epoch: Epoch,
+        have: Option<Watermark>,
+        listen: &[SocketAddr],
+    ) -> (Session, Vec<Action>) {
         (
             Session {
                 my_epoch,
@@ -86,6 +103,11 @@ impl Session {
             vec![Action::Send(SyncV1::Hello {
                 epoch: my_epoch,
                 have,
+                listen: listen
+                    .iter()
+                    .take(MAX_LISTEN)
+                    .map(ToString::to_string)
+                    .collect(),
             })],
         )
     }
@@ -102,11 +124,28 @@ impl Session {
         }
         let mut out = Vec::new();
         match event {
-            Event::Received(SyncV1::Hello { epoch, have }) => {
+            Event::Received(SyncV1::Hello {
+                epoch,
+                have,
+                listen,
+            }) => {
                 if self.their_epoch.is_some() {
                     return Err(Protocol("second hello"));
                 }
+                // Checked again here: the driver may feed messages that did
+                // not come through `SyncMessage::decode`.
+                if listen.len() > MAX_LISTEN {
+                    return Err(Protocol("too many listen addresses"));
+                }
+                let listen = listen
+                    .iter()
+                    .map(|a| parse_listen(a))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|_| Protocol("a malformed listen address"))?;
                 self.their_epoch = Some(epoch);
+                if !listen.is_empty() {
+                    out.push(Action::PeerListens(listen));
+                }
                 let since = match have {
                     Some(w) if w.epoch == self.my_epoch && w.seq >= 0 => w.seq,
                     _ => 0,
@@ -175,6 +214,8 @@ mod tests {
         log: Vec<(i64, Vec<u8>)>,
         applied: Vec<Vec<u8>>,
         watermark: Option<Watermark>,
+        listen: Vec<SocketAddr>,
+        heard: Vec<Vec<SocketAddr>>,
     }
 
     impl Side {
@@ -184,6 +225,8 @@ mod tests {
                 log: (1..=n).map(|s| (s, vec![e, s as u8])).collect(),
                 applied: Vec::new(),
                 watermark: None,
+                listen: Vec::new(),
+                heard: Vec::new(),
             }
         }
     }
@@ -192,8 +235,8 @@ mod tests {
     /// `cut_after` drops the link after that many delivered messages.
     /// Returns whether both sides finished.
     fn run(a: &mut Side, b: &mut Side, cut_after: Option<usize>) -> bool {
-        let (mut sa, acts_a) = Session::start(a.epoch, a.watermark);
-        let (mut sb, acts_b) = Session::start(b.epoch, b.watermark);
+        let (mut sa, acts_a) = Session::start(a.epoch, a.watermark, &a.listen);
+        let (mut sb, acts_b) = Session::start(b.epoch, b.watermark, &b.listen);
         let mut to_b: std::collections::VecDeque<SyncV1> = Default::default();
         let mut to_a: std::collections::VecDeque<SyncV1> = Default::default();
         let mut pending = vec![(true, acts_a), (false, acts_b)];
@@ -222,6 +265,7 @@ mod tests {
                             let next = session.handle(Event::ExportDone { upto }).unwrap();
                             pending.push((is_a, next));
                         }
+                        Action::PeerListens(l) => side.heard.push(l),
                         Action::Apply(fs) => side.applied.extend(fs),
                         Action::SaveWatermark(w) => side.watermark = Some(w),
                         Action::Finished => {
@@ -323,6 +367,7 @@ mod tests {
             Event::Received(SyncV1::Hello {
                 epoch: [e; 16],
                 have: None,
+                listen: vec![],
             })
         };
         let export = |acts: Vec<Action>| {
@@ -333,30 +378,31 @@ mod tests {
                 })
                 .unwrap()
         };
-        let (mut first, _) = Session::start([1; 16], None);
+        let (mut first, _) = Session::start([1; 16], None, &[]);
         assert!(export(first.handle(hello(2)).unwrap()), "first sync");
-        let (mut same, _) = Session::start([1; 16], Some(wm(2, 5)));
+        let (mut same, _) = Session::start([1; 16], Some(wm(2, 5)), &[]);
         assert!(!export(same.handle(hello(2)).unwrap()), "same epoch");
-        let (mut restored, _) = Session::start([1; 16], Some(wm(2, 5)));
+        let (mut restored, _) = Session::start([1; 16], Some(wm(2, 5)), &[]);
         assert!(export(restored.handle(hello(3)).unwrap()), "peer restored");
     }
 
     #[test]
     fn protocol_violations_are_errors() {
-        let (mut s, _) = Session::start([1; 16], None);
+        let (mut s, _) = Session::start([1; 16], None, &[]);
         assert!(
             s.handle(Event::Received(SyncV1::Facts { facts: vec![] }))
                 .is_err()
         );
-        let (mut s, _) = Session::start([1; 16], None);
+        let (mut s, _) = Session::start([1; 16], None, &[]);
         assert!(
             s.handle(Event::Received(SyncV1::Done { upto: wm(2, 1) }))
                 .is_err()
         );
-        let (mut s, _) = Session::start([1; 16], None);
+        let (mut s, _) = Session::start([1; 16], None, &[]);
         s.handle(Event::Received(SyncV1::Hello {
             epoch: [2; 16],
             have: None,
+            listen: vec![],
         }))
         .unwrap();
         assert!(
@@ -367,15 +413,79 @@ mod tests {
         assert!(
             s.handle(Event::Received(SyncV1::Hello {
                 epoch: [2; 16],
-                have: None
+                have: None,
+                listen: vec![],
             }))
             .is_err(),
             "second hello"
         );
-        let (mut s, _) = Session::start([1; 16], None);
+        let (mut s, _) = Session::start([1; 16], None, &[]);
         assert_eq!(
             s.handle(Event::Received(SyncV1::Refused { reason: "x".into() })),
             Err(SessionError::Refused("x".into()))
+        );
+    }
+
+    #[test]
+    fn each_side_hears_where_the_other_serves_once_per_session() {
+        let mut a = Side::new(1, 2);
+        let mut b = Side::new(2, 2);
+        let b_at: SocketAddr = "0.0.0.0:4748".parse().unwrap();
+        b.listen = vec![b_at];
+        assert!(run(&mut a, &mut b, None));
+        assert_eq!(a.heard, vec![vec![b_at]], "a hears b's address");
+        assert!(b.heard.is_empty(), "a serves nowhere: b hears nothing");
+        // Both serve: each hears the other's, in order, and the facts still flow.
+        let a_at: Vec<SocketAddr> = vec![
+            "[::1]:4747".parse().unwrap(),
+            "10.1.2.3:4747".parse().unwrap(),
+        ];
+        a.listen = a_at.clone();
+        a.log.push((3, vec![1, 3]));
+        assert!(run(&mut a, &mut b, None));
+        assert_eq!(b.heard, vec![a_at]);
+        assert_eq!(a.heard.len(), 2);
+        assert_eq!(b.watermark, Some(wm(1, 3)));
+    }
+
+    #[test]
+    fn only_the_first_eight_addresses_are_sent() {
+        let many: Vec<SocketAddr> = (1..=12)
+            .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
+            .collect();
+        let (_, acts) = Session::start([1; 16], None, &many);
+        let Some(Action::Send(SyncV1::Hello { listen, .. })) = acts.first() else {
+            panic!("a session opens with hello: {acts:?}");
+        };
+        assert_eq!(listen.len(), MAX_LISTEN);
+        assert_eq!(listen[0], "127.0.0.1:1");
+    }
+
+    #[test]
+    fn junk_listen_addresses_are_a_protocol_error() {
+        let hello = |listen: Vec<String>| {
+            Event::Received(SyncV1::Hello {
+                epoch: [2; 16],
+                have: None,
+                listen,
+            })
+        };
+        for bad in [
+            vec!["example.org:4747".to_owned()],
+            vec!["1.2.3.4:0".to_owned()],
+            (1..=9).map(|p| format!("1.2.3.4:{p}")).collect(),
+        ] {
+            let (mut s, _) = Session::start([1; 16], None, &[]);
+            assert!(
+                matches!(s.handle(hello(bad.clone())), Err(SessionError::Protocol(_))),
+                "{bad:?}"
+            );
+        }
+        let (mut s, _) = Session::start([1; 16], None, &[]);
+        let acts = s.handle(hello(vec![])).unwrap();
+        assert!(
+            !acts.iter().any(|a| matches!(a, Action::PeerListens(_))),
+            "no addresses, no action"
         );
     }
 }

@@ -284,6 +284,9 @@ enum Cmd {
         /// Record the inviter without a network, for bundle-only exchange
         #[arg(long)]
         offline: bool,
+        /// This node's agent, for the inviter to add to the invite's team or project [env: AMOS_AGENT]
+        #[arg(long = "as", env = "AMOS_AGENT", value_name = "AGENT")]
+        agent: Option<String>,
     },
     /// MCP server on stdio for one agent ($AMOS_AGENT): memory tools for AI agents
     Mcp,
@@ -615,16 +618,51 @@ fn who(node: &Node, a: &AsAgent) -> Result<AuthorizedScopes> {
     }
 }
 
-/// `amos join CODE [--offline]`.
-fn join_cmd(home: &Home, out: &Out, code: &str, offline: bool) -> Result<()> {
+/// `amos join CODE [--offline] [--as AGENT]`.
+fn join_cmd(home: &Home, out: &Out, code: &str, offline: bool, agent: Option<&str>) -> Result<()> {
     use amos_node::mesh::SyncResult;
     // Validates the home (exit 2 if it is not one).
-    drop(Node::open(home)?);
+    let node = Node::open(home)?;
+    // The agent must be one of ours (it is who will read what the scope brings).
+    let mut agent = match agent.map(str::trim).filter(|a| !a.is_empty()) {
+        Some(a) => {
+            node.requester(a)?;
+            Some(
+                a.parse::<amos_protocol::AgentId>()
+                    .map_err(NodeError::from)?,
+            )
+        }
+        None => None,
+    };
+    drop(node);
+    if let Some(a) = &agent {
+        // A code that does not decode is reported by the join itself.
+        let policy = amos_protocol::pairing::PairingCode::decode(code)
+            .ok()
+            .and_then(|c| c.policy.parse::<amos_acl::PeerPolicy>().ok());
+        let names_org = policy.as_ref().is_some_and(|p| {
+            p.scopes()
+                .any(|s| matches!(s, Scope::Team(_) | Scope::Project(_)))
+        });
+        if offline {
+            eprintln!(
+                "amos: note: --as {a} is not carried by an offline join; the inviter's operator \
+                 adds the agent (`amos team add TEAM {a}`)"
+            );
+            agent = None;
+        } else if policy.is_some() && !names_org {
+            eprintln!(
+                "amos: note: the invite's policy ({}) names no team or project: --as {a} ignored",
+                policy.map(|p| p.to_string()).unwrap_or_default()
+            );
+            agent = None;
+        }
+    }
     let r = if offline {
         amos_node::pairing::join_offline(home, code)?
     } else {
         let progress = amos_node::progress::SyncProgress::new(out.feedback());
-        amos_node::mesh::join_blocking(home, code, progress.observer())?
+        amos_node::mesh::join_blocking(home, code, agent.as_ref(), progress.observer())?
     };
     out.emit(&r, || {
         let mut s = format!(
@@ -649,6 +687,16 @@ fn join_cmd(home: &Home, out: &Out, code: &str, offline: bool) -> Result<()> {
                 o.error.as_deref().unwrap_or("")
             )),
             None => s.push_str("\noffline: exchange bundles with `amos bundle export --for PEER`"),
+        }
+        if let Some(a) = &r.agent {
+            if r.member_of.is_empty() {
+                s.push_str(&format!("\nagent {a}: the inviter added it to nothing"));
+            } else {
+                s.push_str(&format!(
+                    "\nagent {a} is a member of {} on the inviter",
+                    r.member_of.join(", ")
+                ));
+            }
         }
         s
     });
@@ -861,7 +909,11 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Sync(cmd) => return sync_cmd(&home, &out, cmd),
         Cmd::Service(cmd) => return service_cmd(cli.home.as_deref(), &out, cmd),
-        Cmd::Join { code, offline } => return join_cmd(&home, &out, &code, offline),
+        Cmd::Join {
+            code,
+            offline,
+            agent,
+        } => return join_cmd(&home, &out, &code, offline, agent.as_deref()),
         Cmd::Mcp => {
             let agent = std::env::var("AMOS_AGENT")
                 .ok()
