@@ -8,6 +8,9 @@
 //!
 //! Invariant: a [`Visible<M>`] exists only if `M` passed the gate for the
 //! requester of the [`AuthorizedScopes`] that admitted it, at the given time.
+//! Nothing outside [`AuthorizedScopes::admit`] builds one, and nothing turns
+//! one `Visible` into a `Visible` of something else (no `map`, no
+//! projection; the `compile_fail` examples on [`Visible`] prove it).
 //! There is no implicit admin: [`AuthorizedScopes::local_admin`] is explicit
 //! and the node never builds one for a peer.
 //!
@@ -157,18 +160,89 @@ impl AuthorizedScopes {
 }
 
 /// Proof that the wrapped memory passed the gate. Built only by
-/// [`AuthorizedScopes::admit`].
+/// [`AuthorizedScopes::admit`]: the field is private, and there is no other
+/// constructor, no `Default`, no `Deserialize` and no way to change or
+/// replace the value inside (only [`Deref`](std::ops::Deref) to read it and
+/// [`Visible::into_inner`] to give the proof up).
+///
+/// There is deliberately no `map` or projection. Any `Visible<M> ->
+/// Visible<N>` taking a caller's function launders: the function may ignore
+/// its argument and return anything (a captured string, a `'static`), and
+/// even `fn(&M) -> &N` may return a reference to a static. Code that needs
+/// the admitted value together with something else (a score) keeps the
+/// `Visible` next to it; code that renders reads through `&Visible<M>`.
+///
+/// Outside this crate a `Visible` cannot be built by its constructor, by a
+/// struct literal or by transforming another one:
+///
+/// ```compile_fail,E0603
+/// let v = amos_acl::Visible("forged");
+/// ```
+///
+/// ```compile_fail,E0451
+/// let v: amos_acl::Visible<&str> = amos_acl::Visible { 0: "forged" };
+/// ```
+///
+/// ```compile_fail,E0599
+/// # use amos_acl::{AuthorizedScopes, Grants, Gated, AgentId, Visible};
+/// # struct M(AgentId, Grants);
+/// # impl Gated for M {
+/// #     fn owner(&self) -> &AgentId { &self.0 }
+/// #     fn effective_grants(&self) -> &Grants { &self.1 }
+/// #     fn is_tombstoned(&self) -> bool { false }
+/// #     fn expires_ms(&self) -> Option<u64> { None }
+/// # }
+/// # let who = AuthorizedScopes::local_admin();
+/// # let m = M(AgentId::parse("alice").unwrap(), Grants::default());
+/// let v: Visible<M> = who.admit(m, 0).unwrap();
+/// // No map: a visible memory cannot become a visible anything.
+/// let forged: Visible<&str> = v.map(|_| "forged");
+/// ```
+///
+/// ```compile_fail,E0594
+/// # use amos_acl::{AuthorizedScopes, Grants, Gated, AgentId, Visible};
+/// # struct M(AgentId, Grants);
+/// # impl Gated for M {
+/// #     fn owner(&self) -> &AgentId { &self.0 }
+/// #     fn effective_grants(&self) -> &Grants { &self.1 }
+/// #     fn is_tombstoned(&self) -> bool { false }
+/// #     fn expires_ms(&self) -> Option<u64> { None }
+/// # }
+/// # let who = AuthorizedScopes::local_admin();
+/// # let m = M(AgentId::parse("alice").unwrap(), Grants::default());
+/// let mut v: Visible<M> = who.admit(m, 0).unwrap();
+/// // The value inside is read-only: no `&mut` through the proof.
+/// *v = M(AgentId::parse("mallory").unwrap(), Grants::default());
+/// ```
+///
+/// ```compile_fail,E0277
+/// # use amos_acl::Visible;
+/// let v: Visible<String> = Default::default();
+/// ```
+///
+/// The gate is the way in (this one compiles and runs):
+///
+/// ```
+/// # use amos_acl::{AuthorizedScopes, Grants, Gated, AgentId, Visible};
+/// # struct M(AgentId, Grants);
+/// # impl Gated for M {
+/// #     fn owner(&self) -> &AgentId { &self.0 }
+/// #     fn effective_grants(&self) -> &Grants { &self.1 }
+/// #     fn is_tombstoned(&self) -> bool { false }
+/// #     fn expires_ms(&self) -> Option<u64> { None }
+/// # }
+/// let who = AuthorizedScopes::local_admin();
+/// let m = M(AgentId::parse("alice").unwrap(), Grants::default());
+/// let v: Visible<M> = who.admit(m, 0).expect("the admin sees a live memory");
+/// assert_eq!(v.owner().as_str(), "alice");
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct Visible<M>(M);
 
 impl<M> Visible<M> {
+    /// Give up the proof and keep the value.
     pub fn into_inner(self) -> M {
         self.0
-    }
-
-    /// Transform the visible value (e.g. attach a score) keeping the proof.
-    pub fn map<N>(self, f: impl FnOnce(M) -> N) -> Visible<N> {
-        Visible(f(self.0))
     }
 }
 

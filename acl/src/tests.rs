@@ -657,15 +657,14 @@ fn agent_scopes_contain_global_and_self_never_private() {
 }
 
 #[test]
-fn visible_keeps_the_value_through_map() {
+fn visible_reads_the_admitted_value() {
     let m = Mem::new("o", &["global"]);
     let v = AuthorizedScopes::for_agent(agent("r"), &Org::default())
         .admit(m.clone(), NOW)
         .unwrap();
     assert_eq!(v.owner, m.owner);
-    let scored = v.map(|m| (m, 0.5_f32));
-    assert_eq!(scored.0.0, m);
-    assert_eq!(scored.into_inner().1, 0.5);
+    assert_eq!(*v, m);
+    assert_eq!(v.into_inner(), m);
 }
 
 /// A memory that arrived from a scoped peer: the owner rule does not hold,

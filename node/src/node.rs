@@ -3,8 +3,9 @@
 //!
 //! A write turns into signed facts ([`Node::commit`]) stamped with the
 //! persisted HLC. A read builds the requester's [`AuthorizedScopes`] from the
-//! org graph *as stored now*, and every memory it returns went through
-//! [`AuthorizedScopes::admit`].
+//! org graph *as stored now*, and every memory it returns comes from the
+//! store's gated readers ([`Store::visible`] and friends) as a
+//! [`Visible`] admitted by [`AuthorizedScopes::admit`].
 //!
 //! Invariant: a memory the requester cannot see is reported exactly like one
 //! that does not exist ([`NodeError::NoSuchMemory`]); owner-only operations
@@ -12,7 +13,7 @@
 
 use std::sync::Arc;
 
-use amos_acl::{AuthorizedScopes, Gated, Visible};
+use amos_acl::{AuthorizedScopes, Visible};
 use amos_protocol::{
     AgentFact, AgentId, Fact, FactBody, Grants, LinkFact, MembershipFact, MemoryAcl, MemoryContent,
     MemoryFixed, MemoryId, MemoryText, MemoryTombstone, MemoryType, NodeId, NodeIdentity, OrgScope,
@@ -25,7 +26,7 @@ use crate::clock::{SystemClock, WallClock};
 use crate::error::{NodeError, Result};
 use crate::home::Home;
 use crate::index::RecallIndex;
-use crate::store::memory::{self, MemoryRecord};
+use crate::store::memory::MemoryRecord;
 use crate::store::org::{self, AgentInfo, ProjectInfo, StoredOrg, TeamInfo};
 use crate::store::{Store, Tx};
 
@@ -234,8 +235,10 @@ impl Node {
     pub fn get(&self, who: &AuthorizedScopes, id: &str) -> Result<Visible<MemoryRecord>> {
         let not_found = || NodeError::NoSuchMemory(id.trim().to_owned());
         let mid: MemoryId = id.parse().map_err(|_| not_found())?;
-        let rec = memory::get(self.store.conn(), &mid)?.ok_or_else(not_found)?;
-        who.admit(rec, self.now_ms()).ok_or_else(not_found)
+        self.store
+            .visible(who, &[mid], self.now_ms())?
+            .pop()
+            .ok_or_else(not_found)
     }
 
     /// Newest first, gated.
@@ -248,25 +251,7 @@ impl Node {
         if limit == 0 {
             return Err(NodeError::BadInput("--limit must be at least 1".into()));
         }
-        let scopes: Vec<String> = who.scopes().map(ToString::to_string).collect();
-        let now = self.now_ms();
-        // Over-fetch a little: expired rows are dropped by the gate.
-        let mut fetch = limit.max(1);
-        loop {
-            let rows = memory::list_candidates(
-                self.store.conn(),
-                who.requester().map(AgentId::as_str),
-                &scopes,
-                kind.map(MemoryType::as_str),
-                fetch,
-            )?;
-            let exhausted = rows.len() < fetch;
-            let visible: Vec<_> = rows.into_iter().filter_map(|m| who.admit(m, now)).collect();
-            if visible.len() >= limit || exhausted {
-                return Ok(visible.into_iter().take(limit).collect());
-            }
-            fetch *= 2;
-        }
+        self.store.visible_newest(who, kind, limit, self.now_ms())
     }
 
     // ---------------------------------------------------------------- org graph

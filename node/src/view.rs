@@ -2,9 +2,11 @@
 //! a context pack, printed by the CLI's `--json` and returned by the MCP
 //! tools (CLI.md field names).
 //!
-//! Boundary: renders only what it is given — records that came through the
-//! gate (`Visible`) or a pack built from them; never reads the store.
+//! Boundary: renders only what came through the gate: every function takes
+//! a `Visible<MemoryRecord>` (directly, or inside a [`Hit`] or a [`Pack`],
+//! which hold only `Visible` memories); never reads the store.
 
+use amos_acl::Visible;
 use serde_json::{Value, json};
 
 use crate::recall::{Hit, Pack};
@@ -17,7 +19,7 @@ pub fn rfc3339(ms: u64) -> String {
 
 /// A memory object: `id, content, owner, type, visibility, tags, importance,
 /// confidence, pinned, created, updated, expires, origin`.
-pub fn memory_json(m: &MemoryRecord) -> Value {
+pub fn memory_json(m: &Visible<MemoryRecord>) -> Value {
     json!({
         "id": m.id.to_string(),
         "content": m.content,

@@ -49,7 +49,7 @@ fn new_mem(text: &str, share: &[&str]) -> NewMemory {
 }
 
 fn hit_ids(hits: &[Hit]) -> Vec<String> {
-    hits.iter().map(|h| h.memory.id.to_string()).collect()
+    hits.iter().map(|h| h.memory.id().to_string()).collect()
 }
 
 fn set(ids: &[&String]) -> BTreeSet<String> {
@@ -996,7 +996,7 @@ fn a_requester_who_sees_two_percent_still_gets_k_best_visible_hits() {
         assert_eq!(hits.len(), 10);
         assert!(
             hits.iter()
-                .all(|h| h.memory.content.starts_with("needle needle"))
+                .all(|h| h.memory.content().starts_with("needle needle"))
         );
     }
     let ids = h.search_ids("seeker", "needle", 10);
@@ -1136,7 +1136,7 @@ fn expired_memories_vanish_even_for_their_owner() {
                 .list(&r, None, 10)
                 .expect("list")
                 .iter()
-                .map(|m| m.id.to_string())
+                .map(|m| m.id().to_string())
                 .collect();
             assert_eq!(to_set(listed), set(&want), "{who} at {now}");
             let got = node.get(&r, &expiring);
@@ -1249,7 +1249,7 @@ fn archived_memories_leave_recall_until_restored() {
                 node.list(who, None, 100)
                     .expect("list")
                     .iter()
-                    .all(|m| m.id.to_string() != egret)
+                    .all(|m| m.id().to_string() != egret)
             );
         }
         assert!(node.set_archived(&alice, &egret, false).expect("restore"));

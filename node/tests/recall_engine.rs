@@ -181,7 +181,7 @@ fn resonance_skips_expired_and_archived_neighbours() {
     let mut node = open_at(&h, t0 + 500);
     let bob = node.requester("bob").expect("bob");
     let ids = |hits: Vec<amos_node::recall::Hit>| -> Vec<_> {
-        hits.iter().map(|h| h.memory.id).collect()
+        hits.iter().map(|h| h.memory.id()).collect()
     };
     assert_eq!(
         ids(node.search(&bob, "pangolin", 10).expect("search")),
@@ -265,11 +265,11 @@ fn freshness_decays_on_the_half_life_and_pinned_memories_never_decay() {
         let hits = node.search_with(&alice, "ibis", &opts).expect("search");
         let get = |id| {
             hits.iter()
-                .find(|h| h.memory.id == id)
+                .find(|h| h.memory.id() == id)
                 .map(|h| h.explain.freshness)
                 .expect("hit")
         };
-        (get(pinned), get(plain), hits[0].memory.id)
+        (get(pinned), get(plain), hits[0].memory.id())
     };
     let (p, q, _) = freshness(t0, 30);
     assert_eq!((p, q), (1.0, 1.0));
@@ -305,7 +305,7 @@ fn expired_memories_never_appear_whatever_their_score() {
         let who = node.requester(agent).expect("who");
         let hits = node.search(&who, "mayfly", 10).expect("search");
         assert_eq!(
-            hits.iter().map(|h| h.memory.id).collect::<Vec<_>>(),
+            hits.iter().map(|h| h.memory.id()).collect::<Vec<_>>(),
             vec![gone]
         );
         let pack = node.pack(&who, "mayfly", 1000).expect("pack");
@@ -685,7 +685,7 @@ fn retention_archives_expired_and_idle_memories_but_never_pinned_ones() {
         .search(&bob, "okapi", 10)
         .expect("search")
         .iter()
-        .map(|h| h.memory.id)
+        .map(|h| h.memory.id())
         .collect();
     assert_eq!(left, [pinned, recalled].into());
     assert!(

@@ -83,7 +83,7 @@ fn sees(p: &mut Peer, agent: &str, query: &str) -> Vec<String> {
         .search(&who, query, 50)
         .unwrap()
         .into_iter()
-        .map(|h| h.memory.content.clone())
+        .map(|h| h.memory.content().to_owned())
         .collect()
 }
 

@@ -79,7 +79,7 @@ pub fn run(out: &Out) -> Result<()> {
         let hits = node.search(&who, "deploy", 10)?;
         let seen: Vec<String> = hits
             .iter()
-            .map(|h| h.memory.effective.to_string())
+            .map(|h| h.memory.effective().to_string())
             .collect();
         text.push(format!(
             "  {agent:<6} sees {} memories: {}",
@@ -96,13 +96,13 @@ pub fn run(out: &Out) -> Result<()> {
         after.len(),
         after
             .iter()
-            .map(|h| h.memory.effective.to_string())
+            .map(|h| h.memory.effective().to_string())
             .collect::<Vec<_>>()
             .join(" | ")
     ));
     out.emit(
         &json!({"node_id": node.node_id().to_string(), "memories": rows, "recalls": recalls,
-                "bob_after_removal": after.iter().map(|h| h.memory.effective.to_string()).collect::<Vec<_>>()}),
+                "bob_after_removal": after.iter().map(|h| h.memory.effective().to_string()).collect::<Vec<_>>()}),
         || text.join("\n"),
     );
     Ok(())

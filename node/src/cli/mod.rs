@@ -1529,16 +1529,16 @@ fn run(cli: Cli) -> Result<()> {
                 .map_err(NodeError::from)?;
             let ms = node.list(&who, kind.as_ref(), limit)?;
             out.emit(
-                &json!({"memories": ms.iter().map(|m| memory_json(m)).collect::<Vec<_>>()}),
+                &json!({"memories": ms.iter().map(memory_json).collect::<Vec<_>>()}),
                 || {
                     ms.iter()
                         .map(|m| {
                             format!(
                                 "{}  [{}] {}: {}",
-                                m.id,
-                                m.kind,
-                                m.owner,
-                                output::one_line(&m.content, 100)
+                                m.id(),
+                                m.kind(),
+                                m.owner(),
+                                output::one_line(m.content(), 100)
                             )
                         })
                         .collect::<Vec<_>>()

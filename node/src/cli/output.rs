@@ -1,5 +1,9 @@
 //! Printing: `--json` objects with CLI.md's field names, or short text.
+//!
+//! Boundary: prints memories only as the gate handed them out (a
+//! `Visible<MemoryRecord>`, or a `Hit`/`Pack` holding them); never reads the store.
 
+use amos_acl::Visible;
 use amos_node::ops::{BackupReport, HygieneReport};
 use amos_node::recall::{Hit, Pack};
 use amos_node::store::memory::MemoryRecord;
@@ -45,10 +49,10 @@ pub fn hits_text(hits: &[Hit], explain: bool) -> String {
         lines.push(format!(
             "{:>7.3}  {}  [{}] {}: {}",
             h.score,
-            h.memory.id,
-            h.memory.kind,
-            h.memory.owner,
-            one_line(&h.memory.content, 100)
+            h.memory.id(),
+            h.memory.kind(),
+            h.memory.owner(),
+            one_line(h.memory.content(), 100)
         ));
         if explain {
             let e = &h.explain;
@@ -86,13 +90,13 @@ pub fn pack_text(p: &Pack, report: bool) -> String {
         .items
         .iter()
         .map(|h| {
-            let conflicts = p.conflicts_of(&h.memory.id);
+            let conflicts = p.conflicts_of(&h.memory.id());
             let mark = if conflicts.is_empty() {
                 String::new()
             } else {
                 format!(" [CONFLICT with {}]", conflicts.join(", "))
             };
-            format!("- [{}] {}{mark}", h.memory.kind, h.memory.content)
+            format!("- [{}] {}{mark}", h.memory.kind(), h.memory.content())
         })
         .collect();
     s.push(format!("({} of {} tokens)", p.tokens, p.budget));
@@ -116,17 +120,17 @@ pub fn backup_text(r: &BackupReport) -> String {
     lines.join("\n")
 }
 
-pub fn memory_text(m: &MemoryRecord) -> String {
+pub fn memory_text(m: &Visible<MemoryRecord>) -> String {
     format!(
         "{}\n  owner {}  type {}  visibility {}  importance {}{}\n  created {}\n{}",
-        m.id,
-        m.owner,
-        m.kind,
-        m.effective,
-        m.importance,
-        if m.pinned { "  pinned" } else { "" },
-        rfc3339(m.created_ms),
-        m.content
+        m.id(),
+        m.owner(),
+        m.kind(),
+        m.effective(),
+        m.importance(),
+        if m.pinned() { "  pinned" } else { "" },
+        rfc3339(m.created_ms()),
+        m.content()
     )
 }
 

@@ -169,11 +169,10 @@ impl Node {
             let exhausted = candidates.len() < limit;
             let relevance: HashMap<MemoryId, f32> = candidates.iter().copied().collect();
             let ids: Vec<MemoryId> = candidates.iter().map(|c| c.0).collect();
-            let rows = memory::get_many(store.conn(), &ids)?;
-            let hits: Vec<Hit> = rows
+            let hits: Vec<Hit> = store
+                .visible(who, &ids, now)?
                 .into_iter()
                 .filter(|m| !m.archived)
-                .filter_map(|m| who.admit(m, now))
                 .map(|m| {
                     let bm25 = relevance.get(&m.id).copied().unwrap_or(0.0);
                     let explain = rank::score(&m, bm25, None, now, opts.half_life_ms, &profile);

@@ -12,17 +12,14 @@
 
 use amos_acl::AuthorizedScopes;
 use amos_protocol::MemoryId;
-use rusqlite::types::Value;
 use serde::Serialize;
 
 use super::rank::{self, RecallOptions};
-use super::resonance::access_clause;
 use super::text::{self, NEAR_DUPLICATE};
 use super::{Hit, hit};
 use crate::error::{NodeError, Result};
 use crate::node::Node;
 use crate::profile::ProfileWeights;
-use crate::store::memory::{self, COLUMNS};
 
 /// Candidates a pack considers by default (the best hits of the query).
 pub const PACK_CANDIDATES: usize = 50;
@@ -327,35 +324,16 @@ impl Node {
             return Ok(Vec::new());
         }
         let now = self.now_ms();
-        let mut args: Vec<Value> = vec![(now as i64).into()];
-        let access = access_clause(who, &mut args);
-        let sql = format!(
-            "SELECT {COLUMNS} FROM memories m WHERE {} AND archived = 0 AND pinned = 1
-             AND (expires_ms IS NULL OR expires_ms > ?1) AND {access}
-             ORDER BY importance DESC, created_ms DESC, id DESC LIMIT {}",
-            memory::LIVE,
-            PACK_CORE + hits.len()
-        );
-        let mut stmt = self.store.conn().prepare_cached(&sql)?;
-        let rows = stmt.query_map(rusqlite::params_from_iter(args), memory::from_row)?;
+        let except: Vec<MemoryId> = hits.iter().map(|h| h.memory.id).collect();
+        let pinned = self.store.visible_pinned(who, &except, PACK_CORE, now)?;
         let profile = match who.requester() {
             Some(agent) => ProfileWeights::load(self.store.conn(), agent)?,
             None => ProfileWeights::default(),
         };
         let mut out = Vec::new();
-        for r in rows {
-            let Some(m) = r? else { continue };
-            if hits.iter().any(|h| h.memory.id == m.id) {
-                continue;
-            }
-            // The gate, on the row just read.
-            if let Some(v) = who.admit(m, now) {
-                let explain = rank::score(&v, 0.0, None, now, opts.recall.half_life_ms, &profile);
-                out.push(hit(v, explain));
-                if out.len() == PACK_CORE {
-                    break;
-                }
-            }
+        for v in pinned {
+            let explain = rank::score(&v, 0.0, None, now, opts.recall.half_life_ms, &profile);
+            out.push(hit(v, explain));
         }
         Ok(out)
     }

@@ -21,7 +21,7 @@ use rusqlite::types::Value;
 
 use super::rank::{ResonanceConfig, ResonancePath};
 use crate::error::Result;
-use crate::store::memory::{self, MemoryRecord};
+use crate::store::memory::{self, MemoryRecord, access_clause};
 
 /// Hard cap on the neighbours read per memory before the fan-out cut (the
 /// SQL orders by link strength, so these are the strongest visible ones).
@@ -127,44 +127,15 @@ fn visible_neighbours(
         .collect();
     let mut out = Vec::new();
     // The gate, on rows re-read from SQLite, before anything else.
-    for m in memory::get_many(conn, &ids)? {
-        if m.archived {
+    for v in memory::visible(conn, who, &ids, now_ms)? {
+        if v.archived {
             continue;
         }
-        if let Some(v) = who.admit(m, now_ms) {
-            let w = strength.get(&v.id).copied().unwrap_or(0.0);
-            out.push((v, w));
-            if out.len() == fan_out {
-                break;
-            }
+        let w = strength.get(&v.id).copied().unwrap_or(0.0);
+        out.push((v, w));
+        if out.len() == fan_out {
+            break;
         }
     }
     Ok(out)
-}
-
-/// An SQL condition on `m` (a `memories` row) that pre-filters to rows the
-/// requester may see by ownership or grant ("1" for the local admin); its
-/// parameters are appended to `args`. Only a pre-filter: rows it lets through
-/// still go through the gate.
-pub(super) fn access_clause(who: &AuthorizedScopes, args: &mut Vec<Value>) -> String {
-    let Some(agent) = who.requester() else {
-        return "1".to_owned();
-    };
-    args.push(agent.as_str().to_owned().into());
-    let owner = args.len();
-    let scopes: Vec<String> = who.scopes().map(ToString::to_string).collect();
-    let placeholders = (0..scopes.len())
-        .map(|i| format!("?{}", owner + 1 + i))
-        .collect::<Vec<_>>()
-        .join(",");
-    args.extend(scopes.into_iter().map(Value::from));
-    format!(
-        "((m.owner = ?{owner} AND m.owner_trusted = 1) OR EXISTS (SELECT 1 FROM memory_grants g \
-         WHERE g.memory = m.id AND g.scope IN ({})))",
-        if placeholders.is_empty() {
-            "NULL".to_owned()
-        } else {
-            placeholders
-        }
-    )
 }

@@ -1,43 +1,146 @@
-//! Reading memory rows back as [`MemoryRecord`]s: the one shape the gate,
-//! ranking and output all work on.
+//! Reading memory rows back, and the read gate's only way out of the store.
+//!
+//! Owns [`MemoryRecord`] (the one shape the gate, ranking and output work on)
+//! and the `impl Store` read entry points [`Store::visible`],
+//! [`Store::visible_newest`] and [`Store::visible_pinned`], which hand out
+//! memories only as [`Visible`] values admitted by the requester's
+//! [`AuthorizedScopes`].
+//!
+//! Invariant: the row readers here are private to the crate; whatever
+//! prints, ranks or serialises a memory gets it as a `Visible<MemoryRecord>`.
+//! A `MemoryRecord` is built only by this module's row decoder and its fields
+//! are crate-private, so outside amos-node nobody can make one, change one
+//! and re-admit it: a `Visible<MemoryRecord>` there is always a stored row
+//! the gate let through. Never returns a row to a caller without the gate.
 
-use amos_acl::Gated;
+use amos_acl::{AuthorizedScopes, Gated, Visible};
 use amos_protocol::{AgentId, Grants, Hlc, MemoryId, MemoryType, NodeId};
+use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
-use super::split_grants;
+use super::{Store, split_grants};
 use crate::error::Result;
 
-/// A memory as this node holds it now.
+/// A memory as this node holds it now. Read it through its accessors; only
+/// the store decodes one (the fields are private to amos-node).
+///
+/// Outside amos-node a record can be neither built nor altered (so never
+/// re-admitted with forged grants or content):
+///
+/// ```compile_fail,E0451
+/// use amos_node::store::memory::MemoryRecord;
+/// fn forge(real: MemoryRecord) -> MemoryRecord {
+///     MemoryRecord { content: "forged".into(), ..real }
+/// }
+/// ```
+///
+/// ```compile_fail,E0616
+/// use amos_acl::{AuthorizedScopes, Visible};
+/// use amos_node::store::memory::MemoryRecord;
+/// fn widen(v: Visible<MemoryRecord>, bob: &AuthorizedScopes) -> Option<Visible<MemoryRecord>> {
+///     let mut m = v.into_inner();
+///     m.effective = m.grants().clone();
+///     bob.admit(m, 0)
+/// }
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct MemoryRecord {
-    pub id: MemoryId,
-    pub owner: AgentId,
-    pub origin: NodeId,
-    pub created_ms: u64,
+    pub(crate) id: MemoryId,
+    pub(crate) owner: AgentId,
+    pub(crate) origin: NodeId,
+    pub(crate) created_ms: u64,
     /// Wall time of the content register's clock (the last edit).
-    pub updated_ms: u64,
-    pub kind: MemoryType,
-    pub content: String,
-    pub tags: Vec<String>,
-    pub importance: f32,
-    pub confidence: f32,
-    pub pinned: bool,
-    pub expires_ms: Option<u64>,
-    pub supersedes: Option<MemoryId>,
+    pub(crate) updated_ms: u64,
+    pub(crate) kind: MemoryType,
+    pub(crate) content: String,
+    pub(crate) tags: Vec<String>,
+    pub(crate) importance: f32,
+    pub(crate) confidence: f32,
+    pub(crate) pinned: bool,
+    pub(crate) expires_ms: Option<u64>,
+    pub(crate) supersedes: Option<MemoryId>,
     /// The grants as signed by the memory's author.
-    pub grants: Grants,
+    pub(crate) grants: Grants,
     /// The grants in force on this node (what the gate uses).
-    pub effective: Grants,
-    pub tombstoned: bool,
+    pub(crate) effective: Grants,
+    pub(crate) tombstoned: bool,
     /// Local-only: out of recall until restored.
-    pub archived: bool,
+    pub(crate) archived: bool,
     /// Local-only reinforcement factor from recall feedback.
-    pub reinforcement: f32,
+    pub(crate) reinforcement: f32,
     /// Whether the owner rule holds here (the memory's origin is this node or
     /// a `full` peer); false for memories from scoped peers.
-    pub owner_trusted: bool,
-    pub seq: i64,
+    pub(crate) owner_trusted: bool,
+    pub(crate) seq: i64,
+}
+
+impl MemoryRecord {
+    pub fn id(&self) -> MemoryId {
+        self.id
+    }
+    pub fn owner(&self) -> &AgentId {
+        &self.owner
+    }
+    pub fn origin(&self) -> NodeId {
+        self.origin
+    }
+    pub fn created_ms(&self) -> u64 {
+        self.created_ms
+    }
+    /// Wall time of the content register's clock (the last edit).
+    pub fn updated_ms(&self) -> u64 {
+        self.updated_ms
+    }
+    pub fn kind(&self) -> &MemoryType {
+        &self.kind
+    }
+    pub fn content(&self) -> &str {
+        &self.content
+    }
+    pub fn tags(&self) -> &[String] {
+        &self.tags
+    }
+    pub fn importance(&self) -> f32 {
+        self.importance
+    }
+    pub fn confidence(&self) -> f32 {
+        self.confidence
+    }
+    pub fn pinned(&self) -> bool {
+        self.pinned
+    }
+    pub fn expires_ms(&self) -> Option<u64> {
+        self.expires_ms
+    }
+    pub fn supersedes(&self) -> Option<MemoryId> {
+        self.supersedes
+    }
+    /// The grants as signed by the memory's author.
+    pub fn grants(&self) -> &Grants {
+        &self.grants
+    }
+    /// The grants in force on this node (what the gate uses).
+    pub fn effective(&self) -> &Grants {
+        &self.effective
+    }
+    pub fn tombstoned(&self) -> bool {
+        self.tombstoned
+    }
+    /// Local-only: out of recall until restored.
+    pub fn archived(&self) -> bool {
+        self.archived
+    }
+    /// Local-only reinforcement factor from recall feedback.
+    pub fn reinforcement(&self) -> f32 {
+        self.reinforcement
+    }
+    /// Whether the owner rule holds here.
+    pub fn owner_trusted(&self) -> bool {
+        self.owner_trusted
+    }
+    pub fn seq(&self) -> i64 {
+        self.seq
+    }
 }
 
 impl Gated for MemoryRecord {
@@ -59,17 +162,17 @@ impl Gated for MemoryRecord {
 }
 
 /// The columns [`from_row`] reads, in order.
-pub const COLUMNS: &str = "id, owner, origin, created_ms, v, kind, content, tags, importance, \
+const COLUMNS: &str = "id, owner, origin, created_ms, v, kind, content, tags, importance, \
      confidence, pinned, expires_ms, supersedes, grants, effective, tombstone_fact IS NOT NULL, \
      archived, reinforcement, seq, owner_trusted";
 
 /// Rows that can be shown at all: content present (a memory whose acl fact
 /// arrived before its content is not yet a memory), not tombstoned.
-pub const LIVE: &str = "content_fact IS NOT NULL AND tombstone_fact IS NULL";
+pub(crate) const LIVE: &str = "content_fact IS NOT NULL AND tombstone_fact IS NULL";
 
 /// Decode one row selected with [`COLUMNS`]. Rows with unparsable fields (which
 /// only a damaged store can hold) come back as `None`: invisible, fail closed.
-pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Option<MemoryRecord>> {
+fn from_row(r: &Row<'_>) -> rusqlite::Result<Option<MemoryRecord>> {
     let id: Vec<u8> = r.get(0)?;
     let owner: String = r.get(1)?;
     let origin: Vec<u8> = r.get(2)?;
@@ -117,30 +220,11 @@ pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Option<MemoryRecord>> {
     }))
 }
 
-/// One memory by id, whatever its state (live, tombstoned, content missing).
-pub fn get(conn: &Connection, id: &MemoryId) -> Result<Option<MemoryRecord>> {
-    let sql = format!("SELECT {COLUMNS} FROM memories WHERE id = ?1 AND content_fact IS NOT NULL");
-    Ok(conn
-        .prepare_cached(&sql)?
-        .query_row([&id.0[..]], from_row)
-        .optional()?
-        .flatten())
-}
-
-/// Whether any row (even a tombstone) exists for this id.
-pub fn exists(conn: &Connection, id: &MemoryId) -> Result<bool> {
-    Ok(conn
-        .prepare_cached("SELECT 1 FROM memories WHERE id = ?1")?
-        .query_row([&id.0[..]], |_| Ok(()))
-        .optional()?
-        .is_some())
-}
-
 /// Live memories by id, in the order given; missing ids are skipped.
 ///
 /// Outside a transaction the rows are read in one read snapshot (one
 /// lock and one look at the WAL for all of them, not one per row).
-pub fn get_many(conn: &Connection, ids: &[MemoryId]) -> Result<Vec<MemoryRecord>> {
+fn get_many(conn: &Connection, ids: &[MemoryId]) -> Result<Vec<MemoryRecord>> {
     let snapshot = if conn.is_autocommit() && ids.len() > 1 {
         Some(conn.unchecked_transaction()?)
     } else {
@@ -167,7 +251,7 @@ fn read_many(conn: &Connection, ids: &[MemoryId]) -> Result<Vec<MemoryRecord>> {
 
 /// Live, unarchived memories the given scopes (or owner) may see, newest
 /// first, as candidates for the gate (which still checks each one).
-pub fn list_candidates(
+fn list_candidates(
     conn: &Connection,
     owner: Option<&str>,
     scopes: &[String],
@@ -209,7 +293,7 @@ pub fn list_candidates(
 }
 
 /// Record that memories were recalled (local-only state).
-pub fn note_recalled(conn: &Connection, ids: &[MemoryId], now_ms: u64) -> Result<()> {
+pub(crate) fn note_recalled(conn: &Connection, ids: &[MemoryId], now_ms: u64) -> Result<()> {
     let mut stmt = conn.prepare_cached(
         "UPDATE memories SET recall_count = recall_count + 1, last_access_ms = ?2 WHERE id = ?1",
     )?;
@@ -217,4 +301,130 @@ pub fn note_recalled(conn: &Connection, ids: &[MemoryId], now_ms: u64) -> Result
         stmt.execute(params![&id.0[..], now_ms as i64])?;
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------- the gate
+
+/// Live memories by id, in the order given, each passed through the gate
+/// for `who` at `now_ms`; missing and invisible ids are skipped alike.
+/// Archived memories are included (recall leaves them out itself).
+pub(crate) fn visible(
+    conn: &Connection,
+    who: &AuthorizedScopes,
+    ids: &[MemoryId],
+    now_ms: u64,
+) -> Result<Vec<Visible<MemoryRecord>>> {
+    Ok(get_many(conn, ids)?
+        .into_iter()
+        .filter_map(|m| who.admit(m, now_ms))
+        .collect())
+}
+
+/// An SQL condition on `m` (a `memories` row) that pre-filters to rows the
+/// requester may see by ownership or grant ("1" for the local admin); its
+/// parameters are appended to `args`. Only a pre-filter: rows it lets through
+/// still go through the gate.
+pub(crate) fn access_clause(who: &AuthorizedScopes, args: &mut Vec<Value>) -> String {
+    let Some(agent) = who.requester() else {
+        return "1".to_owned();
+    };
+    args.push(agent.as_str().to_owned().into());
+    let owner = args.len();
+    let scopes: Vec<String> = who.scopes().map(ToString::to_string).collect();
+    let placeholders = (0..scopes.len())
+        .map(|i| format!("?{}", owner + 1 + i))
+        .collect::<Vec<_>>()
+        .join(",");
+    args.extend(scopes.into_iter().map(Value::from));
+    format!(
+        "((m.owner = ?{owner} AND m.owner_trusted = 1) OR EXISTS (SELECT 1 FROM memory_grants g \
+         WHERE g.memory = m.id AND g.scope IN ({})))",
+        if placeholders.is_empty() {
+            "NULL".to_owned()
+        } else {
+            placeholders
+        }
+    )
+}
+
+impl Store {
+    /// The read gate's way out of the store: the live memories among `ids`
+    /// that `who` may see at `now_ms`, in the order given (missing and
+    /// invisible are the same: skipped). Archived memories are included.
+    pub fn visible(
+        &self,
+        who: &AuthorizedScopes,
+        ids: &[MemoryId],
+        now_ms: u64,
+    ) -> Result<Vec<Visible<MemoryRecord>>> {
+        visible(self.conn(), who, ids, now_ms)
+    }
+
+    /// Up to `limit` live, unarchived memories `who` may see at `now_ms`,
+    /// newest first, optionally of one type.
+    pub fn visible_newest(
+        &self,
+        who: &AuthorizedScopes,
+        kind: Option<&MemoryType>,
+        limit: usize,
+        now_ms: u64,
+    ) -> Result<Vec<Visible<MemoryRecord>>> {
+        let scopes: Vec<String> = who.scopes().map(ToString::to_string).collect();
+        // Over-fetch a little: expired rows are dropped by the gate.
+        let mut fetch = limit.max(1);
+        loop {
+            let rows = list_candidates(
+                self.conn(),
+                who.requester().map(AgentId::as_str),
+                &scopes,
+                kind.map(MemoryType::as_str),
+                fetch,
+            )?;
+            let exhausted = rows.len() < fetch;
+            let visible: Vec<_> = rows
+                .into_iter()
+                .filter_map(|m| who.admit(m, now_ms))
+                .collect();
+            if visible.len() >= limit || exhausted {
+                return Ok(visible.into_iter().take(limit).collect());
+            }
+            fetch *= 2;
+        }
+    }
+
+    /// Up to `limit` live, unarchived, unexpired pinned memories `who` may
+    /// see at `now_ms`, most important first, leaving out `except`.
+    pub fn visible_pinned(
+        &self,
+        who: &AuthorizedScopes,
+        except: &[MemoryId],
+        limit: usize,
+        now_ms: u64,
+    ) -> Result<Vec<Visible<MemoryRecord>>> {
+        let mut args: Vec<Value> = vec![(now_ms as i64).into()];
+        let access = access_clause(who, &mut args);
+        let sql = format!(
+            "SELECT {COLUMNS} FROM memories m WHERE {LIVE} AND archived = 0 AND pinned = 1
+             AND (expires_ms IS NULL OR expires_ms > ?1) AND {access}
+             ORDER BY importance DESC, created_ms DESC, id DESC LIMIT {}",
+            limit + except.len()
+        );
+        let mut stmt = self.conn().prepare_cached(&sql)?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(args), from_row)?;
+        let mut out = Vec::new();
+        for r in rows {
+            let Some(m) = r? else { continue };
+            if except.contains(&m.id) {
+                continue;
+            }
+            // The gate, on the row just read.
+            if let Some(v) = who.admit(m, now_ms) {
+                out.push(v);
+                if out.len() == limit {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
 }
