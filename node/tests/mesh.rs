@@ -56,8 +56,9 @@ fn two_nodes_sync_and_an_idle_sync_moves_nothing() {
     assert_eq!(peers[0]["facts_in"], 0);
     assert_eq!(peers[0]["facts_out"], 0);
 
-    // A new memory on b travels to a (both sides pull).
-    b.ok(&["agent", "add", "bob", "--team", "apollo"]);
+    // A new memory on b travels to a (both sides pull). (b may not change
+    // apollo's roster: a created the team.)
+    b.add("alice", "quasar note from b", &["team:apollo"]);
     let (code, _) = b.sync(&["now"]);
     assert_eq!(code, 0);
     assert_eq!(digest(&a), digest(&b));
@@ -270,10 +271,14 @@ fn a_fact_that_does_not_verify_fails_the_sync_and_moves_nothing() {
 #[test]
 fn a_large_two_way_sync_does_not_stall() {
     let a = apollo_node();
-    let b = apollo_node();
+    let b = Home::new();
+    b.ok(&["agent", "add", "alice"]);
 
     let server = Server::start(a.path());
     pair(&a, &b, &server, "team:apollo");
+    // b learns apollo (a created it) before both write in bulk.
+    let (code, peers) = b.sync(&["now"]);
+    assert_eq!(code, 0, "{peers:?}\n{}", server.log());
     for h in [&a, &b] {
         let home = amos_node::Home::new(h.path());
         let mut node = amos_node::Node::open(&home).unwrap();

@@ -78,7 +78,12 @@ fn three_nodes_pair_by_code_converge_and_relay_through_the_inviter() {
     assert_eq!(on_a[0]["node_id"], id(&b));
     assert_eq!(on_a[0]["policy"], "team:apollo");
     assert_eq!(peer_ids(&b), vec![id(&a)]);
-    b.ok(&["agent", "add", "bob", "--team", "apollo"]);
+    // b's bob joins apollo by its origin, a (b may not change a's roster).
+    b.ok(&["agent", "add", "bob"]);
+    assert_eq!(b.run(&["team", "add", "apollo", "bob"]).code, 3);
+    a.ok(&["agent", "add", "bob", "--team", "apollo"]);
+    let (code, outcomes) = b.sync(&["now"]);
+    assert_eq!(code, 0, "{outcomes:?}");
     assert_eq!(b.search_ids("bob", "standup", 5), vec![team_note.clone()]);
     // The invite's policy held: a's private memory never left a.
     assert!(b.run(&["get", &secret_of_a, "--as", "bob"]).code == 2);
@@ -229,7 +234,9 @@ fn offline_join_pairs_through_the_first_signed_bundle_once() {
         peers(&a).is_empty(),
         "offline: the inviter knows nothing yet"
     );
-    // The inviter hands over the team on the same air gap.
+    // The inviter hands over the team on the same air gap (with b's bob in
+    // it: a, the team's origin, adds him).
+    a.ok(&["agent", "add", "bob", "--team", "apollo"]);
     a.ok(&[
         "bundle",
         "export",
@@ -238,7 +245,7 @@ fn offline_join_pairs_through_the_first_signed_bundle_once() {
         "team:apollo",
     ]);
     b.ok(&["bundle", "import", &file("team.amosb")]);
-    b.ok(&["agent", "add", "bob", "--team", "apollo"]);
+    b.ok(&["agent", "add", "bob"]);
     let from_b = b.add(
         "bob",
         "the air-gapped site rotates keys monthly",
@@ -332,7 +339,7 @@ fn a_joiner_that_serves_only_after_joining_is_dialled_by_its_inviter() {
     assert!(server_a.log().contains("serves at"), "{}", server_a.log());
 
     // Now a dials b: `sync auto` reaches it and pulls what b wrote since.
-    b.ok(&["agent", "add", "bob", "--team", "apollo"]);
+    b.ok(&["agent", "add", "bob"]);
     let from_b = b.add(
         "bob",
         "the joiner's late note on rollbacks",

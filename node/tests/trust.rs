@@ -605,7 +605,6 @@ fn a_full_peer_may_edit_over_quic() {
 // --------------------------- 7. a joiner that serves after joining is dialled
 
 #[test]
-#[ignore = "issue 13: the inviter never learns a joiner's address (peers list shows none; sync auto has no peers)"]
 fn a_joiner_that_serves_after_joining_is_synced_by_its_inviter() {
     let a = Home::apollo();
     a.ok(&["agent", "add", "bob", "--team", "apollo"]);
