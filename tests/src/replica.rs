@@ -272,7 +272,7 @@ impl TestReplica for Mem {
     }
 
     fn set_archived(&mut self, id: &MemoryId, archived: bool) {
-        if archived {
+        if archived && self.store.memories.contains_key(id) {
             self.archived.insert(*id);
         } else {
             self.archived.remove(id);
