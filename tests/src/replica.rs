@@ -1,0 +1,786 @@
+//! One replica contract for the property tests and the escalation matrix:
+//! [`TestReplica`] is every operation those tests perform on a replica,
+//! implemented over the in-memory twin ([`Mem`], `amos_sync::memstore`) and
+//! over the real store ([`Sql`]: `amos_node::store::Store` on a SQLite file
+//! in a temporary directory, written through `amos_node::replica::SqlReplica`
+//! inside `Store::write`, exactly as the node applies a batch).
+//!
+//! Each primitive lives in ONE function here (local write, apply, export,
+//! digest, visibility, search, text edit, peer policy, archive), so a change
+//! of the store's write API is adapted in one place.
+//!
+//! Boundary: this module only drives the stores through their public APIs;
+//! it decides nothing about what should win, be refused or be visible (the
+//! tests and their models do). It never changes replicated state behind the
+//! store's back.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use amos_acl::{AuthorizedScopes, PeerPolicy};
+use amos_node::replica::{self, ExportSpec, SqlReplica};
+use amos_node::store::memory::{self as rows, MemoryRecord};
+use amos_node::store::org::StoredOrg;
+use amos_node::store::{Store, Tx, split_grants};
+use amos_protocol::{
+    AgentId, Fact, FactBody, Grants, Hlc, HlcState, MemoryFixed, MemoryId, MemoryText, NodeId,
+    NodeIdentity, Register, SignedFact, Verified,
+};
+use amos_sync::memstore::MemStore;
+use amos_sync::{ApplyReport, DeferReason, Effect, Sender, apply_batch};
+use rusqlite::{OptionalExtension, params};
+
+/// What a replica holds of one memory (its row or its twin's entry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemInfo {
+    pub fixed: MemoryFixed,
+    /// The grants in force on this replica.
+    pub effective: Grants,
+    /// Whether the owner rule holds here.
+    pub owner_trusted: bool,
+    pub tombstoned: bool,
+    /// Whether the content itself is held.
+    pub content_held: bool,
+    /// The content register's clock, kept after a purge.
+    pub content_v: Option<Hlc>,
+}
+
+impl MemInfo {
+    /// Content erased by a revocation (its clock kept, the content gone).
+    pub fn purged(&self) -> bool {
+        !self.tombstoned && !self.content_held && self.content_v.is_some()
+    }
+}
+
+/// A refused fact as the audit log keeps it: the fact, the peer it came
+/// from and the refusal's text (`Refusal`'s `Display`, which the SQL audit
+/// log stores).
+pub type Refused = (SignedFact, NodeId, String);
+
+/// A deferred fact: the fact, the peer, and how far ahead its clock was
+/// (`None`: a link waiting for an endpoint).
+pub type Deferred = (SignedFact, NodeId, Option<u64>);
+
+/// Every operation the replica tests perform.
+pub trait TestReplica: Sized {
+    /// `"mem"` or `"sql"`, for messages.
+    const KIND: &'static str;
+
+    /// A fresh, empty replica for `identity` with no peers.
+    fn create(identity: &NodeIdentity) -> Self;
+
+    fn node(&self) -> NodeId;
+
+    /// A local write: `body` signed by this node at a fresh clock ticked
+    /// from `now_ms`, stored as the node stores its own writes.
+    fn write(
+        &mut self,
+        identity: &NodeIdentity,
+        body: FactBody,
+        now_ms: u64,
+    ) -> Verified<SignedFact>;
+
+    /// Edit memory `mem`'s text as `amos update` does (an automerge change in
+    /// a signed content fact). `None` if the content is not held or the text
+    /// is unchanged.
+    fn edit_text(
+        &mut self,
+        identity: &NodeIdentity,
+        mem: &MemoryId,
+        new_text: &str,
+        now_ms: u64,
+    ) -> Option<Verified<SignedFact>>;
+
+    /// Apply a batch from `sender` (with the policy we gave it) in one
+    /// transaction, through the gate and the merge rule.
+    fn apply(
+        &mut self,
+        sender: &Sender,
+        facts: Vec<Verified<SignedFact>>,
+        now_ms: u64,
+        max_skew_ms: u64,
+    ) -> ApplyReport;
+
+    /// Everything that may go to a peer with `policy`, retractions included.
+    fn export(&mut self, policy: &PeerPolicy) -> Vec<Verified<SignedFact>>;
+
+    /// The convergence digest over every held fact.
+    fn digest(&mut self) -> String;
+
+    /// The digest over the facts `policy` admits now (no retractions).
+    fn scoped_digest(&mut self, policy: &PeerPolicy) -> String;
+
+    /// Ids of the live memories `agent` may see here.
+    fn visible_to(&mut self, agent: &AgentId) -> BTreeSet<MemoryId>;
+
+    /// What a listing for `agent` returns, restricted to texts containing
+    /// `term`: visible, live and not archived here.
+    fn search(&mut self, agent: &AgentId, term: &str) -> BTreeSet<MemoryId>;
+
+    /// The text readers see, if the content is held (and not forgotten).
+    fn text(&mut self, id: &MemoryId) -> Option<String>;
+
+    fn memory(&mut self, id: &MemoryId) -> Option<MemInfo>;
+
+    /// Every memory this replica has a row (entry) for.
+    fn memory_ids(&mut self) -> Vec<MemoryId>;
+
+    /// The fact held for a register (the register's winner).
+    fn fact(&mut self, register: &Register) -> Option<Verified<SignedFact>>;
+
+    /// Every held register with its clock (purged content not included).
+    fn registers(&mut self) -> BTreeMap<Register, Hlc>;
+
+    fn peer_policy(&mut self, node: &NodeId) -> Option<PeerPolicy>;
+
+    /// Register a peer, or change the policy of a registered one.
+    fn set_peer_policy(&mut self, node: &NodeId, policy: &PeerPolicy);
+
+    /// Retention: archive (or restore) a memory. Local-only state.
+    fn set_archived(&mut self, id: &MemoryId, archived: bool);
+
+    /// The audit log, oldest first.
+    fn refused(&mut self) -> Vec<Refused>;
+
+    fn deferred(&mut self) -> Vec<Deferred>;
+
+    /// Take every deferred fact out, for a retry.
+    fn take_deferred(&mut self) -> Vec<(SignedFact, NodeId)>;
+
+    /// The persisted clock state.
+    fn clock(&mut self) -> HlcState;
+}
+
+// ------------------------------------------------------------------ MemStore
+
+/// The in-memory twin, with the local-only archive flags beside it (the
+/// twin has no retention: archiving touches no replicated state).
+#[derive(Debug)]
+pub struct Mem {
+    pub store: MemStore,
+    pub archived: BTreeSet<MemoryId>,
+}
+
+impl TestReplica for Mem {
+    const KIND: &'static str = "mem";
+
+    fn create(identity: &NodeIdentity) -> Self {
+        Mem {
+            store: MemStore::new(identity.node_id()),
+            archived: BTreeSet::new(),
+        }
+    }
+
+    fn node(&self) -> NodeId {
+        self.store.me
+    }
+
+    fn write(
+        &mut self,
+        identity: &NodeIdentity,
+        body: FactBody,
+        now_ms: u64,
+    ) -> Verified<SignedFact> {
+        self.store.write(identity, body, now_ms)
+    }
+
+    fn edit_text(
+        &mut self,
+        identity: &NodeIdentity,
+        mem: &MemoryId,
+        new_text: &str,
+        now_ms: u64,
+    ) -> Option<Verified<SignedFact>> {
+        self.store.edit_text(identity, mem, new_text, now_ms)
+    }
+
+    fn apply(
+        &mut self,
+        sender: &Sender,
+        facts: Vec<Verified<SignedFact>>,
+        now_ms: u64,
+        max_skew_ms: u64,
+    ) -> ApplyReport {
+        let Ok(r) = apply_batch(&mut self.store, sender, facts, now_ms, max_skew_ms);
+        r
+    }
+
+    fn export(&mut self, policy: &PeerPolicy) -> Vec<Verified<SignedFact>> {
+        self.store.export(policy)
+    }
+
+    fn digest(&mut self) -> String {
+        self.store.digest()
+    }
+
+    fn scoped_digest(&mut self, policy: &PeerPolicy) -> String {
+        self.store.scoped_digest(policy)
+    }
+
+    fn visible_to(&mut self, agent: &AgentId) -> BTreeSet<MemoryId> {
+        self.store.visible_to(agent)
+    }
+
+    fn search(&mut self, agent: &AgentId, term: &str) -> BTreeSet<MemoryId> {
+        let visible = self.store.visible_to(agent);
+        visible
+            .into_iter()
+            .filter(|id| !self.archived.contains(id))
+            .filter(|id| self.store.text(id).is_some_and(|t| t.contains(term)))
+            .collect()
+    }
+
+    fn text(&mut self, id: &MemoryId) -> Option<String> {
+        self.store.text(id)
+    }
+
+    fn memory(&mut self, id: &MemoryId) -> Option<MemInfo> {
+        let m = self.store.memories.get(id)?;
+        let content = self.store.facts.get(&Register::MemoryContent(*id));
+        Some(MemInfo {
+            fixed: m.fixed.clone(),
+            effective: m.effective.clone(),
+            owner_trusted: m.owner_trusted,
+            tombstoned: m.tombstoned,
+            content_held: content.is_some(),
+            content_v: content.map(|f| f.fact.clock).or(m.purged_v),
+        })
+    }
+
+    fn memory_ids(&mut self) -> Vec<MemoryId> {
+        self.store.memories.keys().copied().collect()
+    }
+
+    fn fact(&mut self, register: &Register) -> Option<Verified<SignedFact>> {
+        self.store.facts.get(register).cloned()
+    }
+
+    fn registers(&mut self) -> BTreeMap<Register, Hlc> {
+        self.store
+            .facts
+            .iter()
+            .map(|(r, f)| (r.clone(), f.fact.clock))
+            .collect()
+    }
+
+    fn peer_policy(&mut self, node: &NodeId) -> Option<PeerPolicy> {
+        self.store.peers.get(node).cloned()
+    }
+
+    fn set_peer_policy(&mut self, node: &NodeId, policy: &PeerPolicy) {
+        self.store.peers.insert(*node, policy.clone());
+    }
+
+    fn set_archived(&mut self, id: &MemoryId, archived: bool) {
+        if archived && self.store.memories.contains_key(id) {
+            self.archived.insert(*id);
+        } else {
+            self.archived.remove(id);
+        }
+    }
+
+    fn refused(&mut self) -> Vec<Refused> {
+        self.store
+            .refused
+            .iter()
+            .map(|(f, from, why)| (f.clone(), *from, why.to_string()))
+            .collect()
+    }
+
+    fn deferred(&mut self) -> Vec<Deferred> {
+        self.store
+            .deferred
+            .iter()
+            .map(|(f, from, why)| {
+                let ahead = match why {
+                    DeferReason::ClockSkew { ahead_ms } => Some(*ahead_ms),
+                    DeferReason::MissingEndpoint => None,
+                };
+                (f.clone(), *from, ahead)
+            })
+            .collect()
+    }
+
+    fn take_deferred(&mut self) -> Vec<(SignedFact, NodeId)> {
+        std::mem::take(&mut self.store.deferred)
+            .into_iter()
+            .map(|(f, from, _)| (f, from))
+            .collect()
+    }
+
+    fn clock(&mut self) -> HlcState {
+        self.store.hlc
+    }
+}
+
+// ------------------------------------------------------------------ SQLite
+
+/// The real store: one SQLite file in its own temporary directory.
+pub struct Sql {
+    pub store: Store,
+    me: NodeId,
+    /// Keeps the directory alive as long as the store.
+    _dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for Sql {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Sql({})", self.me.short())
+    }
+}
+
+/// A log epoch no other store of this process has: warm text documents are
+/// kept per process, keyed by epoch and memory, and the tests make many
+/// stores holding the same memory ids.
+fn fresh_epoch() -> [u8; 16] {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mut e = [0u8; 16];
+    e[..8].copy_from_slice(&n.to_be_bytes());
+    e[8..12].copy_from_slice(&std::process::id().to_be_bytes());
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    e[12..].copy_from_slice(&t.to_be_bytes());
+    e
+}
+
+/// A local write on the real store: tick the persisted clock, sign, and
+/// store the fact as the node's own (`Node::commit` does the same).
+pub fn sql_local_write(
+    store: &mut Store,
+    identity: &NodeIdentity,
+    body: FactBody,
+    now_ms: u64,
+) -> Verified<SignedFact> {
+    let me = identity.node_id();
+    store
+        .write(|tx| {
+            let clock = tx.tick(now_ms, me)?;
+            let fact = identity.sign(Fact { clock, body })?;
+            tx.put_fact(&fact, &Effect::local(&fact.fact.body))?;
+            Ok(fact)
+        })
+        .expect("sql local write")
+}
+
+/// Register `node` as a peer with `policy` (`amos peers add`).
+pub fn sql_add_peer(tx: &mut Tx<'_>, node: &NodeId, policy: &PeerPolicy) -> amos_node::Result<()> {
+    tx.conn().execute(
+        "INSERT INTO peers(node_id, name, policy, added_ms) VALUES (?1, '', ?2, 0)",
+        params![&node.0[..], policy.to_string()],
+    )?;
+    Ok(())
+}
+
+/// Change a registered peer's policy, as `amos peers policy` does at the SQL
+/// level (`Node::peer_set_policy`): the policy, and a fresh `seq` as the
+/// peer's `policy_seq` with its watermark reset.
+pub fn sql_set_peer_policy(
+    tx: &mut Tx<'_>,
+    node: &NodeId,
+    policy: &PeerPolicy,
+) -> amos_node::Result<()> {
+    let n = tx.conn().execute(
+        "UPDATE peers SET policy = ?2 WHERE node_id = ?1",
+        params![&node.0[..], policy.to_string()],
+    )?;
+    if n == 0 {
+        return Err(amos_node::NodeError::BadInput(format!(
+            "unknown peer {}",
+            node.short()
+        )));
+    }
+    let seq = tx.next_seq()?;
+    tx.conn().execute(
+        "UPDATE peers SET their_seq = 0, policy_seq = ?2 WHERE node_id = ?1",
+        params![&node.0[..], seq],
+    )?;
+    Ok(())
+}
+
+fn decode(bytes: &[u8]) -> Verified<SignedFact> {
+    SignedFact::decode_verified(bytes).expect("a stored fact verifies")
+}
+
+fn hlc(bytes: &[u8]) -> Hlc {
+    Hlc::from_sort_key(bytes).expect("a stored clock decodes")
+}
+
+impl Sql {
+    fn live_rows(&self) -> Vec<MemoryRecord> {
+        let sql = format!(
+            "SELECT {} FROM memories WHERE {}",
+            rows::COLUMNS,
+            rows::LIVE
+        );
+        let conn = self.store.conn();
+        let mut stmt = conn.prepare(&sql).expect("prepare");
+        stmt.query_map([], rows::from_row)
+            .expect("query")
+            .filter_map(|r| r.expect("row"))
+            .collect()
+    }
+
+    fn who(&self, agent: &AgentId) -> AuthorizedScopes {
+        AuthorizedScopes::for_agent(agent.clone(), &StoredOrg(self.store.conn()))
+    }
+}
+
+impl TestReplica for Sql {
+    const KIND: &'static str = "sql";
+
+    fn create(identity: &NodeIdentity) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::create(&dir.path().join("amos.db"), fresh_epoch()).expect("store");
+        Sql {
+            store,
+            me: identity.node_id(),
+            _dir: dir,
+        }
+    }
+
+    fn node(&self) -> NodeId {
+        self.me
+    }
+
+    fn write(
+        &mut self,
+        identity: &NodeIdentity,
+        body: FactBody,
+        now_ms: u64,
+    ) -> Verified<SignedFact> {
+        sql_local_write(&mut self.store, identity, body, now_ms)
+    }
+
+    fn edit_text(
+        &mut self,
+        identity: &NodeIdentity,
+        mem: &MemoryId,
+        new_text: &str,
+        now_ms: u64,
+    ) -> Option<Verified<SignedFact>> {
+        // As `Node::update_with` (node/src/text.rs), without its gate and
+        // its compaction.
+        let me = self.me;
+        let current = self.fact(&Register::MemoryContent(*mem))?;
+        let FactBody::MemoryContent(mut body) = current.fact.body.clone() else {
+            return None;
+        };
+        self.store
+            .write(|tx| {
+                let clock = tx.tick(now_ms, me)?;
+                let mut state = tx.text_state(mem)?;
+                let epoch = tx.epoch()?;
+                let Some(change) = state
+                    .doc
+                    .edit_as(new_text, &me, epoch.as_bytes(), &clock)
+                    .map_err(|e| amos_node::NodeError::Corrupt(e.to_string()))?
+                else {
+                    return Ok(None);
+                };
+                body.text = MemoryText::Edit(change);
+                let edit = identity.sign(Fact {
+                    clock,
+                    body: FactBody::MemoryContent(body),
+                })?;
+                tx.put_local_edit(&edit, state)?;
+                Ok(Some(edit))
+            })
+            .expect("sql edit")
+    }
+
+    fn apply(
+        &mut self,
+        sender: &Sender,
+        facts: Vec<Verified<SignedFact>>,
+        now_ms: u64,
+        max_skew_ms: u64,
+    ) -> ApplyReport {
+        let me = self.me;
+        self.store
+            .write(|tx| {
+                let mut r = SqlReplica::new(tx, me, now_ms);
+                let report = apply_batch(&mut r, sender, facts, now_ms, max_skew_ms)?;
+                r.finish()?;
+                Ok(report)
+            })
+            .expect("sql apply")
+    }
+
+    fn export(&mut self, policy: &PeerPolicy) -> Vec<Verified<SignedFact>> {
+        let mut out = Vec::new();
+        replica::export_facts(
+            self.store.conn(),
+            &ExportSpec {
+                policy,
+                since: 0,
+                retractions: true,
+                skip_author: None,
+            },
+            4096,
+            |batch| {
+                out.extend(batch.iter().map(|b| decode(b)));
+                Ok(())
+            },
+        )
+        .expect("sql export");
+        out
+    }
+
+    fn digest(&mut self) -> String {
+        replica::digest(self.store.conn(), &PeerPolicy::Full)
+            .expect("digest")
+            .0
+    }
+
+    fn scoped_digest(&mut self, policy: &PeerPolicy) -> String {
+        replica::digest(self.store.conn(), policy)
+            .expect("digest")
+            .0
+    }
+
+    fn visible_to(&mut self, agent: &AgentId) -> BTreeSet<MemoryId> {
+        let who = self.who(agent);
+        self.live_rows()
+            .into_iter()
+            .filter(|m| who.may_see(m, 0))
+            .map(|m| m.id)
+            .collect()
+    }
+
+    fn search(&mut self, agent: &AgentId, term: &str) -> BTreeSet<MemoryId> {
+        // The candidate query and gate of `Node::list`.
+        let who = self.who(agent);
+        let scopes: Vec<String> = who.scopes().map(ToString::to_string).collect();
+        let rows = rows::list_candidates(
+            self.store.conn(),
+            who.requester().map(AgentId::as_str),
+            &scopes,
+            None,
+            100_000,
+        )
+        .expect("list candidates");
+        rows.into_iter()
+            .filter_map(|m| who.admit(m, 0))
+            .filter(|m| m.content.contains(term))
+            .map(|m| m.id)
+            .collect()
+    }
+
+    fn text(&mut self, id: &MemoryId) -> Option<String> {
+        let rec = rows::get(self.store.conn(), id).expect("get")?;
+        (!rec.tombstoned).then_some(rec.content)
+    }
+
+    fn memory(&mut self, id: &MemoryId) -> Option<MemInfo> {
+        type Row = (
+            String,
+            i64,
+            Vec<u8>,
+            String,
+            bool,
+            bool,
+            bool,
+            Option<Vec<u8>>,
+        );
+        let row: Row = self
+            .store
+            .conn()
+            .query_row(
+                "SELECT owner, created_ms, origin, effective, owner_trusted,
+                        tombstone_fact IS NOT NULL, content_fact IS NOT NULL, v
+                 FROM memories WHERE id = ?1",
+                [&id.0[..]],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                        r.get(7)?,
+                    ))
+                },
+            )
+            .optional()
+            .expect("memory row")?;
+        let (owner, created, origin, effective, owner_trusted, tombstoned, held, v) = row;
+        Some(MemInfo {
+            fixed: MemoryFixed {
+                owner: AgentId::parse(&owner).expect("owner"),
+                created_ms: created as u64,
+                origin: NodeId(origin.try_into().expect("origin")),
+            },
+            effective: split_grants(&effective),
+            owner_trusted,
+            tombstoned,
+            content_held: held,
+            content_v: v.as_deref().map(hlc),
+        })
+    }
+
+    fn memory_ids(&mut self) -> Vec<MemoryId> {
+        let conn = self.store.conn();
+        let mut stmt = conn
+            .prepare("SELECT id FROM memories ORDER BY id")
+            .expect("prepare");
+        stmt.query_map([], |r| r.get::<_, Vec<u8>>(0))
+            .expect("query")
+            .map(|r| MemoryId::from_slice(&r.expect("row")).expect("id"))
+            .collect()
+    }
+
+    fn fact(&mut self, register: &Register) -> Option<Verified<SignedFact>> {
+        let conn = self.store.conn();
+        let one = |sql: &str, p: &[&dyn rusqlite::ToSql]| -> Option<Vec<u8>> {
+            conn.query_row(sql, p, |r| r.get::<_, Option<Vec<u8>>>(0))
+                .optional()
+                .expect("fact")
+                .flatten()
+        };
+        let bytes = match register {
+            Register::MemoryContent(id) => one(
+                "SELECT content_fact FROM memories WHERE id = ?1",
+                &[&&id.0[..]],
+            ),
+            Register::MemoryAcl(id) => {
+                one("SELECT acl_fact FROM memories WHERE id = ?1", &[&&id.0[..]])
+            }
+            Register::MemoryTombstone(id) => one(
+                "SELECT tombstone_fact FROM memories WHERE id = ?1",
+                &[&&id.0[..]],
+            ),
+            Register::Link(a, b, rel) => one(
+                "SELECT fact FROM links WHERE from_id = ?1 AND to_id = ?2 AND relation = ?3",
+                &[&&a.0[..], &&b.0[..], &rel.as_str()],
+            ),
+            Register::Team(t) => one("SELECT fact FROM teams WHERE id = ?1", &[&t.as_str()]),
+            Register::Project(p) => one("SELECT fact FROM projects WHERE id = ?1", &[&p.as_str()]),
+            Register::Membership(s, a) => one(
+                "SELECT fact FROM memberships WHERE scope = ?1 AND agent = ?2",
+                &[&s.to_string(), &a.as_str()],
+            ),
+            Register::Agent(a) => one("SELECT fact FROM agents WHERE id = ?1", &[&a.as_str()]),
+            Register::Profile(a) => {
+                one("SELECT fact FROM profiles WHERE agent = ?1", &[&a.as_str()])
+            }
+        };
+        bytes.map(|b| decode(&b))
+    }
+
+    fn registers(&mut self) -> BTreeMap<Register, Hlc> {
+        let conn = self.store.conn();
+        let mut out = BTreeMap::new();
+        for sql in [
+            "SELECT content_fact FROM memories",
+            "SELECT acl_fact FROM memories",
+            "SELECT tombstone_fact FROM memories",
+            "SELECT fact FROM links",
+            "SELECT fact FROM teams",
+            "SELECT fact FROM projects",
+            "SELECT fact FROM memberships",
+            "SELECT fact FROM agents",
+            "SELECT fact FROM profiles",
+        ] {
+            let mut stmt = conn.prepare(sql).expect("prepare");
+            let facts = stmt
+                .query_map([], |r| r.get::<_, Option<Vec<u8>>>(0))
+                .expect("query");
+            for f in facts {
+                if let Some(b) = f.expect("row") {
+                    let f = amos_protocol::codec::decode_signed(&b).expect("stored fact");
+                    out.insert(f.fact.body.register(), f.fact.clock);
+                }
+            }
+        }
+        out
+    }
+
+    fn peer_policy(&mut self, node: &NodeId) -> Option<PeerPolicy> {
+        replica::peer_policy(self.store.conn(), node).expect("peer policy")
+    }
+
+    fn set_peer_policy(&mut self, node: &NodeId, policy: &PeerPolicy) {
+        let known = self.peer_policy(node).is_some();
+        self.store
+            .write(|tx| {
+                if known {
+                    sql_set_peer_policy(tx, node, policy)
+                } else {
+                    sql_add_peer(tx, node, policy)
+                }
+            })
+            .expect("set peer policy");
+    }
+
+    fn set_archived(&mut self, id: &MemoryId, archived: bool) {
+        self.store
+            .write(|tx| tx.set_archived(id, archived))
+            .expect("archive");
+    }
+
+    fn refused(&mut self) -> Vec<Refused> {
+        let conn = self.store.conn();
+        let mut stmt = conn
+            .prepare("SELECT fact, peer, reason FROM audit ORDER BY id")
+            .expect("prepare");
+        stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, Vec<u8>>(0)?,
+                r.get::<_, Vec<u8>>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })
+        .expect("query")
+        .map(|r| {
+            let (f, p, why) = r.expect("row");
+            (
+                amos_protocol::codec::decode_signed(&f).expect("audited fact"),
+                NodeId(p.try_into().expect("peer")),
+                why,
+            )
+        })
+        .collect()
+    }
+
+    fn deferred(&mut self) -> Vec<Deferred> {
+        let conn = self.store.conn();
+        let mut stmt = conn
+            .prepare("SELECT fact, peer, ahead_ms FROM deferred ORDER BY since_ms, hash")
+            .expect("prepare");
+        stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, Vec<u8>>(0)?,
+                r.get::<_, Vec<u8>>(1)?,
+                r.get::<_, Option<i64>>(2)?,
+            ))
+        })
+        .expect("query")
+        .map(|r| {
+            let (f, p, ahead) = r.expect("row");
+            (
+                amos_protocol::codec::decode_signed(&f).expect("deferred fact"),
+                NodeId(p.try_into().expect("peer")),
+                ahead.map(|a| a as u64),
+            )
+        })
+        .collect()
+    }
+
+    fn take_deferred(&mut self) -> Vec<(SignedFact, NodeId)> {
+        self.store
+            .write(|tx| replica::take_deferred(tx.conn()))
+            .expect("take deferred")
+            .into_iter()
+            .map(|(peer, b)| (decode(&b).into_inner(), peer))
+            .collect()
+    }
+
+    fn clock(&mut self) -> HlcState {
+        self.store.hlc_state().expect("clock")
+    }
+}
