@@ -653,3 +653,61 @@ fn a_joiner_that_serves_after_joining_is_synced_by_its_inviter() {
     assert_eq!(a.digest("team:apollo"), b.digest("team:apollo"));
     assert_eq!(hit_ids(&b, "bob", "dialword"), vec![m]);
 }
+
+// ------------------------------- 8. one team id, created on two nodes
+
+/// a and b each create apollo with their own roster, then exchange. Each
+/// keeps its own team (the other's record and members are refused as an
+/// origin conflict) and `amos doctor` names the conflict and its fix.
+fn same_team_created_twice(via: Via) {
+    let t = Two::new(via, "team:apollo");
+    t.a.ok(&["team", "create", "apollo"]);
+    t.a.ok(&["agent", "add", "alice", "--team", "apollo"]);
+    t.b.ok(&["team", "create", "apollo"]);
+    t.b.ok(&["agent", "add", "zed", "--team", "apollo"]);
+    t.settle();
+
+    let members = |h: &Home| -> Value {
+        let teams = h.json(&["team", "list"]);
+        teams["teams"]
+            .as_array()
+            .expect("teams")
+            .iter()
+            .find(|x| x["id"] == "apollo")
+            .map(|x| x["members"].clone())
+            .unwrap_or_else(|| panic!("apollo in {teams}"))
+    };
+    assert_eq!(members(&t.a), serde_json::json!(["alice"]));
+    assert_eq!(members(&t.b), serde_json::json!(["zed"]));
+    for (h, other) in [(&t.a, &t.b), (&t.b, &t.a)] {
+        let refused = audited(h, &id(other), &["team", "apollo"]);
+        assert!(
+            refused.iter().any(|e| e["code"] == "org_origin_conflict"),
+            "{}",
+            h.json(&["audit"])
+        );
+        let doctor = h.json(&["doctor", "--offline"]);
+        let check = doctor["checks"]
+            .as_array()
+            .expect("checks")
+            .iter()
+            .find(|c| c["name"] == "org_origin team:apollo")
+            .cloned()
+            .unwrap_or_else(|| panic!("no org_origin check: {doctor}"));
+        assert_eq!(check["status"], "warn", "{check}");
+        assert!(
+            check["hint"].as_str().is_some_and(|s| s.contains("another id")),
+            "{check}"
+        );
+    }
+}
+
+#[test]
+fn the_same_team_created_on_two_nodes_stays_two_teams_by_bundle() {
+    same_team_created_twice(Via::Bundle);
+}
+
+#[test]
+fn the_same_team_created_on_two_nodes_stays_two_teams_over_quic() {
+    same_team_created_twice(Via::Quic);
+}

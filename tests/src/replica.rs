@@ -19,7 +19,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use amos_acl::{AuthorizedScopes, PeerPolicy};
 use amos_node::replica::{self, ExportSpec, SqlReplica};
-use amos_node::store::memory::{self as rows, MemoryRecord};
 use amos_node::store::org::StoredOrg;
 use amos_node::store::{Store, Tx, split_grants};
 use amos_protocol::{
@@ -27,7 +26,7 @@ use amos_protocol::{
     NodeIdentity, Register, SignedFact, Verified,
 };
 use amos_sync::memstore::MemStore;
-use amos_sync::{ApplyReport, DeferReason, Effect, Sender, apply_batch};
+use amos_sync::{Admission, ApplyReport, DeferReason, Sender, apply_batch};
 use rusqlite::{OptionalExtension, params};
 
 /// What a replica holds of one memory (its row or its twin's entry).
@@ -268,7 +267,7 @@ impl TestReplica for Mem {
     }
 
     fn set_peer_policy(&mut self, node: &NodeId, policy: &PeerPolicy) {
-        self.store.peers.insert(*node, policy.clone());
+        self.store.set_peer_policy(*node, policy.clone());
     }
 
     fn set_archived(&mut self, id: &MemoryId, archived: bool) {
@@ -283,7 +282,7 @@ impl TestReplica for Mem {
         self.store
             .refused
             .iter()
-            .map(|(f, from, why)| (f.clone(), *from, why.to_string()))
+            .map(|(f, from, why)| (f.clone(), *from, why.code().to_owned()))
             .collect()
     }
 
@@ -294,7 +293,7 @@ impl TestReplica for Mem {
             .map(|(f, from, why)| {
                 let ahead = match why {
                     DeferReason::ClockSkew { ahead_ms } => Some(*ahead_ms),
-                    DeferReason::MissingEndpoint => None,
+                    DeferReason::MissingEndpoint | DeferReason::MissingScope => None,
                 };
                 (f.clone(), *from, ahead)
             })
@@ -359,7 +358,8 @@ pub fn sql_local_write(
         .write(|tx| {
             let clock = tx.tick(now_ms, me)?;
             let fact = identity.sign(Fact { clock, body })?;
-            tx.put_fact(&fact, &Effect::local(&fact.fact.body))?;
+            let admission = Admission::local(identity, fact.clone()).expect("signed here");
+            tx.put(&admission)?;
             Ok(fact)
         })
         .expect("sql local write")
@@ -392,6 +392,8 @@ pub fn sql_set_peer_policy(
             node.short()
         )));
     }
+    // Re-judge the memories it originated, as `amos peers policy` does.
+    replica::restand_origin(tx, node, policy)?;
     let seq = tx.next_seq()?;
     tx.conn().execute(
         "UPDATE peers SET their_seq = 0, policy_seq = ?2 WHERE node_id = ?1",
@@ -409,17 +411,17 @@ fn hlc(bytes: &[u8]) -> Hlc {
 }
 
 impl Sql {
-    fn live_rows(&self) -> Vec<MemoryRecord> {
-        let sql = format!(
-            "SELECT {} FROM memories WHERE {}",
-            rows::COLUMNS,
-            rows::LIVE
-        );
+    /// Ids of rows that can be shown at all (content held, not tombstoned).
+    fn live_ids(&self) -> Vec<MemoryId> {
         let conn = self.store.conn();
-        let mut stmt = conn.prepare(&sql).expect("prepare");
-        stmt.query_map([], rows::from_row)
+        let mut stmt = conn
+            .prepare(
+                "SELECT id FROM memories WHERE content_fact IS NOT NULL AND tombstone_fact IS NULL",
+            )
+            .expect("prepare");
+        stmt.query_map([], |r| r.get::<_, Vec<u8>>(0))
             .expect("query")
-            .filter_map(|r| r.expect("row"))
+            .map(|b| MemoryId(b.expect("row").try_into().expect("a memory id")))
             .collect()
     }
 
@@ -485,7 +487,8 @@ impl TestReplica for Sql {
                     clock,
                     body: FactBody::MemoryContent(body),
                 })?;
-                tx.put_local_edit(&edit, state)?;
+                let admission = Admission::local(identity, edit.clone()).expect("signed here");
+                tx.put_local_edit(&admission, state)?;
                 Ok(Some(edit))
             })
             .expect("sql edit")
@@ -543,35 +546,40 @@ impl TestReplica for Sql {
 
     fn visible_to(&mut self, agent: &AgentId) -> BTreeSet<MemoryId> {
         let who = self.who(agent);
-        self.live_rows()
-            .into_iter()
-            .filter(|m| who.may_see(m, 0))
-            .map(|m| m.id)
+        let ids = self.live_ids();
+        self.store
+            .visible(&who, &ids, 0)
+            .expect("visible")
+            .iter()
+            .map(|m| m.id())
             .collect()
     }
 
     fn search(&mut self, agent: &AgentId, term: &str) -> BTreeSet<MemoryId> {
-        // The candidate query and gate of `Node::list`.
+        // The gated listing `Node::list` reads (archived rows left out).
         let who = self.who(agent);
-        let scopes: Vec<String> = who.scopes().map(ToString::to_string).collect();
-        let rows = rows::list_candidates(
-            self.store.conn(),
-            who.requester().map(AgentId::as_str),
-            &scopes,
-            None,
-            100_000,
-        )
-        .expect("list candidates");
-        rows.into_iter()
-            .filter_map(|m| who.admit(m, 0))
-            .filter(|m| m.content.contains(term))
-            .map(|m| m.id)
+        self.store
+            .visible_newest(&who, None, 100_000, 0)
+            .expect("visible newest")
+            .iter()
+            .filter(|m| m.content().contains(term))
+            .map(|m| m.id())
             .collect()
     }
 
     fn text(&mut self, id: &MemoryId) -> Option<String> {
-        let rec = rows::get(self.store.conn(), id).expect("get")?;
-        (!rec.tombstoned).then_some(rec.content)
+        let row: Option<(Option<String>, bool)> = self
+            .store
+            .conn()
+            .query_row(
+                "SELECT content, tombstone_fact IS NOT NULL FROM memories WHERE id = ?1",
+                [&id.0[..]],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .expect("text");
+        let (content, tombstoned) = row?;
+        if tombstoned { None } else { content }
     }
 
     fn memory(&mut self, id: &MemoryId) -> Option<MemInfo> {
@@ -726,7 +734,7 @@ impl TestReplica for Sql {
     fn refused(&mut self) -> Vec<Refused> {
         let conn = self.store.conn();
         let mut stmt = conn
-            .prepare("SELECT fact, peer, reason FROM audit ORDER BY id")
+            .prepare("SELECT fact, peer, code FROM audit ORDER BY id")
             .expect("prepare");
         stmt.query_map([], |r| {
             Ok((

@@ -433,9 +433,18 @@ impl<R: TestReplica> World<R> {
     }
 
     /// Where an org, agent or profile write happens: in the mixed topology
-    /// only the core writes them (a leaf's would be refused by scope).
+    /// only replica 0, the org origin (a leaf's would be refused by scope,
+    /// another core replica's by the org origin rule at the leaves).
     fn org_at(&self, at: usize) -> usize {
-        if self.mixed { at % CORE } else { at % self.n() }
+        if self.mixed { 0 } else { at % self.n() }
+    }
+
+    /// Every team and project is created by replica 0 (its `origin`, a
+    /// fixed field). All full: any replica may write them on its behalf (a
+    /// full peer of the origin). Mixed: only replica 0 writes them, since a
+    /// scoped leaf takes org facts only as authored by the origin.
+    fn org_origin(&self) -> NodeId {
+        self.ids[0].node_id()
     }
 
     fn mem(&self, k: usize) -> Option<(MemoryId, MemoryFixed)> {
@@ -622,6 +631,7 @@ impl<R: TestReplica> World<R> {
                     self.org_at(at),
                     FactBody::Team(TeamFact {
                         id: team(t),
+                        origin: self.org_origin(),
                         name: format!("Team {t}"),
                         present,
                     }),
@@ -638,6 +648,7 @@ impl<R: TestReplica> World<R> {
                     FactBody::Project(ProjectFact {
                         id: project(p),
                         team: team(t),
+                        origin: self.org_origin(),
                         name: format!("Project {p}"),
                         present,
                     }),

@@ -201,9 +201,11 @@ impl<R: TestReplica> Net<R> {
         };
 
         // Our org.
+        let us = net.ours_id.node_id();
         for t in ["apollo", "zeus"] {
             net.local(FactBody::Team(TeamFact {
                 id: team(t),
+                origin: us,
                 name: t.into(),
                 present: true,
             }));
@@ -211,6 +213,7 @@ impl<R: TestReplica> Net<R> {
         net.local(FactBody::Project(ProjectFact {
             id: project("ui"),
             team: team("apollo"),
+            origin: us,
             name: "Apollo UI".into(),
             present: true,
         }));
@@ -504,15 +507,23 @@ type ApplyFn = fn(
 ) -> Result<ApplyReport, std::convert::Infallible>;
 
 fn not_origin(r: &str) -> bool {
-    r == Refusal::NotOrigin.to_string()
+    r == Refusal::NotOrigin.code()
 }
 
 fn fixed_mismatch(r: &str) -> bool {
-    r.starts_with("fixed field mismatch")
+    r == "fixed_field_mismatch"
 }
 
 fn outside_policy(r: &str) -> bool {
-    r.starts_with("outside the peer's policy")
+    r == "outside_policy"
+}
+
+fn link_not_origin(r: &str) -> bool {
+    r == "link_not_origin"
+}
+
+fn org_not_origin(r: &str) -> bool {
+    r == "org_not_origin"
 }
 
 /// Run an attack made of forged facts: all refused, nothing changes.
@@ -704,20 +715,24 @@ fn a_membership_outside_the_scope_is_refused<R: TestReplica>() {
 fn a_team_or_project_outside_the_scope_is_refused<R: TestReplica>() {
     let mut net = Net::<R>::new(OriginTrust::Stranger);
     let mut attack = Vec::new();
+    let (us, them) = (net.ours_id.node_id(), net.mallory());
     let bodies = [
         FactBody::Team(TeamFact {
             id: team("hermes"),
+            origin: them,
             name: "hermes".into(),
             present: true,
         }),
         FactBody::Team(TeamFact {
             id: team("zeus"),
+            origin: us,
             name: "zeus".into(),
             present: false,
         }),
         FactBody::Project(ProjectFact {
             id: project("zeus-ops"),
             team: team("zeus"),
+            origin: them,
             name: "x".into(),
             present: true,
         }),
@@ -725,6 +740,7 @@ fn a_team_or_project_outside_the_scope_is_refused<R: TestReplica>() {
         FactBody::Project(ProjectFact {
             id: project("apollo-x"),
             team: team("apollo"),
+            origin: them,
             name: "x".into(),
             present: true,
         }),
@@ -750,6 +766,7 @@ fn a_project_cannot_move_to_another_team<R: TestReplica>() {
     let moved = FactBody::Project(ProjectFact {
         id: project("ui"),
         team: team("zeus"),
+        origin: net.ours_id.node_id(),
         name: "now zeus's".into(),
         present: true,
     });
@@ -1262,9 +1279,21 @@ fn a_link_between_memories_the_peer_may_not_share_is_refused<R: TestReplica>() {
     ];
     let mut attack = Vec::new();
     for (a, b) in pairs {
+        // Mallory originated none of these memories: the link origin rule
+        // refuses its links first.
         for f in net.forge_now_and_far(link(a, b)) {
+            attack.push((f, link_not_origin as Want));
+        }
+        // Signed by the origin of `theirs` and relayed by mallory, a link
+        // from it still needs both ends inside mallory's policy.
+        if a == theirs {
+            let f = net.origin_write(link(a, b));
             attack.push((f, outside_policy as Want));
         }
+    }
+    // Even between memories it may share: not from a memory it originated.
+    for f in net.forge_now_and_far(link(net.mine.apollo, theirs)) {
+        attack.push((f, link_not_origin as Want));
     }
     expect_all_refused(&mut net, attack);
 
@@ -1280,9 +1309,9 @@ fn a_link_between_memories_the_peer_may_not_share_is_refused<R: TestReplica>() {
     );
     assert_eq!(net.snapshot(), before);
 
-    // Control: between two memories it may share, a link is admitted.
-    let (a, b) = (net.mine.apollo, theirs);
-    let ok = net.forge(net.now, link(a, b));
+    // Control: signed by the origin of `theirs`, from it to a memory
+    // mallory may share, relayed by mallory: admitted.
+    let ok = net.origin_write(link(theirs, net.mine.apollo));
     let r = net.mallory_sends(vec![ok.clone()]);
     assert_eq!(r.applied, 1, "{r:?}");
     assert_eq!(net.ours.fact(&ok.fact.body.register()), Some(ok));
@@ -1291,7 +1320,7 @@ fn a_link_between_memories_the_peer_may_not_share_is_refused<R: TestReplica>() {
 /// A peer scoped to a project we do not hold yet names one of *our* teams as
 /// the project's team. The project may be created (the policy names it), but
 /// that gives the peer no say over the team: memberships of `apollo` and the
-/// team record itself stay out of its reach.
+/// team record itself are ours to author (the org origin rule).
 fn a_project_scoped_peer_cannot_take_over_a_team<R: TestReplica>() {
     let mut net = Net::<R>::new(OriginTrust::Stranger);
     let mallory = net.mallory();
@@ -1302,6 +1331,7 @@ fn a_project_scoped_peer_cannot_take_over_a_team<R: TestReplica>() {
         FactBody::Project(ProjectFact {
             id: project("newui"),
             team: team("apollo"),
+            origin: mallory,
             name: "New UI".into(),
             present: true,
         }),
@@ -1312,31 +1342,48 @@ fn a_project_scoped_peer_cannot_take_over_a_team<R: TestReplica>() {
         "the project the policy names is admitted: {r:?}"
     );
     let before = net.snapshot();
+    // A `project:` policy reaches the project's team record and roster
+    // (what its members need), but only as written by the team's origin:
+    // us. Mallory's own are refused by the org origin rule.
+    let us = net.ours_id.node_id();
     let attack: Attack = vec![
         (
             net.forge(
                 net.now + 1,
                 membership(OrgScope::Team(team("apollo")), "mallory", true),
             ),
-            outside_policy,
+            org_not_origin,
         ),
         (
             net.forge(
                 net.now + 2,
                 membership(OrgScope::Team(team("apollo")), "alice", false),
             ),
-            outside_policy,
+            org_not_origin,
         ),
         (
             net.forge(
                 net.now + 3,
                 FactBody::Team(TeamFact {
                     id: team("apollo"),
+                    origin: us,
                     name: "apollo".into(),
                     present: false,
                 }),
             ),
-            outside_policy,
+            org_not_origin,
+        ),
+        (
+            net.forge(
+                net.now + 4,
+                FactBody::Team(TeamFact {
+                    id: team("apollo"),
+                    origin: mallory,
+                    name: "apollo".into(),
+                    present: false,
+                }),
+            ),
+            |r: &str| r == "org_origin_conflict",
         ),
     ];
     expect_all_refused(&mut net, attack);
