@@ -718,9 +718,6 @@ impl<R: TestReplica> World<R> {
                 if !self.mixed {
                     return;
                 }
-                if !known_bugs() {
-                    return;
-                }
                 let p = p % POLICIES.len();
                 let leaf = CORE + leaf % (n - CORE);
                 let p = policy(POLICIES[p]);
