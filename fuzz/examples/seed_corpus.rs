@@ -7,7 +7,7 @@ use std::path::Path;
 
 use amos_protocol::{
     AgentId, BundleWriter, Fact, FactBody, Hlc, MemoryContent, MemoryFixed, MemoryId, MemoryText,
-    MemoryType, MeshKey, NodeIdentity, TeamFact, TeamId,
+    MemoryType, MeshKey, NodeIdentity, Recipient, TeamFact, TeamId,
 };
 
 fn fact(id: &NodeIdentity, i: u64) -> Vec<u8> {
@@ -47,14 +47,27 @@ fn fact(id: &NodeIdentity, i: u64) -> Vec<u8> {
         .to_bytes()
 }
 
-fn bundle(id: &NodeIdentity, key: Option<&MeshKey>, frames: &[Vec<Vec<u8>>]) -> Vec<u8> {
+fn bundle(
+    id: &NodeIdentity,
+    recipient: Recipient,
+    key: Option<&MeshKey>,
+    frames: &[Vec<Vec<u8>>],
+) -> Vec<u8> {
     let created = Hlc {
         wall_ms: 1,
         logical: 0,
         node: id.node_id(),
     };
-    let mut w = BundleWriter::new(Vec::new(), id, created, vec!["global".into()], key, [7; 16])
-        .expect("header");
+    let mut w = BundleWriter::new(
+        Vec::new(),
+        id,
+        recipient,
+        created,
+        vec!["global".into()],
+        key,
+        [7; 16],
+    )
+    .expect("header");
     for f in frames {
         w.write_frame(f).expect("frame");
     }
@@ -80,10 +93,34 @@ fn main() -> std::io::Result<()> {
         facts[2..3].to_vec(),
         facts[3..].to_vec(),
     ];
-    fs::write(b.join("seed-plain"), bundle(&id, None, &frames))?;
-    fs::write(b.join("seed-encrypted"), bundle(&id, Some(&key), &frames))?;
-    fs::write(b.join("seed-empty"), bundle(&id, None, &[]))?;
-    fs::write(b.join("seed-one"), bundle(&id, Some(&key), &frames[1..2]))?;
+    let any = Recipient::AnyPeer;
+    let to_other = Recipient::Node(other.node_id());
+    fs::write(b.join("seed-plain"), bundle(&id, any, None, &frames))?;
+    fs::write(b.join("seed-encrypted"), bundle(&id, any, Some(&key), &frames))?;
+    fs::write(b.join("seed-empty"), bundle(&id, any, None, &[]))?;
+    fs::write(b.join("seed-one"), bundle(&id, to_other, Some(&key), &frames[1..2]))?;
+    fs::write(b.join("seed-addressed"), bundle(&id, to_other, None, &frames))?;
+    // fact_batch: a mode byte, then u16 LE length-prefixed facts (see
+    // fuzz_targets/fact_batch.rs); mode 1 repeats the batch past the
+    // threaded verifier's threshold.
+    let fb = root.join("fact_batch");
+    fs::create_dir_all(&fb)?;
+    let batch = |mode: u8, items: &[Vec<u8>]| {
+        let mut out = vec![mode];
+        for x in items {
+            out.extend_from_slice(&(x.len() as u16).to_le_bytes());
+            out.extend_from_slice(x);
+        }
+        out
+    };
+    fs::write(fb.join("seed-all"), batch(0, &facts))?;
+    fs::write(fb.join("seed-one"), batch(0, &facts[..1]))?;
+    fs::write(fb.join("seed-three"), batch(0, &facts[..3]))?;
+    fs::write(fb.join("seed-repeated"), batch(1, &facts))?;
+    let mut bad = facts.clone();
+    let last = bad[4].len() - 1;
+    bad[4][last] ^= 1;
+    fs::write(fb.join("seed-one-bad"), batch(0, &bad))?;
     // text_change: a real edit's change and a saved document.
     let t = root.join("text_change");
     fs::create_dir_all(&t)?;

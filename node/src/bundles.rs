@@ -4,17 +4,24 @@
 //! file that is renamed into place when complete (bounded memory for any
 //! store size; a failed export leaves nothing behind). Import first verifies
 //! the whole file (signature, every frame's tag, every fact's signature),
-//! refuses an unknown sender, and only then applies it frame by frame, each
-//! frame in one transaction, through the same import gate as a live peer.
+//! refuses a bundle addressed to another node (exit 3) or from an unknown
+//! sender, and only then applies it frame by frame, each frame in one
+//! transaction, through the same import gate as a live peer.
 //!
-//! Invariant: a bundle that fails verification changes nothing.
+//! Every bundle names its recipient in its signed header: `--for PEER`
+//! addresses it to that peer alone; a `--scope` or full export is marked
+//! "any peer" (any node that has this node as a peer may import it).
+//!
+//! Invariant: a bundle that fails verification, or is not for this node,
+//! changes nothing (not even the audit log: a whole-bundle refusal is the
+//! importing user's own command failing, reported on stderr).
 
 use std::fs::{self, File};
 use std::io::{BufReader, BufWriter};
 use std::path::Path;
 
 use amos_acl::PeerPolicy;
-use amos_protocol::bundle::{self, BundleError, ReadError};
+use amos_protocol::bundle::{self, BundleError, ReadError, Recipient};
 use amos_protocol::{Hlc, MeshKey, Scope};
 use amos_sync::ApplyReport;
 use rand::RngExt;
@@ -34,6 +41,8 @@ const FRAME_FACTS: usize = bundle::FRAME_FACTS;
 pub struct ExportReport {
     pub file: String,
     pub policy: String,
+    /// The node the bundle is for, or "any peer" (no `--for`).
+    pub recipient: String,
     pub encrypted: bool,
     pub facts: u64,
     pub frames: u64,
@@ -45,6 +54,8 @@ pub struct ExportReport {
 pub struct ImportReport {
     pub file: String,
     pub sender: String,
+    /// The bundle's recipient: this node, or "any peer".
+    pub recipient: String,
     pub facts: u64,
     pub applied: u64,
     pub stale: u64,
@@ -115,6 +126,7 @@ impl Node {
         feedback: Feedback,
     ) -> Result<ExportReport> {
         let mut pairing = None;
+        let mut recipient = Recipient::AnyPeer;
         let policy = match (for_peer, scopes.is_empty()) {
             (Some(_), false) => {
                 return Err(NodeError::BadInput("use --for or --scope, not both".into()));
@@ -124,6 +136,7 @@ impl Node {
                     NodeError::BadInput(e.to_string())
                 })?;
                 pairing = crate::pairing::join_proof_for(self.store().conn(), &id)?;
+                recipient = Recipient::Node(id);
                 self.peer_policy(&id)?
                     .ok_or_else(|| NodeError::BadInput(format!("unknown peer {peer}")))?
             }
@@ -156,6 +169,7 @@ impl Node {
         let mut writer = bundle::BundleWriter::with_pairing(
             out,
             self.identity(),
+            recipient,
             created,
             policy.scopes().map(ToString::to_string).collect(),
             key.as_ref(),
@@ -179,6 +193,7 @@ impl Node {
         Ok(ExportReport {
             file: file.display().to_string(),
             policy: policy.to_string(),
+            recipient: recipient.to_string(),
             encrypted: key.is_some(),
             facts: summary.facts,
             frames: summary.frames,
@@ -207,6 +222,16 @@ impl Node {
             return Err(NodeError::Failed(format!(
                 "{}: bundle was made by this node",
                 file.display()
+            )));
+        }
+        let recipient = verified.recipient();
+        if !recipient.admits(&self.node_id()) {
+            return Err(NodeError::Refused(format!(
+                "{}: bundle from {} was made for node {}, not for this node ({})",
+                file.display(),
+                sender.short(),
+                recipient,
+                self.node_id()
             )));
         }
         if self.peer_policy(&sender)?.is_none() {
@@ -257,6 +282,7 @@ impl Node {
         Ok(ImportReport {
             file: file.display().to_string(),
             sender: sender.to_string(),
+            recipient: recipient.to_string(),
             facts: summary.facts,
             applied: total.applied + retried.applied,
             stale: total.stale,

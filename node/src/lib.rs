@@ -34,7 +34,6 @@ pub mod replica;
 pub mod service;
 pub mod store;
 pub mod text;
-pub mod verify;
 pub mod view;
 
 pub use error::{NodeError, Result};

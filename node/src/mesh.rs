@@ -462,7 +462,7 @@ fn session_thread(
                 Action::Apply(facts) => {
                     let n = facts.len() as u64;
                     facts_in += n;
-                    let verified = crate::verify::verify_facts(&facts)
+                    let verified = amos_protocol::verify_all(&facts)
                         .map_err(|e| MeshError::BadFact(e.to_string()))?;
                     let report = node.apply_from(&peer, verified)?;
                     crate::metrics::facts_applied(&report);

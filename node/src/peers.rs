@@ -177,9 +177,11 @@ impl Node {
         let me = self.node_id();
         self.store.write(|tx| {
             let rows = replica::take_deferred(tx.conn())?;
+            let checked =
+                amos_protocol::verify_each(&rows.iter().map(|(_, b)| b).collect::<Vec<_>>());
             let mut total = ApplyReport::default();
-            for (peer, bytes) in rows {
-                let Ok(fact) = SignedFact::decode_verified(&bytes) else {
+            for ((peer, _), fact) in rows.into_iter().zip(checked) {
+                let Ok(fact) = fact else {
                     continue;
                 };
                 let policy = replica::peer_policy(tx.conn(), &peer)?;

@@ -446,7 +446,7 @@ fn u32_at(b: &[u8], at: usize) -> usize {
 
 fn layout(b: &[u8]) -> Layout {
     assert_eq!(&b[..8], b"AMOSBNDL");
-    assert_eq!(u16::from_le_bytes([b[8], b[9]]), 1);
+    assert_eq!(u16::from_le_bytes([b[8], b[9]]), 3);
     let header = u32_at(b, 10);
     let mut at = 14 + header;
     let mut frames = Vec::new();
@@ -962,6 +962,7 @@ fn a_scoped_peer_cannot_escalate_through_a_bundle() {
     let mut w = BundleWriter::new(
         File::create(&evil).unwrap(),
         &identity,
+        amos_protocol::bundle::Recipient::AnyPeer,
         Hlc {
             wall_ms: now,
             logical: 30,
@@ -1167,4 +1168,66 @@ fn export_for_a_scoped_peer_carries_only_its_scope_and_retractions() {
     assert_eq!(db_hits(&b, "fvapolloone"), Vec::<String>::new());
     assert!(!db_hits(&b, "fvapollotwo").is_empty());
     assert_eq!(digest(&a, &["team:apollo"]), digest(&b, &["team:apollo"]));
+}
+
+// ------------------------------------------------------- recipient (item 9)
+
+/// A bundle names its recipient in its signed header: one that A exported
+/// `--for C` is refused by B (exit 3, one line, nothing applied, nothing
+/// audited) — even though B has A as a full peer — and imported by C.
+#[test]
+fn a_bundle_made_for_another_node_is_refused_and_changes_nothing() {
+    let (a, b, c) = (Home::new(), Home::new(), Home::new());
+    let tmp = tempfile::tempdir().unwrap();
+    share_mesh_key(&a, &b);
+    let key = a.json(&["mesh", "key", "show"])["mesh_key"]
+        .as_str()
+        .expect("mesh_key")
+        .to_owned();
+    c.ok(&["mesh", "key", "set", &key]);
+    pair(&a, &b, "full");
+    pair(&a, &c, "full");
+    org(&a);
+    a.add("alice", "addressedonly for carol's node", &["global"]);
+    let cid = node_id(&c);
+
+    let for_c = tmp.path().join("for-c.amosb");
+    let rep = export(&a, &for_c, &["--for", &cid]);
+    assert_eq!(rep["recipient"], json!(cid), "{rep}");
+    assert!(u64_of(&rep, "facts") > 0, "{rep}");
+
+    // B: refused, exit 3, one line naming the file, the recipient and B.
+    let line = refused_import(&b, &for_c, 3, &["was made for node"], "bundle for C at B");
+    assert!(line.contains(&cid), "names the recipient: {line}");
+    assert!(line.contains(&node_id(&b)), "names this node: {line}");
+    // (refused_import checked that B's digest, memory count and audit log
+    // are unchanged; B never had a memory.)
+    assert_eq!(b.json(&["status"])["memories"], json!(0));
+    // Refused before anything else about the sender is looked at: a node
+    // that does not even know A gets the same answer.
+    let d = Home::new();
+    d.ok(&["mesh", "key", "set", &key]);
+    refused_import(&d, &for_c, 3, &["was made for node"], "bundle for C at D");
+    // And A itself is told the bundle is its own.
+    refused_import(&a, &for_c, 1, &["made by this node"], "bundle for C at A");
+
+    // Positive control: C imports the very same file.
+    let r = import(&c, &for_c);
+    assert_eq!(r["recipient"], json!(cid), "{r}");
+    assert!(u64_of(&r, "applied") > 0, "{r}");
+    assert_eq!(u64_of(&r, "refused"), 0, "{r}");
+    assert_eq!(digest(&a, &[]), digest(&c, &[]));
+    assert_eq!(
+        search_texts(&c, "alice", "addressedonly"),
+        vec!["addressedonly for carol's node"]
+    );
+
+    // An export not made `--for` one peer says so, and any peer imports it.
+    let any = tmp.path().join("any.amosb");
+    let rep = export(&a, &any, &[]);
+    assert_eq!(rep["recipient"], json!("any peer"), "{rep}");
+    let r = import(&b, &any);
+    assert_eq!(r["recipient"], json!("any peer"), "{r}");
+    assert!(u64_of(&r, "applied") > 0, "{r}");
+    assert_eq!(digest(&a, &[]), digest(&b, &[]));
 }

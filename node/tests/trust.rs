@@ -462,7 +462,6 @@ fn a_scoped_peer_cannot_reweight_our_link_over_quic() {
 // ------------------------------------------ 4. a bundle names its recipient
 
 #[test]
-#[ignore = "issue 13: a bundle made --for c is applied by b (exit 0; the header names no recipient)"]
 fn a_bundle_made_for_another_node_is_refused() {
     let t = Two::new(Via::Bundle, "team:apollo");
     t.apollo(&["alice", "bob"]);
@@ -696,7 +695,9 @@ fn same_team_created_twice(via: Via) {
             .unwrap_or_else(|| panic!("no org_origin check: {doctor}"));
         assert_eq!(check["status"], "warn", "{check}");
         assert!(
-            check["hint"].as_str().is_some_and(|s| s.contains("another id")),
+            check["hint"]
+                .as_str()
+                .is_some_and(|s| s.contains("another id")),
             "{check}"
         );
     }

@@ -1,7 +1,7 @@
 //! Bundle files: signed, optionally encrypted, streamed batches of facts for
 //! carrying state across an air gap (`amos bundle export` / `import`).
 //!
-//! # Format (version 1), byte by byte
+//! # Format (version 3), byte by byte
 //!
 //! All fixed-width integers are little-endian unless marked BE. "bincode" is
 //! bincode 2 in its standard configuration (varint integers: a value below
@@ -14,11 +14,15 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `AMOSBNDL` |
-//! | 8 | 2 | format version, u16 = 1. A reader refuses any other value *before reading further* ("bundle format version N is not supported") |
+//! | 8 | 2 | format version, u16 = 3 (4 with a pairing proof, below). A reader refuses any other value *before reading further* ("bundle format version N is not supported"); versions 1 and 2, which older amos wrote without a recipient, with a message saying to export again |
 //! | 10 | 4 | header length `H`, u32, at most 64 KiB ([`MAX_HEADER_BYTES`]) |
-//! | 14 | `H` | header body: bincode of [`BundleHeader`] = `sender` (32 bytes, the NodeId), `created` ([`Hlc`]: varint u64 `wall_ms`, varint u32 `logical`, 32-byte node), `scopes` (varint count, then each a varint length and UTF-8), `encrypted` (1 byte, 0 or 1), `nonce_seed` (16 bytes), `key_check` (16 bytes) |
+//! | 14 | `H` | header body: bincode of [`BundleHeader`] = `sender` (32 bytes, the NodeId), `recipient` ([`Recipient`]: varint 0 = any peer of the sender, or varint 1 then the 32-byte NodeId of the one node that may import it), `created` ([`Hlc`]: varint u64 `wall_ms`, varint u32 `logical`, 32-byte node), `scopes` (varint count, then each a varint length and UTF-8), `encrypted` (1 byte, 0 or 1), `nonce_seed` (16 bytes), `key_check` (16 bytes); in version 4 followed by bincode of [`PairingProof`] (16 + 32 bytes) |
 //!
 //! The *header bytes* are offsets 0 .. 14 + `H`; `header_hash` = BLAKE3 of them.
+//! The header bytes (recipient included) are covered by the trailer's
+//! signature (through `content_hash`) and, when encrypted, by every frame's
+//! tag (through `header_hash`): nobody but the sender can re-address a
+//! bundle. An importer refuses a bundle whose recipient is another node.
 //! `key_check` is the first 16 bytes of `blake3::keyed_hash(mesh key,
 //! b"amos-bundle-key-check")` when `encrypted`, all zeros otherwise. It lets a
 //! reader tell "wrong key" from "corrupt file"; it is the same for every
@@ -62,8 +66,8 @@
 //! streams: the writer cannot know them when it writes the header, and it
 //! never seeks back.
 //!
-//! The header is never encrypted: sender, creation clock and scopes are
-//! readable without the key (so a reader can say whose bundle it is and that
+//! The header is never encrypted: sender, recipient, creation clock and
+//! scopes are readable without the key (so a reader can say whose bundle it is and that
 //! a key is needed); only facts are confidential. Frame sizes, and so
 //! roughly the number of facts, are visible too.
 //!
@@ -91,28 +95,15 @@
 //!
 //! # Signature checking
 //!
-//! Facts are checked with ed25519 batch verification
-//! (`ed25519_dalek::verify_batch`, half a frame per batch), on scoped worker
-//! threads, one per available core, while the calling thread reads and
-//! decrypts the next frame. Batch verification accepts every fact
-//! `verify_strict` accepts; the extra conditions `verify_strict` imposes are
-//! checked per fact before batching: a canonical, non-small-order `R`, and an
-//! author key not of small order. Authors whose key has a small-order
-//! component are checked one by one with `verify_strict`. When a batch fails,
-//! its facts are re-checked one by one to name the first bad one.
-//!
-//! One difference remains: a signature whose `R` carries a small-order
-//! component fails `verify_strict` but may pass the (cofactorless) batch
-//! equation, whose randomizers are derived from the batch itself. Only the
-//! holder of the author's secret key can make such a signature, on purpose;
-//! such a fact would be accepted from a bundle but refused over live sync.
-//! Ruling it out costs a scalar multiplication per fact (as much as a single
-//! verification), which would erase the gain.
+//! Facts are checked by the one fact verifier, [`crate::verify`] (canonical
+//! decoding, validation, ed25519 batch verification with `verify_strict`'s
+//! extra conditions checked per fact — the same code live sync uses), half a
+//! frame per batch, on scoped worker threads, one per available core, while
+//! the calling thread reads and decrypts the next frame.
 //!
 //! Boundary: no I/O besides the `Read`/`Write` values callers pass in; the
 //! nonce seed comes from the caller.
 
-use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -126,17 +117,20 @@ use ed25519_dalek::{Signature, VerifyingKey};
 
 use crate::codec::{self, MAX_FACT_BYTES, WireFact};
 use crate::mesh::MeshKey;
-use crate::sign::signing_bytes;
+use crate::verify::{self, KeyCache};
 use crate::{Hlc, NodeId, NodeIdentity, ProtocolError, SignedFact, Verified};
 
 /// The first 8 bytes of every bundle.
 pub const MAGIC: [u8; 8] = *b"AMOSBNDL";
-/// The format version this code writes and reads.
-pub const FORMAT_VERSION: u16 = 1;
+/// The format version this code writes and reads (the header names its
+/// [`Recipient`]). Versions 1 and 2 (no recipient) are refused.
+pub const FORMAT_VERSION: u16 = 3;
 /// The same format with a [`PairingProof`] after the header (a joiner's
 /// first bundle, `amos join --offline`). Written only when a proof is
-/// carried, so every other bundle stays version 1.
-pub const PAIRING_FORMAT_VERSION: u16 = 2;
+/// carried, so every other bundle stays version [`FORMAT_VERSION`].
+pub const PAIRING_FORMAT_VERSION: u16 = 4;
+/// The versions older amos wrote, before bundles named their recipient.
+const OLD_VERSIONS: [u16; 2] = [1, 2];
 /// Largest header body.
 pub const MAX_HEADER_BYTES: u32 = 64 * 1024;
 /// Largest frame (ciphertext and tag included).
@@ -161,6 +155,8 @@ const PARALLEL_MIN_FACTS: usize = 256;
 pub struct BundleHeader {
     /// The node that made and signed the bundle.
     pub sender: NodeId,
+    /// Who may import it (signed with the rest of the header).
+    pub recipient: Recipient,
     /// The sender's clock when the export began.
     pub created: Hlc,
     /// The scopes the export covered, as the sender named them.
@@ -169,6 +165,40 @@ pub struct BundleHeader {
     pub encrypted: bool,
     nonce_seed: [u8; 16],
     key_check: [u8; 16],
+}
+
+/// Who a bundle is for, as its sender signed it.
+///
+/// `amos bundle export --for PEER` addresses the bundle to that peer and no
+/// other node will import it. An export by scope (`--scope`) or of
+/// everything is not made for one peer: it says so explicitly
+/// ([`Recipient::AnyPeer`]), and any node that has the sender registered as
+/// a peer may import it (through its own policy for the sender).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
+pub enum Recipient {
+    /// Any node that has the sender as a peer.
+    AnyPeer,
+    /// This node only.
+    Node(NodeId),
+}
+
+impl Recipient {
+    /// Whether the node `me` may import a bundle addressed this way.
+    pub fn admits(&self, me: &NodeId) -> bool {
+        match self {
+            Recipient::AnyPeer => true,
+            Recipient::Node(n) => n == me,
+        }
+    }
+}
+
+impl std::fmt::Display for Recipient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Recipient::AnyPeer => f.write_str("any peer"),
+            Recipient::Node(n) => write!(f, "{n}"),
+        }
+    }
 }
 
 /// A joiner's proof that it holds a pairing code (DESIGN.md §7, `amos join
@@ -207,6 +237,10 @@ pub enum BundleError {
     NotABundle,
     #[error("bundle format version {0} is not supported")]
     UnsupportedVersion(u16),
+    #[error(
+        "bundle format version {0} was written by an older amos and names no recipient; export it again"
+    )]
+    OldVersion(u16),
     #[error("bundle is truncated")]
     Truncated,
     #[error("bundle {what} is too large: {size} bytes (limit {limit})")]
@@ -442,19 +476,24 @@ impl<W: Write> BundleWriter<W> {
     pub fn new(
         out: W,
         identity: &NodeIdentity,
+        recipient: Recipient,
         created: Hlc,
         scopes: Vec<String>,
         key: Option<&MeshKey>,
         nonce_seed: [u8; 16],
     ) -> Result<Self, BundleError> {
-        Self::with_pairing(out, identity, created, scopes, key, nonce_seed, None)
+        Self::with_pairing(
+            out, identity, recipient, created, scopes, key, nonce_seed, None,
+        )
     }
 
     /// [`BundleWriter::new`], carrying a joiner's [`PairingProof`] after the
     /// header (format version [`PAIRING_FORMAT_VERSION`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn with_pairing(
         out: W,
         identity: &NodeIdentity,
+        recipient: Recipient,
         created: Hlc,
         scopes: Vec<String>,
         key: Option<&MeshKey>,
@@ -463,6 +502,7 @@ impl<W: Write> BundleWriter<W> {
     ) -> Result<Self, BundleError> {
         let header = BundleHeader {
             sender: identity.node_id(),
+            recipient,
             created,
             scopes,
             encrypted: key.is_some(),
@@ -736,6 +776,9 @@ fn read_header<R: Read>(input: &mut Input<R>) -> Result<ReadHeader, BundleError>
     }
     input.exact(&mut prefix[8..10])?;
     let version = u16::from_le_bytes([prefix[8], prefix[9]]);
+    if OLD_VERSIONS.contains(&version) {
+        return Err(BundleError::OldVersion(version));
+    }
     if version != FORMAT_VERSION && version != PAIRING_FORMAT_VERSION {
         return Err(BundleError::UnsupportedVersion(version));
     }
@@ -839,135 +882,28 @@ fn read_trailer<R: Read>(input: &mut Input<R>) -> Result<(BundleTrailer, Vec<u8>
 // ---------------------------------------------------------------------------
 // Reading: fact signatures
 
-/// How facts by one author are checked.
-#[derive(Clone, Copy)]
-enum AuthorKey {
-    /// A prime-order key: batch verification decides like `verify_strict`.
-    Batch(VerifyingKey),
-    /// A key with a small-order component: check each fact with `verify_strict`.
-    Strict(VerifyingKey),
-    /// Not a point, or of small order: `verify_strict` refuses every signature.
-    Invalid,
-}
-
-fn classify_author(bytes: &[u8; 32]) -> AuthorKey {
-    match VerifyingKey::from_bytes(bytes) {
-        Err(_) => AuthorKey::Invalid,
-        Ok(vk) if vk.is_weak() => AuthorKey::Invalid,
-        Ok(vk) if vk.to_edwards().is_torsion_free() => AuthorKey::Batch(vk),
-        Ok(vk) => AuthorKey::Strict(vk),
-    }
-}
-
-/// y-coordinates (little-endian, sign bit clear) of the eight small-order
-/// points: 0 (order 4), 1 (order 1), two of order 8, p − 1 (order 2).
-const SMALL_ORDER_Y: [[u8; 32]; 5] = [
-    [0; 32],
-    [
-        1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-        0, 0,
-    ],
-    [
-        0x26, 0xe8, 0x95, 0x8f, 0xc2, 0xb2, 0x27, 0xb0, 0x45, 0xc3, 0xf4, 0x89, 0xf2, 0xef, 0x98,
-        0xf0, 0xd5, 0xdf, 0xac, 0x05, 0xd3, 0xc6, 0x33, 0x39, 0xb1, 0x38, 0x02, 0x88, 0x6d, 0x53,
-        0xfc, 0x05,
-    ],
-    [
-        0xc7, 0x17, 0x6a, 0x70, 0x3d, 0x4d, 0xd8, 0x4f, 0xba, 0x3c, 0x0b, 0x76, 0x0d, 0x10, 0x67,
-        0x0f, 0x2a, 0x20, 0x53, 0xfa, 0x2c, 0x39, 0xcc, 0xc6, 0x4e, 0xc7, 0xfd, 0x77, 0x92, 0xac,
-        0x03, 0x7a,
-    ],
-    [
-        0xec, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
-        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
-        0xff, 0x7f,
-    ],
-];
-
-/// p = 2^255 − 19, little-endian.
-const FIELD_P: [u8; 32] = {
-    let mut p = [0xff; 32];
-    p[0] = 0xed;
-    p[31] = 0x7f;
-    p
-};
-
-/// The conditions `verify_strict` puts on a signature's `R` that batch
-/// verification does not: a canonical encoding (y < p) and not of small order.
-fn r_is_strict(signature: &[u8; 64]) -> bool {
-    let mut y = [0u8; 32];
-    y.copy_from_slice(&signature[..32]);
-    y[31] &= 0x7f;
-    let canonical = y.iter().rev().cmp(FIELD_P.iter().rev()) == std::cmp::Ordering::Less;
-    canonical && !SMALL_ORDER_Y.contains(&y)
-}
-
 enum FactProblem {
     Invalid(ProtocolError),
     Signature,
 }
 
-type KeyMap = HashMap<[u8; 32], AuthorKey>;
-
-/// Decode, validate and signature-check `items` (facts `base..` of one
-/// frame), caching author keys in `keys`. Returns how many facts there were,
-/// or the first bad one.
+/// Check `items` (facts `base..` of one frame) with the one fact verifier
+/// ([`crate::verify`]), caching author keys in `keys`. Returns how many
+/// facts there were, or the first bad one.
 fn verify_chunk(
     items: &[&[u8]],
     base: usize,
-    keys: &mut KeyMap,
+    keys: &mut KeyCache,
 ) -> Result<u64, (usize, FactProblem)> {
-    let mut msgs: Vec<Vec<u8>> = Vec::with_capacity(items.len());
-    let mut sigs: Vec<Signature> = Vec::with_capacity(items.len());
-    let mut vks: Vec<VerifyingKey> = Vec::with_capacity(items.len());
-    let mut at: Vec<usize> = Vec::with_capacity(items.len());
-    let mut first_bad: Option<(usize, FactProblem)> = None;
-    for (i, bytes) in items.iter().enumerate() {
-        let fact = match codec::decode_signed(bytes).and_then(|f| f.fact.validate().map(|()| f)) {
-            Ok(f) => f,
-            Err(e) => {
-                first_bad = Some((base + i, FactProblem::Invalid(e)));
-                break;
-            }
-        };
-        let author = fact.fact.author().0;
-        let key = *keys
-            .entry(author)
-            .or_insert_with(|| classify_author(&author));
-        let msg = signing_bytes(&fact.fact);
-        let sig = Signature::from_bytes(&fact.signature);
-        let ok = match key {
-            AuthorKey::Invalid => false,
-            AuthorKey::Strict(vk) => vk.verify_strict(&msg, &sig).is_ok(),
-            AuthorKey::Batch(vk) => {
-                let ok = r_is_strict(&fact.signature);
-                if ok {
-                    msgs.push(msg);
-                    sigs.push(sig);
-                    vks.push(vk);
-                    at.push(base + i);
-                }
-                ok
-            }
-        };
-        if !ok {
-            first_bad = Some((base + i, FactProblem::Signature));
-            break;
+    let results = verify::check_chunk(items, true, keys);
+    for (i, r) in results.into_iter().enumerate() {
+        match r {
+            Ok(_) => {}
+            Err(ProtocolError::BadSignature) => return Err((base + i, FactProblem::Signature)),
+            Err(e) => return Err((base + i, FactProblem::Invalid(e))),
         }
     }
-    let batch: Vec<&[u8]> = msgs.iter().map(Vec::as_slice).collect();
-    if !batch.is_empty() && ed25519_dalek::verify_batch(&batch, &sigs, &vks).is_err() {
-        // Name the first bad one (it precedes `first_bad`, if any).
-        for j in 0..batch.len() {
-            if vks[j].verify_strict(batch[j], &sigs[j]).is_err() {
-                return Err((at[j], FactProblem::Signature));
-            }
-        }
-    }
-    match first_bad {
-        Some(bad) => Err(bad),
-        None => Ok(items.len() as u64),
-    }
+    Ok(items.len() as u64)
 }
 
 /// Part of one frame for a worker: facts `start..end` of `items`.
@@ -981,7 +917,7 @@ struct Job {
 
 type JobResult = (u64, Result<u64, (usize, FactProblem)>);
 
-fn run_job(job: &Job, keys: &mut KeyMap) -> JobResult {
+fn run_job(job: &Job, keys: &mut KeyCache) -> JobResult {
     let items: Vec<&[u8]> = job.items[job.start..job.end]
         .iter()
         .map(|r| &job.plain[r.clone()])
@@ -991,7 +927,7 @@ fn run_job(job: &Job, keys: &mut KeyMap) -> JobResult {
 
 /// A worker: verifies jobs until the queue closes, with its own key cache.
 fn worker(jobs: &Mutex<Receiver<Job>>, results: Sender<JobResult>, cancel: &AtomicBool) {
-    let mut keys = KeyMap::new();
+    let mut keys = KeyCache::default();
     loop {
         let job = match jobs.lock() {
             Ok(rx) => match rx.recv() {
@@ -1090,6 +1026,11 @@ impl VerifiedBundle {
         self.header.sender
     }
 
+    /// Who the sender made the bundle for (covered by the verified signature).
+    pub fn recipient(&self) -> Recipient {
+        self.header.recipient
+    }
+
     /// The sender's pairing proof, if this is a joiner's first bundle
     /// (covered by the verified signature).
     pub fn pairing(&self) -> Option<PairingProof> {
@@ -1140,7 +1081,7 @@ pub fn verify_bundle<R: Read>(r: R, key: Option<&MeshKey>) -> Result<VerifiedBun
         let mut job_rx = Some(Arc::new(Mutex::new(job_rx)));
         let job_tx: SyncSender<Job> = job_tx;
         let result_tx: Sender<JobResult> = result_tx;
-        let mut inline_keys = KeyMap::new();
+        let mut inline_keys = KeyCache::default();
         let mut read_frames = || -> Result<(), BundleError> {
             loop {
                 while let Ok(r) = result_rx.try_recv() {
@@ -1466,6 +1407,7 @@ mod tests {
         let mut w = BundleWriter::new(
             Vec::new(),
             id,
+            Recipient::AnyPeer,
             clock(id.node_id(), 5_000),
             scopes(),
             key,
@@ -1593,6 +1535,7 @@ mod tests {
         let mut w = BundleWriter::new(
             Vec::new(),
             &id,
+            Recipient::AnyPeer,
             clock(id.node_id(), 1),
             vec![],
             None,
@@ -1620,6 +1563,7 @@ mod tests {
         let mut w = BundleWriter::new(
             Vec::new(),
             &ident(1),
+            Recipient::AnyPeer,
             clock(ident(1).node_id(), 5_000),
             scopes(),
             Some(&key()),
@@ -1671,6 +1615,7 @@ mod tests {
                 let mut w = BundleWriter::new(
                     Vec::new(),
                     &id,
+                    Recipient::AnyPeer,
                     clock(id.node_id(), 1),
                     vec![],
                     key.as_ref(),
@@ -1720,7 +1665,10 @@ mod tests {
                 // The error names the region where it can.
                 let region_ok = match pos {
                     0..8 => matches!(err, BundleError::NotABundle),
-                    8..10 => matches!(err, BundleError::UnsupportedVersion(_)),
+                    8..10 => matches!(
+                        err,
+                        BundleError::UnsupportedVersion(_) | BundleError::OldVersion(_)
+                    ),
                     _ if pos >= l.trailer_len => matches!(
                         err,
                         BundleError::BadSignature
@@ -1744,7 +1692,7 @@ mod tests {
     }
 
     #[test]
-    fn a_pairing_proof_travels_signed_and_only_in_version_2() {
+    fn a_pairing_proof_travels_signed_and_only_in_its_own_version() {
         let id = ident(1);
         let proof = PairingProof {
             invite: [3; 16],
@@ -1753,6 +1701,7 @@ mod tests {
         let mut w = BundleWriter::with_pairing(
             Vec::new(),
             &id,
+            Recipient::AnyPeer,
             clock(id.node_id(), 5_000),
             scopes(),
             None,
@@ -1768,7 +1717,7 @@ mod tests {
         let v = verify_bundle(&bytes[..], None).unwrap();
         assert_eq!(v.pairing(), Some(proof));
         assert_eq!(import(&bytes, None).unwrap(), sample_frames());
-        // Without a proof the bundle is version 1 and carries none.
+        // Without a proof the bundle is version 3 and carries none.
         let plain = sample(None);
         assert_eq!(plain[8..10], FORMAT_VERSION.to_le_bytes());
         assert_eq!(verify_bundle(&plain[..], None).unwrap().pairing(), None);
@@ -1841,10 +1790,18 @@ mod tests {
     #[test]
     fn unknown_version_is_refused_before_reading_further() {
         let mut bytes = sample(Some(&key()));
-        bytes[8..10].copy_from_slice(&3u16.to_le_bytes());
+        bytes[8..10].copy_from_slice(&5u16.to_le_bytes());
         let err = verify_bundle(&bytes[..], Some(&key())).unwrap_err();
-        assert!(matches!(err, BundleError::UnsupportedVersion(3)));
-        assert_eq!(err.to_string(), "bundle format version 3 is not supported");
+        assert!(matches!(err, BundleError::UnsupportedVersion(5)));
+        assert_eq!(err.to_string(), "bundle format version 5 is not supported");
+        // Versions 1 and 2 named no recipient: refused, saying what to do.
+        for old in [1u16, 2] {
+            let mut short = MAGIC.to_vec();
+            short.extend_from_slice(&old.to_le_bytes());
+            let err = verify_bundle(&short[..], None).unwrap_err();
+            assert!(matches!(err, BundleError::OldVersion(v) if v == old));
+            assert!(err.to_string().contains("export it again"), "{err}");
+        }
         // Nothing after the version is needed to say so.
         let mut short = MAGIC.to_vec();
         short.extend_from_slice(&7u16.to_le_bytes());
@@ -1857,7 +1814,7 @@ mod tests {
     #[test]
     fn oversized_lengths_are_refused_before_allocating() {
         let mut huge_header = MAGIC.to_vec();
-        huge_header.extend_from_slice(&1u16.to_le_bytes());
+        huge_header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         huge_header.extend_from_slice(&(MAX_HEADER_BYTES + 1).to_le_bytes());
         assert!(matches!(
             verify_bundle(&huge_header[..], None),
@@ -2136,29 +2093,17 @@ mod tests {
     }
 
     #[test]
-    fn facts_by_small_order_or_mixed_order_keys_follow_verify_strict() {
-        // A key with a small-order component: classified for one-by-one checks.
+    fn facts_by_small_order_or_mixed_order_keys_are_named() {
+        // The key rules themselves are tested in `verify`; here: a bundle
+        // holding a fact that claims such an author names that fact.
         let honest = VerifyingKey::from_bytes(&ident(1).node_id().0).unwrap();
-        let torsion = VerifyingKey::from_bytes(&SMALL_ORDER_Y[2]).unwrap();
-        let mixed = VerifyingKey::from(honest.to_edwards() + torsion.to_edwards());
-        assert!(matches!(
-            classify_author(&honest.to_bytes()),
-            AuthorKey::Batch(_)
-        ));
-        assert!(matches!(
-            classify_author(&mixed.to_bytes()),
-            AuthorKey::Strict(_)
-        ));
-        assert!(matches!(
-            classify_author(&SMALL_ORDER_Y[1]),
-            AuthorKey::Invalid
-        ));
+        // A point of order 8, and the identity (order 1).
+        let [_, identity, order_8, ..] = verify::SMALL_ORDER_Y;
+        let small = VerifyingKey::from_bytes(&order_8).unwrap();
+        let mixed = VerifyingKey::from(honest.to_edwards() + small.to_edwards());
         let mut not_a_point = [0u8; 32];
         not_a_point[0] = 2;
-        assert!(VerifyingKey::from_bytes(&not_a_point).is_err());
-        assert!(matches!(classify_author(&not_a_point), AuthorKey::Invalid));
-        // Facts claiming those authors, signed by someone else, are refused.
-        for author in [mixed.to_bytes(), SMALL_ORDER_Y[1], not_a_point] {
+        for author in [mixed.to_bytes(), identity, order_8, not_a_point] {
             let fact = Fact {
                 clock: clock(NodeId(author), 1),
                 body: FactBody::Team(TeamFact {
@@ -2169,7 +2114,7 @@ mod tests {
                 }),
             };
             let forged = SignedFact {
-                signature: ident(1).sign_raw(&signing_bytes(&fact)),
+                signature: ident(1).sign_raw(&crate::sign::signing_bytes(&fact)),
                 fact,
             }
             .to_bytes();
@@ -2188,36 +2133,64 @@ mod tests {
     }
 
     #[test]
-    fn small_order_table_is_complete_and_r_checks_match_verify_strict() {
-        let mut points = std::collections::BTreeSet::new();
-        for y in SMALL_ORDER_Y {
-            for sign in [0u8, 0x80] {
-                let mut b = y;
-                b[31] |= sign;
-                if let Ok(vk) = VerifyingKey::from_bytes(&b) {
-                    assert!(vk.is_weak());
-                    points.insert(vk.to_edwards().compress().to_bytes());
-                    let mut sig = [0u8; 64];
-                    sig[..32].copy_from_slice(&b);
-                    assert!(!r_is_strict(&sig));
-                }
+    fn the_recipient_is_covered_by_the_header_signature() {
+        let id = ident(1);
+        let (c, b) = (ident(3).node_id(), ident(2).node_id());
+        for key in [None, Some(key())] {
+            let mut w = BundleWriter::new(
+                Vec::new(),
+                &id,
+                Recipient::Node(c),
+                clock(id.node_id(), 5_000),
+                scopes(),
+                key.as_ref(),
+                [7; 16],
+            )
+            .unwrap();
+            for f in sample_frames() {
+                w.write_frame(&f).unwrap();
             }
+            let (bytes, _) = w.finish().unwrap();
+            let v = verify_bundle(&bytes[..], key.as_ref()).unwrap();
+            assert_eq!(v.recipient(), Recipient::Node(c));
+            assert!(v.recipient().admits(&c));
+            assert!(!v.recipient().admits(&b));
+            assert!(!v.recipient().admits(&id.node_id()));
+            // The recipient sits right after the sender: variant 1, then C's id.
+            let at = PREFIX_LEN + 32;
+            assert_eq!(bytes[at], 1);
+            assert_eq!(bytes[at + 1..at + 33], c.0);
+            // Re-addressing it to B (same length, only the recipient
+            // changed) breaks the signature; every byte of it does.
+            let mut to_b = bytes.clone();
+            to_b[at + 1..at + 33].copy_from_slice(&b.0);
+            let err = verify_bundle(&to_b[..], key.as_ref()).unwrap_err();
+            assert!(
+                matches!(err, BundleError::BadSignature | BundleError::Tampered),
+                "{err}"
+            );
+            if key.is_none() {
+                assert!(matches!(err, BundleError::BadSignature), "{err}");
+            }
+            for i in at..at + 33 {
+                let mut bad = bytes.clone();
+                bad[i] ^= 0x01;
+                assert!(verify_bundle(&bad[..], key.as_ref()).is_err(), "byte {i}");
+            }
+            // Making it "any peer" (dropping the id) fails as well.
+            let mut any = bytes[..at].to_vec();
+            any.push(0);
+            any.extend_from_slice(&bytes[at + 33..]);
+            let len = u32::from_le_bytes(any[10..14].try_into().unwrap()) - 32;
+            any[10..14].copy_from_slice(&len.to_le_bytes());
+            assert!(verify_bundle(&any[..], key.as_ref()).is_err());
         }
-        // There are exactly 8 points of small order on edwards25519.
-        assert_eq!(points.len(), 8);
-        // Honest signatures pass; non-canonical y (≥ p) does not.
-        let id = ident(4);
-        for i in 0..50 {
-            let sig = id.sign_raw(&i.to_string().into_bytes());
-            assert!(r_is_strict(&sig));
-        }
-        let mut sig = [0u8; 64];
-        sig[..32].copy_from_slice(&FIELD_P);
-        assert!(!r_is_strict(&sig));
-        sig[0] = 0xef; // p + 2
-        assert!(!r_is_strict(&sig));
-        sig[0] = 0xeb; // p - 2: canonical
-        assert!(r_is_strict(&sig));
+        // An export not made for one peer says so.
+        let v = verify_bundle(&sample(None)[..], None).unwrap();
+        assert_eq!(v.recipient(), Recipient::AnyPeer);
+        assert!(v.recipient().admits(&b));
+        assert_eq!(Recipient::AnyPeer.to_string(), "any peer");
+        assert_eq!(Recipient::Node(c).to_string(), c.to_string());
     }
 
     #[test]
@@ -2225,6 +2198,7 @@ mod tests {
         // An unencrypted header with a key check is refused.
         let mut h = BundleHeader {
             sender: ident(1).node_id(),
+            recipient: Recipient::AnyPeer,
             created: clock(ident(1).node_id(), 1),
             scopes: vec![],
             encrypted: false,
@@ -2232,7 +2206,7 @@ mod tests {
             key_check: [1; 16],
         };
         let mut bytes = MAGIC.to_vec();
-        bytes.extend_from_slice(&1u16.to_le_bytes());
+        bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         let body = codec::encode(&h);
         bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
         bytes.extend_from_slice(&body);
@@ -2255,8 +2229,16 @@ mod tests {
         ));
         // A header too large to write is refused by the writer.
         h.scopes = vec!["x".repeat(70_000)];
-        let err = BundleWriter::new(Vec::new(), &ident(1), h.created, h.scopes, None, [0; 16])
-            .unwrap_err();
+        let err = BundleWriter::new(
+            Vec::new(),
+            &ident(1),
+            Recipient::AnyPeer,
+            h.created,
+            h.scopes,
+            None,
+            [0; 16],
+        )
+        .unwrap_err();
         assert!(matches!(err, BundleError::TooLarge { what: "header", .. }));
     }
 
@@ -2266,6 +2248,7 @@ mod tests {
         let mut w = BundleWriter::new(
             Vec::new(),
             &id,
+            Recipient::AnyPeer,
             clock(id.node_id(), 1),
             vec![],
             None,
@@ -2312,6 +2295,7 @@ mod tests {
         let mut w = BundleWriter::new(
             FailingWriter(200),
             &id,
+            Recipient::AnyPeer,
             clock(id.node_id(), 1),
             vec![],
             None,
@@ -2330,6 +2314,7 @@ mod tests {
         let w = BundleWriter::new(
             Vec::new(),
             &id,
+            Recipient::AnyPeer,
             clock(id.node_id(), 1),
             vec![],
             Some(&key()),
@@ -2458,6 +2443,7 @@ mod tests {
         let mut w = BundleWriter::new(
             Vec::new(),
             &ids[0],
+            Recipient::AnyPeer,
             clock(ids[0].node_id(), 1),
             scopes(),
             Some(&key),
@@ -2496,9 +2482,18 @@ mod tests {
             for f in &facts {
                 let sf = codec::decode_signed(f).unwrap();
                 sf.fact.validate().unwrap();
-                std::hint::black_box(signing_bytes(&sf.fact));
+                std::hint::black_box(crate::sign::signing_bytes(&sf.fact));
             }
         });
+        // The live-sync path: the same verifier over whole batches of 4096.
+        timed(
+            "verify::verify_all, batches of 4096 (live sync's path)",
+            || {
+                for batch in facts.chunks(FRAME_FACTS) {
+                    assert_eq!(verify::verify_all(batch).unwrap().len(), batch.len());
+                }
+            },
+        );
         // Baseline: the same facts one by one with SignedFact::decode_verified,
         // on as many threads.
         let per = facts.len().div_ceil(workers);

@@ -3,7 +3,8 @@
 //! Owns ids ([`NodeId`], [`MemoryId`], slugs), the hybrid logical clock
 //! ([`Hlc`]), scopes and grants ([`Scope`], [`Grants`]), the replicated
 //! [`Fact`] types, their canonical encoding (bincode 2) and ed25519 signing
-//! ([`NodeIdentity`], [`SignedFact`], [`Verified`]), and the bundle file
+//! ([`NodeIdentity`], [`SignedFact`], [`Verified`]), the one verifier of
+//! signed facts from outside ([`verify`]), and the bundle file
 //! format ([`bundle`], encrypted under a [`MeshKey`]).
 //!
 //! Invariant: a [`Verified`] fact carries a valid signature by its author and
@@ -24,10 +25,11 @@ pub mod mesh;
 pub mod pairing;
 pub mod scope;
 pub mod sign;
+pub mod verify;
 pub mod wire;
 
 pub use bundle::{
-    BundleError, BundleHeader, BundleSummary, BundleWriter, PairingProof, ReadError,
+    BundleError, BundleHeader, BundleSummary, BundleWriter, PairingProof, ReadError, Recipient,
     VerifiedBundle, read_verified, verify_bundle,
 };
 pub use error::ProtocolError;
@@ -40,3 +42,4 @@ pub use id::{AgentId, MemoryId, MemoryType, NodeId, ProjectId, Relation, Slug, T
 pub use mesh::MeshKey;
 pub use scope::{Grants, Scope};
 pub use sign::{NodeIdentity, SignedFact, Verified};
+pub use verify::{BatchError, verify_all, verify_each, verify_one};

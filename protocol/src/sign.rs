@@ -9,7 +9,7 @@
 //! this node just signed itself.
 
 use bincode::{Decode, Encode};
-use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
+use ed25519_dalek::{Signer, SigningKey};
 
 use crate::{Fact, NodeId, ProtocolError, codec};
 
@@ -79,22 +79,18 @@ pub struct SignedFact {
 }
 
 impl SignedFact {
-    /// Check the signature against the author's key and the fact's rules.
+    /// Check the signature against the author's key (`verify_strict`) and
+    /// the fact's rules. Batches go through [`crate::verify`].
     pub fn verify(self) -> Result<Verified<SignedFact>, ProtocolError> {
-        let key = VerifyingKey::from_bytes(&self.fact.author().0)
-            .map_err(|_| ProtocolError::BadSignature)?;
-        key.verify_strict(
-            &signing_bytes(&self.fact),
-            &Signature::from_bytes(&self.signature),
-        )
-        .map_err(|_| ProtocolError::BadSignature)?;
+        crate::verify::check_strict(&self)?;
         self.fact.validate()?;
         Ok(Verified(self))
     }
 
-    /// Decode wire bytes and verify them in one step.
+    /// Decode wire bytes and verify them in one step
+    /// ([`crate::verify::verify_one`]).
     pub fn decode_verified(bytes: &[u8]) -> Result<Verified<SignedFact>, ProtocolError> {
-        codec::decode_signed(bytes)?.verify()
+        crate::verify::verify_one(bytes)
     }
 
     /// The wire encoding.

@@ -1127,7 +1127,7 @@ fn run(cli: Cli) -> Result<()> {
             let r = node.bundle_export(&file, &scopes, for_peer.as_deref(), out.feedback())?;
             out.emit(&r, || {
                 format!(
-                    "wrote {} facts in {} frames ({} bytes, {}) to {}",
+                    "wrote {} facts in {} frames ({} bytes, {}) to {}, for {}",
                     r.facts,
                     r.frames,
                     r.bytes,
@@ -1136,7 +1136,8 @@ fn run(cli: Cli) -> Result<()> {
                     } else {
                         "NOT encrypted: no mesh key"
                     },
-                    r.file
+                    r.file,
+                    r.recipient
                 )
             });
         }
