@@ -56,7 +56,11 @@ impl<'t, 'c> SqlReplica<'t, 'c> {
     /// Write every acl fact still held back. Until this runs, the store
     /// lacks them: call it once the batch is applied, before committing.
     pub fn finish(&mut self) -> Result<()> {
-        let held: Vec<_> = self.held_acl.drain().collect();
+        // In memory-id order: the same batch takes the same `seq`s on every
+        // run (a map's order would make export order, and so what a peer
+        // receives first, vary between runs).
+        let mut held: Vec<_> = self.held_acl.drain().collect();
+        held.sort_by_key(|(id, _)| *id);
         for (_, admission) in held {
             self.tx.put(&admission)?;
         }

@@ -97,9 +97,10 @@ fn three_nodes_pair_by_code_converge_and_relay_through_the_inviter() {
     assert_eq!(peer_ids(&a), vec![id(&b)]);
 
     // c joins with its own code; then b writes, and c receives it through a.
+    // c's carol joins apollo as part of pairing (a, apollo's origin, adds her).
     let code_c = invite(&a, &["--ttl", "5m"]);
-    c.ok(&["join", &code_c]);
-    c.ok(&["agent", "add", "carol", "--team", "apollo"]);
+    c.ok(&["agent", "add", "carol"]);
+    c.ok(&["join", &code_c, "--as", "carol"]);
     let from_b = b.add(
         "bob",
         "the release train leaves on fridays",
