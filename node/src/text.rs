@@ -75,7 +75,13 @@ fn content_of(rec: &MemoryRecord, text: MemoryText) -> FactBody {
 }
 
 fn text_error(e: amos_sync::text::TextError) -> NodeError {
-    NodeError::Corrupt(format!("memory text: {e}"))
+    match e {
+        // Not damage: an edit arrived before the memory's first version.
+        amos_sync::text::TextError::Incomplete => NodeError::Failed(format!(
+            "memory text: {e}; sync with the memory's origin, then edit again"
+        )),
+        e => NodeError::Corrupt(format!("memory text: {e}")),
+    }
 }
 
 impl Node {

@@ -42,6 +42,11 @@ const TEXT_KEY: &str = "text";
 pub enum TextError {
     #[error("malformed text change: {0}")]
     Malformed(String),
+    /// The document holds edits but not yet the base they were made on
+    /// (a peer sent an edit before the memory's first version): nothing to
+    /// edit until the base arrives.
+    #[error("the text is incomplete here: its base has not arrived yet")]
+    Incomplete,
     #[error("text {what} of {size} bytes exceeds the limit of {limit}")]
     TooLarge {
         what: &'static str,
@@ -627,9 +632,7 @@ impl TextDoc {
         if old.concat() == new_text {
             return Ok(None);
         }
-        let obj = self
-            .list()
-            .ok_or_else(|| malformed("the document has no base text to edit"))?;
+        let obj = self.list().ok_or(TextError::Incomplete)?;
         let time = i64::try_from(clock.wall_ms).unwrap_or(i64::MAX);
         let id = self.id;
         let made = self.guarded(None, |doc| {
