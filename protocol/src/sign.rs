@@ -78,21 +78,9 @@ pub struct SignedFact {
     pub signature: [u8; 64],
 }
 
+// `SignedFact::verify` and `decode_verified` live in `crate::verify`, the
+// one verification path (this module signs; it never verifies).
 impl SignedFact {
-    /// Check the signature against the author's key (`verify_strict`) and
-    /// the fact's rules. Batches go through [`crate::verify`].
-    pub fn verify(self) -> Result<Verified<SignedFact>, ProtocolError> {
-        crate::verify::check_strict(&self)?;
-        self.fact.validate()?;
-        Ok(Verified(self))
-    }
-
-    /// Decode wire bytes and verify them in one step
-    /// ([`crate::verify::verify_one`]).
-    pub fn decode_verified(bytes: &[u8]) -> Result<Verified<SignedFact>, ProtocolError> {
-        crate::verify::verify_one(bytes)
-    }
-
     /// The wire encoding.
     pub fn to_bytes(&self) -> Vec<u8> {
         codec::encode_signed(self)

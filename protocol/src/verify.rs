@@ -39,6 +39,21 @@ use crate::codec;
 use crate::sign::signing_bytes;
 use crate::{ProtocolError, SignedFact, Verified};
 
+impl SignedFact {
+    /// Check the signature against the author's key (`verify_strict`) and
+    /// the fact's rules. Batches go through [`verify_all`].
+    pub fn verify(self) -> Result<Verified<SignedFact>, ProtocolError> {
+        check_strict(&self)?;
+        self.fact.validate()?;
+        Ok(Verified::assume_verified(self))
+    }
+
+    /// Decode wire bytes and verify them in one step ([`verify_one`]).
+    pub fn decode_verified(bytes: &[u8]) -> Result<Verified<SignedFact>, ProtocolError> {
+        verify_one(bytes)
+    }
+}
+
 /// Below this many facts a batch is checked fact by fact (`verify_strict`).
 pub const BATCH_MIN: usize = 4;
 /// Below this many facts a batch is verified on the calling thread.
