@@ -1,22 +1,29 @@
-//! README.md, run: every command of every ```sh block runs against the
-//! test-built `amos` in temp homes, or is listed in [`NOT_RUN`] with the
-//! reason it cannot run here. A README command that is neither fails this
+//! README.md and docs/*.md, run: every command of every ```sh block runs
+//! against the test-built `amos` in temp homes, or is listed in [`NOT_RUN`]
+//! with the reason it cannot run here. A command that is neither fails this
 //! test, so a new one cannot go untested; an entry of [`NOT_RUN`] or
-//! [`REWRITTEN`] the README no longer shows fails it too.
+//! [`REWRITTEN`] that no page shows any more fails it too.
+//!
+//! Each page is its own tour, in order: README.md (whose quickstart starts
+//! from an empty home), then every `docs/*.md` by name (each starts from a
+//! home with team `apollo` and its members `alice` and `bob`; see
+//! [`Tour::new`]). Blocks that need more set up get it in [`Tour::enter`].
 //!
 //! How a line runs: the `laptop$` / `server$` prompt picks the home (see
 //! [`block_homes`]), comments are dropped, `a && b` and `a; b` run in turn,
 //! a synopsis (`amos retention [--idle 90d|off] [--apply]`) runs bare and
 //! once with each optional part, and placeholders (`<id>`, `<laptop-id>`,
 //! `<server-id>`, `<key>`, `amos1-…`, `/media/usb/…`, `FILE`, `N`, the bench
-//! corpora) become what earlier commands printed or files in a temp dir.
+//! corpus) become what earlier commands printed or files in a temp dir.
 //! Every command must exit 0 and leave no progress-bar residue (carriage
 //! returns, escape sequences) on its piped stderr. `amos serve` listens on
-//! a free 127.0.0.1 port with `--no-mdns`; nothing leaves loopback.
+//! a free 127.0.0.1 port with `--no-mdns` (and `--metrics` on a free one);
+//! nothing leaves loopback.
 //!
-//! The quickstart's claims are checked as it goes (bob sees the team memory,
-//! not alice's private one; after `unshare` he does not; `forget` erases),
-//! as are the air gap's and the pairing's convergence: see [`CLAIMS`].
+//! The pages' claims are checked as they go (bob sees the team memory, not
+//! alice's private one; after `unshare` he does not; `forget` erases; the
+//! air gap and the pairing converge; `/metrics` serves its families…): see
+//! [`CLAIMS`].
 
 mod common;
 
@@ -26,7 +33,7 @@ use std::path::{Path, PathBuf};
 use common::server::{Server, free_port, id};
 use common::{Home, Run};
 
-/// README commands this test does not run, and why.
+/// Commands of the pages this test does not run, and why.
 const NOT_RUN: &[(&str, &str)] = &[
     (
         "cargo test --workspace --locked",
@@ -49,8 +56,8 @@ const NOT_RUN: &[(&str, &str)] = &[
         "needs a Docker engine and a static release build; node/tests/deploy.rs runs it where Docker answers",
     ),
     (
-        "python3 ../shared/bench/gen_workload.py 100000 /tmp/w100k",
-        "the workload generator lives outside this repository; the bench lines run on a small corpus instead",
+        "amos bench --generate 10000 /tmp/w10k",
+        "added by h-bench; the lead removes this entry at merge",
     ),
     (
         "fuzz/run.sh 600",
@@ -60,9 +67,13 @@ const NOT_RUN: &[(&str, &str)] = &[
         "cargo test --release -p amos-protocol bundle::tests::bench -- --ignored --nocapture",
         "a release build verifying 300k signed facts: a benchmark, not a check",
     ),
+    (
+        "curl -s http://127.0.0.1:9464/metrics",
+        "not amos: right after `amos serve --metrics` this test fetches /metrics and /healthz itself, on the port it chose",
+    ),
 ];
 
-/// README commands that run in another form: (README, run instead, why).
+/// Commands that run in another form: (as the page shows it, run instead, why).
 const REWRITTEN: &[(&str, &str, &str)] = &[
     (
         "cargo run --release -- demo",
@@ -81,7 +92,7 @@ const REWRITTEN: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// What the README claims and this test checks on the way.
+/// What the pages claim and this test checks on the way.
 const CLAIMS: &[&str] = &[
     "demo: who recalls what",
     "quickstart: bob sees the team memory, not alice's private one",
@@ -97,9 +108,17 @@ const CLAIMS: &[&str] = &[
     "air gap: digests equal",
     "pairing: join pairs and syncs",
     "pairing: sync now converges",
-    "recall: consolidate archived a duplicate",
-    "recall: restore-memory brings it back",
+    "recall: --explain shows every factor",
+    "recall: the link is made",
+    "recall: the pack report explains its decisions",
+    "recall: the profile holds the weights",
+    "hygiene: consolidate archived a duplicate",
+    "hygiene: restore-memory brings it back",
     "operations: the dry run writes nothing",
+    "operations: restore brings the backup back",
+    "metrics: /metrics serves every family",
+    "metrics: /healthz answers ok",
+    "cli: --json status is one object",
     "bench: ran on the corpus",
 ];
 
@@ -110,7 +129,7 @@ struct Line {
     heading: String,
     /// The block's index under that heading.
     block: usize,
-    /// 1-based line number in README.md.
+    /// 1-based line number in the page.
     number: usize,
     /// `laptop`, `server`, or "" (no prompt, or a bare `$`).
     prompt: String,
@@ -318,15 +337,15 @@ fn words(cmd: &str) -> Vec<String> {
     out
 }
 
-/// Which home each prompt means in a block: (prompt, home name). Blocks
-/// not named here run unprompted commands in `main`, the quickstart's home.
-fn block_homes(heading: &str, block: usize) -> &'static [(&'static str, &'static str)] {
-    match (heading, block) {
-        ("Two machines, across an air gap", 0) => &[("laptop", "main"), ("server", "server")],
-        ("Two machines on a network: pairing by code", 0) => {
+/// Which home each prompt means in a block of `file`: (prompt, home name).
+/// Blocks not named here run unprompted commands in `main`, the page's home.
+fn block_homes(file: &str, heading: &str, block: usize) -> &'static [(&'static str, &'static str)] {
+    match (file, heading, block) {
+        ("README.md", "Across an air gap", 0) => &[("laptop", "main"), ("server", "server")],
+        ("README.md", "On a network: pairing by code", 0) => {
             &[("laptop", "spoke"), ("server", "hub")]
         }
-        ("Two machines on a network: pairing by code", 1) => {
+        ("README.md", "On a network: pairing by code", 1) => {
             &[("laptop", "wire-laptop"), ("server", "wire-server")]
         }
         _ => &[("", "main")],
@@ -334,8 +353,10 @@ fn block_homes(heading: &str, block: usize) -> &'static [(&'static str, &'static
 }
 
 struct Tour {
-    /// The repository root: every command runs there (README paths are
-    /// relative to it).
+    /// The page, relative to the repository root (`README.md`, `docs/…`).
+    file: String,
+    /// The repository root: every command runs there (paths in the pages
+    /// are relative to it).
     root: PathBuf,
     tmp: tempfile::TempDir,
     homes: BTreeMap<&'static str, Home>,
@@ -355,19 +376,22 @@ struct Tour {
 }
 
 impl Tour {
-    fn new() -> Tour {
+    /// The tour of `file`. README.md starts from an empty home (its
+    /// quickstart runs `amos init`); a page of docs/ from an initialised
+    /// one with team `apollo` and its members `alice` and `bob`, the cast
+    /// every page's examples use.
+    fn new(file: &str) -> Tour {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .parent()
             .expect("repository root")
             .to_owned();
         let tmp = tempfile::tempdir().expect("tempdir");
         write_corpus(&tmp.path().join("corpus"));
-        let mut homes = BTreeMap::new();
-        homes.insert("main", Home::uninit());
-        Tour {
+        let mut tour = Tour {
+            file: file.to_owned(),
             root,
             tmp,
-            homes,
+            homes: BTreeMap::new(),
             vars: BTreeMap::new(),
             ids: Vec::new(),
             made: BTreeMap::new(),
@@ -377,7 +401,22 @@ impl Tour {
             not_run: BTreeSet::new(),
             rewritten: BTreeSet::new(),
             ran: 0,
+        };
+        if file == "README.md" {
+            tour.homes.insert("main", Home::uninit());
+        } else {
+            tour.init("main", "laptop");
+            let main = tour.home("main");
+            main.ok(&["team", "create", "apollo"]);
+            main.ok(&["agent", "add", "alice", "--team", "apollo"]);
+            main.ok(&["agent", "add", "bob", "--team", "apollo"]);
         }
+        tour
+    }
+
+    /// `file:line` of a line, for messages.
+    fn at(&self, line: &Line) -> String {
+        format!("{}:{}", self.file, line.number)
     }
 
     fn home(&self, name: &str) -> &Home {
@@ -389,7 +428,10 @@ impl Tour {
     /// A memory id an earlier step captured.
     fn made(&self, role: &str) -> String {
         self.made.get(role).cloned().unwrap_or_else(|| {
-            panic!("no {role:?} memory was captured: did README.md's quickstart change?")
+            panic!(
+                "{}: no {role:?} memory was captured: did the page change?",
+                self.file
+            )
         })
     }
 
@@ -405,7 +447,7 @@ impl Tour {
         self.homes.insert(name, h);
     }
 
-    /// Set-up a block needs that its README text leaves to the reader.
+    /// Set-up a block needs that its page leaves to the reader.
     fn enter(&mut self, line: &Line) {
         let key = (line.heading.clone(), line.block);
         if self.block.as_ref() == Some(&key) {
@@ -415,8 +457,8 @@ impl Tour {
         self.server = None;
         self.block = Some(key);
         self.vars.clear();
-        match (line.heading.as_str(), line.block) {
-            ("Two machines, across an air gap", 0) => {
+        match (self.file.as_str(), line.heading.as_str(), line.block) {
+            ("README.md", "Across an air gap", 0) => {
                 // The quickstart's home is the laptop; its team memory is
                 // forgotten by now, so give the bundle a live one.
                 self.init("server", "server");
@@ -429,7 +471,7 @@ impl Tour {
                 );
                 self.made.insert("air-gap", fresh);
             }
-            ("Two machines on a network: pairing by code", 0) => {
+            ("README.md", "On a network: pairing by code", 0) => {
                 self.init("hub", "server");
                 self.init("spoke", "laptop");
                 let hub = self.home("hub");
@@ -437,14 +479,14 @@ impl Tour {
                 hub.ok(&["agent", "add", "alice", "--team", "apollo"]);
                 hub.add("alice", "we deploy on Tuesdays", &["team:apollo"]);
             }
-            ("Two machines on a network: pairing by code", 1) => {
+            ("README.md", "On a network: pairing by code", 1) => {
                 self.init("wire-laptop", "laptop");
                 self.init("wire-server", "server");
                 let (l, s) = (id(self.home("wire-laptop")), id(self.home("wire-server")));
                 self.vars.insert("<laptop-id>", l);
                 self.vars.insert("<server-id>", s);
             }
-            ("Recall", 0) => {
+            ("docs/recall.md", _, 0) => {
                 let main = self.home("main");
                 let a = main.add("alice", "we deploy after the standup", &["team:apollo"]);
                 let b = main.add(
@@ -452,6 +494,22 @@ impl Tour {
                     "the deploy checklist lives in the wiki",
                     &["team:apollo"],
                 );
+                main.ok(&[
+                    "add",
+                    "deploy procedure: build, canary, promote",
+                    "--as",
+                    "alice",
+                    "--share",
+                    "team:apollo",
+                    "--type",
+                    "procedure",
+                    "--pin",
+                ]);
+                self.made.insert("recall-a", a);
+                self.made.insert("recall-b", b);
+            }
+            ("docs/operations.md", "Hygiene: retention and consolidation", 0) => {
+                let main = self.home("main");
                 let d1 = main.add(
                     "alice",
                     "the deploy window closes at noon",
@@ -462,30 +520,36 @@ impl Tour {
                     "The deploy window closes at noon.",
                     &["team:apollo"],
                 );
-                self.made.insert("recall-a", a);
-                self.made.insert("recall-b", b);
                 self.made.insert("dup-1", d1);
                 self.made.insert("dup-2", d2);
+            }
+            ("docs/operations.md", "Backups", 0) => {
+                let kept = self
+                    .home("main")
+                    .add("alice", "backed up and restored", &[]);
+                self.made.insert("backed-up", kept);
             }
             _ => {}
         }
     }
 
-    /// Run one README line.
+    /// Run one line of a page.
     fn line(&mut self, line: &Line) {
         if let Some((text, _)) = NOT_RUN.iter().find(|(t, _)| *t == line.text) {
             self.not_run.insert(text);
             return;
         }
         self.enter(line);
-        let home = block_homes(&line.heading, line.block)
+        let home = block_homes(&self.file, &line.heading, line.block)
             .iter()
             .find(|(p, _)| *p == line.prompt)
             .map(|(_, h)| *h)
             .unwrap_or_else(|| {
                 panic!(
-                    "README.md:{}: no home for prompt {:?} under {:?}: teach block_homes",
-                    line.number, line.prompt, line.heading
+                    "{}: no home for prompt {:?} under {:?}: teach block_homes",
+                    self.at(line),
+                    line.prompt,
+                    line.heading
                 )
             });
         for simple in split_commands(&line.text) {
@@ -508,12 +572,12 @@ impl Tour {
     /// Replace placeholders in `w`.
     fn substitute(&mut self, line: &Line, w: &str) -> String {
         let path = |p: PathBuf| p.to_str().expect("utf-8 temp path").to_owned();
+        let at = self.at(line);
         let value = match w {
             "<id>" => {
                 assert!(
                     !self.ids.is_empty(),
-                    "README.md:{}: no value for <id> in {:?}",
-                    line.number,
+                    "{at}: no value for <id> in {:?}",
                     line.text
                 );
                 self.ids.remove(0)
@@ -521,7 +585,7 @@ impl Tour {
             "<laptop-id>" | "<server-id>" | "<key>" | "amos1-…" => self
                 .vars
                 .get(w)
-                .unwrap_or_else(|| panic!("README.md:{}: nothing printed {w} yet", line.number))
+                .unwrap_or_else(|| panic!("{at}: nothing printed {w} yet"))
                 .clone(),
             "FILE" => {
                 let dir = self.tmp.path().join("backups");
@@ -529,7 +593,7 @@ impl Tour {
                 path(dir.join("amos.backup"))
             }
             "N" => "2".into(),
-            "../shared/bench/w10k" | "/tmp/w100k" => path(self.tmp.path().join("corpus")),
+            "/tmp/w10k" => path(self.tmp.path().join("corpus")),
             w if w.starts_with("/media/usb/") => {
                 let dir = self.tmp.path().join("usb");
                 std::fs::create_dir_all(&dir).expect("mkdir");
@@ -540,28 +604,24 @@ impl Tour {
         let unresolved = value.contains('…') || (value.contains('<') && value.contains('>'));
         assert!(
             !unresolved,
-            "README.md:{}: unknown placeholder {value:?} in {:?}",
-            line.number, line.text
+            "{at}: unknown placeholder {value:?} in {:?}",
+            line.text
         );
         value
     }
 
-    /// Run one simple command (README form `cmd`) in `home`.
+    /// Run one simple command (as the page shows it: `cmd`) in `home`.
     fn run(&mut self, line: &Line, home: &'static str, cmd: &str) {
+        let at = self.at(line);
         let raw = words(cmd);
         assert!(
             raw.first().is_some_and(|w| w == "amos"),
-            "README.md:{}: {:?} is neither run by this test nor in NOT_RUN (with the reason)",
-            line.number,
+            "{at}: {:?} is neither run by this test nor in NOT_RUN (with the reason)",
             line.text
         );
         self.before(cmd);
         let args: Vec<String> = raw[1..].iter().map(|w| self.substitute(line, w)).collect();
-        assert!(
-            self.ids.is_empty(),
-            "README.md:{}: unused <id> values",
-            line.number
-        );
+        assert!(self.ids.is_empty(), "{at}: unused <id> values");
         if args.first().map(String::as_str) == Some("serve") {
             self.serve(home, &args);
             return;
@@ -592,36 +652,42 @@ impl Tour {
             // Port 4747 is this machine's business, not the home's.
             eprintln!("note: `amos doctor` failed only its listener check here: {run:?}");
         } else {
-            assert_eq!(
-                run.code, 0,
-                "README.md:{}: `{cmd}` ({home}) failed: {run:?}",
-                line.number
-            );
+            assert_eq!(run.code, 0, "{at}: `{cmd}` ({home}) failed: {run:?}");
         }
         assert!(
             !run.stderr.contains('\r') && !run.stderr.contains('\x1b'),
-            "README.md:{}: `{cmd}` left terminal control characters on a piped stderr: {:?}",
-            line.number,
+            "{at}: `{cmd}` left terminal control characters on a piped stderr: {:?}",
             run.stderr
         );
         self.after(cmd, home, &run);
     }
 
-    /// `amos serve …`: in the background, on a free loopback port, no mDNS.
+    /// `amos serve …`: in the background, on a free loopback port, no mDNS;
+    /// `--metrics ADDR` on a free loopback TCP port, which is then scraped.
     fn serve(&mut self, home: &'static str, args: &[String]) {
-        let mut extra: Vec<&str> = Vec::new();
+        let mut extra: Vec<String> = Vec::new();
+        let mut metrics = None;
         let mut it = args[1..].iter();
         while let Some(a) = it.next() {
-            if a == "--listen" {
-                it.next();
-            } else {
-                extra.push(a);
+            match a.as_str() {
+                "--listen" => {
+                    it.next();
+                }
+                "--metrics" => {
+                    it.next();
+                    let port = free_tcp_port();
+                    extra.push("--metrics".into());
+                    extra.push(format!("127.0.0.1:{port}"));
+                    metrics = Some(port);
+                }
+                a => extra.push(a.to_owned()),
             }
         }
-        if !extra.contains(&"--no-mdns") {
-            extra.push("--no-mdns");
+        if !extra.iter().any(|a| a == "--no-mdns") {
+            extra.push("--no-mdns".into());
         }
         let addr = format!("127.0.0.1:{}", free_port());
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         // Returns once the server logged "listening on".
         self.server = Some(Server::start_with(
             self.home(home).path(),
@@ -630,6 +696,40 @@ impl Tour {
             &extra,
         ));
         self.ran += 1;
+        if let Some(port) = metrics {
+            self.scrape(port);
+        }
+    }
+
+    /// `GET /metrics` and `/healthz` of the running `amos serve --metrics`.
+    fn scrape(&mut self, port: u16) {
+        let metrics = http_get(port, "/metrics");
+        assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+        for family in [
+            "amos_up 1",
+            "amos_build_info",
+            "amos_facts_received_total",
+            "amos_sync_rounds_total",
+            "amos_sync_duration_seconds",
+            "amos_sync_facts_total",
+            "amos_sync_bytes_total",
+            "amos_facts_refused_total{reason=\"not_origin\"}",
+            "amos_quarantined_facts{reason=\"clock_skew\"}",
+            "amos_recall_duration_seconds_bucket{kind=\"search\"",
+            "amos_store_bytes",
+            "amos_index_lag",
+            "amos_memories",
+            "amos_peers",
+        ] {
+            assert!(metrics.contains(family), "no {family} in {metrics}");
+        }
+        self.claim("metrics: /metrics serves every family");
+        let health = http_get(port, "/healthz");
+        assert!(
+            health.starts_with("HTTP/1.1 200") && health.ends_with("ok\n"),
+            "{health}"
+        );
+        self.claim("metrics: /healthz answers ok");
     }
 
     /// Set-up right before a command: the values of its `<id>`s.
@@ -650,16 +750,25 @@ impl Tour {
             || cmd.starts_with("amos forget <id>")
         {
             vec![made("team")]
-        } else if cmd.starts_with("amos feedback <id> <id>") {
+        } else if cmd.starts_with("amos feedback <id> <id>")
+            || cmd.starts_with("amos link <id> <id>")
+        {
             vec![made("recall-a"), made("recall-b")]
         } else if cmd.starts_with("amos restore-memory <id>") {
             vec![made("archived")]
         } else {
             Vec::new()
         };
+        if cmd.starts_with("amos restore FILE") {
+            // Written after the backup: the restore takes it away.
+            let later = self
+                .home("main")
+                .add("alice", "written after the backup", &[]);
+            self.made.insert("after-backup", later);
+        }
     }
 
-    /// What a command printed: capture values, check the README's claims.
+    /// What a command printed: capture values, check the page's claims.
     fn after(&mut self, cmd: &str, home: &'static str, run: &Run) {
         let query = "when do we deploy";
         match cmd {
@@ -831,7 +940,7 @@ impl Tour {
                     .collect();
                 if let [one] = archived.as_slice() {
                     self.made.insert("archived", one.clone());
-                    self.claim("recall: consolidate archived a duplicate");
+                    self.claim("hygiene: consolidate archived a duplicate");
                 }
             }
             c if c.starts_with("amos restore-memory <id>") => {
@@ -840,7 +949,7 @@ impl Tour {
                     self.home("main").json(&["get", m, "--as", "alice"])["archived"],
                     false
                 );
-                self.claim("recall: restore-memory brings it back");
+                self.claim("hygiene: restore-memory brings it back");
             }
             c if c.starts_with("amos service install") && c.contains("--dry-run") => {
                 let planned: Vec<&str> = run
@@ -865,7 +974,90 @@ impl Tour {
                 assert_eq!(run.json()["memories"], 40, "{run:?}");
                 self.claim("bench: ran on the corpus");
             }
+            c if c.starts_with("amos search \"deploy\" --as bob --explain") => {
+                for factor in [
+                    "relevance",
+                    "importance",
+                    "freshness",
+                    "reinforcement",
+                    "profile",
+                ] {
+                    assert!(run.stdout.contains(factor), "no {factor}: {run:?}");
+                }
+                self.claim("recall: --explain shows every factor");
+            }
+            c if c.starts_with("amos link <id> <id>") => {
+                let a = self.made("recall-a");
+                let hits = self
+                    .home("main")
+                    .json(&["search", "standup", "--as", "bob"]);
+                let b = self.made("recall-b");
+                let ids: Vec<&str> = hits["hits"]
+                    .as_array()
+                    .expect("hits")
+                    .iter()
+                    .filter_map(|h| h["id"].as_str())
+                    .collect();
+                // "standup" is only in a; b comes along over the link.
+                assert!(
+                    ids.contains(&a.as_str()) && ids.contains(&b.as_str()),
+                    "{hits}"
+                );
+                self.claim("recall: the link is made");
+            }
+            c if c.starts_with("amos pack \"deploy\" --as bob --budget 800 --report") => {
+                assert!(
+                    run.stdout.lines().any(|l| l.starts_with("+ ")),
+                    "no decision in the report: {run:?}"
+                );
+                self.claim("recall: the pack report explains its decisions");
+            }
+            "amos profile show bob" => {
+                assert!(run.stdout.contains("procedure=1.5"), "{run:?}");
+                self.claim("recall: the profile holds the weights");
+            }
+            c if c.starts_with("amos restore FILE") => {
+                let main = self.home("main");
+                let kept = self.made("backed-up");
+                let later = self.made("after-backup");
+                assert_eq!(main.run(&["get", &kept, "--as", "alice"]).code, 0);
+                assert_eq!(main.run(&["get", &later, "--as", "alice"]).code, 2);
+                self.claim("operations: restore brings the backup back");
+            }
+            "amos --json status" => {
+                let v = run.json();
+                assert!(v["node_id"].is_string() && v["peers"].is_array(), "{v}");
+                self.claim("cli: --json status is one object");
+            }
             _ => {}
+        }
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (bound, read, released).
+fn free_tcp_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// `GET path` from 127.0.0.1:`port`: the whole response (retried for a
+/// few seconds while the listener comes up).
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(mut s) => {
+                write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").expect("write");
+                let mut out = String::new();
+                s.read_to_string(&mut out).expect("read");
+                return out;
+            }
+            Err(e) if std::time::Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(e) => panic!("nothing answers on 127.0.0.1:{port}: {e}"),
         }
     }
 }
@@ -902,41 +1094,67 @@ fn write_corpus(dir: &Path) {
     std::fs::write(dir.join("queries.jsonl"), queries).expect("queries");
 }
 
+/// README.md, then every `docs/*.md` by name (relative to the repository root).
+fn pages() -> Vec<String> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut docs: Vec<String> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .map(|e| e.expect("docs/ entry").file_name())
+        .filter_map(|n| n.to_str().map(str::to_owned))
+        .filter(|n| n.ends_with(".md"))
+        .map(|n| format!("docs/{n}"))
+        .collect();
+    docs.sort();
+    let mut out = vec!["README.md".to_owned()];
+    out.extend(docs);
+    out
+}
+
 #[test]
-fn every_readme_command_runs_or_says_why_not() {
-    let readme =
-        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .expect("README.md");
-    let lines = readme_commands(&readme);
-    assert!(lines.len() > 40, "found only {} commands", lines.len());
-    let mut tour = Tour::new();
-    for line in &lines {
-        tour.line(line);
+fn every_command_of_the_readme_and_docs_runs_or_says_why_not() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut claims = BTreeSet::new();
+    let mut not_run = BTreeSet::new();
+    let mut rewritten = BTreeSet::new();
+    for page in pages() {
+        let text = std::fs::read_to_string(root.join(&page)).expect(&page);
+        assert!(
+            !text.contains("../shared"),
+            "{page} refers to ../shared: the repository must stand alone"
+        );
+        let lines = readme_commands(&text);
+        if page == "README.md" {
+            assert!(lines.len() > 30, "found only {} commands", lines.len());
+        }
+        let mut tour = Tour::new(&page);
+        for line in &lines {
+            tour.line(line);
+        }
+        tour.server = None;
+        eprintln!(
+            "{page}: {} command lines, {} amos runs, {} not run (see NOT_RUN)",
+            lines.len(),
+            tour.ran,
+            tour.not_run.len()
+        );
+        claims.extend(tour.claims);
+        not_run.extend(tour.not_run);
+        rewritten.extend(tour.rewritten);
     }
-    tour.server = None;
     for (text, why) in NOT_RUN {
         assert!(
-            tour.not_run.contains(text),
-            "NOT_RUN lists {text:?} ({why}), which README.md no longer shows"
+            not_run.contains(text),
+            "NOT_RUN lists {text:?} ({why}), which no page shows any more"
         );
     }
     for (text, _, _) in REWRITTEN {
         assert!(
-            tour.rewritten.contains(text),
-            "REWRITTEN lists {text:?}, which README.md no longer shows"
+            rewritten.contains(text),
+            "REWRITTEN lists {text:?}, which no page shows any more"
         );
     }
-    let missing: Vec<&&str> = CLAIMS
-        .iter()
-        .filter(|c| !tour.claims.contains(*c))
-        .collect();
+    let missing: Vec<&&str> = CLAIMS.iter().filter(|c| !claims.contains(*c)).collect();
     assert!(missing.is_empty(), "claims never checked: {missing:?}");
-    eprintln!(
-        "README.md: {} command lines, {} amos runs, {} not run (see NOT_RUN)",
-        lines.len(),
-        tour.ran,
-        tour.not_run.len()
-    );
 }
 
 #[test]
