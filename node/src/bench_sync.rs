@@ -17,14 +17,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::net::transport::{self, accept_incoming, with_timeout};
 use amos_protocol::NodeId;
-use amos_sync::transport::{self, accept_incoming, with_timeout};
 use serde::Serialize;
 use tokio::runtime::Runtime;
 
 use crate::error::{NodeError, Result};
+use crate::events::SessionStats;
 use crate::home::Home;
-use crate::mesh::{self, SessionStats};
+use crate::mesh;
 use crate::node::Node;
 
 /// How long the bench waits for one session end to end.

@@ -31,22 +31,20 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use amos_protocol::wire::{Epoch, SyncMessage, SyncV1, Watermark};
-use amos_protocol::{NodeId, NodeIdentity};
-use amos_sync::ApplyReport;
-use amos_sync::session::{Action, Event, Session, SessionError};
-use amos_sync::transport::{
+use crate::net::transport::{
     self, TransportError, accept_incoming, read_frame, with_timeout, write_frame,
 };
-use serde::Serialize;
+use amos_protocol::wire::{Epoch, SyncMessage, SyncV1, Watermark};
+use amos_protocol::{NodeId, NodeIdentity};
+use amos_sync::session::{Action, Event, Session, SessionError};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use crate::clock::{SystemClock, WallClock};
 use crate::error::{NodeError, Result};
+use crate::events::{self, Observer, PeerOutcome, Role, SessionStats, SyncEvent, SyncResult};
 use crate::home::Home;
-use crate::metrics::Role;
 use crate::node::Node;
 use crate::pairing::{self, JoinReport, MeshKeyOutcome, Welcome};
 use crate::replica::{self, PeerInfo};
@@ -92,66 +90,6 @@ impl MeshError {
             _ => SyncResult::Failed,
         }
     }
-}
-
-/// What one session moved.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct SessionStats {
-    pub facts_in: u64,
-    pub facts_out: u64,
-    pub bytes_in: u64,
-    pub bytes_out: u64,
-}
-
-/// Told what a dialled session moves while it moves it (`amos sync now`
-/// and `amos join` draw their progress line from it, see
-/// `crate::progress::SyncProgress`). Called on the session's blocking
-/// threads: must be cheap and never block.
-pub trait SyncObserver: Send + Sync {
-    /// A batch of `facts` from `peer` went through the import gate.
-    fn applied(&self, peer: &NodeId, facts: u64, report: &ApplyReport);
-    /// `facts` more of ours were queued for `peer`.
-    fn sent(&self, peer: &NodeId, facts: u64);
-}
-
-/// A shared [`SyncObserver`].
-pub type Observer = Arc<dyn SyncObserver>;
-
-/// The outcome of syncing with one peer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SyncResult {
-    Ok,
-    Unreachable,
-    Refused,
-    Failed,
-}
-
-impl SyncResult {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SyncResult::Ok => "ok",
-            SyncResult::Unreachable => "unreachable",
-            SyncResult::Refused => "refused",
-            SyncResult::Failed => "failed",
-        }
-    }
-}
-
-/// One peer's line in a sync pass report.
-#[derive(Debug, Clone, Serialize)]
-pub struct PeerOutcome {
-    pub peer: String,
-    pub name: String,
-    pub addr: Option<String>,
-    pub result: SyncResult,
-    pub facts_in: u64,
-    pub facts_out: u64,
-    pub bytes_in: u64,
-    pub bytes_out: u64,
-    pub ms: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
 }
 
 // ---------------------------------------------------------------------------
@@ -465,7 +403,7 @@ fn session_thread(
                     let verified = amos_protocol::verify_all(&facts)
                         .map_err(|e| MeshError::BadFact(e.to_string()))?;
                     let report = node.apply_from(&peer, verified)?;
-                    crate::metrics::facts_applied(&report);
+                    events::emit(SyncEvent::Applied(&report));
                     if let Some(o) = &observer {
                         o.applied(&peer, n, &report);
                     }
@@ -704,14 +642,15 @@ pub async fn sync_with(
     let r = dial_and_sync(home, identity, peer, observer).await;
     let elapsed = started.elapsed();
     let ms = elapsed.as_millis() as u64;
-    crate::metrics::session_finished(
-        &peer.node_id,
-        Role::Dial,
-        r.as_ref()
+    events::emit(SyncEvent::Finished {
+        peer: &peer.node_id,
+        role: Role::Dial,
+        result: r
+            .as_ref()
             .map_or_else(|(result, _)| *result, |_| SyncResult::Ok),
         elapsed,
-        r.as_ref().ok(),
-    );
+        stats: r.as_ref().ok(),
+    });
     let mut o = PeerOutcome {
         peer: peer.node_id.clone(),
         name: peer.name.clone(),
@@ -1167,15 +1106,15 @@ async fn serve_connection(home: Home, incoming: quinn::Incoming) {
     }
     let started = Instant::now();
     let session = drive_accepted_session(home, peer, remote, send, recv, first).await;
-    crate::metrics::session_finished(
-        &peer,
-        Role::Accept,
-        session
+    events::emit(SyncEvent::Finished {
+        peer: &peer.to_string(),
+        role: Role::Accept,
+        result: session
             .as_ref()
             .map_or_else(|e| e.result(), |_| SyncResult::Ok),
-        started.elapsed(),
-        session.as_ref().ok(),
-    );
+        elapsed: started.elapsed(),
+        stats: session.as_ref().ok(),
+    });
     match session {
         Ok(s) => {
             info!(

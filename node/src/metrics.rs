@@ -27,9 +27,9 @@ use tokio::sync::Semaphore;
 use tracing::{debug, info, warn};
 
 use crate::error::{NodeError, Result};
+use crate::events::{self, Listener, Role, SessionStats, SyncEvent, SyncResult};
 use crate::home::Home;
 use crate::index::RecallIndex;
-use crate::mesh::{SessionStats, SyncResult};
 use crate::recall::latency;
 use crate::store::Store;
 
@@ -46,24 +46,6 @@ const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
 const DURATION_BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
-
-/// Which side of a session this node was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Role {
-    /// We dialled (`amos sync`, `serve --sync-every`, a join's first sync).
-    Dial,
-    /// The peer dialled our `amos serve`.
-    Accept,
-}
-
-impl Role {
-    fn as_str(self) -> &'static str {
-        match self {
-            Role::Dial => "dial",
-            Role::Accept => "accept",
-        }
-    }
-}
 
 #[derive(Debug, Default, Clone)]
 struct Histogram {
@@ -116,8 +98,32 @@ fn counters() -> std::sync::MutexGuard<'static, Counters> {
     COUNTERS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Hook: a batch from a peer went through the import gate.
-pub fn facts_applied(r: &ApplyReport) {
+/// The counters' ear: registered once per process by [`start`].
+struct Counting;
+
+impl Listener for Counting {
+    fn event(&self, e: &SyncEvent<'_>) {
+        match *e {
+            SyncEvent::Applied(r) => facts_applied(r),
+            SyncEvent::Finished {
+                peer,
+                role,
+                result,
+                elapsed,
+                stats,
+            } => session_finished(peer, role, result, elapsed, stats),
+        }
+    }
+}
+
+/// Start counting this process's sync events (idempotent).
+pub fn count_sync_events() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| events::listen(Arc::new(Counting)));
+}
+
+/// A batch from a peer went through the import gate.
+fn facts_applied(r: &ApplyReport) {
     let mut c = counters();
     c.applied += r.applied;
     c.stale += r.stale;
@@ -125,9 +131,9 @@ pub fn facts_applied(r: &ApplyReport) {
     c.deferred += r.deferred;
 }
 
-/// Hook: a sync session with `peer` ended (`stats` only when it succeeded).
-pub fn session_finished(
-    peer: &impl std::fmt::Display,
+/// A sync session with `peer` ended (`stats` only when it succeeded).
+fn session_finished(
+    peer: &str,
     role: Role,
     result: SyncResult,
     elapsed: Duration,
@@ -465,6 +471,7 @@ impl Drop for MetricsServer {
 
 /// Bind `addr` and serve `/metrics` and `/healthz` for `home` until dropped.
 pub async fn start(home: &Home, addr: SocketAddr) -> Result<MetricsServer> {
+    count_sync_events();
     let listener = TcpListener::bind(addr)
         .await
         .map_err(NodeError::io(format!(

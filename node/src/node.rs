@@ -554,15 +554,6 @@ impl Node {
         Ok(rec)
     }
 
-    /// Edit a memory's text (owner, or the local admin), on the memory's
-    /// origin or on a `full` peer of it. The edit travels as an automerge
-    /// change (see [`crate::text`]), so a concurrent edit elsewhere is kept
-    /// too; the origin compacts the history once it outgrows
-    /// `compact_bytes`.
-    pub fn update(&mut self, who: &AuthorizedScopes, id: &str, text: &str) -> Result<MemoryId> {
-        self.update_with(who, id, text, crate::text::DEFAULT_COMPACT_BYTES)
-    }
-
     /// Add (`share`) or remove a grant. Owner only. Returns the new grants.
     pub fn set_grant(
         &mut self,

@@ -25,8 +25,8 @@ use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
 use crate::error::{NodeError, Result};
+use crate::events::PeerOutcome;
 use crate::home::{Home, write_atomic};
-use crate::mesh::PeerOutcome;
 use crate::node::{AgentAt, Node, project_member_fact, team_member_fact};
 use crate::peers::upsert_peer;
 use crate::store::org;

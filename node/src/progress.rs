@@ -1,6 +1,6 @@
 //! Progress on stderr (indicatif) for the long operations: bundle export and
 //! import, index rebuild, `amos bench`, and the first sync (`amos sync now`,
-//! `amos join`, through [`SyncProgress`], a [`SyncObserver`] of the mesh).
+//! `amos join`, through [`SyncProgress`], a [`SyncObserver`] the mesh tells).
 //!
 //! A line is drawn only when the caller allows it ([`Feedback::Auto`]) and
 //! stderr is a terminal; otherwise it is hidden and costs an atomic add per
@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use amos_protocol::NodeId;
 use amos_sync::ApplyReport;
 
-use crate::mesh::{Observer, SyncObserver};
+use crate::events::{Observer, SyncObserver};
 
 /// Whether a command may draw progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

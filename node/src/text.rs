@@ -85,6 +85,15 @@ fn text_error(e: amos_sync::text::TextError) -> NodeError {
 }
 
 impl Node {
+    /// Edit a memory's text (owner, or the local admin), on the memory's
+    /// origin or on a `full` peer of it. The edit travels as an automerge
+    /// change (see this module), so a concurrent edit elsewhere is kept
+    /// too; the origin compacts the history once it outgrows
+    /// `compact_bytes`.
+    pub fn update(&mut self, who: &AuthorizedScopes, id: &str, text: &str) -> Result<MemoryId> {
+        self.update_with(who, id, text, DEFAULT_COMPACT_BYTES)
+    }
+
     /// [`Node::update`] with an explicit compaction budget.
     pub fn update_with(
         &mut self,

@@ -176,9 +176,9 @@ fn a_memory_travels_through_the_middle_and_unreachable_peers_are_not_fatal() {
 /// with exit 1, applies nothing and keeps its watermark.
 #[test]
 fn a_fact_that_does_not_verify_fails_the_sync_and_moves_nothing() {
+    use amos_node::net::transport::{accept_incoming, read_frame, server_endpoint, write_frame};
     use amos_protocol::NodeId;
     use amos_protocol::wire::{SyncMessage, SyncV1, Watermark};
-    use amos_sync::transport::{accept_incoming, read_frame, server_endpoint, write_frame};
 
     let a = apollo_node();
     let c = Home::new();

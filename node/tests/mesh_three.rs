@@ -236,8 +236,8 @@ async fn send_raw(
     addr: std::net::SocketAddr,
     bytes: &[u8],
 ) -> (Vec<String>, quinn::ConnectionError) {
+    use amos_node::net::transport::{client_endpoint, connect, read_frame};
     use amos_protocol::wire::{SyncMessage, SyncV1};
-    use amos_sync::transport::{client_endpoint, connect, read_frame};
     let ep = client_endpoint(
         "127.0.0.1:0".parse().unwrap(),
         identity,
@@ -277,7 +277,7 @@ fn garbage_and_oversize_frames_from_a_registered_key_end_only_that_session() {
     let identity = amos_node::Home::new(b.path()).load_identity().unwrap();
     let server_id: amos_protocol::NodeId = ida.parse().unwrap();
     let addr: std::net::SocketAddr = server.addr.parse().unwrap();
-    let max = amos_sync::transport::MAX_FRAME as u32;
+    let max = amos_node::net::transport::MAX_FRAME as u32;
     // A well-framed message that is no sync message.
     let mut garbage = 64u32.to_be_bytes().to_vec();
     garbage.extend((0..64u8).map(|i| i.wrapping_mul(37) ^ 0xa5));

@@ -12,11 +12,11 @@ use amos_protocol::{
     NodeIdentity, OrgScope, ProjectId, Register, SignedFact, TeamId, Verified,
 };
 
-use crate::apply::{MemoryState, ReplicaStore};
 use crate::digest::Digest;
 use crate::export::{self, MemoryExport};
 use crate::gate::{self, Admission};
 use crate::gate::{DeferReason, Refusal};
+use crate::replica::{MemoryState, ReplicaStore};
 use crate::text::{TextDoc, TextLog};
 
 /// Per-memory state beside its facts.

@@ -620,7 +620,7 @@ fn who(node: &Node, a: &AsAgent) -> Result<AuthorizedScopes> {
 
 /// `amos join CODE [--offline] [--as AGENT]`.
 fn join_cmd(home: &Home, out: &Out, code: &str, offline: bool, agent: Option<&str>) -> Result<()> {
-    use amos_node::mesh::SyncResult;
+    use amos_node::events::SyncResult;
     // Validates the home (exit 2 if it is not one).
     let node = Node::open(home)?;
     // The agent must be one of ours (it is who will read what the scope brings).
@@ -705,7 +705,7 @@ fn join_cmd(home: &Home, out: &Out, code: &str, offline: bool, agent: Option<&st
 
 /// `amos sync now|auto`: one pass, one line (or JSON object) per peer.
 fn sync_cmd(home: &Home, out: &Out, cmd: SyncCmd) -> Result<()> {
-    use amos_node::mesh::SyncResult;
+    use amos_node::events::SyncResult;
     let (only, auto) = match &cmd {
         SyncCmd::Now { peer } => (peer.as_deref(), false),
         SyncCmd::Auto => (None, true),

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use amos_protocol::{NodeId, NodeIdentity};
-use amos_sync::transport::{
+use amos_node::net::transport::{
     MAX_FRAME, PeerAcceptor, RefusedBy, TransportError, accept_incoming, client_endpoint, connect,
     peer_node_id, read_frame, server_endpoint, tls, with_timeout, write_frame,
 };
+use amos_protocol::{NodeId, NodeIdentity};
 use quinn::crypto::rustls::QuicClientConfig;
 use tokio::sync::mpsc;
 

@@ -223,7 +223,7 @@ impl ServerCertVerifier for PeerVerifier {
         let peer = Self::peer_key(end_entity, intermediates)?;
         let expected = expected_from_dial_name(server_name).ok_or_else(|| {
             Error::General(format!(
-                "server name {server_name:?} names no NodeId: dial through amos_sync::transport::connect"
+                "server name {server_name:?} names no NodeId: dial through crate::net::transport::connect"
             ))
         })?;
         if peer != expected {
