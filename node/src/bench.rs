@@ -15,11 +15,11 @@ use amos_acl::AuthorizedScopes;
 use amos_protocol::{MemoryType, Scope};
 use serde::{Deserialize, Serialize};
 
+use crate::api::node::{NewMemory, Node};
 use crate::bench_sync::{self, SyncReport};
 use crate::error::{NodeError, Result};
 use crate::home::Home;
 use crate::index::dir_size;
-use crate::node::{NewMemory, Node};
 use crate::progress::{Feedback, Progress};
 
 /// Memories per `add_many` transaction while loading.

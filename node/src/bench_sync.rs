@@ -22,11 +22,11 @@ use amos_protocol::NodeId;
 use serde::Serialize;
 use tokio::runtime::Runtime;
 
+use crate::api::node::Node;
 use crate::error::{NodeError, Result};
 use crate::events::SessionStats;
 use crate::home::Home;
-use crate::mesh;
-use crate::node::Node;
+use crate::net::session as mesh;
 
 /// How long the bench waits for one session end to end.
 const SESSION_LIMIT: Duration = Duration::from_secs(600);

@@ -12,11 +12,11 @@ use amos_acl::PeerPolicy;
 use amos_protocol::{MemoryType, NodeId, SignedFact};
 use serde::Serialize;
 
+use crate::api::node::{NewMemory, Node};
 use crate::bench::{Millis, millis};
 use crate::error::Result;
 use crate::home::Home;
-use crate::node::{NewMemory, Node};
-use crate::replica::{self, ExportSpec};
+use crate::store::replica::{self, ExportSpec};
 use crate::store::text::stored_bytes;
 
 /// What the text section reports.

@@ -9,35 +9,22 @@
 //! is `amos-acl`, facts and signatures are `amos-protocol`.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod api;
 pub mod bench;
 pub mod bench_sync;
 pub mod bench_text;
-pub mod bundles;
 pub mod clock;
-pub mod discovery;
-pub mod doctor;
 pub mod error;
 pub mod events;
-pub mod fleet;
+pub mod front;
 pub mod home;
 pub mod index;
-pub mod mcp;
-pub mod mesh;
-pub mod metrics;
 pub mod net;
-pub mod node;
 pub mod ops;
-pub mod pairing;
-pub mod peers;
-pub mod profile;
 pub mod progress;
 pub mod recall;
-pub mod replica;
-pub mod service;
 pub mod store;
-pub mod text;
-pub mod view;
 
+pub use api::{NewMemory, Node};
 pub use error::{NodeError, Result};
 pub use home::Home;
-pub use node::{NewMemory, Node};

@@ -10,8 +10,8 @@ mod common;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use amos_node::api::RetentionPolicy;
 use amos_node::clock::FixedClock;
-use amos_node::ops::RetentionPolicy;
 use amos_node::recall::{RecallOptions, rank::DAY_MS};
 use amos_node::{NewMemory, Node};
 use amos_protocol::Scope;

@@ -2,7 +2,7 @@
 //! [`TestReplica`] is every operation those tests perform on a replica,
 //! implemented over the in-memory twin ([`Mem`], `amos_sync::memstore`) and
 //! over the real store ([`Sql`]: `amos_node::store::Store` on a SQLite file
-//! in a temporary directory, written through `amos_node::replica::SqlReplica`
+//! in a temporary directory, written through `amos_node::store::replica::SqlReplica`
 //! inside `Store::write`, exactly as the node applies a batch).
 //!
 //! Each primitive lives in ONE function here (local write, apply, export,
@@ -18,8 +18,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use amos_acl::{AuthorizedScopes, PeerPolicy};
-use amos_node::replica::{self, ExportSpec, SqlReplica};
 use amos_node::store::org::StoredOrg;
+use amos_node::store::replica::{self, ExportSpec, SqlReplica};
 use amos_node::store::{Store, Tx, split_grants};
 use amos_protocol::{
     AgentId, Fact, FactBody, Grants, Hlc, HlcState, MemoryFixed, MemoryId, MemoryText, NodeId,

@@ -170,7 +170,7 @@ enum Cmd {
         text: String,
         /// The origin compacts the memory's edit history once it holds more
         /// than this many bytes
-        #[arg(long, value_name = "BYTES", env = "AMOS_TEXT_COMPACT_BYTES", default_value_t = amos_node::text::DEFAULT_COMPACT_BYTES)]
+        #[arg(long, value_name = "BYTES", env = "AMOS_TEXT_COMPACT_BYTES", default_value_t = amos_node::api::DEFAULT_COMPACT_BYTES)]
         compact_at: u64,
         #[command(flatten)]
         who: AsAgent,
@@ -266,7 +266,7 @@ enum Cmd {
     /// Run the node: QUIC listener, periodic sync; stops on SIGINT/SIGTERM
     Serve {
         /// UDP address to listen on
-        #[arg(long, value_name = "ADDR", default_value = amos_node::mesh::DEFAULT_LISTEN)]
+        #[arg(long, value_name = "ADDR", default_value = amos_node::net::DEFAULT_LISTEN)]
         listen: String,
         /// Also sync with every peer this often (e.g. 30s)
         #[arg(long, value_name = "DUR")]
@@ -659,10 +659,10 @@ fn join_cmd(home: &Home, out: &Out, code: &str, offline: bool, agent: Option<&st
         }
     }
     let r = if offline {
-        amos_node::pairing::join_offline(home, code)?
+        amos_node::api::join_offline(home, code)?
     } else {
         let progress = amos_node::progress::SyncProgress::new(out.feedback());
-        amos_node::mesh::join_blocking(home, code, agent.as_ref(), progress.observer())?
+        amos_node::net::join_blocking(home, code, agent.as_ref(), progress.observer())?
     };
     out.emit(&r, || {
         let mut s = format!(
@@ -713,7 +713,7 @@ fn sync_cmd(home: &Home, out: &Out, cmd: SyncCmd) -> Result<()> {
     // Validates the home (exit 2 if it is not one).
     drop(Node::open(home)?);
     let progress = amos_node::progress::SyncProgress::new(out.feedback());
-    let outcomes = amos_node::mesh::sync_pass_blocking(home, only, progress.observer())?;
+    let outcomes = amos_node::net::sync_pass_blocking(home, only, progress.observer())?;
     drop(progress);
     out.emit(&json!({"peers": outcomes}), || {
         if outcomes.is_empty() {
@@ -757,7 +757,7 @@ fn sync_cmd(home: &Home, out: &Out, cmd: SyncCmd) -> Result<()> {
 /// `amos service install`: render the units, print them for a dry run,
 /// otherwise write and enable them.
 fn service_cmd(home: Option<&std::path::Path>, out: &Out, cmd: ServiceCmd) -> Result<()> {
-    use amos_node::service::{self, InstallOptions, UnitMode};
+    use amos_node::ops::service::{self, InstallOptions, UnitMode};
     let ServiceCmd::Install {
         user,
         dry_run,
@@ -826,7 +826,7 @@ fn service_cmd(home: Option<&std::path::Path>, out: &Out, cmd: ServiceCmd) -> Re
 fn discover_cmd(home: &Home, out: &Out, timeout: &str) -> Result<()> {
     let timeout = humantime::parse_duration(timeout)
         .map_err(|_| bad(format!("malformed --timeout {timeout:?}: use e.g. 3s")))?;
-    let nodes = amos_node::discovery::discover(home, timeout)?;
+    let nodes = amos_node::net::discovery::discover(home, timeout)?;
     out.emit(&json!({"nodes": nodes}), || {
         if nodes.is_empty() {
             return "no amos nodes seen".into();
@@ -896,9 +896,9 @@ fn run(cli: Cli) -> Result<()> {
                 .transpose()?;
             // Validates the home (exit 2 if it is not one).
             drop(Node::open(&home)?);
-            amos_node::mesh::serve(
+            amos_node::ops::serve(
                 &home,
-                &amos_node::mesh::ServeOptions {
+                &amos_node::ops::ServeOptions {
                     listen,
                     sync_every,
                     mdns: !no_mdns,
@@ -923,7 +923,7 @@ fn run(cli: Cli) -> Result<()> {
                     "amos mcp needs the agent it serves: set AMOS_AGENT (e.g. AMOS_AGENT=alice amos mcp)",
                 ));
             };
-            amos_node::mcp::serve_stdio(&home, agent.trim())?;
+            amos_node::front::mcp::serve_stdio(&home, agent.trim())?;
             return Ok(());
         }
         Cmd::Discover { timeout } => return discover_cmd(&home, &out, &timeout),
@@ -1010,7 +1010,7 @@ fn run(cli: Cli) -> Result<()> {
             })
         }
         Cmd::Doctor { offline } => {
-            let r = amos_node::doctor::run(&mut node, !offline)?;
+            let r = amos_node::ops::doctor::run(&mut node, !offline)?;
             out.emit(&r, || {
                 r.checks
                     .iter()
@@ -1179,7 +1179,7 @@ fn run(cli: Cli) -> Result<()> {
             out.emit(&json!({"agent": id}), || format!("agent {id}"));
         }
         Cmd::Agent(AgentCmd::Apply) => {
-            let r = amos_node::fleet::apply(&mut node, &home)?;
+            let r = amos_node::ops::fleet::apply(&mut node, &home)?;
             out.emit(&r, || {
                 if !r.file {
                     return "no agents.toml in the home: nothing to apply".into();
@@ -1338,7 +1338,7 @@ fn run(cli: Cli) -> Result<()> {
             new.pinned = pin;
             new.expires_ms = expires
                 .map(|e| {
-                    amos_node::node::parse_expiry(&e, node.now_ms()).map_err(|_| {
+                    amos_node::api::parse_expiry(&e, node.now_ms()).map_err(|_| {
                         bad(format!(
                             "malformed --expires {e:?}: use a duration (30d, 12h) or an RFC 3339 time"
                         ))
@@ -1394,7 +1394,7 @@ fn run(cli: Cli) -> Result<()> {
                 ProfileCmd::Set { agent, weights } => {
                     let weights = weights
                         .iter()
-                        .map(|w| amos_node::profile::parse_weight(w))
+                        .map(|w| amos_node::api::parse_weight(w))
                         .collect::<Result<Vec<_>, _>>()?;
                     let set = node.profile_set(&agent, &weights)?;
                     (agent, set)
@@ -1504,7 +1504,7 @@ fn run(cli: Cli) -> Result<()> {
                         .as_millis() as u64,
                 )
             };
-            let r = node.retention_with(&amos_node::ops::RetentionPolicy { idle_ms }, apply)?;
+            let r = node.retention_with(&amos_node::api::RetentionPolicy { idle_ms }, apply)?;
             out.emit(&r, || output::hygiene_text(&r));
         }
         Cmd::RestoreMemory { id, who: w } => {

@@ -4,10 +4,10 @@
 //! `Visible<MemoryRecord>`, or a `Hit`/`Pack` holding them); never reads the store.
 
 use amos_acl::Visible;
-use amos_node::ops::{BackupReport, HygieneReport};
+use amos_node::api::{BackupReport, HygieneReport};
+pub use amos_node::front::view::{hit_json, memory_json, pack_json, rfc3339};
 use amos_node::recall::{Hit, Pack};
 use amos_node::store::memory::MemoryRecord;
-pub use amos_node::view::{hit_json, memory_json, pack_json, rfc3339};
 use serde::Serialize;
 
 /// Where and how results are printed.

@@ -1,7 +1,108 @@
-//! The network edge: the QUIC transport ([`transport`]) the sync sessions
-//! run over.
+//! The network edge (docs/design.md §7): sync sessions with peers over
+//! QUIC — the session driver ([`session`]), dialling a pass ([`dial`]),
+//! accepting a connection ([`accept`]), pairing over the wire ([`join`]),
+//! LAN discovery ([`discovery`]) and the transport itself ([`transport`]).
+//! `amos serve` composes these with the operations around them in
+//! `crate::ops::serve`.
 //!
-//! Boundary: sockets live here and in the session driver; the sync session
-//! itself (`amos_sync::session`) is sans-IO.
+//! A session runs over one bidirectional QUIC stream (the dialling side opens
+//! it); every frame carries one `SyncMessage::V1`. The protocol itself is
+//! the sans-IO `Session` of `amos-sync`; this module only carries out its
+//! actions:
+//!
+//! * the node work runs on blocking threads, each with its own [`Node`](crate::api::Node)
+//!   opened from the [`Home`](crate::home::Home) (rusqlite is not `Sync`): one thread drives the
+//!   session and applies the peer's batches, and a second one streams our
+//!   export while the first keeps applying — so neither side can stall the
+//!   other with a full pipe;
+//! * two async tasks shuttle frames between the stream halves and bounded
+//!   channels (backpressure, bounded memory); every wait on the peer has a
+//!   timeout;
+//! * every fact is verified before it is applied; any transport, protocol
+//!   or verification error aborts the session, and the session guarantees
+//!   no watermark moved past what committed;
+//! * a dialler may pass a [`SyncObserver`](crate::events::SyncObserver) that hears of every batch applied
+//!   and sent (the CLI's progress line); the sans-IO session knows nothing
+//!   of it.
+//!
+//! Completion: a side finishes its send stream only after its session
+//! finished, so reading the peer's end of stream means the peer finished
+//! too; the dialler then closes the connection.
 
+//!
+//! Boundary: sockets, the async runtime and session threads live here; the
+//! protocol is `amos_sync::session` (sans-IO), storage is the node API.
+//! Sessions tell what they do as [`crate::events`]; nothing here imports
+//! metrics or progress.
+
+pub(crate) mod accept;
+pub(crate) mod dial;
+pub mod discovery;
+pub(crate) mod join;
+pub(crate) mod session;
 pub mod transport;
+
+pub use dial::{
+    Pacing, Probe, probe_blocking, sync_pass, sync_pass_blocking, sync_peers, sync_with,
+};
+pub use join::join_blocking;
+pub use session::{drive_accepted_session, drive_session, learned_addr};
+
+use std::time::Duration;
+
+use amos_sync::session::SessionError;
+
+use crate::error::{NodeError, Result};
+use crate::events::SyncResult;
+use transport::TransportError;
+
+/// Where `amos serve` listens by default (DESIGN.md §7: UDP 4747).
+pub const DEFAULT_LISTEN: &str = "[::]:4747";
+/// The longest wait for anything from the peer.
+pub(crate) const PEER_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest wait for the peer's end of stream after its `Done` (it
+/// comes once the peer has received our whole export).
+pub(crate) const AFTER_DONE_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
+/// The longest wait for a handshake (an unreachable peer costs this much).
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Facts per `Facts` message.
+pub(crate) const EXPORT_BATCH: usize = 64;
+/// Depth of the channels between the stream tasks and the node threads.
+pub(crate) const CHANNEL_DEPTH: usize = 8;
+
+/// Why a session failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MeshError {
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    #[error("a fact from the peer does not verify: {0}")]
+    BadFact(String),
+    #[error("the peer sent an undecodable message: {0}")]
+    BadMessage(String),
+    #[error("{0}")]
+    Closed(String),
+}
+
+impl MeshError {
+    /// How a pass reports this failure.
+    pub(crate) fn result(&self) -> SyncResult {
+        match self {
+            MeshError::Transport(TransportError::Refused { .. })
+            | MeshError::Session(SessionError::Refused(_)) => SyncResult::Refused,
+            MeshError::Transport(TransportError::Unreachable { .. }) => SyncResult::Unreachable,
+            _ => SyncResult::Failed,
+        }
+    }
+}
+
+/// A multi-threaded runtime for the blocking entry points.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(NodeError::io("starting the async runtime"))
+}

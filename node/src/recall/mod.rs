@@ -37,10 +37,10 @@ pub use pack::{Pack, PackDecision, PackOptions, estimate_tokens};
 pub use rank::{Explain, RecallOptions, ResonanceConfig};
 pub use text::normalize_text;
 
+use crate::api::node::Node;
+use crate::api::profile::ProfileWeights;
 use crate::error::{NodeError, Result};
 use crate::index::owner_term;
-use crate::node::Node;
-use crate::profile::ProfileWeights;
 use crate::store::memory::{self, MemoryRecord};
 
 /// Largest `k` a search accepts.

@@ -17,9 +17,9 @@ use serde::Serialize;
 use super::rank::{self, RecallOptions};
 use super::text::{self, NEAR_DUPLICATE};
 use super::{Hit, hit};
+use crate::api::node::Node;
+use crate::api::profile::ProfileWeights;
 use crate::error::{NodeError, Result};
-use crate::node::Node;
-use crate::profile::ProfileWeights;
 
 /// Candidates a pack considers by default (the best hits of the query).
 pub const PACK_CANDIDATES: usize = 50;

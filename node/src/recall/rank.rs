@@ -13,7 +13,7 @@
 use amos_acl::Visible;
 use serde::Serialize;
 
-use crate::profile::ProfileWeights;
+use crate::api::profile::ProfileWeights;
 use crate::store::memory::MemoryRecord;
 
 /// One day in milliseconds.

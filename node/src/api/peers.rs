@@ -14,10 +14,10 @@ use amos_protocol::{NodeId, Scope, SignedFact, Verified};
 use amos_sync::{ApplyReport, Sender, apply_batch};
 use rusqlite::{OptionalExtension, params};
 
+use crate::api::node::Node;
 use crate::error::{NodeError, Result};
-use crate::node::Node;
-use crate::replica::{self, AuditEntry, DeferredInfo, PeerInfo, SqlReplica};
 use crate::store::Tx;
+use crate::store::replica::{self, AuditEntry, DeferredInfo, PeerInfo, SqlReplica};
 
 /// Facts whose clock is further ahead of ours than this are quarantined.
 pub const DEFAULT_MAX_SKEW_MS: u64 = 10 * 60 * 1000;

@@ -31,9 +31,9 @@ use rand::RngExt;
 use serde::Serialize;
 use tracing::{debug, info, warn};
 
+use crate::api::node::Node;
 use crate::error::{NodeError, Result};
 use crate::home::Home;
-use crate::node::Node;
 
 /// The DNS-SD service type amos nodes advertise.
 pub const SERVICE_TYPE: &str = "_amos._udp.local.";

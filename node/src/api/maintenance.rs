@@ -13,9 +13,9 @@ use rand::RngExt;
 use rusqlite::{Connection, MAIN_DB, OpenFlags, params};
 use serde::Serialize;
 
+use crate::api::node::Node;
 use crate::error::{NodeError, Result};
 use crate::index::{CatchUp, RecallIndex};
-use crate::node::Node;
 use crate::progress::{Feedback, Progress};
 use crate::recall::text::{NEAR_DUPLICATE, near_duplicates, normalize_text, token_set};
 use crate::store::{self, hex, schema::SCHEMA_VERSION};
@@ -33,8 +33,8 @@ pub struct Status {
     pub teams: i64,
     pub projects: i64,
     pub index_lag: i64,
-    pub peers: Vec<crate::replica::PeerInfo>,
-    pub quarantined: Vec<crate::replica::DeferredInfo>,
+    pub peers: Vec<crate::store::replica::PeerInfo>,
+    pub quarantined: Vec<crate::store::replica::DeferredInfo>,
     pub audit_refusals: i64,
     /// Refusals recorded since the previous `amos status`.
     pub audit_refusals_new: i64,

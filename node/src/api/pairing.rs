@@ -24,11 +24,11 @@ use rand::RngExt;
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
+use crate::api::node::{AgentAt, Node, project_member_fact, team_member_fact};
+use crate::api::peers::upsert_peer;
 use crate::error::{NodeError, Result};
 use crate::events::PeerOutcome;
 use crate::home::{Home, write_atomic};
-use crate::node::{AgentAt, Node, project_member_fact, team_member_fact};
-use crate::peers::upsert_peer;
 use crate::store::org;
 
 /// Longest life of an invite.
@@ -104,7 +104,7 @@ impl Node {
             return Err(NodeError::BadInput(format!("no such team: {team_id}")));
         }
         // Invites for a team come from its origin (or a full peer of it).
-        crate::node::check_org_authority(
+        crate::api::node::check_org_authority(
             self.store().conn(),
             self.node_id(),
             &OrgScope::Team(team_id.clone()),

@@ -21,11 +21,11 @@ use serde::Serialize;
 use crate::error::{NodeError, Result};
 
 /// `deploy/systemd/amos.service`: `amos serve`.
-pub const SERVE_UNIT: &str = include_str!("../../deploy/systemd/amos.service");
+pub const SERVE_UNIT: &str = include_str!("../../../deploy/systemd/amos.service");
 /// `deploy/systemd/amos-sync.service`: `amos sync auto`, once.
-pub const SYNC_UNIT: &str = include_str!("../../deploy/systemd/amos-sync.service");
+pub const SYNC_UNIT: &str = include_str!("../../../deploy/systemd/amos-sync.service");
 /// `deploy/systemd/amos-sync.timer`: starts `amos-sync.service` periodically.
-pub const SYNC_TIMER: &str = include_str!("../../deploy/systemd/amos-sync.timer");
+pub const SYNC_TIMER: &str = include_str!("../../../deploy/systemd/amos-sync.timer");
 
 /// The binary the shipped templates name.
 pub const TEMPLATE_BIN: &str = "/usr/local/bin/amos";

@@ -2,7 +2,7 @@
 //! reach their memory as tools. Every tool runs as one agent — the
 //! `AMOS_AGENT` the server was started with — through the same node API and
 //! gate as the CLI: this module parses arguments, calls [`Node`], and
-//! renders results with [`crate::view`]; it holds no memory logic of its own.
+//! renders results with [`crate::front::view`]; it holds no memory logic of its own.
 //!
 //! Invariant: a memory the agent cannot see is answered exactly like a
 //! missing one, by every tool ("no such memory").
@@ -23,10 +23,10 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
+use crate::api::node::{NewMemory, Node, parse_expiry};
 use crate::error::{NodeError, Result};
+use crate::front::view;
 use crate::home::Home;
-use crate::node::{NewMemory, Node, parse_expiry};
-use crate::view;
 
 /// Default `k` of `memory_search` and budget of `memory_context_pack`.
 const DEFAULT_K: usize = 10;
@@ -42,7 +42,7 @@ impl MemoryServer {
     /// Open the node for `agent`, which must be a registered agent.
     pub fn open(home: &Home, agent: &str) -> Result<MemoryServer> {
         let mut node = Node::open(home)?;
-        let fleet = crate::fleet::apply(&mut node, home)?;
+        let fleet = crate::ops::fleet::apply(&mut node, home)?;
         for change in &fleet.changes {
             tracing::info!("agents.toml: {change}");
         }

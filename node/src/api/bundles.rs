@@ -27,9 +27,9 @@ use amos_sync::ApplyReport;
 use rand::RngExt;
 use serde::Serialize;
 
+use crate::api::node::Node;
 use crate::error::{NodeError, Result};
 use crate::home::write_atomic;
-use crate::node::Node;
 use crate::progress::{Feedback, Progress};
 
 /// Facts per bundle frame (the format's own default: large enough that
@@ -135,7 +135,7 @@ impl Node {
                 let id = peer.parse().map_err(|e: amos_protocol::ProtocolError| {
                     NodeError::BadInput(e.to_string())
                 })?;
-                pairing = crate::pairing::join_proof_for(self.store().conn(), &id)?;
+                pairing = crate::api::pairing::join_proof_for(self.store().conn(), &id)?;
                 recipient = Recipient::Node(id);
                 self.peer_policy(&id)?
                     .ok_or_else(|| NodeError::BadInput(format!("unknown peer {peer}")))?

@@ -13,8 +13,8 @@ use amos_protocol::{Fact, FactBody, MemoryContent, MemoryId, MemoryText};
 use amos_sync::text::LogKey;
 use serde::Serialize;
 
+use crate::api::node::{Node, admit_local};
 use crate::error::{NodeError, Result};
-use crate::node::{Node, admit_local};
 use crate::store::memory::MemoryRecord;
 use crate::store::text::{self as stored, HistoryEntry};
 

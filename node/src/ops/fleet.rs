@@ -18,9 +18,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::api::node::Node;
 use crate::error::{NodeError, Result};
 use crate::home::Home;
-use crate::node::Node;
 
 /// One declared agent.
 #[derive(Debug, Clone, Deserialize)]

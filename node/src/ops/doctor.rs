@@ -12,10 +12,10 @@ use std::os::unix::fs::PermissionsExt;
 
 use serde::Serialize;
 
+use crate::api::node::Node;
+use crate::api::pairing;
 use crate::error::Result;
-use crate::mesh::{self, Probe};
-use crate::node::Node;
-use crate::pairing;
+use crate::net::{self, Probe};
 use crate::store::schema::SCHEMA_VERSION;
 
 #[derive(Debug, Serialize)]
@@ -222,7 +222,7 @@ pub fn run(node: &mut Node, probe_network: bool) -> Result<DoctorReport> {
             .iter()
             .map(|(id, addr, _)| (*id, addr.clone()))
             .collect();
-        let probes = mesh::probe_blocking(&home, &targets)?;
+        let probes = net::dial::probe_blocking(&home, &targets)?;
         for ((id, addr, _), probe) in peers.iter().zip(probes) {
             let name = format!("peer {}", id.short());
             match probe {
@@ -271,7 +271,7 @@ fn org_conflicts(conn: &rusqlite::Connection) -> Result<Vec<(String, String)>> {
 /// held by this very node.
 fn listener(c: &mut Checks, node: &Node, home: &crate::home::Home) {
     let addr = pairing::recorded_listen(home).unwrap_or_else(|| {
-        mesh::DEFAULT_LISTEN
+        net::DEFAULT_LISTEN
             .parse()
             .unwrap_or_else(|_| std::net::SocketAddr::from(([0, 0, 0, 0], 4747)))
     });
@@ -284,7 +284,7 @@ fn listener(c: &mut Checks, node: &Node, home: &crate::home::Home) {
             } else {
                 addr
             };
-            match mesh::probe_blocking(home, &[(me, local.to_string())]) {
+            match net::dial::probe_blocking(home, &[(me, local.to_string())]) {
                 Ok(p) if p.first().is_some_and(|p| *p != Probe::Unreachable) => c.ok(
                     "listener",
                     format!("`amos serve` of this node listens on {addr}"),

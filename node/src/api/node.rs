@@ -709,10 +709,12 @@ pub(crate) fn check_org_authority(
     me: NodeId,
     scope: &OrgScope,
 ) -> Result<NodeId> {
-    let Some(origin) = crate::replica::org_origin(conn, scope)? else {
+    let Some(origin) = crate::store::replica::org_origin(conn, scope)? else {
         return Ok(me);
     };
-    if origin == me || crate::replica::peer_policy(conn, &origin)?.is_some_and(|p| p.is_full()) {
+    if origin == me
+        || crate::store::replica::peer_policy(conn, &origin)?.is_some_and(|p| p.is_full())
+    {
         return Ok(origin);
     }
     Err(NodeError::Refused(format!(

@@ -13,8 +13,8 @@ use amos_protocol::{AgentId, FactBody, MemoryType, ProfileFact};
 use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
 
+use crate::api::node::Node;
 use crate::error::{NodeError, Result};
-use crate::node::Node;
 use crate::store::org;
 
 /// The largest weight a profile may give (the protocol's bound).

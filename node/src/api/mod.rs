@@ -1,0 +1,29 @@
+//! The node API: every operation on a node (`impl Node`), grouped by
+//! concern — the node itself, its org graph and memories ([`node`]), text
+//! editing and history ([`text`]), recall ([`recall`]), profiles
+//! ([`profile`]), peers and replication ([`peers`]), pairing
+//! ([`pairing`]), bundles ([`bundles`]) and maintenance ([`maintenance`]).
+//! The CLI, the MCP server and the mesh all call these; none re-implements
+//! one.
+//!
+//! Boundary: SQL lives in `crate::store`; the rules (visibility, merge,
+//! gate) in `amos-acl` and `amos-sync`. Nothing here opens a socket.
+
+pub(crate) mod bundles;
+pub(crate) mod maintenance;
+pub(crate) mod node;
+pub(crate) mod pairing;
+pub(crate) mod peers;
+pub(crate) mod profile;
+pub(crate) mod recall;
+pub(crate) mod text;
+
+pub use bundles::{ExportReport, ImportReport};
+pub use maintenance::{
+    BackupReport, CheckReport, DanglingLink, HygieneAction, HygieneReport, RebuildReport,
+    RetentionPolicy, Status,
+};
+pub use node::{InitReport, NewMemory, Node, parse_expiry};
+pub use pairing::{JoinReport, join_offline};
+pub use profile::{ProfileWeights, parse_weight};
+pub use text::{DEFAULT_COMPACT_BYTES, HistoryLine};

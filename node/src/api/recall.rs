@@ -1,0 +1,1 @@
+//! Recall on the node: search, context packs and feedback (`impl Node`).

@@ -1,0 +1,144 @@
+//! Accepting: one incoming connection — handshake, then one sync session
+//! or one pairing — and the shutdown signal `amos serve` waits for.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use crate::net::transport::{self, accept_incoming, read_frame, with_timeout, write_frame};
+use amos_protocol::wire::{SyncMessage, SyncV1};
+use tracing::{info, warn};
+
+use super::join::{JoinRequest, answer_join};
+use super::session::drive_accepted_session;
+use super::{CONNECT_TIMEOUT, MeshError, PEER_TIMEOUT};
+use crate::api::node::Node;
+use crate::events::{self, Role, SyncEvent, SyncResult};
+use crate::home::Home;
+/// One incoming connection: handshake, one session, close.
+pub(crate) async fn serve_connection(home: Home, incoming: quinn::Incoming) {
+    let remote = incoming.remote_address();
+    let (conn, peer) =
+        match with_timeout(CONNECT_TIMEOUT, "the handshake", accept_incoming(incoming)).await {
+            Ok(c) => c,
+            Err(e) => {
+                info!("connection from {remote} not accepted: {e}");
+                return;
+            }
+        };
+    let stream = with_timeout(PEER_TIMEOUT, "waiting for a stream", async {
+        conn.accept_bi()
+            .await
+            .map_err(transport::from_connection_error)
+    })
+    .await;
+    let (mut send, mut recv) = match stream {
+        Ok(s) => s,
+        Err(e) => {
+            info!("{peer} at {remote} opened no session: {e}");
+            conn.close(quinn::VarInt::from_u32(1), b"no session");
+            return;
+        }
+    };
+    // The first message tells a pairing from a sync.
+    let first = match with_timeout(PEER_TIMEOUT, "waiting for the peer", read_frame(&mut recv))
+        .await
+        .map_err(MeshError::from)
+        .and_then(|f| f.ok_or_else(|| MeshError::Closed("the peer sent nothing".into())))
+        .and_then(|b| SyncMessage::decode(&b).map_err(|e| MeshError::BadMessage(e.to_string())))
+    {
+        Ok(SyncMessage::V1(m)) => m,
+        Err(e) => {
+            warn!("session with {peer} at {remote} failed: {e}");
+            conn.close(quinn::VarInt::from_u32(1), b"sync failed");
+            return;
+        }
+    };
+    if let SyncV1::Join {
+        invite,
+        proof,
+        name,
+        listen_port,
+        agent,
+    } = first
+    {
+        let join = JoinRequest {
+            invite,
+            proof,
+            name,
+            addr: listen_port.map(|p| SocketAddr::new(remote.ip(), p).to_string()),
+            agent,
+        };
+        answer_join(home, &conn, peer, join, send).await;
+        return;
+    }
+    let registered = tokio::task::spawn_blocking({
+        let home = home.clone();
+        move || Node::open(&home).and_then(|n| n.peer_policy(&peer))
+    })
+    .await;
+    if !matches!(registered, Ok(Ok(Some(_)))) {
+        info!("{peer} at {remote} is not a registered peer: no sync");
+        let _ = write_frame(
+            &mut send,
+            &SyncMessage::V1(SyncV1::Refused {
+                reason: "not a registered peer".into(),
+            })
+            .encode(),
+        )
+        .await;
+        let _ = send.finish();
+        let _ = tokio::time::timeout(PEER_TIMEOUT, conn.closed()).await;
+        return;
+    }
+    let started = Instant::now();
+    let session = drive_accepted_session(home, peer, remote, send, recv, first).await;
+    events::emit(SyncEvent::Finished {
+        peer: &peer.to_string(),
+        role: Role::Accept,
+        result: session
+            .as_ref()
+            .map_or_else(|e| e.result(), |_| SyncResult::Ok),
+        elapsed: started.elapsed(),
+        stats: session.as_ref().ok(),
+    });
+    match session {
+        Ok(s) => {
+            info!(
+                "session with {peer} at {remote}: {} facts in, {} out, {} ms",
+                s.facts_in,
+                s.facts_out,
+                started.elapsed().as_millis()
+            );
+            // The dialler closes once it has read our end of stream.
+            let _ = tokio::time::timeout(PEER_TIMEOUT, conn.closed()).await;
+        }
+        Err(e) => {
+            warn!("session with {peer} at {remote} failed: {e}");
+            conn.close(quinn::VarInt::from_u32(1), b"sync failed");
+        }
+    }
+}
+
+/// Resolves on SIGINT or (on unix) SIGTERM.
+pub(crate) async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(e) => {
+                warn!("cannot watch SIGTERM: {e}");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

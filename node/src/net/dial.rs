@@ -1,0 +1,438 @@
+//! Dialling: a sync pass over the peers with addresses (`amos sync now`,
+//! `serve --sync-every`), its pacing and backoff, and reachability probes
+//! (`amos doctor`).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::net::transport::{self, TransportError, with_timeout};
+use amos_protocol::{NodeId, NodeIdentity};
+use tokio::task::JoinSet;
+use tracing::{info, warn};
+
+use super::session::drive_session;
+use super::{CONNECT_TIMEOUT, PEER_TIMEOUT, runtime};
+use crate::api::node::Node;
+use crate::clock::{SystemClock, WallClock};
+use crate::error::{NodeError, Result};
+use crate::events::{self, Observer, PeerOutcome, Role, SessionStats, SyncEvent, SyncResult};
+use crate::home::Home;
+use crate::store::replica::PeerInfo;
+// ---------------------------------------------------------------------------
+// Dialling: one sync pass
+
+/// Sync once with every registered peer that has an address (or only the
+/// one named by `only`: NodeId, unique NodeId prefix, or name). Peers are
+/// synced concurrently; one failing never stops the others. Outcomes come
+/// back in the peers table's order.
+pub async fn sync_pass(
+    home: &Home,
+    identity: Arc<NodeIdentity>,
+    only: Option<&str>,
+    observer: Option<Observer>,
+) -> Result<Vec<PeerOutcome>> {
+    let peers = {
+        let node = Node::open(home)?;
+        node.peer_list()?
+    };
+    let chosen: Vec<PeerInfo> = match only {
+        Some(want) => {
+            let exact: Vec<&PeerInfo> = peers
+                .iter()
+                .filter(|p| p.node_id == want || p.name == want)
+                .collect();
+            let matches = if exact.is_empty() {
+                peers
+                    .iter()
+                    .filter(|p| p.node_id.starts_with(want))
+                    .collect()
+            } else {
+                exact
+            };
+            match matches.as_slice() {
+                [p] if p.addr.is_some() => vec![(*p).clone()],
+                [p] => {
+                    return Err(NodeError::BadInput(format!(
+                        "peer {} has no address (add one with `amos peers add ID ADDR --policy P`)",
+                        p.node_id
+                    )));
+                }
+                [] => return Err(NodeError::BadInput(format!("unknown peer {want:?}"))),
+                _ => return Err(NodeError::BadInput(format!("ambiguous peer {want:?}"))),
+            }
+        }
+        None => peers.into_iter().filter(|p| p.addr.is_some()).collect(),
+    };
+    Ok(sync_peers(home, identity, chosen, observer).await)
+}
+
+/// Sync with each of `peers` concurrently; outcomes in the same order.
+pub async fn sync_peers(
+    home: &Home,
+    identity: Arc<NodeIdentity>,
+    peers: Vec<PeerInfo>,
+    observer: Option<Observer>,
+) -> Vec<PeerOutcome> {
+    let mut set = JoinSet::new();
+    for (i, p) in peers.into_iter().enumerate() {
+        let home = home.clone();
+        let identity = identity.clone();
+        let observer = observer.clone();
+        set.spawn(async move { (i, sync_with(&home, &identity, &p, observer).await) });
+    }
+    let mut outcomes = Vec::new();
+    while let Some(r) = set.join_next().await {
+        match r {
+            Ok(o) => outcomes.push(o),
+            // sync_with never fails; a panicked task is a bug, reported.
+            Err(e) => warn!("a sync task failed: {e}"),
+        }
+    }
+    outcomes.sort_by_key(|(i, _)| *i);
+    outcomes.into_iter().map(|(_, o)| o).collect()
+}
+
+/// The periodic loop's pacing (`amos serve --sync-every`): each pass after
+/// the period ±10 % (so a fleet started together does not dial in step),
+/// and a peer that failed `n` passes in a row is tried only every `2^n`
+/// periods (at most 32) until it answers again.
+#[derive(Debug, Default)]
+pub struct Pacing {
+    failing: std::collections::HashMap<String, (u32, u64)>,
+}
+
+impl Pacing {
+    /// The wait before the next pass; `unit` in [0, 1) is the random draw.
+    pub fn next_wait(period: Duration, unit: f64) -> Duration {
+        period.mul_f64(0.9 + 0.2 * unit.clamp(0.0, 1.0))
+    }
+
+    /// Whether `peer` is due for a sync at `now_ms`.
+    pub fn due(&self, peer: &str, now_ms: u64) -> bool {
+        self.failing
+            .get(peer)
+            .is_none_or(|&(_, next_ms)| now_ms >= next_ms)
+    }
+
+    /// Record a pass's outcome for `peer`.
+    pub fn record(&mut self, peer: &str, result: SyncResult, now_ms: u64, period: Duration) {
+        if result == SyncResult::Ok {
+            self.failing.remove(peer);
+            return;
+        }
+        let n = self
+            .failing
+            .get(peer)
+            .map_or(1, |&(n, _)| n.saturating_add(1));
+        let periods = 1u64 << n.min(5);
+        let wait = (period.as_millis() as u64).saturating_mul(periods);
+        // Due half a period early, so the pass that many periods on (give or
+        // take the jitter) tries it.
+        let half = period.as_millis() as u64 / 2;
+        let next = now_ms.saturating_add(wait).saturating_sub(half);
+        self.failing.insert(peer.to_owned(), (n, next));
+    }
+}
+
+/// One periodic pass: every due peer with an address, outcomes recorded in
+/// `pacing`.
+pub(crate) async fn periodic_pass(
+    home: &Home,
+    identity: Arc<NodeIdentity>,
+    pacing: &Mutex<Pacing>,
+    period: Duration,
+) -> Result<Vec<PeerOutcome>> {
+    let peers = {
+        let home = home.clone();
+        tokio::task::spawn_blocking(move || Node::open(&home)?.peer_list())
+            .await
+            .map_err(|e| NodeError::Failed(format!("listing peers: {e}")))??
+    };
+    let now = SystemClock.now_ms();
+    let due: Vec<PeerInfo> = {
+        let p = pacing.lock().unwrap_or_else(|e| e.into_inner());
+        peers
+            .into_iter()
+            .filter(|x| x.addr.is_some() && p.due(&x.node_id, now))
+            .collect()
+    };
+    let outcomes = sync_peers(home, identity, due, None).await;
+    let now = SystemClock.now_ms();
+    let mut p = pacing.lock().unwrap_or_else(|e| e.into_inner());
+    for o in &outcomes {
+        p.record(&o.peer, o.result, now, period);
+    }
+    Ok(outcomes)
+}
+
+/// Dial one peer and run a session; never fails, reports instead.
+pub async fn sync_with(
+    home: &Home,
+    identity: &NodeIdentity,
+    peer: &PeerInfo,
+    observer: Option<Observer>,
+) -> PeerOutcome {
+    let started = Instant::now();
+    let r = dial_and_sync(home, identity, peer, observer).await;
+    let elapsed = started.elapsed();
+    let ms = elapsed.as_millis() as u64;
+    events::emit(SyncEvent::Finished {
+        peer: &peer.node_id,
+        role: Role::Dial,
+        result: r
+            .as_ref()
+            .map_or_else(|(result, _)| *result, |_| SyncResult::Ok),
+        elapsed,
+        stats: r.as_ref().ok(),
+    });
+    let mut o = PeerOutcome {
+        peer: peer.node_id.clone(),
+        name: peer.name.clone(),
+        addr: peer.addr.clone(),
+        result: SyncResult::Ok,
+        facts_in: 0,
+        facts_out: 0,
+        bytes_in: 0,
+        bytes_out: 0,
+        ms,
+        error: None,
+    };
+    match r {
+        Ok(s) => {
+            info!(
+                "synced with {}: {} facts in, {} out, {} ms",
+                peer.node_id, s.facts_in, s.facts_out, ms
+            );
+            o.facts_in = s.facts_in;
+            o.facts_out = s.facts_out;
+            o.bytes_in = s.bytes_in;
+            o.bytes_out = s.bytes_out;
+        }
+        Err((result, e)) => {
+            warn!("sync with {}: {} ({e})", peer.node_id, result.as_str());
+            o.result = result;
+            o.error = Some(e);
+        }
+    }
+    record_result(home, &peer.node_id, o.result).await;
+    o
+}
+
+/// Note the outcome in the peers table (`amos peers list`, `amos status`);
+/// a failure to note it is logged, never fatal to the pass.
+pub(crate) async fn record_result(home: &Home, peer: &str, result: SyncResult) {
+    let Ok(id) = peer.parse::<NodeId>() else {
+        return;
+    };
+    let home = home.clone();
+    let r = tokio::task::spawn_blocking(move || {
+        Node::open(&home)?.peer_record_result(&id, result.as_str())
+    })
+    .await;
+    match r {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => warn!("cannot record the sync result for {peer}: {e}"),
+        Err(e) => warn!("cannot record the sync result for {peer}: {e}"),
+    }
+}
+
+/// The endpoint's bind address for dialling `addr`.
+pub(crate) fn bind_for(addr: SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V4(a) if a.ip().is_loopback() => SocketAddr::from(([127, 0, 0, 1], 0)),
+        SocketAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
+        SocketAddr::V6(_) => SocketAddr::from(([0u16; 8], 0)),
+    }
+}
+
+pub(crate) async fn dial_and_sync(
+    home: &Home,
+    identity: &NodeIdentity,
+    peer: &PeerInfo,
+    observer: Option<Observer>,
+) -> std::result::Result<SessionStats, (SyncResult, String)> {
+    let failed = |e: &dyn std::fmt::Display| (SyncResult::Failed, e.to_string());
+    let unreachable = |e: &dyn std::fmt::Display| (SyncResult::Unreachable, e.to_string());
+    let expected: NodeId = peer.node_id.parse().map_err(|e| failed(&e))?;
+    let addr_text = peer
+        .addr
+        .as_deref()
+        .ok_or_else(|| failed(&"the peer has no address"))?;
+    let addr = match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::lookup_host(addr_text)).await
+    {
+        Ok(Ok(mut addrs)) => addrs
+            .next()
+            .ok_or_else(|| unreachable(&format!("{addr_text} resolves to no address")))?,
+        Ok(Err(e)) => return Err(unreachable(&format!("cannot resolve {addr_text}: {e}"))),
+        Err(_) => return Err(unreachable(&format!("resolving {addr_text} timed out"))),
+    };
+    let endpoint = transport::client_endpoint(
+        bind_for(addr),
+        identity,
+        Arc::new(move |id: &NodeId| *id == expected),
+    )
+    .map_err(|e| failed(&e))?;
+    let conn = match with_timeout(
+        CONNECT_TIMEOUT,
+        "the handshake",
+        transport::connect(&endpoint, addr, expected),
+    )
+    .await
+    {
+        Ok(c) => c,
+        Err(e @ TransportError::Refused { .. }) => {
+            return Err((SyncResult::Refused, e.to_string()));
+        }
+        Err(e @ TransportError::Config(_)) => return Err(failed(&e)),
+        Err(e) => return Err(unreachable(&e)),
+    };
+    let stream = with_timeout(PEER_TIMEOUT, "opening a stream", async {
+        conn.open_bi()
+            .await
+            .map_err(transport::from_connection_error)
+    })
+    .await;
+    let result = match stream {
+        Ok((send, recv)) => drive_session(home.clone(), expected, send, recv, None, observer).await,
+        Err(e) => Err(e.into()),
+    };
+    match result {
+        Ok(stats) => {
+            conn.close(quinn::VarInt::from_u32(0), b"done");
+            let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
+            Ok(stats)
+        }
+        Err(e) => {
+            conn.close(quinn::VarInt::from_u32(1), b"sync failed");
+            let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+            Err((e.result(), e.to_string()))
+        }
+    }
+}
+
+/// What a handshake-only probe of a node found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// It answered with the expected key and accepted ours.
+    Accepted,
+    /// It answered with the expected key but refused ours.
+    RefusedUs,
+    /// No answer, or another key answered.
+    Unreachable,
+}
+
+/// Handshake with `expected` at `addr` and close at once (no session):
+/// for `amos doctor`.
+pub fn probe_blocking(home: &Home, targets: &[(NodeId, String)]) -> Result<Vec<Probe>> {
+    let identity = home.load_identity()?;
+    runtime()?.block_on(async {
+        let mut out = Vec::new();
+        for (expected, addr_text) in targets {
+            let expected = *expected;
+            let addr = match tokio::time::timeout(
+                CONNECT_TIMEOUT,
+                tokio::net::lookup_host(addr_text.as_str()),
+            )
+            .await
+            {
+                Ok(Ok(mut a)) => a.next(),
+                _ => None,
+            };
+            let Some(addr) = addr else {
+                out.push(Probe::Unreachable);
+                continue;
+            };
+            let Ok(endpoint) = transport::client_endpoint(
+                bind_for(addr),
+                &identity,
+                Arc::new(move |id: &NodeId| *id == expected),
+            ) else {
+                out.push(Probe::Unreachable);
+                continue;
+            };
+            let r = with_timeout(
+                Duration::from_secs(2),
+                "the handshake",
+                transport::connect(&endpoint, addr, expected),
+            )
+            .await;
+            out.push(match r {
+                Ok(conn) => {
+                    // TLS 1.3: the server's verdict on our key may come only
+                    // after the handshake; give it a moment to say no.
+                    let refused = tokio::time::timeout(Duration::from_millis(300), conn.closed())
+                        .await
+                        .is_ok_and(|e| {
+                            matches!(
+                                transport::from_connection_error(e),
+                                TransportError::Refused { .. }
+                            )
+                        });
+                    conn.close(quinn::VarInt::from_u32(0), b"probe");
+                    if refused {
+                        Probe::RefusedUs
+                    } else {
+                        Probe::Accepted
+                    }
+                }
+                Err(TransportError::Refused {
+                    by: transport::RefusedBy::Peer,
+                    ..
+                }) => Probe::RefusedUs,
+                Err(_) => Probe::Unreachable,
+            });
+            let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+        }
+        Ok(out)
+    })
+}
+
+/// Run [`sync_pass`] on a fresh runtime (for the CLI).
+pub fn sync_pass_blocking(
+    home: &Home,
+    only: Option<&str>,
+    observer: Option<Observer>,
+) -> Result<Vec<PeerOutcome>> {
+    let identity = Arc::new(home.load_identity()?);
+    runtime()?.block_on(sync_pass(home, identity, only, observer))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passes_are_jittered_within_ten_percent() {
+        let p = Duration::from_secs(30);
+        assert_eq!(Pacing::next_wait(p, 0.0), Duration::from_secs(27));
+        assert_eq!(Pacing::next_wait(p, 0.5), Duration::from_secs(30));
+        assert!(Pacing::next_wait(p, 0.999) < Duration::from_secs(33));
+        assert_eq!(Pacing::next_wait(p, 7.0), Duration::from_secs(33));
+    }
+
+    #[test]
+    fn a_dead_peer_is_tried_exponentially_less_often_until_it_answers() {
+        let period = Duration::from_secs(10);
+        let mut p = Pacing::default();
+        let mut now = 1_000_000;
+        assert!(p.due("a", now));
+        // Count the passes (one per period) at which "a" is tried while it fails.
+        let mut tried = Vec::new();
+        for pass in 0..80u64 {
+            now += 10_000;
+            if p.due("a", now) {
+                tried.push(pass);
+                p.record("a", SyncResult::Unreachable, now, period);
+            }
+            p.record("b", SyncResult::Ok, now, period);
+            assert!(p.due("b", now + 1));
+        }
+        let gaps: Vec<u64> = tried.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(&gaps[..5], &[2, 4, 8, 16, 32], "{tried:?}");
+        assert!(gaps[5..].iter().all(|&g| g == 32), "capped: {gaps:?}");
+        // One success and it is back to every period.
+        p.record("a", SyncResult::Ok, now, period);
+        assert!(p.due("a", now));
+    }
+}

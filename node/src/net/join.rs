@@ -1,0 +1,340 @@
+//! Pairing over the wire (docs/design.md §7.6): the joiner dials the
+//! inviter named in the code; the inviter answers the join.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::net::transport::{self, TransportError, read_frame, with_timeout, write_frame};
+use amos_protocol::wire::{SyncMessage, SyncV1};
+use amos_protocol::{NodeId, NodeIdentity};
+use tracing::{info, warn};
+
+use super::dial::{bind_for, sync_with};
+use super::{CONNECT_TIMEOUT, MeshError, PEER_TIMEOUT, runtime};
+use crate::api::node::Node;
+use crate::api::pairing::{self, JoinReport, MeshKeyOutcome, Welcome};
+use crate::clock::{SystemClock, WallClock};
+use crate::error::{NodeError, Result};
+use crate::events::Observer;
+use crate::home::Home;
+use crate::store::replica::PeerInfo;
+// ---------------------------------------------------------------------------
+// Pairing over the wire (DESIGN.md §7)
+//
+// The joiner dials the inviter named in the code (its key is the only one it
+// accepts), opens one stream and sends `Join`: the invite's public id and a
+// proof of the secret bound to this TLS session's exported keying material
+// (`amos_protocol::pairing::join_proof`), so the secret never crosses the
+// wire and a proof cannot be replayed on another connection. The inviter
+// answers `Welcome` (after recording the joiner) or `Refused`. The first
+// sync then runs as an ordinary session on a fresh connection.
+
+/// TLS exporter label for pairing proofs (RFC 5705/8446 §7.5).
+pub(crate) const PAIRING_EXPORTER_LABEL: &[u8] = b"EXPORTER-amos-pairing-v1";
+
+/// A `Join` as the inviter received it.
+pub(crate) struct JoinRequest {
+    pub(crate) invite: [u8; 16],
+    pub(crate) proof: [u8; 32],
+    pub(crate) name: String,
+    /// Where the joiner serves: the address it came from, with its port.
+    pub(crate) addr: Option<String>,
+    /// The joiner's agent, to make a member of the invite's scopes.
+    pub(crate) agent: Option<amos_protocol::AgentId>,
+}
+
+pub(crate) fn exported_key(conn: &quinn::Connection) -> std::result::Result<[u8; 32], MeshError> {
+    let mut out = [0u8; 32];
+    conn.export_keying_material(&mut out, PAIRING_EXPORTER_LABEL, b"")
+        .map_err(|_| MeshError::Closed("cannot export keying material from TLS".into()))?;
+    Ok(out)
+}
+
+/// The inviter's side of one join: check, record, answer; close.
+pub(crate) async fn answer_join(
+    home: Home,
+    conn: &quinn::Connection,
+    joiner: NodeId,
+    join: JoinRequest,
+    mut send: quinn::SendStream,
+) {
+    let remote = conn.remote_address();
+    let reply = match exported_key(conn) {
+        Err(e) => SyncV1::Refused {
+            reason: e.to_string(),
+        },
+        Ok(exported) => {
+            let decided = tokio::task::spawn_blocking(move || {
+                let mut node = Node::open(&home)?;
+                node.accept_join_as(
+                    &joiner,
+                    &join.invite,
+                    &join.proof,
+                    amos_protocol::pairing::ProofBinding::Session(&exported),
+                    &join.name,
+                    join.addr.as_deref(),
+                    join.agent.as_ref(),
+                )
+            })
+            .await;
+            match decided {
+                Ok(Ok(w)) => {
+                    info!("paired with {joiner} at {remote} (policy {})", w.policy);
+                    for s in &w.member_of {
+                        info!("the joiner's agent is a member of {s}");
+                    }
+                    SyncV1::Welcome {
+                        policy: w.policy.to_string(),
+                        name: w.name,
+                        mesh_key: w.mesh_key.map(|k| *k.as_bytes()),
+                        member_of: w.member_of,
+                    }
+                }
+                Ok(Err(NodeError::Refused(reason))) => {
+                    info!("refused a join from {joiner} at {remote}: {reason}");
+                    SyncV1::Refused { reason }
+                }
+                Ok(Err(e)) => {
+                    warn!("a join from {joiner} at {remote} failed: {e}");
+                    SyncV1::Refused {
+                        reason: "the inviter could not record the pairing".into(),
+                    }
+                }
+                Err(e) => {
+                    warn!("a join from {joiner} at {remote} failed: {e}");
+                    SyncV1::Refused {
+                        reason: "the inviter could not record the pairing".into(),
+                    }
+                }
+            }
+        }
+    };
+    let frame = SyncMessage::V1(reply).encode();
+    if with_timeout(
+        PEER_TIMEOUT,
+        "answering a join",
+        write_frame(&mut send, &frame),
+    )
+    .await
+    .is_ok()
+    {
+        let _ = send.finish();
+        // The joiner closes once it has read the answer.
+        let _ = tokio::time::timeout(PEER_TIMEOUT, conn.closed()).await;
+    }
+}
+
+/// `amos join CODE [--as AGENT]`: pair with the inviter, then run a first
+/// sync (`observer` hears of its progress). `agent` (one of ours) asks the
+/// inviter to make it a member of the invite's scopes; the caller drops it
+/// for a `full` invite, which names none.
+pub fn join_blocking(
+    home: &Home,
+    code_text: &str,
+    agent: Option<&amos_protocol::AgentId>,
+    observer: Option<Observer>,
+) -> Result<JoinReport> {
+    let identity = Arc::new(home.load_identity()?);
+    let code = pairing::read_code(code_text, &identity.node_id(), SystemClock.now_ms())?;
+    runtime()?.block_on(async {
+        let (addr, welcome) = dial_inviter(home, &identity, &code, agent).await?;
+        let member_of: Vec<String> = welcome.member_of.iter().map(ToString::to_string).collect();
+        let (outcome, peer) = tokio::task::spawn_blocking({
+            let home = home.clone();
+            let code = code.clone();
+            let addr = addr.clone();
+            move || -> Result<(MeshKeyOutcome, PeerInfo)> {
+                let mut node = Node::open(&home)?;
+                let outcome = node.record_inviter(&code, &addr, &welcome)?;
+                let peer = node
+                    .peer_list()?
+                    .into_iter()
+                    .find(|p| p.node_id == code.inviter.to_string())
+                    .ok_or_else(|| NodeError::Failed("the inviter was not recorded".into()))?;
+                Ok((outcome, peer))
+            }
+        })
+        .await
+        .map_err(|e| NodeError::Failed(format!("recording the inviter: {e}")))??;
+        let first = sync_with(home, &identity, &peer, observer).await;
+        Ok(JoinReport {
+            peer: peer.node_id.clone(),
+            name: peer.name.clone(),
+            policy: peer.policy.clone(),
+            addr: Some(addr),
+            mesh_key: outcome,
+            agent: agent.map(ToString::to_string),
+            member_of,
+            first_sync: Some(first),
+        })
+    })
+}
+
+/// Try the code's addresses in order; the first inviter that answers
+/// decides. Refusals are bad input (exit 2), unreachable is a failure.
+pub(crate) async fn dial_inviter(
+    home: &Home,
+    identity: &NodeIdentity,
+    code: &amos_protocol::pairing::PairingCode,
+    agent: Option<&amos_protocol::AgentId>,
+) -> Result<(String, Welcome)> {
+    let me = JoinerInfo {
+        name: home.info()?.name,
+        listen_port: pairing::recorded_listen(home).map(|a| a.port()),
+        agent: agent.cloned(),
+    };
+    let inviter = code.inviter;
+    let mut unreachable = Vec::new();
+    for hint in &code.addrs {
+        let addr = match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::lookup_host(hint)).await
+        {
+            Ok(Ok(mut a)) => match a.next() {
+                Some(a) => a,
+                None => {
+                    unreachable.push(format!("{hint}: resolves to no address"));
+                    continue;
+                }
+            },
+            Ok(Err(e)) => {
+                unreachable.push(format!("{hint}: {e}"));
+                continue;
+            }
+            Err(_) => {
+                unreachable.push(format!("{hint}: resolving timed out"));
+                continue;
+            }
+        };
+        let endpoint = transport::client_endpoint(
+            bind_for(addr),
+            identity,
+            Arc::new(move |id: &NodeId| *id == inviter),
+        )
+        .map_err(|e| NodeError::Failed(e.to_string()))?;
+        let r = join_at(&endpoint, addr, identity, code, &me).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+        match r {
+            Ok(w) => return Ok((hint.clone(), w)),
+            Err(JoinFailure::Unreachable(e)) => unreachable.push(format!("{hint}: {e}")),
+            Err(JoinFailure::Refused(reason)) => {
+                return Err(NodeError::BadInput(format!(
+                    "pairing refused: {reason}; nothing was recorded"
+                )));
+            }
+            Err(JoinFailure::Failed(e)) => {
+                return Err(NodeError::Failed(format!(
+                    "pairing with {hint} failed: {e}; nothing was recorded"
+                )));
+            }
+        }
+    }
+    Err(NodeError::Failed(format!(
+        "cannot reach the inviter ({}); nothing was recorded",
+        unreachable.join("; ")
+    )))
+}
+
+/// What a joiner tells the inviter about itself.
+pub(crate) struct JoinerInfo {
+    name: String,
+    listen_port: Option<u16>,
+    agent: Option<amos_protocol::AgentId>,
+}
+
+pub(crate) enum JoinFailure {
+    Unreachable(String),
+    Refused(String),
+    Failed(String),
+}
+
+pub(crate) async fn join_at(
+    endpoint: &quinn::Endpoint,
+    addr: SocketAddr,
+    identity: &NodeIdentity,
+    code: &amos_protocol::pairing::PairingCode,
+    joiner: &JoinerInfo,
+) -> std::result::Result<Welcome, JoinFailure> {
+    use amos_protocol::pairing::{ProofBinding, invite_id, join_proof, proof_key};
+    let conn = match with_timeout(
+        CONNECT_TIMEOUT,
+        "the handshake",
+        transport::connect(endpoint, addr, code.inviter),
+    )
+    .await
+    {
+        Ok(c) => c,
+        Err(TransportError::Refused {
+            by: transport::RefusedBy::Us,
+            ..
+        }) => {
+            return Err(JoinFailure::Refused(format!(
+                "the node at {addr} is not the inviter this code names (forged or stale code)"
+            )));
+        }
+        Err(TransportError::Refused { .. }) => {
+            return Err(JoinFailure::Refused(
+                "the inviter accepts no joins now (the code is unknown, used or expired)".into(),
+            ));
+        }
+        Err(e @ TransportError::Config(_)) => return Err(JoinFailure::Failed(e.to_string())),
+        Err(e) => return Err(JoinFailure::Unreachable(e.to_string())),
+    };
+    let exported = exported_key(&conn).map_err(|e| JoinFailure::Failed(e.to_string()))?;
+    let me = identity.node_id();
+    let secret = code.secret;
+    let join = SyncV1::Join {
+        invite: invite_id(&secret),
+        proof: join_proof(
+            &proof_key(&secret),
+            ProofBinding::Session(&exported),
+            &me,
+            &code.inviter,
+            &code.policy,
+        ),
+        name: joiner.name.clone(),
+        listen_port: joiner.listen_port,
+        agent: joiner.agent.clone(),
+    };
+    let exchange = async {
+        let (mut send, mut recv) = conn
+            .open_bi()
+            .await
+            .map_err(transport::from_connection_error)?;
+        write_frame(&mut send, &SyncMessage::V1(join).encode()).await?;
+        let _ = send.finish();
+        read_frame(&mut recv).await
+    };
+    let answer = with_timeout(PEER_TIMEOUT, "waiting for the inviter", exchange).await;
+    conn.close(quinn::VarInt::from_u32(0), b"done");
+    let bytes = match answer {
+        Ok(Some(b)) => b,
+        Ok(None) => return Err(JoinFailure::Failed("the inviter answered nothing".into())),
+        // TLS 1.3: the inviter's refusal of our key may surface only here.
+        Err(TransportError::Refused { .. }) | Err(TransportError::Closed(_)) => {
+            return Err(JoinFailure::Refused(
+                "the inviter accepts no joins now (the code is unknown, used or expired)".into(),
+            ));
+        }
+        Err(e) => return Err(JoinFailure::Failed(e.to_string())),
+    };
+    match SyncMessage::decode(&bytes) {
+        Ok(SyncMessage::V1(SyncV1::Welcome {
+            policy,
+            name,
+            mesh_key,
+            member_of,
+        })) => Ok(Welcome {
+            policy: policy.parse().map_err(|_| {
+                JoinFailure::Failed(format!("the inviter sent a bad policy {policy:?}"))
+            })?,
+            name,
+            mesh_key: mesh_key.map(amos_protocol::MeshKey::from_bytes),
+            member_of,
+        }),
+        Ok(SyncMessage::V1(SyncV1::Refused { reason })) => Err(JoinFailure::Refused(reason)),
+        Ok(_) => Err(JoinFailure::Failed(
+            "the inviter answered out of turn".into(),
+        )),
+        Err(e) => Err(JoinFailure::Failed(e.to_string())),
+    }
+}

@@ -1,0 +1,459 @@
+//! The session driver: one sync session over one QUIC stream, carrying out
+//! the actions of the sans-IO `amos_sync::session::Session` (see the
+//! module doc of [`crate::net`]).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::net::transport::{TransportError, read_frame, with_timeout, write_frame};
+use amos_protocol::NodeId;
+use amos_protocol::wire::{Epoch, SyncMessage, SyncV1, Watermark};
+use amos_sync::session::{Action, Event, Session, SessionError};
+use tokio::sync::mpsc;
+use tracing::{debug, info};
+
+use super::{AFTER_DONE_TIMEOUT, CHANNEL_DEPTH, EXPORT_BATCH, MeshError, PEER_TIMEOUT};
+use crate::api::node::Node;
+use crate::api::pairing::{self};
+use crate::error::NodeError;
+use crate::events::{self, Observer, SessionStats, SyncEvent};
+use crate::home::Home;
+// ---------------------------------------------------------------------------
+// The session driver
+
+/// What the session thread waits for.
+pub(crate) enum Input {
+    Msg(SyncV1),
+    ExportDone(std::result::Result<(Watermark, u64), NodeError>),
+    IoFailed(MeshError),
+    Eof,
+}
+
+/// What the writer task sends, in order. The queue is unbounded but holds
+/// at most a handful of items per session (hello, the export, done, finish):
+/// the session thread never waits on the peer to send, only to receive, so
+/// two sides busy applying each other's batches can never wait on each other.
+/// The export's facts come through their own bounded channel (backpressure
+/// on the export thread only).
+pub(crate) enum Outgoing {
+    Msg(SyncV1),
+    /// Our export: write every batch from this channel until it closes.
+    Facts(mpsc::Receiver<Vec<Vec<u8>>>),
+    /// The session finished: end our send stream.
+    Finish,
+}
+
+/// Run one sync session with the authenticated `peer` over a bidirectional
+/// stream. On error the caller should close the connection.
+///
+/// `first` is a message the caller already read from `recv` (the server
+/// reads one to tell a sync from a pairing); `observer` hears of every batch
+/// applied and sent. The peer's listen addresses are not recorded: a
+/// dialler reached the peer at the address it has.
+pub async fn drive_session(
+    home: Home,
+    peer: NodeId,
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+    first: Option<SyncV1>,
+    observer: Option<Observer>,
+) -> std::result::Result<SessionStats, MeshError> {
+    drive(home, peer, send, recv, first, observer, None).await
+}
+
+/// Like [`drive_session`], for a session the registered `peer` opened from
+/// `remote`: where it says it serves is recorded as its address
+/// ([`learned_addr`]).
+pub async fn drive_accepted_session(
+    home: Home,
+    peer: NodeId,
+    remote: SocketAddr,
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+    first: SyncV1,
+) -> std::result::Result<SessionStats, MeshError> {
+    drive(home, peer, send, recv, Some(first), None, Some(remote)).await
+}
+
+/// Where to dial a peer that says it serves at `listen` and was seen
+/// connecting from `remote`: an unspecified IP (`0.0.0.0`, `::`) becomes
+/// `remote`'s IP with the announced port; a loopback address is of no use
+/// unless the peer came over loopback; multicast and broadcast never are.
+/// An address on the IP the peer came from is preferred (that one routes);
+/// otherwise the first usable one, in the peer's order.
+pub fn learned_addr(listen: &[SocketAddr], remote: SocketAddr) -> Option<SocketAddr> {
+    let seen = remote.ip().to_canonical();
+    let usable = |a: &SocketAddr| -> Option<SocketAddr> {
+        let ip = a.ip().to_canonical();
+        if a.port() == 0 || ip.is_multicast() {
+            return None;
+        }
+        if ip.is_unspecified() {
+            return Some(SocketAddr::new(seen, a.port()));
+        }
+        let broadcast = matches!(ip, std::net::IpAddr::V4(v4) if v4.is_broadcast());
+        if broadcast || (ip.is_loopback() && !seen.is_loopback()) {
+            return None;
+        }
+        Some(SocketAddr::new(ip, a.port()))
+    };
+    let candidates: Vec<SocketAddr> = listen.iter().filter_map(usable).collect();
+    candidates
+        .iter()
+        .find(|a| a.ip() == seen)
+        .or(candidates.first())
+        .copied()
+}
+
+pub(crate) async fn drive(
+    home: Home,
+    peer: NodeId,
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    first: Option<SyncV1>,
+    observer: Option<Observer>,
+    learn_from: Option<SocketAddr>,
+) -> std::result::Result<SessionStats, MeshError> {
+    let (in_tx, in_rx) = mpsc::channel::<Input>(CHANNEL_DEPTH);
+    if let Some(m) = first {
+        // The channel is empty and nothing reads it yet: this cannot wait.
+        let _ = in_tx.send(Input::Msg(m)).await;
+    }
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Outgoing>();
+    let bytes_in = Arc::new(AtomicU64::new(0));
+    let bytes_out = Arc::new(AtomicU64::new(0));
+
+    let writer = tokio::spawn({
+        let bytes_out = bytes_out.clone();
+        let in_tx = in_tx.clone();
+        async move {
+            let mut write = async |m: SyncV1| {
+                let frame = SyncMessage::V1(m).encode();
+                with_timeout(
+                    PEER_TIMEOUT,
+                    "sending to the peer",
+                    write_frame(&mut send, &frame),
+                )
+                .await?;
+                bytes_out.fetch_add(frame.len() as u64 + 4, Ordering::Relaxed);
+                Ok::<(), TransportError>(())
+            };
+            let r: std::result::Result<bool, TransportError> = async {
+                while let Some(o) = out_rx.recv().await {
+                    match o {
+                        Outgoing::Msg(m) => write(m).await?,
+                        Outgoing::Facts(mut batches) => {
+                            while let Some(facts) = batches.recv().await {
+                                write(SyncV1::Facts { facts }).await?;
+                            }
+                        }
+                        Outgoing::Finish => return Ok(true),
+                    }
+                }
+                Ok(false)
+            }
+            .await;
+            match r {
+                Ok(true) => {
+                    let _ = send.finish();
+                    // Wait until the peer has the whole stream.
+                    let _ = tokio::time::timeout(PEER_TIMEOUT, send.stopped()).await;
+                    Ok(())
+                }
+                Ok(false) => Err(MeshError::Closed(
+                    "the session ended without finishing".into(),
+                )),
+                Err(e) => {
+                    let msg = e.to_string();
+                    let _ = in_tx.send(Input::IoFailed(e.into())).await;
+                    Err(MeshError::Closed(msg))
+                }
+            }
+        }
+    });
+    let reader = tokio::spawn({
+        let bytes_in = bytes_in.clone();
+        let in_tx = in_tx.clone();
+        async move {
+            // Once the peer said Done, all that is left to read is its end of
+            // stream, which it sends only when it has received all of our
+            // export — however long that takes. The per-read timeout would
+            // cut a long export short; a dead peer still ends the wait
+            // through the connection's idle timeout.
+            let mut peer_done = false;
+            loop {
+                let limit = if peer_done {
+                    AFTER_DONE_TIMEOUT
+                } else {
+                    PEER_TIMEOUT
+                };
+                let frame =
+                    with_timeout(limit, "waiting for the peer", read_frame(&mut recv)).await;
+                match frame {
+                    Ok(Some(bytes)) => {
+                        bytes_in.fetch_add(bytes.len() as u64 + 4, Ordering::Relaxed);
+                        let input = match SyncMessage::decode(&bytes) {
+                            Ok(SyncMessage::V1(m)) => {
+                                peer_done |= matches!(m, SyncV1::Done { .. });
+                                Input::Msg(m)
+                            }
+                            Err(e) => {
+                                let e = MeshError::BadMessage(e.to_string());
+                                let msg = e.to_string();
+                                let _ = in_tx.send(Input::IoFailed(e)).await;
+                                return Err(MeshError::BadMessage(msg));
+                            }
+                        };
+                        // After the session finished nothing more may come;
+                        // a closed channel just means it did.
+                        let _ = in_tx.send(input).await;
+                    }
+                    Ok(None) => {
+                        let _ = in_tx.send(Input::Eof).await;
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        let msg = e.to_string();
+                        let _ = in_tx.send(Input::IoFailed(e.into())).await;
+                        return Err(MeshError::Closed(msg));
+                    }
+                }
+            }
+        }
+    });
+
+    let abort = Arc::new(AtomicBool::new(false));
+    let worker = tokio::task::spawn_blocking({
+        let abort = abort.clone();
+        move || {
+            let r = session_thread(
+                &home,
+                peer,
+                in_rx,
+                in_tx,
+                out_tx,
+                abort.clone(),
+                observer,
+                learn_from,
+            );
+            if r.is_err() {
+                abort.store(true, Ordering::Relaxed);
+            }
+            r
+        }
+    });
+    let result = match worker.await {
+        Ok(r) => r,
+        Err(e) => Err(MeshError::Closed(format!("the session thread failed: {e}"))),
+    };
+    match result {
+        Ok((facts_in, facts_out)) => {
+            // Our last frames out, and the peer's end of stream (it finished too).
+            match writer.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => debug!("after the session finished: {e}"),
+                Err(e) => debug!("writer task: {e}"),
+            }
+            match reader.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => debug!("after the session finished: {e}"),
+                Err(e) => debug!("reader task: {e}"),
+            }
+            Ok(SessionStats {
+                facts_in,
+                facts_out,
+                bytes_in: bytes_in.load(Ordering::Relaxed),
+                bytes_out: bytes_out.load(Ordering::Relaxed),
+            })
+        }
+        Err(e) => {
+            writer.abort();
+            reader.abort();
+            Err(e)
+        }
+    }
+}
+
+/// The blocking side of a session: returns (facts in, facts out).
+/// `learn_from`: the peer dialled us from there; record where it serves.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn session_thread(
+    home: &Home,
+    peer: NodeId,
+    mut input: mpsc::Receiver<Input>,
+    export_tx: mpsc::Sender<Input>,
+    out: mpsc::UnboundedSender<Outgoing>,
+    abort: Arc<AtomicBool>,
+    observer: Option<Observer>,
+    learn_from: Option<SocketAddr>,
+) -> std::result::Result<(u64, u64), MeshError> {
+    let mut node = Node::open(home)?;
+    let my_epoch = node.epoch_bytes()?;
+    // Where `amos serve` last said it listens (none if it never served).
+    let listen: Vec<SocketAddr> = pairing::recorded_listen(home).into_iter().collect();
+    let (mut session, first) = Session::start(my_epoch, node.watermark_of(&peer)?, &listen);
+    let mut todo: VecDeque<Action> = first.into();
+    // Moved into the export thread: afterwards only the reader can feed us,
+    // so its end (or abort) ends our wait.
+    let mut export_tx = Some(export_tx);
+    let (mut facts_in, mut facts_out) = (0u64, 0u64);
+    let send = |m: Outgoing| {
+        out.send(m)
+            .map_err(|_| MeshError::Closed("the connection to the peer closed".into()))
+    };
+    loop {
+        while let Some(action) = todo.pop_front() {
+            match action {
+                Action::Send(m) => send(Outgoing::Msg(m))?,
+                Action::Export { since, peer_reset } => {
+                    let tx = export_tx
+                        .take()
+                        .ok_or(MeshError::Session(SessionError::Protocol("second export")))?;
+                    let (batches, rx) = mpsc::channel(CHANNEL_DEPTH);
+                    send(Outgoing::Facts(rx))?;
+                    spawn_export(
+                        home.clone(),
+                        peer,
+                        my_epoch,
+                        since,
+                        peer_reset,
+                        batches,
+                        tx,
+                        abort.clone(),
+                        observer.clone(),
+                    );
+                }
+                Action::Apply(facts) => {
+                    let n = facts.len() as u64;
+                    facts_in += n;
+                    let verified = amos_protocol::verify_all(&facts)
+                        .map_err(|e| MeshError::BadFact(e.to_string()))?;
+                    let report = node.apply_from(&peer, verified)?;
+                    events::emit(SyncEvent::Applied(&report));
+                    if let Some(o) = &observer {
+                        o.applied(&peer, n, &report);
+                    }
+                    debug!(?report, "applied a batch from {}", peer.short());
+                }
+                Action::PeerListens(addrs) => match learn_from {
+                    // Only the peer the handshake authenticated, only if
+                    // registered (never adds one), never its policy.
+                    Some(remote) => match learned_addr(&addrs, remote) {
+                        Some(a) => {
+                            if node.peer_learn_addr(&peer, a)? {
+                                info!("{} serves at {a}: recorded", peer.short());
+                            }
+                        }
+                        None => debug!("{} serves nowhere we can dial: {addrs:?}", peer.short()),
+                    },
+                    None => debug!("{} serves at {addrs:?}", peer.short()),
+                },
+                Action::SaveWatermark(w) => node.save_watermark(&peer, &w)?,
+                Action::Finished => {
+                    send(Outgoing::Finish)?;
+                    return Ok((facts_in, facts_out));
+                }
+            }
+        }
+        match input.blocking_recv() {
+            Some(Input::Msg(m)) => todo.extend(session.handle(Event::Received(m))?),
+            Some(Input::ExportDone(Ok((upto, n)))) => {
+                facts_out = n;
+                todo.extend(session.handle(Event::ExportDone { upto })?);
+            }
+            Some(Input::ExportDone(Err(e))) => return Err(e.into()),
+            Some(Input::IoFailed(e)) => return Err(e),
+            Some(Input::Eof) | None => {
+                return Err(MeshError::Closed(
+                    "the peer ended the session before it finished".into(),
+                ));
+            }
+        }
+    }
+}
+
+/// Stream our facts for `peer` into `out` on a thread of its own (with its
+/// own store connection), then report [`Input::ExportDone`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn spawn_export(
+    home: Home,
+    peer: NodeId,
+    epoch: Epoch,
+    since: i64,
+    peer_reset: bool,
+    out: mpsc::Sender<Vec<Vec<u8>>>,
+    done: mpsc::Sender<Input>,
+    abort: Arc<AtomicBool>,
+    observer: Option<Observer>,
+) {
+    std::thread::spawn(move || {
+        let result = (|| {
+            let node = Node::open(&home)?;
+            let mut n = 0u64;
+            let seq = node.export_for_session(&peer, since, peer_reset, EXPORT_BATCH, |facts| {
+                if abort.load(Ordering::Relaxed) {
+                    return Err(NodeError::Failed("the sync was aborted".into()));
+                }
+                n += facts.len() as u64;
+                if let Some(o) = &observer {
+                    o.sent(&peer, facts.len() as u64);
+                }
+                out.blocking_send(facts)
+                    .map_err(|_| NodeError::Failed("the connection to the peer closed".into()))
+            })?;
+            Ok((Watermark { epoch, seq }, n))
+        })();
+        // Every batch is queued; closing the channel lets the writer move on
+        // to what follows the export (done).
+        drop(out);
+        let _ = done.blocking_send(Input::ExportDone(result));
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_learned_address_is_where_the_peer_came_from_unless_it_names_one() {
+        let a = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let lan = a("192.0.2.7:50000");
+        // A wildcard becomes the source IP with the announced port.
+        assert_eq!(
+            learned_addr(&[a("0.0.0.0:4747")], lan),
+            Some(a("192.0.2.7:4747"))
+        );
+        assert_eq!(
+            learned_addr(&[a("[::]:4747")], lan),
+            Some(a("192.0.2.7:4747"))
+        );
+        // A v4-mapped source is recorded as plain IPv4.
+        let mapped = a("[::ffff:192.0.2.7]:50000");
+        assert_eq!(
+            learned_addr(&[a("[::]:4747")], mapped),
+            Some(a("192.0.2.7:4747"))
+        );
+        // An explicit address is recorded as given; one on the source IP wins.
+        assert_eq!(
+            learned_addr(&[a("198.51.100.1:4747")], lan),
+            Some(a("198.51.100.1:4747"))
+        );
+        assert_eq!(
+            learned_addr(&[a("198.51.100.1:4747"), a("192.0.2.7:4748")], lan),
+            Some(a("192.0.2.7:4748"))
+        );
+        // Loopback only helps a peer on this machine; multicast, broadcast never.
+        assert_eq!(learned_addr(&[a("127.0.0.1:4747")], lan), None);
+        assert_eq!(
+            learned_addr(&[a("127.0.0.1:4747")], a("127.0.0.1:50000")),
+            Some(a("127.0.0.1:4747"))
+        );
+        assert_eq!(
+            learned_addr(&[a("224.0.0.1:4747"), a("255.255.255.255:4747")], lan),
+            None
+        );
+        assert_eq!(learned_addr(&[], lan), None);
+    }
+}

@@ -1,0 +1,14 @@
+//! Operations around a running node: `amos serve` ([`serve`]), the
+//! `/metrics` endpoint ([`metrics`]), `amos doctor` ([`doctor`]), systemd
+//! units ([`service`]) and `agents.toml` ([`fleet`]).
+//!
+//! Boundary: composes the node API (`crate::api`) and the network layer
+//! (`crate::net`); neither of those imports anything from here.
+
+pub mod doctor;
+pub mod fleet;
+pub mod metrics;
+pub(crate) mod serve;
+pub mod service;
+
+pub use serve::{ServeOptions, serve};
