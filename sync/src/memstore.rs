@@ -114,14 +114,16 @@ impl MemStore {
     }
 
     /// Offer a content fact's text to its memory's log, starting the log
-    /// at the first edit. Returns whether anything changed.
-    fn offer_text(&mut self, fact: &Verified<SignedFact>) -> bool {
+    /// at the first edit — or, with `start_on_plain` (a text that lost by
+    /// clock but counts: [`crate::Verdict::MergeText`]), at any text, as
+    /// the real store does. Returns whether anything changed.
+    fn offer_text(&mut self, fact: &Verified<SignedFact>, start_on_plain: bool) -> bool {
         let FactBody::MemoryContent(c) = &fact.fact.body else {
             return false;
         };
         let id = c.id;
         if !self.texts.contains_key(&id) {
-            if c.text.plain().is_some() {
+            if c.text.plain().is_some() && !start_on_plain {
                 return false;
             }
             let current = self.facts.get(&Register::MemoryContent(id));
@@ -138,11 +140,21 @@ impl MemStore {
         log.offer(id, fact, doc).unwrap_or(false)
     }
 
-    /// Every text-log fact of memory `id`.
+    /// Every text-log fact of memory `id` but its content register (sent
+    /// and counted once, as the real store does).
     fn text_facts(&self, id: &MemoryId) -> Vec<Vec<u8>> {
+        let register = self
+            .facts
+            .get(&Register::MemoryContent(*id))
+            .map(|f| f.to_bytes());
         self.texts
             .get(id)
-            .map(|(log, _)| log.facts().map(<[u8]>::to_vec).collect())
+            .map(|(log, _)| {
+                log.facts()
+                    .filter(|b| register.as_deref() != Some(*b))
+                    .map(<[u8]>::to_vec)
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -456,7 +468,7 @@ impl ReplicaStore for MemStore {
                     }
                 }
                 FactBody::MemoryContent(_) => {
-                    self.offer_text(fact);
+                    self.offer_text(fact, false);
                 }
                 _ => {}
             }
@@ -465,7 +477,7 @@ impl ReplicaStore for MemStore {
         Ok(())
     }
     fn merge_text(&mut self, admission: &Admission) -> Result<bool, Infallible> {
-        Ok(self.offer_text(admission.fact()))
+        Ok(self.offer_text(admission.fact(), true))
     }
     fn observe(&mut self, clock: &Hlc) -> Result<(), Infallible> {
         self.hlc.observe(clock);

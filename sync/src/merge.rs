@@ -11,8 +11,8 @@
 
 use amos_protocol::{Fact, FactBody, Hlc, MemoryText};
 
-use crate::apply::MemoryState;
-use crate::gate::Refusal;
+use crate::admission::Refusal;
+use crate::replica::MemoryState;
 
 /// What to do with one incoming fact, as far as the merge rule goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,8 +75,14 @@ pub fn decide_memory(fact: &Fact, held: Option<&MemoryState>) -> Verdict {
                 Some(v) if !held.content_held && needed && fact.clock >= *v => Verdict::Apply,
                 v => newer(&fact.clock, v),
             };
+            // An older text fact still counts for an edited memory's log,
+            // and for a memory whose content was purged but is needed
+            // again: what comes back may be an edited text this fact is
+            // the base (or an edit) of, and the facts may arrive in any
+            // order — the text must not depend on it.
+            let purged_needed = !held.content_held && needed;
             let text_counts = c.text.changes_text()
-                && (held.edited || c.text.plain().is_none())
+                && (held.edited || c.text.plain().is_none() || purged_needed)
                 && (held.content_held || needed);
             match by_clock {
                 Verdict::Stale if text_counts => Verdict::MergeText,

@@ -552,6 +552,21 @@ impl TextDoc {
         })
     }
 
+    /// The seed changes (bases) this document holds, as one value: their
+    /// sorted ids, concatenated.
+    fn seed_mark(&mut self) -> Vec<u8> {
+        let seeder = actor(b"seed", &[&self.id.0]);
+        let mut ids: Vec<ChangeId> = self.guarded(Vec::new(), |doc| {
+            doc.get_changes(&[])
+                .into_iter()
+                .filter(|c| c.actor_id() == &seeder)
+                .map(|c| c.hash().0)
+                .collect()
+        });
+        ids.sort();
+        ids.concat()
+    }
+
     /// The ids of every change the document holds.
     pub fn change_ids(&mut self) -> Vec<ChangeId> {
         self.guarded(Vec::new(), |doc| {
@@ -635,8 +650,14 @@ impl TextDoc {
         let obj = self.list().ok_or(TextError::Incomplete)?;
         let time = i64::try_from(clock.wall_ms).unwrap_or(i64::MAX);
         let id = self.id;
+        // The actor is also a function of the base the document grew from:
+        // after a new plain base, this node's edits of the old one no longer
+        // fit (they wait for the old seed), and an actor that had made them
+        // would start again at a sequence number they already took — two
+        // changes under one (actor, seq), which no document holds both of.
+        let base = self.seed_mark();
         let made = self.guarded(None, |doc| {
-            doc.set_actor(actor(b"edit", &[&author.0, &id.0, lineage]));
+            doc.set_actor(actor(b"edit", &[&author.0, &id.0, lineage, &base]));
             Some(splice_tokens(doc, &obj, &old, new_text).map(|()| {
                 doc.commit_with(CommitOptions::default().with_time(time));
                 doc.get_last_local_change()
@@ -1031,6 +1052,40 @@ mod tests {
         z.add_base(base).unwrap();
         z.apply(&ca).unwrap();
         assert_eq!(z.text(), x.text());
+    }
+
+    /// Found by the mixed-topology property on the real store: after a
+    /// new plain base, a node's earlier edits no longer fit (they wait for
+    /// the old base's seed, forever); its next edit must not reuse their
+    /// (actor, seq), or a document holding the waiting change cannot take
+    /// the new one, and the edit is lost (one way or the other depending on
+    /// how the document was built, and on change hashes).
+    #[test]
+    fn an_edit_after_a_new_base_is_kept_however_the_document_was_built() {
+        let id = MemoryId::new(1_700_000_000_000, [1; 10]);
+        let a = NodeIdentity::from_secret([1; 32]).node_id();
+        let mut d = TextDoc::build(id, Some("alpha beta"), None, []).unwrap();
+        let old = d.edit("alpha x beta", &a, &clock(1, &a)).unwrap().unwrap();
+        // A plain update: the new base, which the old edit does not fit.
+        let base = "alpha x beta / edit 2";
+        let mut fresh = TextDoc::build(id, Some(base), None, [&old[..]]).unwrap();
+        assert_eq!(fresh.text(), base, "the old edit is left out");
+        let new = fresh
+            .edit("y alpha x beta / edit 2", &a, &clock(3, &a))
+            .unwrap()
+            .unwrap();
+        let want = "y alpha x beta / edit 2";
+        // Built from the log at once, in any order.
+        for changes in [[&old[..], &new[..]], [&new[..], &old[..]]] {
+            let mut again = TextDoc::build(id, Some(base), None, changes).unwrap();
+            assert_eq!(again.text(), want);
+            assert!(again.contains(&change_id(&new).unwrap()));
+        }
+        // Offered to a document that holds the old one waiting (how the
+        // store takes a change).
+        let mut held = TextDoc::build(id, Some(base), None, [&old[..]]).unwrap();
+        held.apply(&new).unwrap();
+        assert_eq!(held.text(), want);
     }
 
     #[test]

@@ -305,12 +305,18 @@ impl Tx<'_> {
         // A log started here is new: its base row is written too, with the
         // row's seq as it stands — the base is the content fact peers synced
         // up to that seq already hold, so it is not sent again.
-        let (before, base_seq) = if edited {
+        let (before, mut base_seq) = if edited {
             (log.clone(), None)
         } else {
             (TextLog::default(), row_seq)
         };
+        let started_base = log.entries.get(&LogKey::Base).cloned();
         let changed = log.offer(m.id, fact, &mut doc).map_err(corrupt)?;
+        // A base this fact brought (a purged memory's, arriving before its
+        // edits) is news to peers: it takes the new seq.
+        if log.entries.get(&LogKey::Base) != started_base.as_ref() {
+            base_seq = None;
+        }
         if !changed && !fields_win && edited {
             return Ok(false);
         }
