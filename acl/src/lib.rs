@@ -1,6 +1,6 @@
 //! amos-acl: who may see what.
 //!
-//! Owns the visibility rule of DESIGN.md §5 over an org-graph view
+//! Owns the visibility rule of docs/design.md §5 over an org-graph view
 //! ([`OrgGraph`]), the per-query [`AuthorizedScopes`], and [`Visible`], the
 //! only proof of visibility that ranking and output accept; and peer
 //! policies ([`PeerPolicy`]): what may leave for a peer and what a peer's

@@ -1,4 +1,4 @@
-//! Tests of the gate (DESIGN.md §5).
+//! Tests of the gate (docs/design.md §5).
 //!
 //! The gate is checked against a deliberately naive reference model written
 //! literally from §5 ([`reference_visible`]), which reads the in-memory org
@@ -131,7 +131,7 @@ impl Gated for Mem {
 }
 
 // ---------------------------------------------------------------------------
-// The reference model, literally DESIGN.md §5. Reads `Org` directly.
+// The reference model, literally docs/design.md §5. Reads `Org` directly.
 // ---------------------------------------------------------------------------
 
 fn reference_live(m: &Mem, now: u64) -> bool {

@@ -38,7 +38,7 @@ pub enum NodeError {
 }
 
 impl NodeError {
-    /// The CLI exit code (CLI.md): 1 failed, 2 bad input, 3 refused.
+    /// The CLI exit code (docs/cli.md): 1 failed, 2 bad input, 3 refused.
     pub fn exit_code(&self) -> u8 {
         match self {
             NodeError::BadInput(_) | NodeError::NoSuchMemory(_) | NodeError::NotAHome(_) => 2,

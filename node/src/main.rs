@@ -2,7 +2,7 @@
 //!
 //! Parses arguments (clap), calls exactly one node operation, prints the
 //! result as text or `--json` on stdout, logs to stderr, and exits with the
-//! codes of CLI.md (0 ok, 1 failed, 2 bad input, 3 refused). It holds no
+//! codes of docs/cli.md (0 ok, 1 failed, 2 bad input, 3 refused). It holds no
 //! logic of its own beyond formatting.
 
 mod cli;

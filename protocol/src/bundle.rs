@@ -201,7 +201,7 @@ impl std::fmt::Display for Recipient {
     }
 }
 
-/// A joiner's proof that it holds a pairing code (DESIGN.md §7, `amos join
+/// A joiner's proof that it holds a pairing code (docs/design.md §7, `amos join
 /// --offline`): the invite's public id and a proof of its secret bound to
 /// the joiner and the inviter (`pairing::join_proof` with
 /// `ProofBinding::Offline`). It is covered by the bundle's signature, so it

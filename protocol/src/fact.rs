@@ -79,7 +79,7 @@ pub struct MemoryFixed {
 ///
 /// A memory's text is [`MemoryText::Plain`] until its first edit; from then
 /// on content facts carry automerge changes to a document every node builds
-/// the same way (DESIGN.md §4, `amos_sync::text`), and the text readers see
+/// the same way (docs/design.md §4, `amos_sync::text`), and the text readers see
 /// is that document's.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
 pub enum MemoryText {

@@ -1,4 +1,4 @@
-//! Pairing codes (DESIGN.md §7): what `amos team invite` prints and
+//! Pairing codes (docs/design.md §7): what `amos team invite` prints and
 //! `amos join` reads — the inviter's NodeId, address hints, a one-time
 //! 128-bit secret, the policy scope, an expiry, and a checksum, in
 //! copy-paste-safe lowercase base32 prefixed `amos1-`.

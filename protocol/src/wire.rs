@@ -1,4 +1,4 @@
-//! Wire messages of a live sync session (DESIGN.md §7), versioned.
+//! Wire messages of a live sync session (docs/design.md §7), versioned.
 //!
 //! One session = both sides pull. Each side opens with [`SyncV1::Hello`]
 //! naming its log epoch and the watermark it holds for the other side (the
@@ -62,7 +62,7 @@ pub enum SyncV1 {
     Done { upto: Watermark },
     /// The sender refuses to continue; a one-line reason.
     Refused { reason: String },
-    /// Pairing (DESIGN.md §7), the first message of a joiner that holds a
+    /// Pairing (docs/design.md §7), the first message of a joiner that holds a
     /// code: which invite it answers, and a proof of the invite's secret
     /// bound to this TLS session ([`crate::pairing::join_proof`]). Never part
     /// of a sync session.

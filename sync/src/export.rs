@@ -1,4 +1,4 @@
-//! Export selection: which of a row's facts may leave for a peer (DESIGN.md §6).
+//! Export selection: which of a row's facts may leave for a peer (docs/design.md §6).
 //!
 //! * A memory goes to a peer only if its visibility on this node intersects
 //!   the peer's policy; private and `agent:` memories only to `full` peers.

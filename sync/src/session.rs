@@ -2,7 +2,7 @@
 //! transport feeds it [`Event`]s and carries out the [`Action`]s it returns;
 //! a test simulator drives it just as well.
 //!
-//! One session = both sides pull (DESIGN.md §7):
+//! One session = both sides pull (docs/design.md §7):
 //!
 //! 1. each side sends `Hello { epoch, have, listen }` — its log epoch, the
 //!    watermark it holds of the other, and where it serves (if it does);

@@ -475,9 +475,8 @@ impl TestReplica for Sql {
                 let clock = tx.tick(now_ms, me)?;
                 let mut state = tx.text_state(mem)?;
                 let epoch = tx.epoch()?;
-                let Some(change) = state
-                    .doc
-                    .edit_as(new_text, &me, epoch.as_bytes(), &clock)
+                let r = state.doc.edit_as(new_text, &me, epoch.as_bytes(), &clock);
+                let Some(change) = r
                     // As the twin: a text that cannot be edited here yet (its
                     // base has not arrived) makes no edit.
                     .ok()

@@ -1,4 +1,4 @@
-//! Air-gapped exchange: the mesh key and bundle files (DESIGN.md §8).
+//! Air-gapped exchange: the mesh key and bundle files (docs/design.md §8).
 //!
 //! Export streams the facts a policy lets out, in frames, into a temporary
 //! file that is renamed into place when complete (bounded memory for any

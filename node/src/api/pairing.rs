@@ -1,4 +1,4 @@
-//! Pairing (DESIGN.md §7), the node's side: one-time invites
+//! Pairing (docs/design.md §7), the node's side: one-time invites
 //! (`amos team invite`), the inviter's check of a joiner's proof, and the
 //! joiner's record of its inviter. The network exchange lives in `mesh`;
 //! the code format and the proof in `amos_protocol::pairing`.
@@ -33,8 +33,6 @@ use crate::store::org;
 
 /// Longest life of an invite.
 pub const MAX_INVITE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
-/// Default life of an invite (`--ttl`).
-pub const DEFAULT_INVITE_TTL: Duration = Duration::from_secs(10 * 60);
 
 /// A freshly made invite: what `amos team invite` prints.
 #[derive(Debug, Clone, Serialize)]
@@ -90,7 +88,7 @@ pub enum MeshKeyOutcome {
 }
 
 impl Node {
-    /// Make a one-time invite into `team` (DESIGN.md §7). `policy` defaults to
+    /// Make a one-time invite into `team` (docs/design.md §7). `policy` defaults to
     /// `team:TEAM`; `addrs` default to where `amos serve` last listened.
     pub fn team_invite(
         &mut self,
@@ -526,6 +524,8 @@ fn clean_name(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    /// The CLI's default life of an invite (`--ttl 10m`).
+    const DEFAULT_INVITE_TTL: Duration = Duration::from_secs(10 * 60);
 
     use super::*;
     use crate::clock::FixedClock;

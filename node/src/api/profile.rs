@@ -1,5 +1,5 @@
 //! Per-agent ranking profiles: a weight per memory type that multiplies the
-//! score of that type's memories in the agent's recall (DESIGN.md §4, §9).
+//! score of that type's memories in the agent's recall (docs/design.md §4, §9).
 //!
 //! A profile is a replicated fact (`FactBody::Profile`), written through the
 //! same signed-fact path as every other write ([`Node::commit`]).

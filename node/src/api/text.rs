@@ -1,4 +1,4 @@
-//! Editing a memory's text and reading its history (DESIGN.md §4,
+//! Editing a memory's text and reading its history (docs/design.md §4,
 //! "Concurrent content edits"): a local edit becomes an automerge change in
 //! a signed content fact; the origin compacts a history that outgrew its
 //! budget by signing a snapshot.

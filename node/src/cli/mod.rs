@@ -136,7 +136,7 @@ enum Cmd {
         query: String,
         #[command(flatten)]
         who: AsAgent,
-        #[arg(short, default_value_t = 10)]
+        #[arg(short, default_value_t = amos_node::recall::DEFAULT_K)]
         k: usize,
         /// Show every factor of each hit's score
         #[arg(long)]
@@ -149,7 +149,8 @@ enum Cmd {
         query: String,
         #[command(flatten)]
         who: AsAgent,
-        #[arg(long)]
+        /// Token budget
+        #[arg(long, default_value_t = amos_node::recall::DEFAULT_BUDGET)]
         budget: usize,
         /// Explain every include/exclude decision
         #[arg(long)]
@@ -566,7 +567,7 @@ pub fn main() -> ExitCode {
 }
 
 /// clap's usage errors span several lines (message, tip, usage, help hint);
-/// DESIGN.md §10 wants one line naming the problem: keep the message and any
+/// docs/design.md §10 wants one line naming the problem: keep the message and any
 /// tip, drop the usage and the help hint.
 fn one_line(e: &clap::Error) -> String {
     let text = e.render().to_string();

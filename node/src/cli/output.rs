@@ -1,4 +1,4 @@
-//! Printing: `--json` objects with CLI.md's field names, or short text.
+//! Printing: `--json` objects with the field names of docs/cli.md, or short text.
 //!
 //! Boundary: prints memories only as the gate handed them out (a
 //! `Visible<MemoryRecord>`, or a `Hit`/`Pack` holding them); never reads the store.

@@ -27,10 +27,7 @@ use crate::api::node::{NewMemory, Node, parse_expiry};
 use crate::error::{NodeError, Result};
 use crate::front::view;
 use crate::home::Home;
-
-/// Default `k` of `memory_search` and budget of `memory_context_pack`.
-const DEFAULT_K: usize = 10;
-const DEFAULT_BUDGET: usize = 1200;
+use crate::recall::{DEFAULT_BUDGET, DEFAULT_K};
 
 /// The MCP server: one node, one agent.
 pub struct MemoryServer {

@@ -1,6 +1,6 @@
 //! JSON views of what recall returns: the one shape of a memory, a hit and
 //! a context pack, printed by the CLI's `--json` and returned by the MCP
-//! tools (CLI.md field names).
+//! tools (the field names of docs/cli.md).
 //!
 //! Boundary: renders only what came through the gate: every function takes
 //! a `Visible<MemoryRecord>` (directly, or inside a [`Hit`] or a [`Pack`],

@@ -1,4 +1,4 @@
-//! mDNS discovery (DESIGN.md §7): `amos serve` advertises
+//! mDNS discovery (docs/design.md §7): `amos serve` advertises
 //! `_amos._udp.local.` and learns the current addresses of peers it already
 //! has; `amos discover` lists the nodes it sees.
 //!

@@ -20,7 +20,7 @@ use crate::events::Observer;
 use crate::home::Home;
 use crate::store::replica::PeerInfo;
 // ---------------------------------------------------------------------------
-// Pairing over the wire (DESIGN.md §7)
+// Pairing over the wire (docs/design.md §7)
 //
 // The joiner dials the inviter named in the code (its key is the only one it
 // accepts), opens one stream and sends `Join`: the invite's public id and a

@@ -56,7 +56,7 @@ use crate::error::{NodeError, Result};
 use crate::events::SyncResult;
 use transport::TransportError;
 
-/// Where `amos serve` listens by default (DESIGN.md §7: UDP 4747).
+/// Where `amos serve` listens by default (docs/design.md §7: UDP 4747).
 pub const DEFAULT_LISTEN: &str = "[::]:4747";
 /// The longest wait for anything from the peer.
 pub(crate) const PEER_TIMEOUT: Duration = Duration::from_secs(30);

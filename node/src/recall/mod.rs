@@ -1,4 +1,4 @@
-//! Recall (DESIGN.md §9): candidates from the index and from resonance over
+//! Recall (docs/design.md §9): candidates from the index and from resonance over
 //! links → rows re-read from SQLite → the gate → score (with the requester's
 //! profile weights) → top k. Context packs ([`pack`]) fill a token budget from
 //! the same hits; feedback reinforces what helped.
@@ -33,7 +33,7 @@ use rusqlite::params;
 use serde::Serialize;
 
 pub use latency::RecallKind;
-pub use pack::{Pack, PackDecision, PackOptions, estimate_tokens};
+pub use pack::{DEFAULT_BUDGET, DEFAULT_K, Pack, PackDecision, PackOptions, estimate_tokens};
 pub use rank::{Explain, RecallOptions, ResonanceConfig};
 pub use text::normalize_text;
 

@@ -28,6 +28,13 @@ pub const PACK_CORE: usize = 32;
 /// The share of the budget reserved for pinned memories by default.
 pub const PINNED_SHARE: f32 = 0.25;
 
+/// The token budget of a pack when none is given (`amos pack`, the MCP
+/// tool `memory_context_pack`).
+pub const DEFAULT_BUDGET: usize = 1200;
+/// How many hits a search returns when not told (`amos search`, the MCP
+/// tool `memory_search`).
+pub const DEFAULT_K: usize = 10;
+
 /// Rough token count of a text: one token per 4 bytes of UTF-8, rounded up,
 /// plus 8 for the item's framing (id, type, owner) in a pack.
 pub fn estimate_tokens(text: &str) -> usize {

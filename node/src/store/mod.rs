@@ -1,7 +1,7 @@
 //! The authoritative store: one SQLite file per home.
 //!
 //! Owns the schema ([`schema`]), the persisted hybrid logical clock, the local
-//! sequence counter and log epoch (DESIGN.md §7), and writing admitted facts
+//! sequence counter and log epoch (docs/design.md §7), and writing admitted facts
 //! into their register rows ([`Tx::put`]: it takes only an
 //! [`amos_sync::Admission`], which only the import gate or a local write
 //! signed by this node's key can make). Reading memory rows is in

@@ -201,7 +201,7 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT, WITHOUT ROWID;
     CREATE INDEX associations_b ON associations(b);
     "#,
-    // v5: edited text (DESIGN.md §4, `amos_sync::text`). An edited memory's
+    // v5: edited text (docs/design.md §4, `amos_sync::text`). An edited memory's
     // text is an automerge document made of the facts in `memory_text`: its
     // base (plain text), its snapshot and its edits, each a signed content
     // fact kept and relayed even when it lost the content register by clock.

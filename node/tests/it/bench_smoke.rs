@@ -4,11 +4,9 @@
 //! converged (equal digests, every fact moved once, an idle sync moves
 //! nothing). No timing assertions.
 
-mod common;
-
 use std::path::PathBuf;
 
-use common::Home;
+use crate::common::Home;
 
 fn corpus() -> Option<PathBuf> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/bench/w10k");

@@ -1,4 +1,4 @@
-//! Bundles end to end (DESIGN.md §6 and §8, CLI.md "Mesh"): two real homes
+//! Bundles end to end (docs/design.md §6 and §8, docs/cli.md "Mesh"): two real homes
 //! exchanging `amos bundle export` / `amos bundle import` files.
 //!
 //! * full peers converge both ways, with and without a mesh key;
@@ -14,14 +14,13 @@
 //! * `--for PEER` exports carry only what the policy admits, and a revocation
 //!   travels as an acl fact alone and hides the memory on the receiver.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
+use crate::common::{Home, Run};
 use amos_node::{NewMemory, Node};
 use amos_protocol::bundle::{BundleWriter, read_verified, verify_bundle};
 use amos_protocol::{
@@ -29,7 +28,6 @@ use amos_protocol::{
     MemoryFixed, MemoryId, MemoryText, MemoryTombstone, MemoryType, MeshKey, NodeId, OrgScope,
     Scope, SignedFact, TeamFact, TeamId,
 };
-use common::{Home, Run};
 use serde_json::{Value, json};
 
 // ------------------------------------------------------------------ helpers

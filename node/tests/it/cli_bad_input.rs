@@ -1,17 +1,15 @@
-//! Bad input, end to end (DESIGN.md §10, CLI.md exit codes): every bad input
+//! Bad input, end to end (docs/design.md §10, docs/cli.md exit codes): every bad input
 //! gets exactly one line on stderr naming the problem, nothing on stdout, the
 //! contract's non-zero exit code (1 failed, 2 bad usage/input, 3 refused), and
 //! no change to the store. A memory the requester cannot see is answered
 //! exactly like one that does not exist.
-
-mod common;
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use common::{Home, Run};
+use crate::common::{Home, Run};
 use serde_json::Value;
 
 /// A well-formed memory id that no test ever creates.

@@ -2,14 +2,12 @@
 //! each lose nothing and never fail with "database is locked", while reader
 //! processes search (and so catch the index up) at the same time.
 
-mod common;
-
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-use common::Home;
+use crate::common::Home;
 
 const WRITERS: usize = 16;
 const ADDS_PER_WRITER: usize = 200;

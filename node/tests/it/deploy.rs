@@ -6,8 +6,6 @@
 //! Missing tools are not failures here: each such test prints a loud
 //! SKIPPED to stderr and returns.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -20,7 +18,7 @@ fn skipped(test: &str, why: &str) {
 /// `amos --json service install ARGS --dry-run` with HOME and
 /// XDG_CONFIG_HOME inside `sandbox`.
 fn dry_run(sandbox: &Path, args: &[&str]) -> Value {
-    let out = Command::new(common::amos_bin())
+    let out = Command::new(crate::common::amos_bin())
         .args(["--json", "service", "install", "--dry-run"])
         .args(args)
         .env("HOME", sandbox.join("home"))
@@ -170,7 +168,7 @@ fn a_dry_run_writes_nothing_and_says_what_it_would_do() {
     );
 
     // The text form shows the files and the commands.
-    let out = Command::new(common::amos_bin())
+    let out = Command::new(crate::common::amos_bin())
         .args(["service", "install", "--dry-run", "--timer"])
         .arg("--home")
         .arg(&node_home)
@@ -197,7 +195,7 @@ fn a_dry_run_writes_nothing_and_says_what_it_would_do() {
     );
 
     // A home systemd would read differently is bad input, before anything happens.
-    let out = Command::new(common::amos_bin())
+    let out = Command::new(crate::common::amos_bin())
         .args([
             "service",
             "install",
@@ -248,7 +246,7 @@ fn three_containers_pair_partition_heal_and_agree() {
     // static release binary instead.
     let out = Command::new("bash")
         .arg(&script)
-        .env("AMOS_BIN", common::amos_bin())
+        .env("AMOS_BIN", crate::common::amos_bin())
         .stdin(Stdio::null())
         .output()
         .expect("run deploy/mesh-test.sh");

@@ -9,13 +9,11 @@
 //! * A peer that moves to another address and port is synced at its new
 //!   one: the serving node updates its peers table from the announcement.
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Home;
-use common::server::{Server, amos_in, id};
+use crate::common::Home;
+use crate::common::server::{Server, amos_in, id};
 use serde_json::Value;
 
 /// Two network namespaces joined by a veth pair; deleted on drop (which

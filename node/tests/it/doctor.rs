@@ -3,10 +3,8 @@
 //! peers probed by handshake (accepting us, refusing us, or silent), and
 //! exit 1 only when a check fails.
 
-mod common;
-
-use common::Home;
-use common::server::{Server, free_port, id};
+use crate::common::Home;
+use crate::common::server::{Server, free_port, id};
 use serde_json::Value;
 
 fn check<'a>(report: &'a Value, name: &str) -> &'a Value {

@@ -1,4 +1,4 @@
-//! The gate (DESIGN.md §5) and recall (§9), end to end: through the real
+//! The gate (docs/design.md §5) and recall (§9), end to end: through the real
 //! `amos` binary (one process per command, so every check is cross-process)
 //! and through the library API (for injected clocks, long-lived nodes and
 //! fast bulk loads).
@@ -8,18 +8,16 @@
 //! back and made to claim it is current (its commit payload gets the store's
 //! present watermark), so the next search trusts it and does not catch up.
 
-mod common;
-
 use std::collections::{BTreeSet, HashSet};
 use std::fs;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::common::{Home, Run};
 use amos_node::clock::FixedClock;
 use amos_node::recall::Hit;
 use amos_node::{NewMemory, Node, NodeError};
 use amos_protocol::{FactBody, Hlc, MemoryId, Scope, SignedFact};
-use common::{Home, Run};
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;

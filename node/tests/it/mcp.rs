@@ -5,14 +5,12 @@
 //! visible to `amos search` in another process at once, and a clean exit
 //! when stdin closes.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::Home;
+use crate::common::Home;
 use serde_json::{Value, json};
 
 const TOOLS: [&str; 10] = [

@@ -4,13 +4,11 @@
 //! nothing, facts travel a—b—c through the middle node, and an unreachable
 //! peer is reported without stopping the others.
 
-mod common;
-
 use std::process::Stdio;
 use std::time::Instant;
 
-use common::Home;
-use common::server::{Server, free_port, id, pair};
+use crate::common::Home;
+use crate::common::server::{Server, free_port, id, pair};
 use serde_json::Value;
 
 fn digest(h: &Home) -> String {
@@ -215,7 +213,7 @@ fn a_fact_that_does_not_verify_fails_the_sync_and_moves_nothing() {
         c.ok(&["peers", "add", &ida, &addr, "--policy", "team:apollo"]);
         let c_path = c.path().to_owned();
         let client = tokio::task::spawn_blocking(move || {
-            let out = std::process::Command::new(common::amos_bin())
+            let out = std::process::Command::new(crate::common::amos_bin())
                 .env("AMOS_HOME", c_path)
                 .env("AMOS_LOG", "warn")
                 .args(["--json", "sync", "now"])

@@ -11,12 +11,10 @@
 //!   authenticated QUIC connection end that session only: the server keeps
 //!   serving normal syncs.
 
-mod common;
-
 use std::time::Duration;
 
-use common::Home;
-use common::server::{Server, id, pair};
+use crate::common::Home;
+use crate::common::server::{Server, id, pair};
 use serde_json::Value;
 
 const SCOPE: &str = "team:apollo";

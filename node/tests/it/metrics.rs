@@ -5,15 +5,13 @@
 //! alone); `--log-format json` makes every log line on stderr a JSON object.
 //! Scraped with a plain TCP client.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::Home;
-use common::server::{Server, free_port, id};
+use crate::common::Home;
+use crate::common::server::{Server, free_port, id};
 
 /// A free TCP port on 127.0.0.1 (bound, read, released).
 fn free_tcp_port() -> u16 {

@@ -1,5 +1,5 @@
 //! Pairing by code between real `amos` processes on 127.0.0.1
-//! (DESIGN.md §7): `amos team invite` on a serving node, `amos join CODE` on
+//! (docs/design.md §7): `amos team invite` on a serving node, `amos join CODE` on
 //! another. Three nodes pair and converge, relaying through the inviter;
 //! mistyped, expired, reused and forged codes are refused with exit 2 and
 //! nothing recorded on either side; a stranger let in to pair cannot sync;
@@ -9,11 +9,9 @@
 //! says where it serves); `amos join --as AGENT` makes the joiner's agent a
 //! member of the invite's team, never one of the inviter's own agents.
 
-mod common;
-
+use crate::common::Home;
+use crate::common::server::{Server, free_port, id};
 use amos_protocol::pairing::PairingCode;
-use common::Home;
-use common::server::{Server, free_port, id};
 use serde_json::Value;
 
 fn invite(h: &Home, args: &[&str]) -> String {

@@ -6,12 +6,10 @@
 //! missing) the first sync draws its "facts received, applied, sent" line
 //! and the index rebuild its bar.
 
-mod common;
-
 use std::process::{Command, Stdio};
 
-use common::server::{Server, id, pair};
-use common::{Home, amos_bin};
+use crate::common::server::{Server, id, pair};
+use crate::common::{Home, amos_bin};
 
 /// A serving node with `n` team memories, and a fresh node registered with
 /// it (both ways, full policy) that has not synced yet.

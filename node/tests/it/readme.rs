@@ -25,13 +25,11 @@
 //! air gap and the pairing converge; `/metrics` serves its families…): see
 //! [`CLAIMS`].
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use common::server::{Server, free_port, id};
-use common::{Home, Run};
+use crate::common::server::{Server, free_port, id};
+use crate::common::{Home, Run};
 
 /// Commands of the pages this test does not run, and why.
 const NOT_RUN: &[(&str, &str)] = &[

@@ -1,21 +1,19 @@
-//! The recall engine (DESIGN.md §9, issue 3): ranking with freshness and its
+//! The recall engine (docs/design.md §9, issue 3): ranking with freshness and its
 //! explanation, resonance over links (and its ACL bridge rule), feedback,
 //! profiles, context packs, retention, consolidation, backup and check.
 //!
 //! Through the real `amos` binary where the CLI is the contract, and through
 //! the library with an injected clock where time must move.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use crate::common::Home;
 use amos_node::api::RetentionPolicy;
 use amos_node::clock::FixedClock;
 use amos_node::recall::{RecallOptions, rank::DAY_MS};
 use amos_node::{NewMemory, Node};
 use amos_protocol::Scope;
-use common::Home;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 

@@ -1,4 +1,4 @@
-//! No edit is ever lost, end to end (DESIGN.md §4, "Concurrent content
+//! No edit is ever lost, end to end (docs/design.md §4, "Concurrent content
 //! edits"): real `amos` processes, real QUIC on 127.0.0.1.
 //!
 //! * Two `full` peers edit the same memory while they do not sync; after a
@@ -8,10 +8,8 @@
 //!   rule holds for edits too).
 //! * A long history is compacted by the origin and still converges.
 
-mod common;
-
-use common::Home;
-use common::server::{Server, id, pair};
+use crate::common::Home;
+use crate::common::server::{Server, id, pair};
 use serde_json::Value;
 
 fn text_of(h: &Home, mem: &str) -> String {

@@ -25,15 +25,13 @@
 //! node API ([`forge`]: a fact signed with B's own key, stored as a local
 //! write), since B's own CLI refuses to make it.
 
-mod common;
-
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
 
+use crate::common::server::{Server, id, pair};
+use crate::common::{Home, Run};
 use amos_protocol::{AgentId, Fact, FactBody, MembershipFact, OrgScope, TeamId};
 use amos_sync::Admission;
-use common::server::{Server, id, pair};
-use common::{Home, Run};
 use serde_json::Value;
 
 // ------------------------------------------------------------ the builder

@@ -1,4 +1,4 @@
-//! Property tests: replicas converge (DESIGN.md §3–§7), on the in-memory
+//! Property tests: replicas converge (docs/design.md §3–§7), on the in-memory
 //! twin ([`Mem`]) and on the real store ([`Sql`]: SQLite files written
 //! through `SqlReplica`), through the one replica contract of
 //! `amos_tests::replica`.
@@ -33,24 +33,19 @@
 //!   as word multisets — automerge actors differ between the two — and each
 //!   memory's effective grants, owner rule, tombstone and purge).
 //!
-//! Known bugs are kept out of the default run, each with an ignored
-//! repro (`tests/real_store.rs`, and `sql_edited_text_is_a_function_of_the_script`
-//! here); `AMOS_PROPTEST_KNOWN_BUGS=1` turns the operations that reach them
-//! back on (the run then fails until they are fixed):
-//!
-//! * `Op::Policy` (every change of a leaf's policy: narrow, widen, `full`):
-//!   a change does not re-gate the memories already held, and content
-//!   purged under the old policy never comes back when the new one admits
-//!   it (`sql_/mem_purged_content_returns_when_the_policy_becomes_full`);
-//! * `Op::Edit` in the mixed topology, and the twin-versus-real-store text
-//!   comparison: the real store's text of an edited memory is not a
-//!   function of the script (an edit kept in one run, lost in another).
+//! Bugs these found on the real store, each with a minimal repro beside
+//! it (`real_store`, and `sql_edited_text_is_a_function_of_the_script`
+//! here): a policy change did not re-judge the memories held and purged
+//! content never came back; an edited memory's base that arrived before
+//! its register after a purge was dropped as stale; and a node's edit after
+//! a plain update reused the automerge (actor, seq) of its edit of the old
+//! base, so one of the two was lost depending on change hashes.
 //!
 //! Cases: the defaults are cheap (see each `config(..)`). `PROPTEST_CASES=N`
 //! overrides every property's case count, for the long run:
 //!
 //! ```text
-//! PROPTEST_CASES=2000 cargo test --release -p amos-tests --test convergence
+//! PROPTEST_CASES=2000 cargo test --release -p amos-tests --test it convergence::
 //! ```
 //!
 //! Measured on 2 shared, heavily loaded cores, debug build, one test at a
@@ -98,11 +93,6 @@ const POLICIES: [&str; 6] = [
 /// Replicas 0..CORE are the full core in the mixed topology; CORE.. leaves.
 const CORE: usize = 3;
 const MIXED_N: usize = 5;
-
-/// Whether to run the operations that reach known real-store bugs.
-fn known_bugs() -> bool {
-    std::env::var("AMOS_PROPTEST_KNOWN_BUGS").is_ok_and(|v| v == "1")
-}
 
 fn agent(s: &str) -> AgentId {
     AgentId::parse(s).unwrap()
@@ -526,12 +516,6 @@ impl<R: TestReplica> World<R> {
                 self.write(at, FactBody::MemoryContent(c));
             }
             Op::Edit { at, mem, word, pos } => {
-                // Known bug: with edits the mixed topology's real store
-                // diverges from one run to the next (see
-                // `sql_edited_text_is_a_function_of_the_script`).
-                if self.mixed && !known_bugs() {
-                    return;
-                }
                 let Some((id, _)) = self.mem(mem) else { return };
                 let Some(at) = self.holder(at % n, id, true) else {
                     return;
@@ -838,7 +822,7 @@ fn content(id: MemoryId, fixed: MemoryFixed, text: String) -> FactBody {
 }
 
 // ---------------------------------------------------------------------------
-// The sequential reference model (DESIGN.md §4–§5), computed from the log of
+// The sequential reference model (docs/design.md §4–§5), computed from the log of
 // every fact ever written, never from a replica's state.
 
 /// The final winners: per register the fact with the greatest clock; a
@@ -1285,8 +1269,6 @@ fn check_same(mem: &mut World<Mem>, sql: &mut World<Sql>) -> Result<(), TestCase
             }
         }
         for (id, _) in mem.mems.clone() {
-            // Known bug: the real store's text of an edited memory varies
-            // between runs (`sql_edited_text_is_a_function_of_the_script`).
             let (a, b) = (mem.stores[i].text(&id), sql.stores[i].text(&id));
             prop_assert_eq!(
                 a.is_some(),
@@ -1296,7 +1278,7 @@ fn check_same(mem: &mut World<Mem>, sql: &mut World<Sql>) -> Result<(), TestCase
                 id
             );
             prop_assert!(
-                words(&a) == words(&b) || !known_bugs(),
+                words(&a) == words(&b),
                 "replica {}: text of {} (mem, sql): {:?} {:?}",
                 i,
                 id,
@@ -1669,13 +1651,15 @@ fn concurrent_forgets_converge_sql() {
     concurrent_forgets::<Sql>();
 }
 
-/// A script the mixed property found (shrunk): on the real store the text
-/// of an edited memory is not a function of the script. Run four times on
-/// fresh stores, replica 0 ends with the word `w51557r2` in memory 2's text
-/// in some runs and without it in others (the twin always agrees with
-/// itself). Usually fails within the four runs.
+/// A script the mixed property found (shrunk): the real store's text of an
+/// edited memory was not a function of the script. Run four times on fresh
+/// stores, replica 0 ended with the word `w51557r2` in memory 2's text in
+/// some runs and without it in others: after a plain update (a new base),
+/// a node's next edit reused the (actor, seq) of its edit of the old base,
+/// and which of the two a document kept depended on change hashes, which
+/// the store's random log epoch varies from run to run (fixed in
+/// `amos_sync::text`: the edit actor is also a function of the base).
 #[test]
-#[ignore = "bug: the real store's text of an edited memory varies between runs of one script (an edit is kept or lost)"]
 fn sql_edited_text_is_a_function_of_the_script() {
     let offsets: Vec<i64> = vec![38675, -64424, -138966, -284097, -170489];
     let leaves: [usize; 2] = [9720704703698760848usize, 13669777654949940874usize];

@@ -1,4 +1,4 @@
-//! The escalation matrix at the sync level (DESIGN.md §4–§6): everything a
+//! The escalation matrix at the sync level (docs/design.md §4–§6): everything a
 //! scoped peer can try against our node, each case refused (and recorded in
 //! the audit log with the right reason) or neutralised (applied without
 //! widening anyone's access).

@@ -1,4 +1,4 @@
-//! Property tests: no edit is ever lost (DESIGN.md §4, "Concurrent content
+//! Property tests: no edit is ever lost (docs/design.md §4, "Concurrent content
 //! edits"; `amos_sync::text`).
 //!
 //! Two to four in-memory replicas, all `full` peers of each other, edit the

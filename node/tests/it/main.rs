@@ -1,0 +1,29 @@
+//! amos-node's integration tests, one binary (one link of tantivy,
+//! automerge and quinn instead of one per file): each module is what was a
+//! test file. Most drive the real `amos` binary in temp homes; multi-node
+//! ones run real processes over QUIC on 127.0.0.1.
+
+mod common;
+
+mod bench_smoke;
+mod bundles;
+mod cli_bad_input;
+mod concurrency;
+mod deploy;
+mod discovery;
+mod doctor;
+mod gate_and_recall;
+mod mcp;
+mod mesh;
+mod mesh_three;
+mod metrics;
+mod pairing;
+mod progress;
+mod readme;
+mod recall_engine;
+mod replication;
+mod revocation_mesh;
+mod sync_session;
+mod text_edits;
+mod transport;
+mod trust;

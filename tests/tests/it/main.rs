@@ -1,0 +1,8 @@
+//! amos-tests' integration tests, one binary: the replica contract's
+//! properties on both stores (`convergence`, `escalation`, `text_merge`)
+//! and the real-store guarantees (`real_store`).
+
+mod convergence;
+mod escalation;
+mod real_store;
+mod text_merge;
