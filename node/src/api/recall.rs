@@ -1,1 +1,481 @@
-//! Recall on the node: search, context packs and feedback (`impl Node`).
+//! Recall on the node (`impl Node`): gated, ranked search, context packs
+//! and feedback. The engine — scoring, resonance, packing rules — is
+//! `crate::recall`; this is where it meets the store, the index and the
+//! requester's scopes.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use amos_acl::AuthorizedScopes;
+use amos_protocol::MemoryId;
+use rusqlite::params;
+
+use crate::api::node::Node;
+use crate::error::{NodeError, Result};
+use crate::index::owner_term;
+use crate::recall::pack::{
+    Conflict, Included, PACK_CORE, Pack, PackDecision, PackOptions, decision, duplicate,
+    estimate_tokens, included_of,
+};
+use crate::recall::rank::{self, RecallOptions};
+use crate::recall::text::{self};
+use crate::recall::{
+    ASSOCIATION_MIN, ASSOCIATION_START, FEEDBACK_FACTOR, FeedbackReport, Hit, LINK_FEEDBACK_FACTOR,
+    LINK_STRENGTH_RANGE, MAX_K, REINFORCEMENT_RANGE, RecallKind, bookkeeping, hit, resonance,
+    sort_hits,
+};
+use crate::store::profile::ProfileWeights;
+
+impl Node {
+    /// Gated, ranked recall of `query` for `who`, with default options.
+    pub fn search(&mut self, who: &AuthorizedScopes, query: &str, k: usize) -> Result<Vec<Hit>> {
+        self.search_with(who, query, &RecallOptions::top(k))
+    }
+
+    /// Gated, ranked recall of `query` for `who`; notes the hits as
+    /// recalled (with `opts.note_recall`) and records the latency.
+    pub fn search_with(
+        &mut self,
+        who: &AuthorizedScopes,
+        query: &str,
+        opts: &RecallOptions,
+    ) -> Result<Vec<Hit>> {
+        let started = Instant::now();
+        let hits = self.recall(who, query, opts)?;
+        let recalled: Vec<MemoryId> = match opts.note_recall {
+            true => hits.iter().map(|h| h.memory.id).collect(),
+            false => Vec::new(),
+        };
+        self.finish_recall(RecallKind::Search, started, &recalled);
+        Ok(hits)
+    }
+
+    /// After a recall that started at `started`: note `recalled` memories
+    /// (for retention) and record the latency, in one write that never
+    /// waits long for another process's write lock. Never fails the recall:
+    /// a busy or failing store skips the bookkeeping (logged at debug).
+    pub(crate) fn finish_recall(
+        &mut self,
+        kind: RecallKind,
+        started: Instant,
+        recalled: &[MemoryId],
+    ) {
+        let now = self.now_ms();
+        if let Err(e) = bookkeeping(&mut self.store, kind, started, recalled, now) {
+            tracing::debug!(error = %e, kind = kind.as_str(), "recall bookkeeping skipped");
+        }
+    }
+
+    /// The gated, ranked hits, without bookkeeping.
+    pub(crate) fn recall(
+        &mut self,
+        who: &AuthorizedScopes,
+        query: &str,
+        opts: &RecallOptions,
+    ) -> Result<Vec<Hit>> {
+        let k = opts.k;
+        if query.trim().is_empty() {
+            return Err(NodeError::BadInput("empty query".into()));
+        }
+        if k == 0 || k > MAX_K {
+            return Err(NodeError::BadInput(format!(
+                "-k must be between 1 and {MAX_K}"
+            )));
+        }
+        if opts.half_life_ms < 1000 {
+            return Err(NodeError::BadInput(
+                "--half-life must be at least 1s".into(),
+            ));
+        }
+        let now = self.now_ms();
+        let profile = match who.requester() {
+            Some(agent) => ProfileWeights::load(self.store.conn(), agent)?,
+            None => ProfileWeights::default(),
+        };
+        let (index, store) = self.caught_up_index()?;
+        let terms = index.terms(query)?;
+        if terms.is_empty() {
+            return Ok(Vec::new());
+        }
+        let access: Option<Vec<String>> = who.requester().map(|r| {
+            who.scopes()
+                .map(ToString::to_string)
+                .chain(std::iter::once(owner_term(r.as_str())))
+                .collect()
+        });
+        let mut limit = (4 * k).max(50);
+        let mut hits: Vec<Hit> = loop {
+            let candidates = index.search(&terms, access.as_deref(), limit)?;
+            let exhausted = candidates.len() < limit;
+            let relevance: HashMap<MemoryId, f32> = candidates.iter().copied().collect();
+            let ids: Vec<MemoryId> = candidates.iter().map(|c| c.0).collect();
+            let hits: Vec<Hit> = store
+                .visible(who, &ids, now)?
+                .into_iter()
+                .filter(|m| !m.archived)
+                .map(|m| {
+                    let bm25 = relevance.get(&m.id).copied().unwrap_or(0.0);
+                    let explain = rank::score(&m, bm25, None, now, opts.half_life_ms, &profile);
+                    hit(m, explain)
+                })
+                .collect();
+            if hits.len() >= k || exhausted || limit >= 100_000 {
+                break hits;
+            }
+            limit *= 4;
+        };
+        sort_hits(&mut hits);
+
+        // Resonance from the strongest direct hits, over visible memories only.
+        let seeds: Vec<(MemoryId, f32)> = hits
+            .iter()
+            .take(opts.resonance.seeds)
+            .map(|h| (h.memory.id, h.relevance))
+            .collect();
+        if !seeds.is_empty() && opts.resonance.hops > 0 {
+            let known: HashMap<MemoryId, f32> =
+                hits.iter().map(|h| (h.memory.id, h.relevance)).collect();
+            let at: HashMap<MemoryId, usize> = hits
+                .iter()
+                .enumerate()
+                .map(|(i, h)| (h.memory.id, i))
+                .collect();
+            let reached =
+                resonance::spread(store.conn(), who, now, &seeds, &known, &opts.resonance)?;
+            for r in reached {
+                let bm25 = known.get(&r.memory.id).copied().unwrap_or(0.0);
+                let explain = rank::score(
+                    &r.memory,
+                    bm25,
+                    Some((r.relevance, r.path)),
+                    now,
+                    opts.half_life_ms,
+                    &profile,
+                );
+                let h = hit(r.memory, explain);
+                match at.get(&h.memory.id) {
+                    Some(&i) => hits[i] = h,
+                    None => hits.push(h),
+                }
+            }
+            sort_hits(&mut hits);
+        }
+        hits.truncate(k);
+        Ok(hits)
+    }
+
+    /// Recall feedback on memories the requester can see: `helpful` raises
+    /// their local reinforcement, the local strength of the links among them
+    /// and their pairwise local association (memories recalled together);
+    /// `unhelpful` lowers all three. Local-only: no replicated fact changes.
+    pub fn feedback(
+        &mut self,
+        who: &AuthorizedScopes,
+        ids: &[String],
+        helpful: bool,
+    ) -> Result<FeedbackReport> {
+        if ids.is_empty() {
+            return Err(NodeError::BadInput("name at least one memory".into()));
+        }
+        let mut mids = Vec::new();
+        for id in ids {
+            let id = self.get(who, id)?.id;
+            if !mids.contains(&id) {
+                mids.push(id);
+            }
+        }
+        let now = self.now_ms() as i64;
+        let (factor, link_factor) = if helpful {
+            (FEEDBACK_FACTOR, LINK_FEEDBACK_FACTOR)
+        } else {
+            (1.0 / FEEDBACK_FACTOR, 1.0 / LINK_FEEDBACK_FACTOR)
+        };
+        self.store.write(|tx| {
+            let mut memories = 0;
+            let mut stmt = tx.conn().prepare_cached(
+                "UPDATE memories SET reinforcement = min(?3, max(?2, reinforcement * ?4)),
+                    last_access_ms = max(coalesce(last_access_ms, 0), ?5)
+                 WHERE id = ?1",
+            )?;
+            for id in &mids {
+                memories += stmt.execute(params![
+                    &id.0[..],
+                    REINFORCEMENT_RANGE.0,
+                    REINFORCEMENT_RANGE.1,
+                    factor,
+                    now
+                ])?;
+            }
+            let mut links = 0;
+            let mut stmt = tx.conn().prepare_cached(
+                "UPDATE links SET strength = min(?4, max(?3, strength * ?5))
+                 WHERE from_id = ?1 AND to_id = ?2 AND present = 1",
+            )?;
+            for a in &mids {
+                for b in &mids {
+                    if a != b {
+                        links += stmt.execute(params![
+                            &a.0[..],
+                            &b.0[..],
+                            LINK_STRENGTH_RANGE.0,
+                            LINK_STRENGTH_RANGE.1,
+                            link_factor
+                        ])?;
+                    }
+                }
+            }
+            let mut associations = 0;
+            let mut grow = tx.conn().prepare_cached(
+                "INSERT INTO associations(a, b, strength) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(a, b) DO UPDATE SET strength = min(?4, strength * ?5)",
+            )?;
+            let mut shrink = tx.conn().prepare_cached(
+                "UPDATE associations SET strength = strength / ?3 WHERE a = ?1 AND b = ?2",
+            )?;
+            let mut drop = tx.conn().prepare_cached(
+                "DELETE FROM associations WHERE a = ?1 AND b = ?2 AND strength < ?3",
+            )?;
+            for (i, a) in mids.iter().enumerate() {
+                for b in &mids[i + 1..] {
+                    let (lo, hi) = if a < b { (a, b) } else { (b, a) };
+                    associations += if helpful {
+                        grow.execute(params![
+                            &lo.0[..],
+                            &hi.0[..],
+                            ASSOCIATION_START,
+                            LINK_STRENGTH_RANGE.1,
+                            LINK_FEEDBACK_FACTOR
+                        ])?
+                    } else {
+                        let n =
+                            shrink.execute(params![&lo.0[..], &hi.0[..], LINK_FEEDBACK_FACTOR])?;
+                        drop.execute(params![&lo.0[..], &hi.0[..], ASSOCIATION_MIN])?;
+                        n
+                    };
+                }
+            }
+            Ok(FeedbackReport {
+                memories,
+                links,
+                associations,
+            })
+        })
+    }
+}
+
+impl Node {
+    /// Fill `budget` tokens with the best visible memories for `query`.
+    pub fn pack(&mut self, who: &AuthorizedScopes, query: &str, budget: usize) -> Result<Pack> {
+        self.pack_with(who, query, &PackOptions::new(budget))
+    }
+
+    /// A context pack with explicit options; notes its hits as recalled
+    /// (with `opts.recall.note_recall`) and records the latency (kind
+    /// `pack`; its search is not counted again as a `search`).
+    pub fn pack_with(
+        &mut self,
+        who: &AuthorizedScopes,
+        query: &str,
+        opts: &PackOptions,
+    ) -> Result<Pack> {
+        if opts.budget == 0 {
+            return Err(NodeError::BadInput("--budget must be at least 1".into()));
+        }
+        if !(0.0..=1.0).contains(&opts.pinned_share) || !(0.0..=1.0).contains(&opts.near_duplicate)
+        {
+            return Err(NodeError::BadInput(
+                "pinned share and near-duplicate threshold must be in 0..=1".into(),
+            ));
+        }
+        let started = std::time::Instant::now();
+        let hits = self.recall(who, query, &opts.recall)?;
+        let recalled: Vec<MemoryId> = match opts.recall.note_recall {
+            true => hits.iter().map(|h| h.memory.id).collect(),
+            false => Vec::new(),
+        };
+        let core = self.pinned_core(who, &hits, opts)?;
+
+        let budget = opts.budget;
+        let reserved = (budget as f32 * opts.pinned_share) as usize;
+        let mut used = 0;
+        let mut pinned_used = 0;
+        let mut included: Vec<Included> = Vec::new();
+        let mut items: Vec<Hit> = Vec::new();
+        let mut report: Vec<PackDecision> = Vec::new();
+
+        // Pinned first (matched ones by score, then the query-independent core),
+        // into the reserved room; a matched pinned memory that does not fit
+        // there competes with the rest.
+        let (pinned, rest): (Vec<Hit>, Vec<Hit>) = hits.into_iter().partition(|h| h.memory.pinned);
+        let mut second: Vec<Hit> = Vec::new();
+        // Core memories that missed the reserve: they take what the query leaves.
+        let mut leftover: Vec<Hit> = Vec::new();
+        for (h, matched) in pinned
+            .into_iter()
+            .map(|h| (h, true))
+            .chain(core.into_iter().map(|h| (h, false)))
+        {
+            let tokens = estimate_tokens(&h.memory.content);
+            if let Some(d) = duplicate(&h, &included, opts.near_duplicate, tokens) {
+                report.push(d);
+                continue;
+            }
+            if pinned_used + tokens <= reserved && used + tokens <= budget {
+                pinned_used += tokens;
+                used += tokens;
+                report.push(decision(
+                    &h,
+                    true,
+                    "pinned",
+                    format!("pinned: in the reserved room ({pinned_used} of {reserved} tokens)"),
+                    tokens,
+                ));
+                included.push(included_of(&h));
+                items.push(h);
+            } else if matched {
+                second.push(h);
+            } else {
+                leftover.push(h);
+            }
+        }
+        second.extend(rest);
+        sort_hits(&mut second);
+        for h in second {
+            let tokens = estimate_tokens(&h.memory.content);
+            if let Some(d) = duplicate(&h, &included, opts.near_duplicate, tokens) {
+                report.push(d);
+                continue;
+            }
+            if used + tokens > budget {
+                report.push(decision(
+                    &h,
+                    false,
+                    "over-budget",
+                    format!("over budget ({used}+{tokens} > {budget})"),
+                    tokens,
+                ));
+                continue;
+            }
+            used += tokens;
+            let why = match &h.explain.resonance {
+                Some(p) => format!(
+                    "relevant (score {:.4}), linked from {} ({} hop{})",
+                    h.score,
+                    p.via,
+                    p.hops,
+                    if p.hops == 1 { "" } else { "s" }
+                ),
+                None => format!("relevant (score {:.4})", h.score),
+            };
+            report.push(decision(&h, true, "relevant", why, tokens));
+            included.push(included_of(&h));
+            items.push(h);
+        }
+
+        for h in leftover {
+            let tokens = estimate_tokens(&h.memory.content);
+            if let Some(d) = duplicate(&h, &included, opts.near_duplicate, tokens) {
+                report.push(d);
+            } else if used + tokens <= budget {
+                used += tokens;
+                report.push(decision(
+                    &h,
+                    true,
+                    "pinned",
+                    "pinned: missed the reserved room, fits in what the query left".to_owned(),
+                    tokens,
+                ));
+                included.push(included_of(&h));
+                items.push(h);
+            } else {
+                report.push(decision(
+                    &h,
+                    false,
+                    "reserve-full",
+                    format!(
+                        "pinned but matches nothing in the query; the reserved room ({reserved} tokens) and the rest of the budget are full ({used}+{tokens} > {budget})"
+                    ),
+                    tokens,
+                ));
+            }
+        }
+
+        // Contradicting pairs among what the pack holds.
+        let stated: Vec<Option<(String, String)>> = items
+            .iter()
+            .map(|h| text::subject_value(&h.memory.content))
+            .collect();
+        let mut conflicts = Vec::new();
+        for (i, a) in items.iter().enumerate() {
+            let Some((sa, va)) = &stated[i] else { continue };
+            for (j, b) in items.iter().enumerate().skip(i + 1) {
+                if let Some((sb, vb)) = &stated[j]
+                    && sa == sb
+                    && va != vb
+                {
+                    conflicts.push(Conflict {
+                        a: a.memory.id.to_string(),
+                        b: b.memory.id.to_string(),
+                        subject: sa.clone(),
+                    });
+                }
+            }
+        }
+        for d in report.iter_mut().filter(|d| d.included) {
+            for c in &conflicts {
+                let other = if c.a == d.id {
+                    &c.b
+                } else if c.b == d.id {
+                    &c.a
+                } else {
+                    continue;
+                };
+                d.conflict_with.push(other.clone());
+                d.reason = format!(
+                    "{}; CONFLICT with {other}: same subject {:?}, different value",
+                    d.reason, c.subject
+                );
+            }
+        }
+
+        if opts.reinforce && !items.is_empty() {
+            let ids: Vec<String> = items.iter().map(|h| h.memory.id.to_string()).collect();
+            self.feedback(who, &ids, true)?;
+        }
+        self.finish_recall(RecallKind::Pack, started, &recalled);
+        Ok(Pack {
+            items,
+            tokens: used,
+            budget,
+            reserved,
+            report,
+            conflicts,
+        })
+    }
+
+    /// Visible pinned memories (the requester's core), most important first,
+    /// that the query did not already find.
+    fn pinned_core(
+        &self,
+        who: &AuthorizedScopes,
+        hits: &[Hit],
+        opts: &PackOptions,
+    ) -> Result<Vec<Hit>> {
+        if opts.pinned_share <= 0.0 {
+            return Ok(Vec::new());
+        }
+        let now = self.now_ms();
+        let except: Vec<MemoryId> = hits.iter().map(|h| h.memory.id).collect();
+        let pinned = self.store.visible_pinned(who, &except, PACK_CORE, now)?;
+        let profile = match who.requester() {
+            Some(agent) => ProfileWeights::load(self.store.conn(), agent)?,
+            None => ProfileWeights::default(),
+        };
+        let mut out = Vec::new();
+        for v in pinned {
+            let explain = rank::score(&v, 0.0, None, now, opts.recall.half_life_ms, &profile);
+            out.push(hit(v, explain));
+        }
+        Ok(out)
+    }
+}

@@ -12,7 +12,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use amos_protocol::{MemoryType, Scope};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -23,8 +22,9 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
-use crate::api::node::{NewMemory, Node, parse_expiry};
+use crate::api::node::Node;
 use crate::error::{NodeError, Result};
+use crate::front::request::AddRequest;
 use crate::front::view;
 use crate::home::Home;
 use crate::recall::{DEFAULT_BUDGET, DEFAULT_K};
@@ -320,22 +320,6 @@ pub fn tools() -> Vec<Tool> {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct AddArgs {
-    content: String,
-    #[serde(rename = "type")]
-    kind: Option<String>,
-    #[serde(default)]
-    share: Vec<String>,
-    #[serde(default)]
-    tags: Vec<String>,
-    importance: Option<f32>,
-    #[serde(default)]
-    pin: bool,
-    expires: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct SearchArgs {
     query: String,
     k: Option<usize>,
@@ -407,25 +391,8 @@ fn dispatch(
 ) -> Result<(String, Value)> {
     match tool {
         "memory_add" => {
-            let a: AddArgs = parse(tool, args)?;
-            let mut new = NewMemory::new(a.content);
-            if let Some(k) = a.kind {
-                new.kind = MemoryType::parse(&k)?;
-            }
-            new.share = a
-                .share
-                .iter()
-                .map(|s| s.parse::<Scope>())
-                .collect::<std::result::Result<_, _>>()?;
-            new.tags = a.tags;
-            if let Some(i) = a.importance {
-                new.importance = i;
-            }
-            new.pinned = a.pin;
-            new.expires_ms = a
-                .expires
-                .map(|e| parse_expiry(&e, node.now_ms()))
-                .transpose()?;
+            let a: AddRequest = parse(tool, args)?;
+            let new = a.memory(node.now_ms(), str::to_owned)?;
             let id = node.add(who, new)?;
             Ok((format!("stored {id}"), json!({"id": id.to_string()})))
         }

@@ -10,16 +10,12 @@
 //! [`Visible`](amos_acl::Visible) memory; the report never names, counts or
 //! hints at anything the gate kept out.
 
-use amos_acl::AuthorizedScopes;
 use amos_protocol::MemoryId;
 use serde::Serialize;
 
-use super::rank::{self, RecallOptions};
+use super::Hit;
+use super::rank::RecallOptions;
 use super::text::{self, NEAR_DUPLICATE};
-use super::{Hit, hit};
-use crate::api::node::Node;
-use crate::api::profile::ProfileWeights;
-use crate::error::{NodeError, Result};
 
 /// Candidates a pack considers by default (the best hits of the query).
 pub const PACK_CANDIDATES: usize = 50;
@@ -123,230 +119,13 @@ impl Pack {
     }
 }
 
-struct Included {
+pub(crate) struct Included {
     id: MemoryId,
     norm: String,
     tokens: Vec<u64>,
 }
 
-impl Node {
-    /// Fill `budget` tokens with the best visible memories for `query`.
-    pub fn pack(&mut self, who: &AuthorizedScopes, query: &str, budget: usize) -> Result<Pack> {
-        self.pack_with(who, query, &PackOptions::new(budget))
-    }
-
-    /// A context pack with explicit options; notes its hits as recalled
-    /// (with `opts.recall.note_recall`) and records the latency (kind
-    /// `pack`; its search is not counted again as a `search`).
-    pub fn pack_with(
-        &mut self,
-        who: &AuthorizedScopes,
-        query: &str,
-        opts: &PackOptions,
-    ) -> Result<Pack> {
-        if opts.budget == 0 {
-            return Err(NodeError::BadInput("--budget must be at least 1".into()));
-        }
-        if !(0.0..=1.0).contains(&opts.pinned_share) || !(0.0..=1.0).contains(&opts.near_duplicate)
-        {
-            return Err(NodeError::BadInput(
-                "pinned share and near-duplicate threshold must be in 0..=1".into(),
-            ));
-        }
-        let started = std::time::Instant::now();
-        let hits = self.recall(who, query, &opts.recall)?;
-        let recalled: Vec<MemoryId> = match opts.recall.note_recall {
-            true => hits.iter().map(|h| h.memory.id).collect(),
-            false => Vec::new(),
-        };
-        let core = self.pinned_core(who, &hits, opts)?;
-
-        let budget = opts.budget;
-        let reserved = (budget as f32 * opts.pinned_share) as usize;
-        let mut used = 0;
-        let mut pinned_used = 0;
-        let mut included: Vec<Included> = Vec::new();
-        let mut items: Vec<Hit> = Vec::new();
-        let mut report: Vec<PackDecision> = Vec::new();
-
-        // Pinned first (matched ones by score, then the query-independent core),
-        // into the reserved room; a matched pinned memory that does not fit
-        // there competes with the rest.
-        let (pinned, rest): (Vec<Hit>, Vec<Hit>) = hits.into_iter().partition(|h| h.memory.pinned);
-        let mut second: Vec<Hit> = Vec::new();
-        // Core memories that missed the reserve: they take what the query leaves.
-        let mut leftover: Vec<Hit> = Vec::new();
-        for (h, matched) in pinned
-            .into_iter()
-            .map(|h| (h, true))
-            .chain(core.into_iter().map(|h| (h, false)))
-        {
-            let tokens = estimate_tokens(&h.memory.content);
-            if let Some(d) = duplicate(&h, &included, opts.near_duplicate, tokens) {
-                report.push(d);
-                continue;
-            }
-            if pinned_used + tokens <= reserved && used + tokens <= budget {
-                pinned_used += tokens;
-                used += tokens;
-                report.push(decision(
-                    &h,
-                    true,
-                    "pinned",
-                    format!("pinned: in the reserved room ({pinned_used} of {reserved} tokens)"),
-                    tokens,
-                ));
-                included.push(included_of(&h));
-                items.push(h);
-            } else if matched {
-                second.push(h);
-            } else {
-                leftover.push(h);
-            }
-        }
-        second.extend(rest);
-        super::sort_hits(&mut second);
-        for h in second {
-            let tokens = estimate_tokens(&h.memory.content);
-            if let Some(d) = duplicate(&h, &included, opts.near_duplicate, tokens) {
-                report.push(d);
-                continue;
-            }
-            if used + tokens > budget {
-                report.push(decision(
-                    &h,
-                    false,
-                    "over-budget",
-                    format!("over budget ({used}+{tokens} > {budget})"),
-                    tokens,
-                ));
-                continue;
-            }
-            used += tokens;
-            let why = match &h.explain.resonance {
-                Some(p) => format!(
-                    "relevant (score {:.4}), linked from {} ({} hop{})",
-                    h.score,
-                    p.via,
-                    p.hops,
-                    if p.hops == 1 { "" } else { "s" }
-                ),
-                None => format!("relevant (score {:.4})", h.score),
-            };
-            report.push(decision(&h, true, "relevant", why, tokens));
-            included.push(included_of(&h));
-            items.push(h);
-        }
-
-        for h in leftover {
-            let tokens = estimate_tokens(&h.memory.content);
-            if let Some(d) = duplicate(&h, &included, opts.near_duplicate, tokens) {
-                report.push(d);
-            } else if used + tokens <= budget {
-                used += tokens;
-                report.push(decision(
-                    &h,
-                    true,
-                    "pinned",
-                    "pinned: missed the reserved room, fits in what the query left".to_owned(),
-                    tokens,
-                ));
-                included.push(included_of(&h));
-                items.push(h);
-            } else {
-                report.push(decision(
-                    &h,
-                    false,
-                    "reserve-full",
-                    format!(
-                        "pinned but matches nothing in the query; the reserved room ({reserved} tokens) and the rest of the budget are full ({used}+{tokens} > {budget})"
-                    ),
-                    tokens,
-                ));
-            }
-        }
-
-        // Contradicting pairs among what the pack holds.
-        let stated: Vec<Option<(String, String)>> = items
-            .iter()
-            .map(|h| text::subject_value(&h.memory.content))
-            .collect();
-        let mut conflicts = Vec::new();
-        for (i, a) in items.iter().enumerate() {
-            let Some((sa, va)) = &stated[i] else { continue };
-            for (j, b) in items.iter().enumerate().skip(i + 1) {
-                if let Some((sb, vb)) = &stated[j]
-                    && sa == sb
-                    && va != vb
-                {
-                    conflicts.push(Conflict {
-                        a: a.memory.id.to_string(),
-                        b: b.memory.id.to_string(),
-                        subject: sa.clone(),
-                    });
-                }
-            }
-        }
-        for d in report.iter_mut().filter(|d| d.included) {
-            for c in &conflicts {
-                let other = if c.a == d.id {
-                    &c.b
-                } else if c.b == d.id {
-                    &c.a
-                } else {
-                    continue;
-                };
-                d.conflict_with.push(other.clone());
-                d.reason = format!(
-                    "{}; CONFLICT with {other}: same subject {:?}, different value",
-                    d.reason, c.subject
-                );
-            }
-        }
-
-        if opts.reinforce && !items.is_empty() {
-            let ids: Vec<String> = items.iter().map(|h| h.memory.id.to_string()).collect();
-            self.feedback(who, &ids, true)?;
-        }
-        self.finish_recall(super::RecallKind::Pack, started, &recalled);
-        Ok(Pack {
-            items,
-            tokens: used,
-            budget,
-            reserved,
-            report,
-            conflicts,
-        })
-    }
-
-    /// Visible pinned memories (the requester's core), most important first,
-    /// that the query did not already find.
-    fn pinned_core(
-        &self,
-        who: &AuthorizedScopes,
-        hits: &[Hit],
-        opts: &PackOptions,
-    ) -> Result<Vec<Hit>> {
-        if opts.pinned_share <= 0.0 {
-            return Ok(Vec::new());
-        }
-        let now = self.now_ms();
-        let except: Vec<MemoryId> = hits.iter().map(|h| h.memory.id).collect();
-        let pinned = self.store.visible_pinned(who, &except, PACK_CORE, now)?;
-        let profile = match who.requester() {
-            Some(agent) => ProfileWeights::load(self.store.conn(), agent)?,
-            None => ProfileWeights::default(),
-        };
-        let mut out = Vec::new();
-        for v in pinned {
-            let explain = rank::score(&v, 0.0, None, now, opts.recall.half_life_ms, &profile);
-            out.push(hit(v, explain));
-        }
-        Ok(out)
-    }
-}
-
-fn included_of(h: &Hit) -> Included {
+pub(crate) fn included_of(h: &Hit) -> Included {
     Included {
         id: h.memory.id,
         norm: text::normalize_text(&h.memory.content),
@@ -354,7 +133,7 @@ fn included_of(h: &Hit) -> Included {
     }
 }
 
-fn decision(
+pub(crate) fn decision(
     h: &Hit,
     included: bool,
     decision: &'static str,
@@ -373,7 +152,7 @@ fn decision(
 }
 
 /// An exclusion if `h` duplicates (exactly, or nearly) an included item.
-fn duplicate(
+pub(crate) fn duplicate(
     h: &Hit,
     included: &[Included],
     threshold: f32,

@@ -13,8 +13,8 @@
 use amos_acl::Visible;
 use serde::Serialize;
 
-use crate::api::profile::ProfileWeights;
 use crate::store::memory::MemoryRecord;
+use crate::store::profile::ProfileWeights;
 
 /// One day in milliseconds.
 pub const DAY_MS: u64 = 24 * 60 * 60 * 1000;

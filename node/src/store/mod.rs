@@ -17,6 +17,7 @@
 
 pub mod memory;
 pub mod org;
+pub mod profile;
 pub mod replica;
 pub mod schema;
 pub mod text;

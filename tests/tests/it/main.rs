@@ -4,5 +4,6 @@
 
 mod convergence;
 mod escalation;
+mod layers;
 mod real_store;
 mod text_merge;
