@@ -10,8 +10,6 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod bench;
-pub mod bench_sync;
-pub mod bench_text;
 pub mod bundles;
 pub mod clock;
 pub mod discovery;

@@ -12,7 +12,7 @@ use amos_acl::PeerPolicy;
 use amos_protocol::{MemoryType, NodeId, SignedFact};
 use serde::Serialize;
 
-use crate::bench::{Millis, millis};
+use super::stats::{Millis, millis};
 use crate::error::Result;
 use crate::home::Home;
 use crate::node::{NewMemory, Node};
