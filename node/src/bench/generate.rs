@@ -528,13 +528,13 @@ fn json_line<T: Serialize>(w: &mut impl Write, value: &T, path: &str) -> Result<
 pub fn generate(cfg: &GenerateConfig) -> Result<GenerateReport> {
     if cfg.memories == 0 {
         return Err(NodeError::BadInput(
-            "amos bench --generate: N must be at least 1".into(),
+            "bench --generate: N must be a number of memories, at least 1 (got 0)".into(),
         ));
     }
     let dir = &cfg.dir;
     if dir.exists() && !dir.is_dir() {
         return Err(NodeError::BadInput(format!(
-            "amos bench --generate: {} exists and is not a directory",
+            "bench --generate: {} exists and is not a directory",
             dir.display()
         )));
     }

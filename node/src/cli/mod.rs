@@ -944,7 +944,7 @@ fn run(cli: Cli) -> Result<()> {
             };
             let memories = n.parse::<usize>().map_err(|_| {
                 bad(format!(
-                    "amos bench --generate: N must be a number of memories, at least 1 (got {n:?})"
+                    "bench --generate: N must be a number of memories, at least 1 (got {n:?})"
                 ))
             })?;
             let cfg = amos_node::bench::GenerateConfig {
