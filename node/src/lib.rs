@@ -11,8 +11,6 @@
 
 pub mod api;
 pub mod bench;
-pub mod bench_sync;
-pub mod bench_text;
 pub mod clock;
 pub mod error;
 pub mod events;

@@ -320,10 +320,17 @@ enum Cmd {
     },
     /// A scripted single-node demo in a throw-away home
     Demo,
-    /// Benchmark on a workload directory (org.json, memories.jsonl, queries.jsonl)
+    /// Benchmark on a workload directory (org.json, memories.jsonl, queries.jsonl), or write one
     Bench {
-        #[arg(long)]
-        corpus: PathBuf,
+        /// The workload to run on
+        #[arg(long, value_name = "DIR", required_unless_present = "generate")]
+        corpus: Option<PathBuf>,
+        /// Write a workload of N memories into DIR instead (same N and seed, same bytes)
+        #[arg(long, num_args = 2, value_names = ["N", "DIR"], conflicts_with = "corpus")]
+        generate: Option<Vec<String>>,
+        /// Seed of --generate [default: 20261130]
+        #[arg(long, requires = "generate")]
+        seed: Option<u64>,
         #[arg(long, default_value_t = 3)]
         passes: usize,
         /// Load at most N memories
@@ -933,6 +940,34 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Discover { timeout } => return discover_cmd(&home, &out, &timeout),
         Cmd::Bench {
+            generate: Some(args),
+            seed,
+            ..
+        } => {
+            let [n, dir] = args.as_slice() else {
+                return Err(bad("amos bench --generate needs N and DIR"));
+            };
+            let memories = n.parse::<usize>().map_err(|_| {
+                bad(format!(
+                    "bench --generate: N must be a number of memories, at least 1 (got {n:?})"
+                ))
+            })?;
+            let cfg = amos_node::bench::GenerateConfig {
+                memories,
+                dir: PathBuf::from(dir),
+                seed: seed.unwrap_or(amos_node::bench::DEFAULT_SEED),
+                feedback: out.feedback(),
+            };
+            let r = amos_node::bench::generate(&cfg)?;
+            out.emit(&r, || {
+                format!(
+                    "wrote {} memories and {} queries to {} (seed {})",
+                    r.memories, r.queries, r.dir, r.seed
+                )
+            });
+            return Ok(());
+        }
+        Cmd::Bench {
             corpus,
             passes,
             limit,
@@ -940,7 +975,11 @@ fn run(cli: Cli) -> Result<()> {
             workdir,
             keep,
             no_sync,
+            ..
         } => {
+            let Some(corpus) = corpus else {
+                return Err(bad("amos bench needs --corpus DIR or --generate N DIR"));
+            };
             let cfg = amos_node::bench::BenchConfig {
                 corpus,
                 passes: passes.max(1),

@@ -54,10 +54,6 @@ const NOT_RUN: &[(&str, &str)] = &[
         "needs a Docker engine and a static release build; node/tests/deploy.rs runs it where Docker answers",
     ),
     (
-        "amos bench --generate 10000 /tmp/w10k",
-        "added by h-bench; the lead removes this entry at merge",
-    ),
-    (
         "fuzz/run.sh 600",
         "nightly Rust and cargo-fuzz, ten minutes per target",
     ),
@@ -73,6 +69,11 @@ const NOT_RUN: &[(&str, &str)] = &[
 
 /// Commands that run in another form: (as the page shows it, run instead, why).
 const REWRITTEN: &[(&str, &str, &str)] = &[
+    (
+        "amos bench --generate 10000 /tmp/w10k",
+        "amos bench --generate 200 /tmp/w10k",
+        "a smaller workload of the same model: the debug build benches it in seconds",
+    ),
     (
         "cargo run --release -- demo",
         "amos demo",
@@ -117,6 +118,7 @@ const CLAIMS: &[&str] = &[
     "metrics: /metrics serves every family",
     "metrics: /healthz answers ok",
     "cli: --json status is one object",
+    "bench: generated a workload",
     "bench: ran on the corpus",
 ];
 
@@ -384,7 +386,6 @@ impl Tour {
             .expect("repository root")
             .to_owned();
         let tmp = tempfile::tempdir().expect("tempdir");
-        write_corpus(&tmp.path().join("corpus"));
         let mut tour = Tour {
             file: file.to_owned(),
             root,
@@ -591,7 +592,7 @@ impl Tour {
                 path(dir.join("amos.backup"))
             }
             "N" => "2".into(),
-            "/tmp/w10k" => path(self.tmp.path().join("corpus")),
+            w if w.starts_with("/tmp/") => path(self.tmp.path().join(&w["/tmp/".len()..])),
             w if w.starts_with("/media/usb/") => {
                 let dir = self.tmp.path().join("usb");
                 std::fs::create_dir_all(&dir).expect("mkdir");
@@ -968,8 +969,16 @@ impl Tour {
                     self.claim("operations: the dry run writes nothing");
                 }
             }
-            c if c.starts_with("amos bench") => {
-                assert_eq!(run.json()["memories"], 40, "{run:?}");
+            c if c.starts_with("amos bench --generate") => {
+                let dir = c.split_whitespace().nth(4).expect("the workload directory");
+                let dir = self.tmp.path().join(dir.trim_start_matches("/tmp/"));
+                for f in ["org.json", "memories.jsonl", "queries.jsonl"] {
+                    assert!(dir.join(f).is_file(), "no {f} in {dir:?}: {run:?}");
+                }
+                self.claim("bench: generated a workload");
+            }
+            c if c.starts_with("amos bench --corpus") => {
+                assert_eq!(run.json()["memories"], 200, "{run:?}");
                 self.claim("bench: ran on the corpus");
             }
             c if c.starts_with("amos search \"deploy\" --as bob --explain") => {
@@ -1058,38 +1067,6 @@ fn http_get(port: u16, path: &str) -> String {
             Err(e) => panic!("nothing answers on 127.0.0.1:{port}: {e}"),
         }
     }
-}
-
-/// A small benchmark workload in the shared format.
-fn write_corpus(dir: &Path) {
-    std::fs::create_dir_all(dir).expect("mkdir");
-    let org = serde_json::json!({
-        "agents": ["a0", "a1"],
-        "teams": {"t0": ["a0", "a1"]},
-        "projects": {"p0": {"team": "t0", "members": ["a0"]}},
-    });
-    std::fs::write(dir.join("org.json"), org.to_string()).expect("org");
-    let memories: String = (0..40)
-        .map(|i| {
-            let share: Vec<&str> = if i % 3 == 0 { vec!["team:t0"] } else { vec![] };
-            serde_json::json!({
-                "owner": format!("a{}", i % 2), "type": "note",
-                "content": format!("memory {i} about the deploy window {}", i % 7),
-                "share": share,
-            })
-            .to_string()
-                + "\n"
-        })
-        .collect();
-    std::fs::write(dir.join("memories.jsonl"), memories).expect("memories");
-    let queries: String = (0..4)
-        .map(|i| {
-            serde_json::json!({"as": format!("a{}", i % 2), "query": format!("deploy window {i}")})
-                .to_string()
-                + "\n"
-        })
-        .collect();
-    std::fs::write(dir.join("queries.jsonl"), queries).expect("queries");
 }
 
 /// README.md, then every `docs/*.md` by name (relative to the repository root).

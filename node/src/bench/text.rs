@@ -12,8 +12,8 @@ use amos_acl::PeerPolicy;
 use amos_protocol::{MemoryType, NodeId, SignedFact};
 use serde::Serialize;
 
+use super::stats::{Millis, millis};
 use crate::api::node::{NewMemory, Node};
-use crate::bench::{Millis, millis};
 use crate::error::Result;
 use crate::home::Home;
 use crate::store::replica::{self, ExportSpec};

@@ -1,12 +1,14 @@
-//! `amos bench`: load the shared benchmark workload (`../shared/bench/`)
-//! into a fresh temporary home through the normal write path, then time
-//! adds, searches and context packs as each query's own requester.
+//! `amos bench --corpus DIR`: load a workload (the format is in `workload.rs`;
+//! `amos bench --generate` writes one) into a fresh temporary home through
+//! the normal write path, then time adds, searches and context packs as each
+//! query's own requester, a full bundle export and import, and the sync and
+//! text sections.
 //!
 //! Figures are medians/percentiles over every query of every pass; the JSON
 //! field names are stable so runs can be compared with each other and with
 //! other systems measured on the same workload.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -15,8 +17,11 @@ use amos_acl::AuthorizedScopes;
 use amos_protocol::{MemoryType, Scope};
 use serde::{Deserialize, Serialize};
 
+use super::stats::{Millis, millis, peak_rss_bytes};
+use super::sync::{self, SyncReport};
+use super::text::{self, TextReport};
+use super::workload::{Org, WorkloadMemory, WorkloadQuery};
 use crate::api::node::{NewMemory, Node};
-use crate::bench_sync::{self, SyncReport};
 use crate::error::{NodeError, Result};
 use crate::home::Home;
 use crate::index::dir_size;
@@ -45,51 +50,6 @@ pub struct BenchConfig {
     pub keep: bool,
     /// Run the live-sync section (two in-process nodes over loopback QUIC).
     pub sync: bool,
-}
-
-#[derive(Debug, Deserialize)]
-struct Org {
-    agents: Vec<String>,
-    teams: BTreeMap<String, Vec<String>>,
-    projects: BTreeMap<String, OrgProject>,
-}
-
-#[derive(Debug, Deserialize)]
-struct OrgProject {
-    team: String,
-    members: Vec<String>,
-}
-
-#[derive(Debug, Deserialize)]
-struct WorkloadMemory {
-    owner: String,
-    #[serde(rename = "type")]
-    kind: String,
-    content: String,
-    #[serde(default)]
-    share: Vec<String>,
-    #[serde(default)]
-    tags: Vec<String>,
-    #[serde(default = "half")]
-    importance: f32,
-}
-
-fn half() -> f32 {
-    0.5
-}
-
-#[derive(Debug, Deserialize)]
-struct WorkloadQuery {
-    #[serde(rename = "as")]
-    agent: String,
-    query: String,
-}
-
-/// Percentiles in milliseconds.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct Millis {
-    pub p50: f64,
-    pub p99: f64,
 }
 
 /// What `amos bench --json` prints.
@@ -129,24 +89,8 @@ pub struct BenchReport {
     /// Why the sync section failed, if it did (the other figures stand).
     pub sync_error: Option<String>,
     /// Concurrent edits of one 10 kB memory on two full peers (null if it failed).
-    pub text: Option<crate::bench_text::TextReport>,
+    pub text: Option<TextReport>,
     pub text_error: Option<String>,
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let idx = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
-}
-
-pub(crate) fn millis(mut xs: Vec<f64>) -> Millis {
-    xs.sort_by(f64::total_cmp);
-    Millis {
-        p50: percentile(&xs, 0.5),
-        p99: percentile(&xs, 0.99),
-    }
 }
 
 fn read_jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
@@ -201,20 +145,6 @@ impl<T: for<'de> Deserialize<'de>> JsonlReader<T> {
         }
         Ok(out)
     }
-}
-
-/// Peak resident set size of this process (Linux `VmHWM`), 0 elsewhere.
-pub fn peak_rss_bytes() -> u64 {
-    fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .map(|kb| kb * 1024)
-        .unwrap_or(0)
 }
 
 /// Run the benchmark.
@@ -393,7 +323,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
     }
 
     let (sync, sync_error) = if cfg.sync {
-        match bench_sync::run(&mut node, &changes, tmp.path()) {
+        match sync::run(&mut node, &changes, tmp.path()) {
             Ok(r) => (Some(r), None),
             Err(e) => (None, Some(e.to_string())),
         }
@@ -401,7 +331,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         (None, None)
     };
 
-    let (text, text_error) = match crate::bench_text::run(tmp.path(), 20) {
+    let (text, text_error) = match text::run(tmp.path(), 20) {
         Ok(r) => (Some(r), None),
         Err(e) => (None, Some(e.to_string())),
     };

@@ -1,0 +1,31 @@
+//! `amos bench`: the benchmark that ships with amos.
+//!
+//! * `amos bench --generate N DIR [--seed S]` writes a deterministic
+//!   workload (org, memories, queries) from a fixed corpus model
+//!   (`generate.rs`; the format is in `workload.rs`).
+//! * `amos bench --corpus DIR` loads a workload into a throw-away home and
+//!   times the node on it (`corpus.rs`), with two sections of its own: live
+//!   sync between two in-process nodes over loopback QUIC (`sync.rs`) and
+//!   concurrent edits of one long memory (`text.rs`).
+//!
+//! `docs/bench.md` says how to reproduce every published figure.
+//!
+//! Boundary: the bench drives the node through its public API (the same
+//! calls the CLI makes); it never bypasses the gate, verification or the
+//! import path, and talks to nothing but its own loopback endpoints.
+
+mod corpus;
+mod generate;
+mod stats;
+mod sync;
+mod text;
+mod workload;
+
+pub use corpus::{BenchConfig, BenchReport, run};
+pub use generate::{
+    DEFAULT_SEED, GenerateConfig, GenerateReport, VisibilityMix, generate, is_framed, org,
+};
+pub use stats::{Millis, peak_rss_bytes};
+pub use sync::SyncReport;
+pub use text::TextReport;
+pub use workload::{Org, OrgProject, WorkloadMemory, WorkloadQuery};

@@ -1,0 +1,56 @@
+//! The workload format `amos bench --corpus` reads and
+//! `amos bench --generate` writes: a directory holding
+//!
+//! * `org.json`: `{"agents": [..], "projects": {P: {"members": [..], "team": T}}, "teams": {T: [..]}}`;
+//! * `memories.jsonl`: one memory a line, `{"content", "importance", "owner", "share", "tags", "type"}`,
+//!   `share` in the CLI's scope syntax (`[]` = private);
+//! * `queries.jsonl`: one recall a line, `{"as": AGENT, "query": TEXT}`.
+//!
+//! Fields are declared in alphabetical order, so the files read the same
+//! as ones written with sorted keys.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// `org.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Org {
+    pub agents: Vec<String>,
+    pub projects: BTreeMap<String, OrgProject>,
+    pub teams: BTreeMap<String, Vec<String>>,
+}
+
+/// A project of `org.json`: its team and the agents in it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OrgProject {
+    pub members: Vec<String>,
+    pub team: String,
+}
+
+/// A line of `memories.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadMemory {
+    pub content: String,
+    #[serde(default = "half")]
+    pub importance: f32,
+    pub owner: String,
+    #[serde(default)]
+    pub share: Vec<String>,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+fn half() -> f32 {
+    0.5
+}
+
+/// A line of `queries.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadQuery {
+    #[serde(rename = "as")]
+    pub agent: String,
+    pub query: String,
+}
