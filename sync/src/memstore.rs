@@ -251,13 +251,13 @@ impl MemStore {
             .collect();
         for id in ids {
             let standing = gate::peer_standing(&policy);
-            let grants = match self
+            let (grants, has_acl) = match self
                 .facts
                 .get(&Register::MemoryAcl(id))
                 .map(|f| &f.fact.body)
             {
-                Some(FactBody::MemoryAcl(a)) => a.grants.clone(),
-                _ => Grants::private(),
+                Some(FactBody::MemoryAcl(a)) => (a.grants.clone(), true),
+                _ => (Grants::private(), false),
             };
             let effective = standing.effective(&grants);
             let keep = standing.keeps_content(&effective);
@@ -269,7 +269,12 @@ impl MemStore {
                 m.grants_ever.insert(g.clone());
             }
             m.effective = effective;
-            if !keep && let Some(c) = self.facts.remove(&Register::MemoryContent(id)) {
+            // Content that came before its acl waits for the acl to judge
+            // it (as on arrival): a policy change alone does not erase it.
+            if !keep
+                && has_acl
+                && let Some(c) = self.facts.remove(&Register::MemoryContent(id))
+            {
                 m.purged_v = Some(c.fact.clock);
                 self.texts.remove(&id);
             }

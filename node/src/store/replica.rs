@@ -186,22 +186,23 @@ pub fn peer_policy(conn: &Connection, node: &NodeId) -> Result<Option<PeerPolicy
 /// that peer originated as the gate now would ([`gate::peer_standing`]) —
 /// the grants in force here, the owner rule, and its content: erased if no
 /// longer needed, accepted again (the very fact that was purged, at its own
-/// clock) when it is. A re-judged row takes a fresh `seq`, so what it now
+/// clock) when it is — but content that came before its acl is left for
+/// the acl to judge. A re-judged row takes a fresh `seq`, so what it now
 /// lets out reaches the peers that may have it. Returns the rows changed.
 pub fn restand_origin(tx: &mut Tx<'_>, peer: &NodeId, policy: &PeerPolicy) -> Result<usize> {
     let standing: Standing = gate::peer_standing(policy);
-    let rows: Vec<(Vec<u8>, String, String, bool)> = {
+    let rows: Vec<(Vec<u8>, String, String, bool, bool)> = {
         let mut stmt = tx.conn().prepare(
-            "SELECT id, grants, effective, owner_trusted FROM memories
+            "SELECT id, grants, effective, owner_trusted, acl_fact IS NOT NULL FROM memories
              WHERE origin = ?1 AND tombstone_fact IS NULL",
         )?;
         stmt.query_map([&peer.0[..]], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
         })?
         .collect::<rusqlite::Result<_>>()?
     };
     let mut changed = 0;
-    for (id, grants, effective, owner_trusted) in rows {
+    for (id, grants, effective, owner_trusted, has_acl) in rows {
         let id = MemoryId(
             id.try_into()
                 .map_err(|_| NodeError::Corrupt("stored memory id".into()))?,
@@ -210,11 +211,13 @@ pub fn restand_origin(tx: &mut Tx<'_>, peer: &NodeId, policy: &PeerPolicy) -> Re
         if now == split_grants(&effective) && owner_trusted == standing.owner_trusted {
             continue;
         }
+        // Content that came before its acl waits for the acl to judge it
+        // (as on arrival): a policy change alone does not erase it.
         tx.set_standing(
             &id,
             &now,
             standing.owner_trusted,
-            !standing.keeps_content(&now),
+            has_acl && !standing.keeps_content(&now),
         )?;
         changed += 1;
     }
