@@ -1,12 +1,16 @@
 //! amos-node: one amos node on one machine.
 //!
-//! Owns the home directory ([`home`]), the authoritative SQLite store
-//! ([`store`]), the disposable tantivy index ([`index`]), the recall pipeline
-//! ([`recall`]) and the node API ([`node::Node`]) that the `amos` binary's CLI
-//! is a thin shell over.
+//! Layers, lowest first (each module uses only its own layer and those
+//! below; `tests/tests/it/layers.rs` checks it): [`error`], [`clock`],
+//! [`events`] → [`home`] → [`progress`] → [`store`] (all SQL of the
+//! replicated state) → [`index`] (tantivy, disposable) → [`recall`] (the
+//! engine) → [`api`] (the node API, every `impl Node`) → [`net`] (QUIC
+//! sessions, dialling, pairing, discovery) → [`ops`] (serve, metrics,
+//! doctor, services) → [`front`] (MCP, shared views and request parsing)
+//! → [`bench`]. The `amos` binary's CLI is a thin shell over the top.
 //!
 //! Boundary: merge and visibility rules are not re-implemented here; the gate
-//! is `amos-acl`, facts and signatures are `amos-protocol`.
+//! is `amos-acl` and `amos-sync`, facts and signatures are `amos-protocol`.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod api;

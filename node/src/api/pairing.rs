@@ -1,6 +1,6 @@
 //! Pairing (docs/design.md §7), the node's side: one-time invites
 //! (`amos team invite`), the inviter's check of a joiner's proof, and the
-//! joiner's record of its inviter. The network exchange lives in `mesh`;
+//! joiner's record of its inviter. The network exchange lives in `net::join`;
 //! the code format and the proof in `amos_protocol::pairing`.
 //!
 //! Invariant: an invite pairs at most one node, before it expires; checking
@@ -21,7 +21,6 @@ use amos_acl::PeerPolicy;
 use amos_protocol::pairing::{self, PairingCode, ProofBinding};
 use amos_protocol::{AgentId, FactBody, MeshKey, NodeId, OrgScope, Scope, TeamId};
 use rand::RngExt;
-use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
 use crate::api::node::{AgentAt, Node, project_member_fact, team_member_fact};
@@ -29,7 +28,7 @@ use crate::api::peers::upsert_peer;
 use crate::error::{NodeError, Result};
 use crate::events::PeerOutcome;
 use crate::home::{Home, write_atomic};
-use crate::store::org;
+use crate::store::{invites, org, peers};
 
 /// Longest life of an invite.
 pub const MAX_INVITE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -142,19 +141,15 @@ impl Node {
             expires_ms: expires,
         };
         self.store.write(|tx| {
-            tx.conn().execute(
-                "INSERT INTO invites(id, proof_key, team, policy, created_ms, expires_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![
-                    &pairing::invite_id(&secret)[..],
-                    &pairing::proof_key(&secret)[..],
-                    team_id.as_str(),
-                    policy.to_string(),
-                    now as i64,
-                    expires as i64
-                ],
-            )?;
-            Ok(())
+            invites::insert(
+                tx.conn(),
+                &pairing::invite_id(&secret),
+                &pairing::proof_key(&secret),
+                team_id.as_str(),
+                &policy.to_string(),
+                now,
+                expires,
+            )
         })?;
         Ok(Invite {
             code: code.encode(),
@@ -211,14 +206,8 @@ impl Node {
         let now = self.now_ms();
         let name = clean_name(name);
         let (_, (policy, member_of)) = self.commit(|tx| {
-            let row: Option<(Vec<u8>, String, i64, Option<i64>)> = tx
-                .conn()
-                .query_row(
-                    "SELECT proof_key, policy, expires_ms, used_ms FROM invites WHERE id = ?1",
-                    [&invite[..]],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-                )
-                .optional()?;
+            let row = invites::get(tx.conn(), &invite[..])?
+                .map(|i| (i.proof_key, i.policy, i.expires_ms, i.used_ms));
             // One answer for a wrong secret and an unknown invite: a guesser
             // learns nothing about which invites exist.
             let unknown = || NodeError::Refused("unknown pairing code".into());
@@ -238,10 +227,7 @@ impl Node {
             let policy: PeerPolicy = policy
                 .parse()
                 .map_err(|_| NodeError::Corrupt(format!("invite with a bad policy: {policy}")))?;
-            tx.conn().execute(
-                "UPDATE invites SET used_ms = ?2, used_by = ?3 WHERE id = ?1",
-                params![&invite[..], now as i64, &joiner.0[..]],
-            )?;
+            invites::mark_used(tx.conn(), &invite[..], &joiner.0[..], now)?;
             upsert_peer(tx, joiner, addr, Some(&name), &policy, now)?;
             let (bodies, member_of) = match agent {
                 Some(agent) => joiner_memberships(tx, &policy, agent)?,
@@ -384,11 +370,7 @@ pub fn join_offline(home: &Home, code_text: &str) -> Result<JoinReport> {
     let now = node.now_ms();
     node.store.write(|tx| {
         upsert_peer(tx, &code.inviter, addr.as_deref(), None, &policy, now)?;
-        tx.conn().execute(
-            "UPDATE peers SET join_proof = ?2 WHERE node_id = ?1",
-            params![&code.inviter.0[..], carried],
-        )?;
-        Ok(())
+        peers::set_join_proof(tx.conn(), &code.inviter, &carried)
     })?;
     Ok(JoinReport {
         peer: code.inviter.to_string(),
@@ -407,14 +389,7 @@ pub fn join_proof_for(
     conn: &rusqlite::Connection,
     peer: &NodeId,
 ) -> Result<Option<amos_protocol::PairingProof>> {
-    let blob: Option<Option<Vec<u8>>> = conn
-        .query_row(
-            "SELECT join_proof FROM peers WHERE node_id = ?1",
-            [&peer.0[..]],
-            |r| r.get(0),
-        )
-        .optional()?;
-    Ok(blob.flatten().and_then(|b| {
+    Ok(peers::join_proof(conn, peer)?.and_then(|b| {
         let invite: [u8; 16] = b.get(..16)?.try_into().ok()?;
         let proof: [u8; 32] = b.get(16..48)?.try_into().ok()?;
         Some(amos_protocol::PairingProof { invite, proof })
@@ -424,14 +399,7 @@ pub fn join_proof_for(
 /// Whether any invite is still pending: the serving node accepts a handshake
 /// from an unknown key only then (and that connection may only pair).
 pub fn invites_pending(conn: &rusqlite::Connection, now_ms: u64) -> Result<bool> {
-    Ok(conn
-        .query_row(
-            "SELECT EXISTS(SELECT 1 FROM invites WHERE used_ms IS NULL AND expires_ms > ?1)",
-            [now_ms as i64],
-            |r| r.get::<_, bool>(0),
-        )
-        .optional()?
-        .unwrap_or(false))
+    invites::any_pending(conn, now_ms)
 }
 
 /// Decode a code typed by a user: a clear [`NodeError::BadInput`] for a

@@ -12,12 +12,11 @@ use amos_acl::PeerPolicy;
 use amos_protocol::wire::{Epoch, Watermark};
 use amos_protocol::{NodeId, Scope, SignedFact, Verified};
 use amos_sync::{ApplyReport, Sender, apply_batch};
-use rusqlite::{OptionalExtension, params};
 
 use crate::api::node::Node;
 use crate::error::{NodeError, Result};
-use crate::store::Tx;
 use crate::store::replica::{self, AuditEntry, DeferredInfo, PeerInfo, SqlReplica};
+use crate::store::{Tx, peers};
 
 /// Facts whose clock is further ahead of ours than this are quarantined.
 pub const DEFAULT_MAX_SKEW_MS: u64 = 10 * 60 * 1000;
@@ -43,12 +42,7 @@ impl Node {
     /// Forget a peer: its connections and bundles are refused from now on.
     pub fn peer_remove(&mut self, node_id: &str) -> Result<()> {
         let id = parse_node_id(node_id)?;
-        let n = self.store.write(|tx| {
-            Ok(tx
-                .conn()
-                .execute("DELETE FROM peers WHERE node_id = ?1", [&id.0[..]])?)
-        })?;
-        if n == 0 {
+        if !self.store.write(|tx| peers::remove(tx.conn(), &id))? {
             return Err(NodeError::BadInput(format!("unknown peer {}", id.short())));
         }
         Ok(())
@@ -59,11 +53,7 @@ impl Node {
         let id = parse_node_id(node_id)?;
         let policy: PeerPolicy = policy.parse()?;
         self.store.write(|tx| {
-            let n = tx.conn().execute(
-                "UPDATE peers SET policy = ?2 WHERE node_id = ?1",
-                params![&id.0[..], policy.to_string()],
-            )?;
-            if n == 0 {
+            if !peers::set_policy(tx.conn(), &id, &policy)? {
                 return Err(NodeError::BadInput(format!("unknown peer {}", id.short())));
             }
             policy_changed(tx, &id, &policy)
@@ -73,13 +63,7 @@ impl Node {
     /// Set the address of an already registered peer (mDNS discovery);
     /// never registers one. Returns whether the stored address changed.
     pub fn peer_set_addr(&mut self, id: &NodeId, addr: &str) -> Result<bool> {
-        let n = self.store.write(|tx| {
-            Ok(tx.conn().execute(
-                "UPDATE peers SET addr = ?2 WHERE node_id = ?1 AND addr IS NOT ?2",
-                params![&id.0[..], addr],
-            )?)
-        })?;
-        Ok(n > 0)
+        self.store.write(|tx| peers::set_addr(tx.conn(), id, addr))
     }
 
     /// Record where an already registered peer serves, as it said in a
@@ -91,24 +75,14 @@ impl Node {
     pub fn peer_learn_addr(&mut self, id: &NodeId, addr: std::net::SocketAddr) -> Result<bool> {
         let addr = addr.to_string();
         self.store.write(|tx| {
-            let current: Option<Option<String>> = tx
-                .conn()
-                .query_row(
-                    "SELECT addr FROM peers WHERE node_id = ?1",
-                    [&id.0[..]],
-                    |r| r.get(0),
-                )
-                .optional()?;
+            let current = peers::addr(tx.conn(), id)?;
             let replace = match current {
                 None => false,
                 Some(None) => true,
                 Some(Some(old)) => old != addr && old.parse::<std::net::SocketAddr>().is_ok(),
             };
             if replace {
-                tx.conn().execute(
-                    "UPDATE peers SET addr = ?2 WHERE node_id = ?1",
-                    params![&id.0[..], addr],
-                )?;
+                peers::set_addr(tx.conn(), id, &addr)?;
             }
             Ok(replace)
         })
@@ -119,20 +93,9 @@ impl Node {
     /// successful sync.
     pub fn peer_record_result(&mut self, id: &NodeId, result: &str) -> Result<()> {
         let now = self.now_ms() as i64;
-        self.store.write(|tx| {
-            if result == "ok" {
-                tx.conn().execute(
-                    "UPDATE peers SET last_result = ?2, last_sync_ms = ?3 WHERE node_id = ?1",
-                    params![&id.0[..], result, now],
-                )?;
-            } else {
-                tx.conn().execute(
-                    "UPDATE peers SET last_result = ?2 WHERE node_id = ?1",
-                    params![&id.0[..], result],
-                )?;
-            }
-            Ok(())
-        })
+        let ok_at = (result == "ok").then_some(now);
+        self.store
+            .write(|tx| peers::record_result(tx.conn(), id, result, ok_at))
     }
 
     pub fn peer_list(&self) -> Result<Vec<PeerInfo>> {
@@ -285,11 +248,7 @@ impl Node {
         let policy = self.peer_policy(peer)?.ok_or_else(|| {
             NodeError::Refused(format!("{} is not a registered peer", peer.short()))
         })?;
-        let policy_seq: i64 = self.store.conn().query_row(
-            "SELECT policy_seq FROM peers WHERE node_id = ?1",
-            [&peer.0[..]],
-            |r| r.get(0),
-        )?;
+        let policy_seq = peers::policy_seq(self.store.conn(), peer)?;
         // Its watermark of us predates a policy change: start over.
         let since = if since < policy_seq { 0 } else { since };
         replica::export_facts(
@@ -322,16 +281,7 @@ impl Node {
     /// Our watermark of a peer's log: its epoch and the highest of its `seq`
     /// whose facts we applied (`None` before the first complete sync).
     pub fn watermark_of(&self, peer: &NodeId) -> Result<Option<Watermark>> {
-        let row: Option<(Option<String>, i64)> = self
-            .store
-            .conn()
-            .query_row(
-                "SELECT their_epoch, their_seq FROM peers WHERE node_id = ?1",
-                [&peer.0[..]],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?;
-        Ok(match row {
+        Ok(match peers::watermark(self.store.conn(), peer)? {
             Some((Some(e), seq)) => {
                 let mut epoch = [0u8; 16];
                 let ok = e.len() == 32
@@ -349,14 +299,9 @@ impl Node {
     /// Store our new watermark of a peer (after every batch it covers committed).
     pub fn save_watermark(&mut self, peer: &NodeId, w: &Watermark) -> Result<()> {
         let now = self.now_ms() as i64;
-        self.store.write(|tx| {
-            tx.conn().execute(
-                "UPDATE peers SET their_epoch = ?2, their_seq = ?3, last_sync_ms = ?4,
-                    last_result = 'ok' WHERE node_id = ?1",
-                params![&peer.0[..], crate::store::hex(&w.epoch), w.seq, now],
-            )?;
-            Ok(())
-        })
+        let epoch = crate::store::hex(&w.epoch);
+        self.store
+            .write(|tx| peers::save_watermark(tx.conn(), peer, &epoch, w.seq, now))
     }
 
     pub fn audit(&self, limit: usize) -> Result<Vec<AuditEntry>> {
@@ -379,12 +324,7 @@ pub(crate) fn upsert_peer(
     now_ms: u64,
 ) -> Result<()> {
     let old = replica::peer_policy(tx.conn(), id)?;
-    tx.conn().execute(
-        "INSERT INTO peers(node_id, addr, name, policy, added_ms) VALUES (?1, ?2, coalesce(?3, ''), ?4, ?5)
-         ON CONFLICT(node_id) DO UPDATE SET addr = coalesce(excluded.addr, addr),
-            name = coalesce(?3, name), policy = excluded.policy",
-        params![&id.0[..], addr, name, policy.to_string(), now_ms as i64],
-    )?;
+    peers::upsert(tx.conn(), id, addr, name, policy, now_ms)?;
     if old.is_some_and(|o| o != *policy) {
         policy_changed(tx, id, policy)?;
     }
@@ -406,9 +346,5 @@ fn policy_changed(tx: &mut Tx<'_>, id: &NodeId, policy: &PeerPolicy) -> Result<(
 /// and a watermark of us below it predates the change.
 fn reset_watermark(tx: &mut Tx<'_>, id: &NodeId) -> Result<()> {
     let seq = tx.next_seq()?;
-    tx.conn().execute(
-        "UPDATE peers SET their_seq = 0, policy_seq = ?2 WHERE node_id = ?1",
-        params![&id.0[..], seq],
-    )?;
-    Ok(())
+    peers::reset_watermark(tx.conn(), id, seq)
 }

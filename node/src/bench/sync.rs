@@ -1,6 +1,6 @@
 //! The `sync` section of `amos bench`: live sync sessions between two
 //! in-process nodes over loopback QUIC, through the same code `amos serve`
-//! and `amos sync now` run (`mesh::drive_session` on both sides).
+//! and `amos sync now` run (`net::session::drive_session` on both sides).
 //!
 //! Node A is the bench's loaded home, serving on 127.0.0.1 (an ephemeral
 //! port); node B is a fresh home that dials it (`amos sync now`'s way). Three sessions are timed:
@@ -101,7 +101,7 @@ fn serve_loopback(rt: &Runtime, home: &Home, peer: NodeId) -> Result<SocketAddr>
 }
 
 /// One session B → A over a fresh connection, as `amos sync now` runs it
-/// (`mesh::drive_session` on the dialling side). Timed from creating the
+/// (`net::session::drive_session` on the dialling side). Timed from creating the
 /// endpoint until both sides finished the session; closing the connection
 /// afterwards (quinn's draining period, about three probe timeouts) is not
 /// part of the figure.

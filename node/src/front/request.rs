@@ -53,7 +53,7 @@ impl AddRequest {
             .map(|e| {
                 parse_expiry(&e, now_ms).map_err(|_| {
                     NodeError::BadInput(format!(
-                        "malformed {} {e:?}: use a duration (30d, 12h) or an RFC 3339 time",
+                        "malformed {} {e:?}: an expiry is a duration (30d, 12h) or an RFC 3339 time",
                         label("expires")
                     ))
                 })

@@ -472,7 +472,6 @@ fn bad_numbers_and_options_are_rejected() {
         (&["search", "", "--as", "alice"], 2, "empty query"),
         (&["search", "   ", "--as", "alice"], 2, "empty query"),
         (&["pack", "launch", "--as", "alice", "--budget", "0"], 2, "--budget"),
-        (&["pack", "launch", "--as", "alice"], 2, "--budget"),
         (&["pack", "", "--as", "alice", "--budget", "100"], 2, "empty query"),
         (&["link", "{global}", "{team}", "--as", "alice", "--weight", "2"], 2, "weight"),
         (&["link", "{global}", "{team}", "--as", "alice", "--weight", "-1"], 2, "weight"),
@@ -781,4 +780,19 @@ fn init_twice_is_idempotent() {
         "a second init changed the store"
     );
     assert_eq!(private, fx.memory(&fx.private));
+}
+
+/// `amos pack` without `--budget` packs the default 1,200 tokens (the MCP
+/// tool's default too).
+#[test]
+fn pack_without_a_budget_uses_the_default() {
+    let h = Home::apollo();
+    h.add(
+        "alice",
+        "launch checklist for the moon mission",
+        &["team:apollo"],
+    );
+    let v = h.json(&["pack", "launch", "--as", "alice"]);
+    assert_eq!(v["budget"], 1200, "{v}");
+    assert_eq!(v["items"].as_array().map(Vec::len), Some(1), "{v}");
 }

@@ -39,19 +39,19 @@ const NOT_RUN: &[(&str, &str)] = &[
     ),
     (
         "claude mcp add amos --env AMOS_AGENT=claude -- amos mcp",
-        "needs the Claude Code CLI; `amos mcp` itself is driven by node/tests/mcp.rs",
+        "needs the Claude Code CLI; `amos mcp` itself is driven by node/tests/it/mcp.rs",
     ),
     (
         "amos discover --timeout 3s",
-        "multicast would leave loopback; discovery runs inside network namespaces in node/tests/discovery.rs",
+        "multicast would leave loopback; discovery runs inside network namespaces in node/tests/it/discovery.rs",
     ),
     (
         "sudo amos service install --bin /usr/local/bin/amos",
-        "root: writes /etc/systemd/system, creates a user, starts a service; the --dry-run line renders the same plan and node/tests/deploy.rs verifies the units",
+        "root: writes /etc/systemd/system, creates a user, starts a service; the --dry-run line renders the same plan and node/tests/it/deploy.rs verifies the units",
     ),
     (
         "bash deploy/mesh-test.sh",
-        "needs a Docker engine and a static release build; node/tests/deploy.rs runs it where Docker answers",
+        "needs a Docker engine and a static release build; node/tests/it/deploy.rs runs it where Docker answers",
     ),
     (
         "fuzz/run.sh 600",
@@ -1069,6 +1069,10 @@ fn http_get(port: u16, path: &str) -> String {
     }
 }
 
+/// The directory beside the repository that nothing in it may name (spelt
+/// in two halves, so this file does not name it either).
+const OUTSIDE: &str = concat!("../", "shared");
+
 /// README.md, then every `docs/*.md` by name (relative to the repository root).
 fn pages() -> Vec<String> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -1094,8 +1098,8 @@ fn every_command_of_the_readme_and_docs_runs_or_says_why_not() {
     for page in pages() {
         let text = std::fs::read_to_string(root.join(&page)).expect(&page);
         assert!(
-            !text.contains("../shared"),
-            "{page} refers to ../shared: the repository must stand alone"
+            !text.contains(OUTSIDE),
+            "{page} refers to {OUTSIDE}: the repository must stand alone"
         );
         let lines = readme_commands(&text);
         if page == "README.md" {

@@ -1,0 +1,150 @@
+//! The `peers` table: who our peers are, the policy we give each, where
+//! they serve, how the last sync went, and both sides' watermarks. The
+//! node API (`crate::api::peers`) decides; this module reads and writes.
+
+use amos_acl::PeerPolicy;
+use amos_protocol::NodeId;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::error::Result;
+
+/// Register `id`, or update its address (`None` keeps it), name (`None`
+/// keeps it) and policy.
+pub fn upsert(
+    conn: &Connection,
+    id: &NodeId,
+    addr: Option<&str>,
+    name: Option<&str>,
+    policy: &PeerPolicy,
+    now_ms: u64,
+) -> Result<()> {
+    conn.execute(
+        "INSERT INTO peers(node_id, addr, name, policy, added_ms) VALUES (?1, ?2, coalesce(?3, ''), ?4, ?5)
+         ON CONFLICT(node_id) DO UPDATE SET addr = coalesce(excluded.addr, addr),
+            name = coalesce(?3, name), policy = excluded.policy",
+        params![&id.0[..], addr, name, policy.to_string(), now_ms as i64],
+    )?;
+    Ok(())
+}
+
+/// Forget `id`. Returns whether it was registered.
+pub fn remove(conn: &Connection, id: &NodeId) -> Result<bool> {
+    Ok(conn.execute("DELETE FROM peers WHERE node_id = ?1", [&id.0[..]])? > 0)
+}
+
+/// Set the policy we give `id`. Returns whether it is registered.
+pub fn set_policy(conn: &Connection, id: &NodeId, policy: &PeerPolicy) -> Result<bool> {
+    Ok(conn.execute(
+        "UPDATE peers SET policy = ?2 WHERE node_id = ?1",
+        params![&id.0[..], policy.to_string()],
+    )? > 0)
+}
+
+/// The address recorded for `id`: `None` if not registered, `Some(None)`
+/// if it has none.
+pub fn addr(conn: &Connection, id: &NodeId) -> Result<Option<Option<String>>> {
+    Ok(conn
+        .query_row(
+            "SELECT addr FROM peers WHERE node_id = ?1",
+            [&id.0[..]],
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
+/// Set the address of a registered peer. Returns whether it changed.
+pub fn set_addr(conn: &Connection, id: &NodeId, addr: &str) -> Result<bool> {
+    Ok(conn.execute(
+        "UPDATE peers SET addr = ?2 WHERE node_id = ?1 AND addr IS NOT ?2",
+        params![&id.0[..], addr],
+    )? > 0)
+}
+
+/// Record how the last sync with `id` went; `ok_at_ms` (a success) also
+/// moves its last sync time.
+pub fn record_result(
+    conn: &Connection,
+    id: &NodeId,
+    result: &str,
+    ok_at_ms: Option<i64>,
+) -> Result<()> {
+    match ok_at_ms {
+        Some(now) => conn.execute(
+            "UPDATE peers SET last_result = ?2, last_sync_ms = ?3 WHERE node_id = ?1",
+            params![&id.0[..], result, now],
+        )?,
+        None => conn.execute(
+            "UPDATE peers SET last_result = ?2 WHERE node_id = ?1",
+            params![&id.0[..], result],
+        )?,
+    };
+    Ok(())
+}
+
+/// The `seq` of our last change of `id`'s policy: a watermark of us below
+/// it predates the change.
+pub fn policy_seq(conn: &Connection, id: &NodeId) -> Result<i64> {
+    Ok(conn.query_row(
+        "SELECT policy_seq FROM peers WHERE node_id = ?1",
+        [&id.0[..]],
+        |r| r.get(0),
+    )?)
+}
+
+/// Our watermark of `id`'s log as stored: its epoch (hex) and `seq`.
+pub fn watermark(conn: &Connection, id: &NodeId) -> Result<Option<(Option<String>, i64)>> {
+    Ok(conn
+        .query_row(
+            "SELECT their_epoch, their_seq FROM peers WHERE node_id = ?1",
+            [&id.0[..]],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?)
+}
+
+/// Store our watermark of `id`'s log (a sync with it just succeeded).
+pub fn save_watermark(
+    conn: &Connection,
+    id: &NodeId,
+    epoch_hex: &str,
+    seq: i64,
+    now_ms: i64,
+) -> Result<()> {
+    conn.execute(
+        "UPDATE peers SET their_epoch = ?2, their_seq = ?3, last_sync_ms = ?4,
+            last_result = 'ok' WHERE node_id = ?1",
+        params![&id.0[..], epoch_hex, seq, now_ms],
+    )?;
+    Ok(())
+}
+
+/// Re-pull `id`'s log from `seq` 0 (same epoch) and note `policy_seq` as
+/// the `seq` of the policy change.
+pub fn reset_watermark(conn: &Connection, id: &NodeId, policy_seq: i64) -> Result<()> {
+    conn.execute(
+        "UPDATE peers SET their_seq = 0, policy_seq = ?2 WHERE node_id = ?1",
+        params![&id.0[..], policy_seq],
+    )?;
+    Ok(())
+}
+
+/// Keep the proof an offline joiner carries to `id` (`join --offline`).
+pub fn set_join_proof(conn: &Connection, id: &NodeId, proof: &[u8]) -> Result<()> {
+    conn.execute(
+        "UPDATE peers SET join_proof = ?2 WHERE node_id = ?1",
+        params![&id.0[..], proof],
+    )?;
+    Ok(())
+}
+
+/// The proof kept for `id`, if any.
+pub fn join_proof(conn: &Connection, id: &NodeId) -> Result<Option<Vec<u8>>> {
+    Ok(conn
+        .query_row(
+            "SELECT join_proof FROM peers WHERE node_id = ?1",
+            [&id.0[..]],
+            |r| r.get(0),
+        )
+        .optional()?
+        .flatten())
+}
