@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use amos_acl::AuthorizedScopes;
 use amos_protocol::MemoryId;
-use rusqlite::params;
 
 use crate::api::node::Node;
 use crate::error::{NodeError, Result};
@@ -25,6 +24,7 @@ use crate::recall::{
     sort_hits,
 };
 use crate::store::profile::ProfileWeights;
+use crate::store::recall::{self as local, Feedback};
 
 impl Node {
     /// Gated, ranked recall of `query` for `who`, with default options.
@@ -191,69 +191,21 @@ impl Node {
             (1.0 / FEEDBACK_FACTOR, 1.0 / LINK_FEEDBACK_FACTOR)
         };
         self.store.write(|tx| {
-            let mut memories = 0;
-            let mut stmt = tx.conn().prepare_cached(
-                "UPDATE memories SET reinforcement = min(?3, max(?2, reinforcement * ?4)),
-                    last_access_ms = max(coalesce(last_access_ms, 0), ?5)
-                 WHERE id = ?1",
-            )?;
-            for id in &mids {
-                memories += stmt.execute(params![
-                    &id.0[..],
-                    REINFORCEMENT_RANGE.0,
-                    REINFORCEMENT_RANGE.1,
+            let (memories, links, associations) = local::feedback(
+                tx.conn(),
+                &mids,
+                helpful,
+                &Feedback {
                     factor,
-                    now
-                ])?;
-            }
-            let mut links = 0;
-            let mut stmt = tx.conn().prepare_cached(
-                "UPDATE links SET strength = min(?4, max(?3, strength * ?5))
-                 WHERE from_id = ?1 AND to_id = ?2 AND present = 1",
+                    link_factor,
+                    reinforcement_range: REINFORCEMENT_RANGE,
+                    link_strength_range: LINK_STRENGTH_RANGE,
+                    association_start: ASSOCIATION_START,
+                    association_min: ASSOCIATION_MIN,
+                    association_step: LINK_FEEDBACK_FACTOR,
+                    now_ms: now,
+                },
             )?;
-            for a in &mids {
-                for b in &mids {
-                    if a != b {
-                        links += stmt.execute(params![
-                            &a.0[..],
-                            &b.0[..],
-                            LINK_STRENGTH_RANGE.0,
-                            LINK_STRENGTH_RANGE.1,
-                            link_factor
-                        ])?;
-                    }
-                }
-            }
-            let mut associations = 0;
-            let mut grow = tx.conn().prepare_cached(
-                "INSERT INTO associations(a, b, strength) VALUES (?1, ?2, ?3)
-                 ON CONFLICT(a, b) DO UPDATE SET strength = min(?4, strength * ?5)",
-            )?;
-            let mut shrink = tx.conn().prepare_cached(
-                "UPDATE associations SET strength = strength / ?3 WHERE a = ?1 AND b = ?2",
-            )?;
-            let mut drop = tx.conn().prepare_cached(
-                "DELETE FROM associations WHERE a = ?1 AND b = ?2 AND strength < ?3",
-            )?;
-            for (i, a) in mids.iter().enumerate() {
-                for b in &mids[i + 1..] {
-                    let (lo, hi) = if a < b { (a, b) } else { (b, a) };
-                    associations += if helpful {
-                        grow.execute(params![
-                            &lo.0[..],
-                            &hi.0[..],
-                            ASSOCIATION_START,
-                            LINK_STRENGTH_RANGE.1,
-                            LINK_FEEDBACK_FACTOR
-                        ])?
-                    } else {
-                        let n =
-                            shrink.execute(params![&lo.0[..], &hi.0[..], LINK_FEEDBACK_FACTOR])?;
-                        drop.execute(params![&lo.0[..], &hi.0[..], ASSOCIATION_MIN])?;
-                        n
-                    };
-                }
-            }
             Ok(FeedbackReport {
                 memories,
                 links,

@@ -20,6 +20,7 @@ pub mod memory;
 pub mod org;
 pub mod peers;
 pub mod profile;
+pub mod recall;
 pub mod replica;
 pub mod schema;
 pub mod text;
