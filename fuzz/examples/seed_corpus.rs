@@ -7,7 +7,7 @@ use std::path::Path;
 
 use amos_protocol::{
     AgentId, BundleWriter, Fact, FactBody, Hlc, MemoryContent, MemoryFixed, MemoryId, MemoryText,
-    MemoryType, MeshKey, NodeIdentity, Recipient, TeamFact, TeamId,
+    MemoryType, MeshKey, NodeId, NodeIdentity, Recipient, TeamFact, TeamId,
 };
 
 fn fact(id: &NodeIdentity, i: u64) -> Vec<u8> {
