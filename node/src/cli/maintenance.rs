@@ -4,8 +4,7 @@
 use super::*;
 
 /// Run one of this group's commands on an open node.
-pub(super) fn run(node: &mut Node, out: &Out, home: &Home, cmd: Cmd) -> Result<()> {
-    let _ = home;
+pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
     match cmd {
         Cmd::Id => out.emit(
             &json!({"node_id": node.node_id().to_string(), "name": node.name()}),

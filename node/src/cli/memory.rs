@@ -4,8 +4,7 @@
 use super::*;
 
 /// Run one of this group's commands on an open node.
-pub(super) fn run(node: &mut Node, out: &Out, home: &Home, cmd: Cmd) -> Result<()> {
-    let _ = home;
+pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
     match cmd {
         Cmd::Add {
             text,

@@ -3,8 +3,7 @@
 use super::*;
 
 /// Run one of this group's commands on an open node.
-pub(super) fn run(node: &mut Node, out: &Out, home: &Home, cmd: Cmd) -> Result<()> {
-    let _ = home;
+pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
     match cmd {
         Cmd::Digest { scopes } => {
             let (digest, facts) = node.digest(&scopes)?;

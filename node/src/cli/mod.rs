@@ -1022,15 +1022,15 @@ fn run(cli: Cli) -> Result<()> {
         | Cmd::Link { .. }
         | Cmd::Feedback { .. }
         | Cmd::RestoreMemory { .. }
-        | Cmd::List { .. }) => memory::run(&mut node, &out, &home, cmd)?,
+        | Cmd::List { .. }) => memory::run(&mut node, &out, cmd)?,
         cmd @ (Cmd::Agent { .. } | Cmd::Team { .. } | Cmd::Project { .. }) => {
-            org::run(&mut node, &out, &home, cmd)?
+            org::run(&mut node, &out, cmd)?
         }
         cmd @ (Cmd::Digest { .. }
         | Cmd::Peers { .. }
         | Cmd::Mesh { .. }
         | Cmd::Bundle { .. }
-        | Cmd::Audit { .. }) => mesh::run(&mut node, &out, &home, cmd)?,
+        | Cmd::Audit { .. }) => mesh::run(&mut node, &out, cmd)?,
         cmd @ (Cmd::Id
         | Cmd::Status
         | Cmd::Doctor { .. }
@@ -1039,7 +1039,7 @@ fn run(cli: Cli) -> Result<()> {
         | Cmd::Backup { .. }
         | Cmd::Restore { .. }
         | Cmd::Consolidate { .. }
-        | Cmd::Retention { .. }) => maintenance::run(&mut node, &out, &home, cmd)?,
+        | Cmd::Retention { .. }) => maintenance::run(&mut node, &out, cmd)?,
     }
     Ok(())
 }

@@ -3,15 +3,15 @@
 use super::*;
 
 /// Run one of this group's commands on an open node.
-pub(super) fn run(node: &mut Node, out: &Out, home: &Home, cmd: Cmd) -> Result<()> {
-    let _ = home;
+pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
     match cmd {
         Cmd::Agent(AgentCmd::Add { id, kind, team }) => {
             node.agent_add(&id, &kind, &team)?;
             out.emit(&json!({"agent": id}), || format!("agent {id}"));
         }
         Cmd::Agent(AgentCmd::Apply) => {
-            let r = amos_node::ops::fleet::apply(node, home)?;
+            let home = node.home().clone();
+            let r = amos_node::ops::fleet::apply(node, &home)?;
             out.emit(&r, || {
                 if !r.file {
                     return "no agents.toml in the home: nothing to apply".into();

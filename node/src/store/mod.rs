@@ -331,15 +331,7 @@ impl Tx<'_> {
             }
             FactBody::MemoryAcl(m) => {
                 let effective = effect.effective().unwrap_or(&m.grants);
-                let mut ever: Grants = tx
-                    .prepare_cached("SELECT grants_ever FROM memories WHERE id = ?1")?
-                    .query_row([&m.id.0[..]], |r| r.get::<_, String>(0))
-                    .optional()?
-                    .map(|s| split_grants(&s))
-                    .unwrap_or_default();
-                for g in effective.iter() {
-                    ever.insert(g.clone());
-                }
+                let ever = self.grants_ever_with(&m.id, effective)?;
                 tx.prepare_cached(
                     "INSERT INTO memories(id, owner, origin, created_ms, grants, effective, acl_v,
                         acl_fact, seq, touched, owner_trusted, grants_ever)
@@ -362,13 +354,7 @@ impl Tx<'_> {
                     effect.owner_trusted(),
                     join_grants(&ever),
                 ])?;
-                tx.prepare_cached("DELETE FROM memory_grants WHERE memory = ?1")?
-                    .execute([&m.id.0[..]])?;
-                let mut ins =
-                    tx.prepare_cached("INSERT INTO memory_grants(memory, scope) VALUES (?1, ?2)")?;
-                for g in effective.iter() {
-                    ins.execute(params![&m.id.0[..], g.to_string()])?;
-                }
+                self.write_memory_grants(&m.id, effective)?;
                 self.resend_text(&m.id, seq)?;
                 if effect.purge_content() {
                     self.purge_content(&m.id)?;
@@ -401,8 +387,7 @@ impl Tx<'_> {
                      WHERE id = ?1",
                 )?
                 .execute([&m.id.0[..]])?;
-                tx.prepare_cached("DELETE FROM memory_grants WHERE memory = ?1")?
-                    .execute([&m.id.0[..]])?;
+                self.write_memory_grants(&m.id, &Grants::private())?;
             }
             FactBody::Link(l) => {
                 tx.prepare_cached(
@@ -546,18 +531,7 @@ impl Tx<'_> {
         purge: bool,
     ) -> Result<()> {
         let seq = self.next_seq()?;
-        let ever: Grants = self
-            .tx
-            .prepare_cached("SELECT grants_ever FROM memories WHERE id = ?1")?
-            .query_row([&id.0[..]], |r| r.get::<_, String>(0))
-            .optional()?
-            .map(|s| split_grants(&s))
-            .unwrap_or_default();
-        let ever = ever
-            .iter()
-            .chain(effective.iter())
-            .cloned()
-            .collect::<Grants>();
+        let ever = self.grants_ever_with(id, effective)?;
         self.tx
             .prepare_cached(
                 "UPDATE memories SET effective = ?2, owner_trusted = ?3, grants_ever = ?4,
@@ -571,6 +545,33 @@ impl Tx<'_> {
                 join_grants(&ever),
                 seq
             ])?;
+        self.write_memory_grants(id, effective)?;
+        self.resend_text(id, seq)?;
+        if purge {
+            self.purge_content(id)?;
+        }
+        Ok(())
+    }
+
+    /// Every grant memory `id` has ever had in force here, with `effective`:
+    /// whom a retraction must reach.
+    fn grants_ever_with(&self, id: &MemoryId, effective: &Grants) -> Result<Grants> {
+        let mut ever: Grants = self
+            .tx
+            .prepare_cached("SELECT grants_ever FROM memories WHERE id = ?1")?
+            .query_row([&id.0[..]], |r| r.get::<_, String>(0))
+            .optional()?
+            .map(|s| split_grants(&s))
+            .unwrap_or_default();
+        for g in effective.iter() {
+            ever.insert(g.clone());
+        }
+        Ok(ever)
+    }
+
+    /// Replace memory `id`'s rows in `memory_grants` (the grants in force
+    /// here, which the read gate's pre-filter joins on).
+    fn write_memory_grants(&self, id: &MemoryId, effective: &Grants) -> Result<()> {
         self.tx
             .prepare_cached("DELETE FROM memory_grants WHERE memory = ?1")?
             .execute([&id.0[..]])?;
@@ -579,10 +580,6 @@ impl Tx<'_> {
             .prepare_cached("INSERT INTO memory_grants(memory, scope) VALUES (?1, ?2)")?;
         for g in effective.iter() {
             ins.execute(params![&id.0[..], g.to_string()])?;
-        }
-        self.resend_text(id, seq)?;
-        if purge {
-            self.purge_content(id)?;
         }
         Ok(())
     }
@@ -700,12 +697,7 @@ impl Tx<'_> {
             seq,
             owner_trusted,
         ])?;
-        let mut ins =
-            tx.prepare_cached("INSERT INTO memory_grants(memory, scope) VALUES (?1, ?2)")?;
-        for g in effective.iter() {
-            ins.execute(params![&m.id.0[..], g.to_string()])?;
-        }
-        Ok(())
+        self.write_memory_grants(&m.id, effective)
     }
 
     /// Set local-only memory state (archived flag); moves `touched` so the

@@ -20,7 +20,7 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
-use crate::common::{Home, Run};
+use crate::common::{Home, Run, contains, db_hits};
 use amos_node::{NewMemory, Node};
 use amos_protocol::bundle::{BundleWriter, read_verified, verify_bundle};
 use amos_protocol::{
@@ -114,49 +114,6 @@ fn invisible(h: &Home, agent: &str, id: &str) {
     let r = h.run(&["get", id, "--as", agent]);
     assert_eq!(r.code, 2, "{agent} should not see {id}: {r:?}");
     assert!(r.stderr.contains("no such memory"), "{r:?}");
-}
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
-}
-
-/// Every place in `<home>/amos.db` (any table, any text or blob column,
-/// opened read-only) where `word` occurs, as `table.column`.
-fn db_hits(h: &Home, word: &str) -> Vec<String> {
-    use rusqlite::types::ValueRef;
-    let conn = rusqlite::Connection::open_with_flags(
-        h.path().join("amos.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .expect("open amos.db read-only");
-    let tables: Vec<String> = conn
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<rusqlite::Result<_>>()
-        .unwrap();
-    assert!(tables.iter().any(|t| t == "memories"), "{tables:?}");
-    let mut hits = Vec::new();
-    for t in tables {
-        let mut stmt = conn
-            .prepare(&format!("SELECT * FROM \"{}\"", t.replace('"', "\"\"")))
-            .unwrap();
-        let cols: Vec<String> = stmt.column_names().map(|c| c.to_string()).collect();
-        let mut rows = stmt.query([]).unwrap();
-        while let Some(row) = rows.next().unwrap() {
-            for (i, col) in cols.iter().enumerate() {
-                let found = match row.get_ref(i).unwrap() {
-                    ValueRef::Text(b) | ValueRef::Blob(b) => contains(b, word.as_bytes()),
-                    _ => false,
-                };
-                if found {
-                    hits.push(format!("{t}.{col}"));
-                }
-            }
-        }
-    }
-    hits
 }
 
 /// Every file under the home whose raw bytes contain `word` (database, WAL,

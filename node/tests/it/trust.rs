@@ -29,7 +29,7 @@ use std::cell::Cell;
 use std::path::{Path, PathBuf};
 
 use crate::common::server::{Server, id, pair};
-use crate::common::{Home, Run};
+use crate::common::{Home, Run, db_hits};
 use amos_protocol::{AgentId, Fact, FactBody, MembershipFact, OrgScope, TeamId};
 use amos_sync::Admission;
 use serde_json::Value;
@@ -200,42 +200,6 @@ fn hit_ids(h: &Home, agent: &str, query: &str) -> Vec<String> {
         .iter()
         .map(|x| x["id"].as_str().expect("id").to_owned())
         .collect()
-}
-
-/// Every `table.column` of `<home>/amos.db` (opened read-only) holding `word`.
-fn db_hits(h: &Home, word: &str) -> Vec<String> {
-    use rusqlite::types::ValueRef;
-    let conn = rusqlite::Connection::open_with_flags(
-        h.path().join("amos.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .expect("open amos.db read-only");
-    let tables: Vec<String> = conn
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<rusqlite::Result<_>>()
-        .unwrap();
-    assert!(tables.iter().any(|t| t == "memories"), "{tables:?}");
-    let mut out = Vec::new();
-    for t in tables {
-        let mut stmt = conn
-            .prepare(&format!("SELECT * FROM \"{}\"", t.replace('"', "\"\"")))
-            .unwrap();
-        let cols: Vec<String> = stmt.column_names().map(|c| c.to_string()).collect();
-        let mut rows = stmt.query([]).unwrap();
-        while let Some(row) = rows.next().unwrap() {
-            for (i, col) in cols.iter().enumerate() {
-                if let ValueRef::Text(b) | ValueRef::Blob(b) = row.get_ref(i).unwrap()
-                    && b.windows(word.len()).any(|w| w == word.as_bytes())
-                {
-                    out.push(format!("{t}.{col}"));
-                }
-            }
-        }
-    }
-    out
 }
 
 /// The audit entries `h` holds about facts from `peer` whose register

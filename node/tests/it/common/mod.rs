@@ -144,3 +144,47 @@ impl Home {
         })
     }
 }
+
+/// Whether `needle` occurs in `hay`.
+pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Every place in `<home>/amos.db` (any table, any text or blob column,
+/// opened read-only) where `word` occurs, as `table.column`.
+pub fn db_hits(h: &Home, word: &str) -> Vec<String> {
+    use rusqlite::types::ValueRef;
+    let conn = rusqlite::Connection::open_with_flags(
+        h.path().join("amos.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .expect("open amos.db read-only");
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert!(tables.iter().any(|t| t == "memories"), "{tables:?}");
+    let mut hits = Vec::new();
+    for t in tables {
+        let mut stmt = conn
+            .prepare(&format!("SELECT * FROM \"{}\"", t.replace('"', "\"\"")))
+            .unwrap();
+        let cols: Vec<String> = stmt.column_names().map(|c| c.to_string()).collect();
+        let mut rows = stmt.query([]).unwrap();
+        while let Some(row) = rows.next().unwrap() {
+            for (i, col) in cols.iter().enumerate() {
+                let found = match row.get_ref(i).unwrap() {
+                    ValueRef::Text(b) | ValueRef::Blob(b) => contains(b, word.as_bytes()),
+                    _ => false,
+                };
+                if found {
+                    hits.push(format!("{t}.{col}"));
+                }
+            }
+        }
+    }
+    hits
+}
