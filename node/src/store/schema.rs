@@ -247,6 +247,15 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX audit_code ON audit(code);
     ALTER TABLE deferred ADD COLUMN code TEXT NOT NULL DEFAULT 'other';
     "#,
+    // v8: valid time (docs/design.md §12). A content fact's validity, and
+    // the replaced memory's superseders found by index. Rows written before
+    // v8 had no validity to keep: both columns start empty (open), which is
+    // what their facts say.
+    r#"
+    ALTER TABLE memories ADD COLUMN valid_from_ms INTEGER;
+    ALTER TABLE memories ADD COLUMN valid_to_ms INTEGER;
+    CREATE INDEX memories_supersedes ON memories(supersedes) WHERE supersedes IS NOT NULL;
+    "#,
 ];
 
 /// The schema version this binary writes.
