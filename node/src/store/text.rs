@@ -400,7 +400,8 @@ impl Tx<'_> {
 
 /// An edited memory's content as its records stood at `t_ms` (record time,
 /// the facts' clocks): the text of the log's facts stamped at or before
-/// `t_ms`, and the validity of the newest of them. `None` when the log
+/// `t_ms`, and the validity of the newest content fact held (log or
+/// register) stamped then. `None` when the log
 /// cannot say (never edited, or nothing in it that old): the current content
 /// then stands, which for a never-edited memory is its only version.
 ///
@@ -427,13 +428,26 @@ pub fn content_at(
             e.clock.wall_ms <= t_ms && e.fact.is_some() && !(snapshot_later && *k != LogKey::Base)
         })
         .collect();
+    // The other fields are the newest content fact then on record: a log
+    // fact, or the register (a change of valid time alone is an empty edit,
+    // which the log does not keep: only the newest one is held).
+    let register: Option<Vec<u8>> = conn
+        .prepare_cached("SELECT content_fact FROM memories WHERE id = ?1")?
+        .query_row([&id.0[..]], |r| r.get(0))
+        .optional()?
+        .flatten();
     let mut newest: Option<(Hlc, amos_protocol::Validity)> = None;
-    for e in entries.values() {
-        if let Some(b) = &e.fact
-            && let FactBody::MemoryContent(c) = decode(b)?.fact.body
-            && newest.is_none_or(|(h, _)| e.clock > h)
+    for b in entries
+        .values()
+        .filter_map(|e| e.fact.as_ref())
+        .chain(register.as_ref())
+    {
+        let f = decode(b)?;
+        if let FactBody::MemoryContent(c) = f.fact.body
+            && f.fact.clock.wall_ms <= t_ms
+            && newest.is_none_or(|(h, _)| f.fact.clock > h)
         {
-            newest = Some((e.clock, c.validity));
+            newest = Some((f.fact.clock, c.validity));
         }
     }
     let Some((_, validity)) = newest else {
