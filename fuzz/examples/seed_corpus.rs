@@ -39,8 +39,16 @@ fn fact(id: &NodeIdentity, i: u64) -> Vec<u8> {
             confidence: 1.0,
             pinned: false,
             expires_ms: None,
-            supersedes: None,
-            validity: Default::default(),
+            // Every fourth: a replacement with a valid time (the
+            // validity variant of the body).
+            supersedes: (i % 4 == 1 && i > 1).then(|| MemoryId::new(clock.wall_ms, [0; 10])),
+            validity: match i % 4 {
+                1 => amos_protocol::Validity {
+                    from_ms: Some(clock.wall_ms.saturating_sub(1_000)),
+                    to_ms: Some(clock.wall_ms + 86_400_000),
+                },
+                _ => Default::default(),
+            },
         })
     };
     id.sign(Fact { clock, body })
