@@ -2,7 +2,9 @@
 //! concern — the node itself, its org graph and memories ([`node`]), text
 //! editing and history ([`text`]), recall ([`recall`]), profiles
 //! ([`profile`]), peers and replication ([`peers`]), pairing
-//! ([`pairing`]), bundles ([`bundles`]) and maintenance ([`maintenance`]).
+//! ([`pairing`]), bundles ([`bundles`]), maintenance ([`maintenance`]) and
+//! moving memories in and out ([`import`]: importers, per-agent export and
+//! erasure).
 //! The CLI, the MCP server and the mesh all call these; none re-implements
 //! one.
 //!
@@ -10,6 +12,7 @@
 //! gate) in `amos-acl` and `amos-sync`. Nothing here opens a socket.
 
 pub(crate) mod bundles;
+pub mod import;
 pub(crate) mod maintenance;
 pub(crate) mod node;
 pub(crate) mod pairing;
@@ -19,6 +22,8 @@ pub(crate) mod recall;
 pub(crate) mod text;
 
 pub use bundles::{ExportReport, ImportReport};
+pub use import::amos::{ExportReport as AgentExportReport, ForgetReport};
+pub use import::{ImportReport as MoveInReport, Plan, Source};
 pub use maintenance::{
     BackupReport, CheckReport, DanglingLink, HygieneAction, HygieneReport, RebuildReport,
     RetentionPolicy, Status,

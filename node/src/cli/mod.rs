@@ -4,6 +4,7 @@ mod demo;
 mod maintenance;
 mod memory;
 mod mesh;
+mod moves;
 mod org;
 mod output;
 
@@ -200,11 +201,44 @@ enum Cmd {
         #[command(flatten)]
         who: AsAgent,
     },
-    /// Tombstone a memory (owner only)
+    /// Tombstone a memory (owner only), or with --agent A --all every memory A owns
     Forget {
-        id: String,
+        /// The memory (omit with --agent A --all)
+        #[arg(required_unless_present = "agent")]
+        id: Option<String>,
         #[command(flatten)]
         who: AsAgent,
+        /// Forget every memory this agent owns (needs --all)
+        #[arg(long, value_name = "AGENT", requires = "all", conflicts_with = "id")]
+        agent: Option<String>,
+        /// With --agent: everything it owns
+        #[arg(long, requires = "agent")]
+        all: bool,
+        /// Do not ask for confirmation
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Import memories: agent-memory-os (a home or a bundle), mem0, chatgpt,
+    /// hermes (owned by --as), or an `amos export` file
+    Import {
+        #[arg(value_enum)]
+        source: moves::ImportSource,
+        path: PathBuf,
+        /// The agent that owns what mem0, chatgpt and hermes imports [env: AMOS_AGENT]
+        #[arg(long = "as", env = "AMOS_AGENT", value_name = "AGENT")]
+        agent: Option<String>,
+        /// Grants for mem0, chatgpt and hermes imports (default: private; repeatable)
+        #[arg(long, value_name = "SCOPE")]
+        share: Vec<String>,
+        /// Print what would be imported; write nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Write everything an agent owns to FILE as JSON Lines (`amos import amos` reads it)
+    Export {
+        #[arg(long, value_name = "AGENT")]
+        agent: String,
+        file: PathBuf,
     },
     /// Associate two memories the agent can see
     Link {
@@ -1023,6 +1057,7 @@ fn run(cli: Cli) -> Result<()> {
         | Cmd::Feedback { .. }
         | Cmd::RestoreMemory { .. }
         | Cmd::List { .. }) => memory::run(&mut node, &out, cmd)?,
+        cmd @ (Cmd::Import { .. } | Cmd::Export { .. }) => moves::run(&mut node, &out, cmd)?,
         cmd @ (Cmd::Agent { .. } | Cmd::Team { .. } | Cmd::Project { .. }) => {
             org::run(&mut node, &out, cmd)?
         }
