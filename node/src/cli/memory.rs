@@ -148,7 +148,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
         Cmd::Share { id, scope, who: w } => set_grant(node, out, &w, &id, &scope, true)?,
         Cmd::Unshare { id, scope, who: w } => set_grant(node, out, &w, &id, &scope, false)?,
         Cmd::Forget {
-            agent: Some(agent),
+            every_of: Some(agent),
             yes,
             ..
         } => super::moves::forget_agent(node, out, &agent, yes)?,

@@ -204,15 +204,15 @@ enum Cmd {
     /// Tombstone a memory (owner only), or with --agent A --all every memory A owns
     Forget {
         /// The memory (omit with --agent A --all)
-        #[arg(required_unless_present = "agent")]
+        #[arg(required_unless_present = "every_of")]
         id: Option<String>,
         #[command(flatten)]
         who: AsAgent,
         /// Forget every memory this agent owns (needs --all)
-        #[arg(long, value_name = "AGENT", requires = "all", conflicts_with = "id")]
-        agent: Option<String>,
+        #[arg(long = "agent", id = "every_of", value_name = "AGENT", requires = "all", conflicts_with = "id")]
+        every_of: Option<String>,
         /// With --agent: everything it owns
-        #[arg(long, requires = "agent")]
+        #[arg(long, requires = "every_of")]
         all: bool,
         /// Do not ask for confirmation
         #[arg(long)]

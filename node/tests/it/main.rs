@@ -13,6 +13,7 @@ mod deploy;
 mod discovery;
 mod doctor;
 mod gate_and_recall;
+mod import;
 mod mcp;
 mod mesh;
 mod mesh_three;

@@ -51,7 +51,8 @@ pub fn read(path: &Path, owner: &AgentId, share: &[Scope]) -> Result<Plan> {
 
 fn memory(key: String, text: &str, owner: &AgentId, share: &[Scope], tags: Vec<String>, created_ms: Option<u64>) -> PlanMemory {
     PlanMemory {
-        source_id: key,
+        // The same file imported for two agents makes two sets.
+        source_id: format!("{owner}\u{0}{key}"),
         owner: owner.clone(),
         text: text.trim().to_owned(),
         kind: MemoryType::default(),

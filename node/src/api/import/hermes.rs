@@ -80,7 +80,8 @@ pub fn read(path: &Path, owner: &AgentId, share: &[Scope]) -> Result<Plan> {
         };
         for s in sections(&text) {
             plan.memories.push(PlanMemory {
-                source_id: format!("{file_kind}:{s}"),
+                // The same file imported for two agents makes two sets.
+                source_id: format!("{owner}\u{0}{file_kind}:{s}"),
                 owner: owner.clone(),
                 text: s,
                 kind: kind.clone(),

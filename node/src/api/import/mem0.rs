@@ -92,7 +92,8 @@ pub fn read(path: &Path, owner: &AgentId, share: &[Scope]) -> Result<Plan> {
             }
         };
         plan.memories.push(PlanMemory {
-            source_id: key,
+            // The same file imported for two agents makes two sets.
+            source_id: format!("{owner}\u{0}{key}"),
             owner: owner.clone(),
             text: text.to_owned(),
             kind: MemoryType::default(),
