@@ -658,7 +658,10 @@ impl Node {
 
 /// Sign facts, spreading large batches over the machine's cores (ed25519
 /// signing is the bulk of a batched write).
-pub(crate) fn sign_all(identity: &NodeIdentity, facts: Vec<Fact>) -> Result<Vec<Verified<SignedFact>>> {
+pub(crate) fn sign_all(
+    identity: &NodeIdentity,
+    facts: Vec<Fact>,
+) -> Result<Vec<Verified<SignedFact>>> {
     const PARALLEL_MIN: usize = 64;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     if facts.len() < PARALLEL_MIN || threads < 2 {

@@ -209,7 +209,13 @@ enum Cmd {
         #[command(flatten)]
         who: AsAgent,
         /// Forget every memory this agent owns (needs --all)
-        #[arg(long = "agent", id = "every_of", value_name = "AGENT", requires = "all", conflicts_with = "id")]
+        #[arg(
+            long = "agent",
+            id = "every_of",
+            value_name = "AGENT",
+            requires = "all",
+            conflicts_with = "id"
+        )]
         every_of: Option<String>,
         /// With --agent: everything it owns
         #[arg(long, requires = "every_of")]

@@ -99,7 +99,11 @@ fn counts(m: &std::collections::BTreeMap<String, usize>) -> String {
 }
 
 fn report_text(r: &ImportReport) -> String {
-    let verb = if r.dry_run { "would import" } else { "imported" };
+    let verb = if r.dry_run {
+        "would import"
+    } else {
+        "imported"
+    };
     let mut s = format!(
         "{verb} {} memories from {} ({} held already), {} archived; {} agents, {} teams, {} projects, {} memberships, {} links ({} held), {} profiles, {} tombstones",
         r.memories,

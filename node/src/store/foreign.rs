@@ -47,7 +47,10 @@ impl ForeignDb {
     /// Every row of `table` as a JSON object, in rowid order. `table` must be
     /// one the caller names literally (it is checked to be an identifier).
     pub fn rows(&self, table: &str) -> Result<Vec<Map<String, Value>>> {
-        if !table.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        if !table
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        {
             return Err(NodeError::BadInput(format!("bad table name {table:?}")));
         }
         let mut stmt = self.0.prepare(&format!("SELECT * FROM {table}"))?;

@@ -51,10 +51,9 @@ pub fn link_present(
         .prepare_cached(
             "SELECT present FROM links WHERE from_id = ?1 AND to_id = ?2 AND relation = ?3",
         )?
-        .query_row(
-            params![&from.0[..], &to.0[..], relation.as_str()],
-            |r| r.get::<_, bool>(0),
-        )
+        .query_row(params![&from.0[..], &to.0[..], relation.as_str()], |r| {
+            r.get::<_, bool>(0)
+        })
         .optional()?
         .unwrap_or(false))
 }
@@ -71,10 +70,9 @@ pub fn owned_live(
            AND tombstone_fact IS NULL AND (?2 IS NULL OR origin = ?2)
          ORDER BY created_ms, id",
     )?;
-    let rows = stmt.query_map(
-        params![owner.as_str(), origin.map(|o| o.0.to_vec())],
-        |r| r.get::<_, Vec<u8>>(0),
-    )?;
+    let rows = stmt.query_map(params![owner.as_str(), origin.map(|o| o.0.to_vec())], |r| {
+        r.get::<_, Vec<u8>>(0)
+    })?;
     let mut out = Vec::new();
     for r in rows {
         if let Some(id) = MemoryId::from_slice(&r?) {

@@ -89,7 +89,12 @@ fn check_aos_import(h: &Home) {
     assert_eq!(checked, 29, "agent × memory pairs that see");
     let by = |key: &str| {
         let m = &exp["memories"][key];
-        get(h, m["owner"].as_str().unwrap(), &aos_id(h, m["id"].as_str().unwrap())).unwrap()
+        get(
+            h,
+            m["owner"].as_str().unwrap(),
+            &aos_id(h, m["id"].as_str().unwrap()),
+        )
+        .unwrap()
     };
     let team = by("alice_team");
     assert_eq!(team["type"], "procedure");
@@ -123,13 +128,23 @@ fn check_aos_import(h: &Home) {
             .map(|x| serde_json::from_value(x["members"].clone()).unwrap())
             .unwrap_or_default()
     };
-    assert_eq!(members(&teams["teams"], "apollo"), ["alice", "bob", "carol"]);
+    assert_eq!(
+        members(&teams["teams"], "apollo"),
+        ["alice", "bob", "carol"]
+    );
     assert_eq!(members(&teams["teams"], "zeus"), ["carol", "dave"]);
     let projects = h.json(&["project", "list"]);
-    assert_eq!(members(&projects["projects"], "apollo-ui"), ["alice", "bob"]);
+    assert_eq!(
+        members(&projects["projects"], "apollo-ui"),
+        ["alice", "bob"]
+    );
     // Profile.
     let p = h.json(&["profile", "show", "alice"]);
-    assert_eq!(p["weights"], serde_json::json!({"note": 0.5, "procedure": 1.5}), "{p}");
+    assert_eq!(
+        p["weights"],
+        serde_json::json!({"note": 0.5, "procedure": 1.5}),
+        "{p}"
+    );
     // Links, as the owners' exports list them.
     let links = |agent: &str| -> Vec<(String, String, String)> {
         let f = h.path().join(format!("{agent}.links.jsonl"));
@@ -150,7 +165,11 @@ fn check_aos_import(h: &Home) {
     };
     let mut want: BTreeMap<&str, Vec<(String, String, String)>> = BTreeMap::new();
     for l in exp["links"].as_array().unwrap() {
-        let (a, b, rel) = (l[0].as_str().unwrap(), l[1].as_str().unwrap(), l[2].as_str().unwrap());
+        let (a, b, rel) = (
+            l[0].as_str().unwrap(),
+            l[1].as_str().unwrap(),
+            l[2].as_str().unwrap(),
+        );
         let owner = exp["memories"][a]["owner"].as_str().unwrap();
         let rel = if rel == "related_to" { "related" } else { rel };
         want.entry(owner).or_default().push((
@@ -180,7 +199,10 @@ fn agent_memory_os_home_imports_with_every_grant_and_twice_is_a_no_op() {
     let r = h.json(&["import", "agent-memory-os", &home]);
     assert_eq!(r["memories"], 11, "{r}");
     assert_eq!(r["archived"], 1);
-    assert_eq!((r["teams"].clone(), r["projects"].clone()), (2.into(), 1.into()));
+    assert_eq!(
+        (r["teams"].clone(), r["projects"].clone()),
+        (2.into(), 1.into())
+    );
     assert_eq!(r["links"], 3);
     assert_eq!(r["profiles"], 1);
     let unmapped = r["unmapped"].as_object().unwrap();
@@ -206,13 +228,21 @@ fn agent_memory_os_home_imports_with_every_grant_and_twice_is_a_no_op() {
 #[test]
 fn agent_memory_os_bundles_import_and_a_later_bundle_tombstones() {
     let h = Home::new();
-    let r = h.json(&["import", "agent-memory-os", &fx("agent-memory-os/bundle.jsonl")]);
+    let r = h.json(&[
+        "import",
+        "agent-memory-os",
+        &fx("agent-memory-os/bundle.jsonl"),
+    ]);
     // The bundle predates the archive and the delete: all twelve are live.
     assert_eq!(r["memories"], 12, "{r}");
     let exp = expected();
     let gone = aos_id(&h, exp["memories"]["dave_deleted"]["id"].as_str().unwrap());
     assert!(get(&h, "dave", &gone).is_some());
-    let r = h.json(&["import", "agent-memory-os", &fx("agent-memory-os/bundle-after.jsonl")]);
+    let r = h.json(&[
+        "import",
+        "agent-memory-os",
+        &fx("agent-memory-os/bundle-after.jsonl"),
+    ]);
     assert_eq!(r["tombstones"], 1, "{r}");
     assert_eq!(r["memories"], 0, "{r}");
     for agent in AGENTS {
@@ -249,7 +279,10 @@ fn agent_memory_os_bad_input_is_refused_with_its_line_and_nothing_changes() {
     let before = h.fingerprint();
     for (file, needle) in [
         (malformed, "malformed.jsonl:5:"),
-        (version, "v9.jsonl:1: unknown agent-memory-os bundle version 9"),
+        (
+            version,
+            "v9.jsonl:1: unknown agent-memory-os bundle version 9",
+        ),
         (not_bundle, "memories.json:1:"),
         (no_owner, "no-owner.jsonl:4: owner"),
     ] {
@@ -284,12 +317,20 @@ fn mem0_export_imports_private_to_its_agent_and_twice_is_a_no_op() {
     assert_eq!(veg["visibility"], serde_json::json!(["private"]));
     assert_eq!(
         veg["tags"],
-        serde_json::json!(["mem0-user:alex", "food", "preferences", "created:2024-07-20T08:30:00Z"])
+        serde_json::json!([
+            "mem0-user:alex",
+            "food",
+            "preferences",
+            "created:2024-07-20T08:30:00Z"
+        ])
     );
     assert!(mine.contains_key("Works on the Apollo launch dashboard"));
     assert!(listed(&h, "bob").is_empty(), "private to alice");
     let fp = h.fingerprint();
-    assert_eq!(h.json(&["import", "mem0", &file, "--as", "alice"])["memories_held"], 3);
+    assert_eq!(
+        h.json(&["import", "mem0", &file, "--as", "alice"])["memories_held"],
+        3
+    );
     assert_eq!(h.fingerprint(), fp);
 
     // --share, and malformed input.
@@ -297,7 +338,11 @@ fn mem0_export_imports_private_to_its_agent_and_twice_is_a_no_op() {
     assert_eq!(shared["memories_by_scope"]["global"], 3, "{shared}");
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.json");
-    std::fs::write(&bad, "{\"results\": [\n {\"memory\": \"x\"},\n {\"memory\": \n").unwrap();
+    std::fs::write(
+        &bad,
+        "{\"results\": [\n {\"memory\": \"x\"},\n {\"memory\": \n",
+    )
+    .unwrap();
     let fp = h.fingerprint();
     let r = h.run(&["import", "mem0", bad.to_str().unwrap(), "--as", "carol"]);
     assert_eq!(r.code, 2, "{r:?}");
@@ -317,7 +362,15 @@ fn chatgpt_export_imports_user_turns_and_saved_memories() {
     let h = Home::apollo();
     h.ok(&["agent", "add", "bob", "--team", "apollo"]);
     let file = fx("chatgpt/conversations.json");
-    let r = h.json(&["import", "chatgpt", &file, "--as", "alice", "--share", "team:apollo"]);
+    let r = h.json(&[
+        "import",
+        "chatgpt",
+        &file,
+        "--as",
+        "alice",
+        "--share",
+        "team:apollo",
+    ]);
     assert_eq!(r["memories"], 4, "{r}");
     let seen = listed(&h, "bob");
     let mut texts: Vec<&str> = seen.keys().map(String::as_str).collect();
@@ -335,17 +388,30 @@ fn chatgpt_export_imports_user_turns_and_saved_memories() {
     assert_eq!(turn["owner"], "alice");
     assert_eq!(turn["visibility"], serde_json::json!(["team:apollo"]));
     assert!(
-        turn["tags"].as_array().unwrap().iter().any(|t| t == "chat:Trip planning"),
+        turn["tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == "chat:Trip planning"),
         "{turn}"
     );
     assert!(r["unmapped"].to_string().contains("without text"), "{r}");
     let fp = h.fingerprint();
-    assert_eq!(h.json(&["import", "chatgpt", &file, "--as", "alice"])["memories"], 0);
+    assert_eq!(
+        h.json(&["import", "chatgpt", &file, "--as", "alice"])["memories"],
+        0
+    );
     assert_eq!(h.fingerprint(), fp);
     let dir = tempfile::tempdir().unwrap();
     let not_it = dir.path().join("conversations.json");
     std::fs::write(&not_it, r#"[{"title": "no mapping"}]"#).unwrap();
-    let r = h.run(&["import", "chatgpt", not_it.to_str().unwrap(), "--as", "alice"]);
+    let r = h.run(&[
+        "import",
+        "chatgpt",
+        not_it.to_str().unwrap(),
+        "--as",
+        "alice",
+    ]);
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("conversation 1"), "{r:?}");
     assert_eq!(h.fingerprint(), fp);
@@ -360,14 +426,32 @@ fn hermes_files_import_one_memory_per_section() {
     let mine = listed(&h, "hermes-agent");
     let staging = &mine["Staging database restarts every Sunday at 03:00 UTC.\nNever run migrations during that window."];
     assert_eq!(staging["type"], "note");
-    assert_eq!(mine["Sam works in Lisbon (UTC+0/+1)."]["type"], "preference");
+    assert_eq!(
+        mine["Sam works in Lisbon (UTC+0/+1)."]["type"],
+        "preference"
+    );
     let fp = h.fingerprint();
-    assert_eq!(h.json(&["import", "hermes", &fx("hermes/MEMORY.md"), "--as", "hermes-agent"])["memories"], 0);
+    assert_eq!(
+        h.json(&[
+            "import",
+            "hermes",
+            &fx("hermes/MEMORY.md"),
+            "--as",
+            "hermes-agent"
+        ])["memories"],
+        0
+    );
     assert_eq!(h.fingerprint(), fp);
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("MEMORY.md");
     std::fs::write(&bin, b"fine\n\xff\xfe binary\n").unwrap();
-    let r = h.run(&["import", "hermes", bin.to_str().unwrap(), "--as", "hermes-agent"]);
+    let r = h.run(&[
+        "import",
+        "hermes",
+        bin.to_str().unwrap(),
+        "--as",
+        "hermes-agent",
+    ]);
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("MEMORY.md:2:"), "{r:?}");
     assert_eq!(h.fingerprint(), fp);
@@ -427,12 +511,18 @@ fn export_forget_and_import_round_trip_one_agent() {
     assert_eq!(after, before);
     assert_eq!(links_after, links_before);
     // And bob reads what alice shared with him again.
-    assert!(listed(&h, "bob").contains_key("alice tells bob the staging password rotates on mondays"));
+    assert!(
+        listed(&h, "bob").contains_key("alice tells bob the staging password rotates on mondays")
+    );
     let bad = dir.path().join("bad.jsonl");
     std::fs::write(&bad, "{\"kind\": \"amos-export\", \"version\": 2}\n").unwrap();
     let r = h.run(&["import", "amos", bad.to_str().unwrap()]);
     assert_eq!(r.code, 2, "{r:?}");
-    assert!(r.stderr.contains("bad.jsonl:1: unknown amos export version 2"), "{r:?}");
+    assert!(
+        r.stderr
+            .contains("bad.jsonl:1: unknown amos export version 2"),
+        "{r:?}"
+    );
 }
 
 #[test]

@@ -16,9 +16,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::path::Path;
 
-use amos_protocol::{
-    AgentId, FactBody, MemoryTombstone, MemoryType, Relation, Scope,
-};
+use amos_protocol::{AgentId, FactBody, MemoryTombstone, MemoryType, Relation, Scope};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -182,12 +180,16 @@ pub fn read(path: &Path) -> Result<Plan> {
         if line.trim().is_empty() {
             continue;
         }
-        let v: Value =
-            serde_json::from_str(&line).map_err(|e| bad_line(&name, n, format!("not JSON: {e}")))?;
+        let v: Value = serde_json::from_str(&line)
+            .map_err(|e| bad_line(&name, n, format!("not JSON: {e}")))?;
         let kind = v.get("kind").and_then(Value::as_str).unwrap_or("");
         if !header {
             if kind != KIND {
-                return Err(bad_line(&name, n, "not an amos export (no amos-export header)"));
+                return Err(bad_line(
+                    &name,
+                    n,
+                    "not an amos export (no amos-export header)",
+                ));
             }
             if v.get("version").and_then(Value::as_i64) != Some(VERSION) {
                 return Err(bad_line(
@@ -211,7 +213,12 @@ pub fn read(path: &Path) -> Result<Plan> {
             "memory" => {
                 let owner = AgentId::parse(s("owner")?).map_err(|e| bad(&at, e))?;
                 let mut grants = Vec::new();
-                for g in v.get("grants").and_then(Value::as_array).into_iter().flatten() {
+                for g in v
+                    .get("grants")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
                     let g: Scope = g
                         .as_str()
                         .ok_or_else(|| bad(&at, "grants must be strings"))?

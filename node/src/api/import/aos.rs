@@ -143,7 +143,11 @@ pub fn read_db(path: &Path) -> Result<Plan> {
     let at = |t: &str, i: usize| format!("{name}: {t} row {}", i + 1);
     let mut g = Gathered::default();
     let table = |t: &str| -> Result<Vec<Map<String, Value>>> {
-        if db.has_table(t)? { db.rows(t) } else { Ok(Vec::new()) }
+        if db.has_table(t)? {
+            db.rows(t)
+        } else {
+            Ok(Vec::new())
+        }
     };
     for (i, r) in table("memories")?.into_iter().enumerate() {
         g.memories.push((r, false, at("memories", i)));
@@ -221,8 +225,9 @@ fn text<'a>(o: &'a Map<String, Value>, key: &str, at: &str) -> Result<&'a str> {
 fn json_field(o: &Map<String, Value>, key: &str, at: &str) -> Result<Value> {
     match o.get(key) {
         None | Some(Value::Null) => Ok(Value::Null),
-        Some(Value::String(s)) => serde_json::from_str(s)
-            .map_err(|e| bad(at, format!("{key} is not JSON text: {e}"))),
+        Some(Value::String(s)) => {
+            serde_json::from_str(s).map_err(|e| bad(at, format!("{key} is not JSON text: {e}")))
+        }
         Some(v) => Ok(v.clone()),
     }
 }
@@ -296,7 +301,9 @@ fn grant(tok: &str, source: &Value, plan: &mut Plan) -> Option<Scope> {
 fn map(g: Gathered) -> Result<Plan> {
     let mut plan = Plan::new(Source::AgentMemoryOs);
     for u in g.unknown {
-        plan.unmapped(format!("record kind {u:?} has no amos counterpart: left out"));
+        plan.unmapped(format!(
+            "record kind {u:?} has no amos counterpart: left out"
+        ));
     }
     for a in g.agents {
         if let Some(s) = slug_of(&a).and_then(|s| AgentId::parse(&s).ok()) {
@@ -318,14 +325,16 @@ fn map(g: Gathered) -> Result<Plan> {
         deleted.insert((kind, id), t);
     }
     let is_deleted = |kind: &str, o: &Map<String, Value>, id: &str| {
-        deleted.get(&(kind.to_owned(), id.to_owned())).is_some_and(|d| {
-            let updated = o
-                .get("updated_at")
-                .and_then(Value::as_str)
-                .and_then(parse_time)
-                .unwrap_or(0);
-            *d >= updated
-        })
+        deleted
+            .get(&(kind.to_owned(), id.to_owned()))
+            .is_some_and(|d| {
+                let updated = o
+                    .get("updated_at")
+                    .and_then(Value::as_str)
+                    .and_then(parse_time)
+                    .unwrap_or(0);
+                *d >= updated
+            })
     };
     for (o, at) in &g.teams {
         let raw = text(o, "id", at)?;
@@ -405,7 +414,9 @@ fn map(g: Gathered) -> Result<Plan> {
         let kind = match slug_of(kind_raw).and_then(|k| MemoryType::parse(&k).ok()) {
             Some(k) => k,
             None => {
-                plan.unmapped(format!("memory type {kind_raw:?} unusable: imported as note"));
+                plan.unmapped(format!(
+                    "memory type {kind_raw:?} unusable: imported as note"
+                ));
                 MemoryType::default()
             }
         };
@@ -442,7 +453,10 @@ fn map(g: Gathered) -> Result<Plan> {
         });
     }
     for (o, at) in &g.links {
-        let rel_raw = o.get("relation").and_then(Value::as_str).unwrap_or("related_to");
+        let rel_raw = o
+            .get("relation")
+            .and_then(Value::as_str)
+            .unwrap_or("related_to");
         let relation = match rel_raw {
             "related_to" => Relation::default(),
             r => match slug_of(r).and_then(|r| Relation::parse(&r).ok()) {

@@ -49,7 +49,14 @@ pub fn read(path: &Path, owner: &AgentId, share: &[Scope]) -> Result<Plan> {
     Ok(plan)
 }
 
-fn memory(key: String, text: &str, owner: &AgentId, share: &[Scope], tags: Vec<String>, created_ms: Option<u64>) -> PlanMemory {
+fn memory(
+    key: String,
+    text: &str,
+    owner: &AgentId,
+    share: &[Scope],
+    tags: Vec<String>,
+    created_ms: Option<u64>,
+) -> PlanMemory {
     PlanMemory {
         // The same file imported for two agents makes two sets.
         source_id: format!("{owner}\u{0}{key}"),
@@ -92,7 +99,9 @@ fn read_one(path: &Path, owner: &AgentId, share: &[Scope], plan: &mut Plan) -> R
         for (i, row) in entries.iter().enumerate() {
             let text = match row {
                 Value::String(s) => Some(s.as_str()),
-                Value::Object(_) => first(row, &["content", "text", "memory"]).and_then(Value::as_str),
+                Value::Object(_) => {
+                    first(row, &["content", "text", "memory"]).and_then(Value::as_str)
+                }
                 _ => None,
             };
             let Some(text) = text.filter(|t| !t.trim().is_empty()) else {
@@ -107,7 +116,14 @@ fn read_one(path: &Path, owner: &AgentId, share: &[Scope], plan: &mut Plan) -> R
                 .map(|id| format!("memory:{id}"))
                 .unwrap_or_else(|| format!("memory-text:{text}"));
             let created = time(first(row, &["created_at", "create_time", "updated_at"]));
-            plan.memories.push(memory(key, text, owner, share, vec!["chatgpt-memory".into()], created));
+            plan.memories.push(memory(
+                key,
+                text,
+                owner,
+                share,
+                vec!["chatgpt-memory".into()],
+                created,
+            ));
         }
         return Ok(());
     }
@@ -143,7 +159,12 @@ fn read_one(path: &Path, owner: &AgentId, share: &[Scope], plan: &mut Plan) -> R
             let parts = msg
                 .pointer("/content/parts")
                 .and_then(Value::as_array)
-                .map(|p| p.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" "))
+                .map(|p| {
+                    p.iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
                 .unwrap_or_default();
             if parts.trim().is_empty() {
                 plan.unmapped("a user turn without text (an image or a file): left out".to_owned());
@@ -158,7 +179,8 @@ fn read_one(path: &Path, owner: &AgentId, share: &[Scope], plan: &mut Plan) -> R
                 tags.push(format!("chat:{title}"));
             }
             let created = time(msg.get("create_time")).or_else(|| time(conv.get("create_time")));
-            plan.memories.push(memory(key, &parts, owner, share, tags, created));
+            plan.memories
+                .push(memory(key, &parts, owner, share, tags, created));
         }
     }
     Ok(())

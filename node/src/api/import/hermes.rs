@@ -67,7 +67,11 @@ pub fn read(path: &Path, owner: &AgentId, share: &[Scope]) -> Result<Plan> {
         })?;
         if let Some(i) = text.find('\0') {
             let line = 1 + text[..i].matches('\n').count();
-            return Err(bad_line(&name, line, "a NUL byte: not a Hermes memory file"));
+            return Err(bad_line(
+                &name,
+                line,
+                "a NUL byte: not a Hermes memory file",
+            ));
         }
         let user = f
             .file_name()

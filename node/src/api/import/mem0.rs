@@ -18,9 +18,10 @@ use crate::error::{NodeError, Result};
 /// Read a JSON file whole; a syntax error names its line.
 pub(super) fn read_json(path: &Path) -> Result<Value> {
     let name = path.display().to_string();
-    let bytes = std::fs::read(path)
-        .map_err(|e| NodeError::BadInput(format!("cannot read {name}: {e}")))?;
-    serde_json::from_slice(&bytes).map_err(|e| bad_line(&name, e.line().max(1), format!("not JSON: {e}")))
+    let bytes =
+        std::fs::read(path).map_err(|e| NodeError::BadInput(format!("cannot read {name}: {e}")))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| bad_line(&name, e.line().max(1), format!("not JSON: {e}")))
 }
 
 pub(super) fn first<'a>(o: &'a Value, keys: &[&str]) -> Option<&'a Value> {

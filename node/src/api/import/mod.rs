@@ -27,10 +27,10 @@ pub mod mem0;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use amos_protocol::{
-    AgentFact, AgentId, Fact, FactBody, Grants, LinkFact, MembershipFact, MemoryAcl,
-    MemoryContent, MemoryFixed, MemoryId, MemoryText, MemoryTombstone, MemoryType, NodeId,
-    OrgScope, ProfileFact, ProjectFact, ProjectId, Relation, Scope, TeamFact, TeamId,
-    fact::{MAX_TAGS, MAX_TAG_CHARS, check_text},
+    AgentFact, AgentId, Fact, FactBody, Grants, LinkFact, MembershipFact, MemoryAcl, MemoryContent,
+    MemoryFixed, MemoryId, MemoryText, MemoryTombstone, MemoryType, NodeId, OrgScope, ProfileFact,
+    ProjectFact, ProjectId, Relation, Scope, TeamFact, TeamId,
+    fact::{MAX_TAG_CHARS, MAX_TAGS, check_text},
 };
 use rusqlite::Connection;
 use serde::Serialize;
@@ -208,7 +208,7 @@ pub fn source_time_tags(created_ms: Option<u64>) -> Vec<String> {
 pub fn parse_time(s: &str) -> Option<u64> {
     let s = s.trim();
     if let Ok(secs) = s.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| (secs * 1000.0) as u64);
+        return (secs.is_finite() && secs >= 0.0).then_some((secs * 1000.0) as u64);
     }
     let b = s.as_bytes();
     if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || !(b[10] == b'T' || b[10] == b' ') {
@@ -247,7 +247,11 @@ pub fn parse_time(s: &str) -> Option<u64> {
         }
     };
     // Days from the civil date (Howard Hinnant's algorithm).
-    let (y2, m2) = if mo <= 2 { (y - 1, mo + 9) } else { (y, mo - 3) };
+    let (y2, m2) = if mo <= 2 {
+        (y - 1, mo + 9)
+    } else {
+        (y, mo - 3)
+    };
     let era = y2.div_euclid(400);
     let yoe = y2 - era * 400;
     let doy = (153 * m2 + 2) / 5 + d - 1;
@@ -456,7 +460,10 @@ fn prepare(conn: &Connection, me: NodeId, plan: &Plan, now_ms: u64) -> Result<Pr
             continue;
         }
         if ids.contains_key(m.source_id.as_str()) {
-            unmapped(format!("a second memory with the same {} id: left out", plan.source.as_str()));
+            unmapped(format!(
+                "a second memory with the same {} id: left out",
+                plan.source.as_str()
+            ));
             continue;
         }
         if let Err(e) = check_text(&m.text) {
@@ -492,7 +499,10 @@ fn prepare(conn: &Connection, me: NodeId, plan: &Plan, now_ms: u64) -> Result<Pr
             grants = Grants::private();
         }
         if grants.is_empty() {
-            *report.memories_by_scope.entry("private".into()).or_default() += 1;
+            *report
+                .memories_by_scope
+                .entry("private".into())
+                .or_default() += 1;
         }
         for g in grants.iter() {
             *report
@@ -642,7 +652,12 @@ impl Node {
     /// Write `plan` as facts of this node, in one transaction, or (with
     /// `dry_run`) only report what that would do. `progress` counts
     /// memories as they are stored.
-    pub fn import(&mut self, plan: &Plan, dry_run: bool, progress: &Progress) -> Result<ImportReport> {
+    pub fn import(
+        &mut self,
+        plan: &Plan,
+        dry_run: bool,
+        progress: &Progress,
+    ) -> Result<ImportReport> {
         let me = self.node_id();
         let now = self.now_ms();
         if dry_run {
@@ -727,10 +742,18 @@ mod tests {
         assert_eq!(parse_time("1970-01-01T00:00:00Z"), Some(0));
         assert_eq!(parse_time("1970-01-01T00:00:01.5+00:00"), Some(1500));
         assert_eq!(parse_time("1970-01-01T01:00:00+01:00"), Some(0));
-        assert_eq!(parse_time("2025-03-01T10:00:00+00:00"), Some(1_740_823_200_000));
+        assert_eq!(
+            parse_time("2025-03-01T10:00:00+00:00"),
+            Some(1_740_823_200_000)
+        );
         assert_eq!(parse_time("2025-03-01 10:00:00"), Some(1_740_823_200_000));
         assert_eq!(parse_time("1740823200"), Some(1_740_823_200_000));
-        for bad in ["", "yesterday", "2025-13-01T00:00:00Z", "2025-03-01T10:00:00+0"] {
+        for bad in [
+            "",
+            "yesterday",
+            "2025-13-01T00:00:00Z",
+            "2025-03-01T10:00:00+0",
+        ] {
             assert_eq!(parse_time(bad), None, "{bad}");
         }
     }
