@@ -18,6 +18,7 @@ pub(crate) mod node;
 pub(crate) mod pairing;
 pub(crate) mod peers;
 pub(crate) mod profile;
+pub mod reads;
 pub(crate) mod recall;
 pub(crate) mod text;
 

@@ -88,6 +88,8 @@ pub struct Node {
     pub(crate) store: Store,
     index: Option<RecallIndex>,
     pub(crate) clock: Arc<dyn WallClock>,
+    /// The front end reads come through, for the read audit (`api::reads`).
+    pub(crate) front: &'static str,
 }
 
 impl std::fmt::Debug for Node {
@@ -129,6 +131,7 @@ impl Node {
             store,
             index: None,
             clock,
+            front: "cli",
         })
     }
 
@@ -235,10 +238,13 @@ impl Node {
     pub fn get(&self, who: &AuthorizedScopes, id: &str) -> Result<Visible<MemoryRecord>> {
         let not_found = || NodeError::NoSuchMemory(id.trim().to_owned());
         let mid: MemoryId = id.parse().map_err(|_| not_found())?;
-        self.store
+        let m = self
+            .store
             .visible(who, &[mid], self.now_ms())?
             .pop()
-            .ok_or_else(not_found)
+            .ok_or_else(not_found)?;
+        self.audit_reads(who, &[m.id], "get");
+        Ok(m)
     }
 
     /// Newest first, gated.
@@ -251,7 +257,10 @@ impl Node {
         if limit == 0 {
             return Err(NodeError::BadInput("--limit must be at least 1".into()));
         }
-        self.store.visible_newest(who, kind, limit, self.now_ms())
+        let out = self.store.visible_newest(who, kind, limit, self.now_ms())?;
+        let ids: Vec<MemoryId> = out.iter().map(|m| m.id).collect();
+        self.audit_reads(who, &ids, "list");
+        Ok(out)
     }
 
     // ---------------------------------------------------------------- org graph

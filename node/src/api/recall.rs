@@ -47,6 +47,8 @@ impl Node {
             false => Vec::new(),
         };
         self.finish_recall(RecallKind::Search, started, &recalled);
+        let shown: Vec<MemoryId> = hits.iter().map(|h| h.memory.id).collect();
+        self.audit_reads(who, &shown, "search");
         Ok(hits)
     }
 
@@ -395,6 +397,8 @@ impl Node {
             self.feedback(who, &ids, true)?;
         }
         self.finish_recall(RecallKind::Pack, started, &recalled);
+        let shown: Vec<MemoryId> = items.iter().map(|h| h.memory.id).collect();
+        self.audit_reads(who, &shown, "pack");
         Ok(Pack {
             items,
             tokens: used,

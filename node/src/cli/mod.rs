@@ -353,11 +353,16 @@ enum Cmd {
     /// Signed (and, with a mesh key, encrypted) bundle files for air-gapped exchange
     #[command(subcommand)]
     Bundle(BundleCmd),
-    /// Facts refused from peers, newest first
+    /// Facts refused from peers, newest first (`amos audit reads`: the read audit)
     Audit {
         #[arg(long, default_value_t = 100)]
         limit: usize,
+        #[command(subcommand)]
+        what: Option<AuditCmd>,
     },
+    /// Local settings of this node (never replicated): read-audit, read-audit-retention
+    #[command(subcommand)]
+    Config(ConfigCmd),
     /// A scripted single-node demo in a throw-away home
     Demo,
     /// Benchmark on a workload directory (org.json, memories.jsonl, queries.jsonl), or write one
@@ -389,6 +394,30 @@ enum Cmd {
         #[arg(long)]
         no_sync: bool,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum AuditCmd {
+    /// Which agent read which memory, when, through which front end (newest first)
+    Reads {
+        #[arg(long, value_name = "AGENT")]
+        agent: Option<String>,
+        #[arg(long, value_name = "ID")]
+        memory: Option<String>,
+        /// Only reads since then: a duration ago (e.g. 1h) or an RFC 3339 time
+        #[arg(long, value_name = "DUR|RFC3339")]
+        since: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigCmd {
+    /// read-audit on|off, or read-audit-retention DUR (e.g. 30d)
+    Set { key: String, value: String },
+    /// The local settings
+    Show,
 }
 
 /// Ranking options shared by search and pack.
@@ -1063,7 +1092,10 @@ fn run(cli: Cli) -> Result<()> {
         | Cmd::Feedback { .. }
         | Cmd::RestoreMemory { .. }
         | Cmd::List { .. }) => memory::run(&mut node, &out, cmd)?,
-        cmd @ (Cmd::Import { .. } | Cmd::Export { .. }) => moves::run(&mut node, &out, cmd)?,
+        cmd @ (Cmd::Import { .. }
+        | Cmd::Export { .. }
+        | Cmd::Config(_)
+        | Cmd::Audit { what: Some(_), .. }) => moves::run(&mut node, &out, cmd)?,
         cmd @ (Cmd::Agent { .. } | Cmd::Team { .. } | Cmd::Project { .. }) => {
             org::run(&mut node, &out, cmd)?
         }

@@ -7,6 +7,7 @@ use amos_node::api::import::{self, ImportReport};
 use amos_node::progress::Progress;
 use amos_protocol::AgentId;
 
+use super::output::rfc3339;
 use super::*;
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,9 +87,90 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                 )
             });
         }
+        Cmd::Config(ConfigCmd::Set { key, value }) => {
+            let c = match key.as_str() {
+                "read-audit" => match value.as_str() {
+                    "on" => node.set_read_audit(true)?,
+                    "off" => node.set_read_audit(false)?,
+                    v => return Err(bad(format!("read-audit is on or off, not {v:?}"))),
+                },
+                "read-audit-retention" => {
+                    let d = humantime::parse_duration(&value).map_err(|_| {
+                        bad(format!(
+                            "malformed retention {value:?}: use a duration, e.g. 30d"
+                        ))
+                    })?;
+                    node.set_read_audit_retention(d.as_millis() as u64)?
+                }
+                k => {
+                    return Err(bad(format!(
+                        "unknown setting {k:?}: read-audit, read-audit-retention"
+                    )));
+                }
+            };
+            out.emit(&c, || config_text(&c));
+        }
+        Cmd::Config(ConfigCmd::Show) => {
+            let c = node.read_audit_config()?;
+            out.emit(&c, || config_text(&c));
+        }
+        Cmd::Audit {
+            what:
+                Some(AuditCmd::Reads {
+                    agent,
+                    memory,
+                    since,
+                    limit,
+                }),
+            ..
+        } => {
+            let since_ms = since
+                .map(|s| match humantime::parse_duration(&s) {
+                    Ok(d) => Ok(node.now_ms().saturating_sub(d.as_millis() as u64)),
+                    Err(_) => humantime::parse_rfc3339_weak(&s)
+                        .ok()
+                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                        .map(|d| d.as_millis() as u64)
+                        .ok_or_else(|| {
+                            bad(format!(
+                                "malformed --since {s:?}: use a duration (1h, 7d) or an RFC 3339 time"
+                            ))
+                        }),
+                })
+                .transpose()?;
+            let rows = node.read_audit(agent.as_deref(), memory.as_deref(), since_ms, limit)?;
+            out.emit(&json!({ "reads": rows }), || {
+                rows.iter()
+                    .map(|r| {
+                        format!(
+                            "{}  {:<16} {}  {} via {}",
+                            rfc3339(r.time_ms),
+                            r.agent,
+                            r.memory,
+                            r.front,
+                            r.via
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+        }
         _ => unreachable!("not a moves command"),
     }
     Ok(())
+}
+
+fn config_text(c: &amos_node::api::reads::ReadAuditConfig) -> String {
+    format!(
+        "read-audit {}{} (stored: {}), retention {}",
+        if c.on { "on" } else { "off" },
+        c.env
+            .as_ref()
+            .map(|e| format!(" by AMOS_READ_AUDIT={e}"))
+            .unwrap_or_default(),
+        if c.stored { "on" } else { "off" },
+        humantime::format_duration(std::time::Duration::from_millis(c.retention_ms))
+    )
 }
 
 fn counts(m: &std::collections::BTreeMap<String, usize>) -> String {

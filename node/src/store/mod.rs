@@ -22,6 +22,7 @@ pub mod moves;
 pub mod org;
 pub mod peers;
 pub mod profile;
+pub mod reads;
 pub mod recall;
 pub mod replica;
 pub mod schema;

@@ -247,6 +247,21 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX audit_code ON audit(code);
     ALTER TABLE deferred ADD COLUMN code TEXT NOT NULL DEFAULT 'other';
     "#,
+    // The read audit (store/reads.rs): local-only, never a fact, never in
+    // the digest.
+    r#"
+    CREATE TABLE read_audit (
+        id      INTEGER PRIMARY KEY,
+        time_ms INTEGER NOT NULL,
+        agent   TEXT NOT NULL,
+        memory  BLOB NOT NULL,
+        front   TEXT NOT NULL,      -- cli | mcp | ...
+        via     TEXT NOT NULL       -- get | list | search | pack
+    ) STRICT;
+    CREATE INDEX read_audit_time ON read_audit(time_ms);
+    CREATE INDEX read_audit_memory ON read_audit(memory, time_ms);
+    CREATE INDEX read_audit_agent ON read_audit(agent, time_ms);
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -20,6 +20,7 @@ mod mesh_three;
 mod metrics;
 mod pairing;
 mod progress;
+mod read_audit;
 mod readme;
 mod recall_engine;
 mod replication;
