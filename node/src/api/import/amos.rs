@@ -27,6 +27,11 @@ use crate::store::moves;
 use crate::store::profile::ProfileWeights;
 
 const KIND: &str = "amos-export";
+
+fn rfc3339(ms: u64) -> String {
+    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+        .to_string()
+}
 const VERSION: i64 = 1;
 
 /// What `amos export` wrote.
@@ -61,7 +66,7 @@ impl Node {
             "version": VERSION,
             "agent": owner.as_str(),
             "node": self.node_id().to_string(),
-            "exported": crate::front::view::rfc3339(now),
+            "exported": rfc3339(now),
         })];
         let mut n = 0;
         let mut shown = Vec::new();
@@ -82,8 +87,8 @@ impl Node {
                     "importance": m.importance(),
                     "confidence": m.confidence(),
                     "pinned": m.pinned(),
-                    "created": crate::front::view::rfc3339(m.created_ms()),
-                    "expires": m.expires_ms().map(crate::front::view::rfc3339),
+                    "created": rfc3339(m.created_ms()),
+                    "expires": m.expires_ms().map(rfc3339),
                     "archived": m.archived(),
                     "origin": m.origin().to_string(),
                     "history": history,
