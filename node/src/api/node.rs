@@ -235,16 +235,22 @@ impl Node {
     }
 
     /// Read a memory for `who`: missing and invisible are the same answer.
+    /// A read the read audit records (`get`).
     pub fn get(&self, who: &AuthorizedScopes, id: &str) -> Result<Visible<MemoryRecord>> {
-        let not_found = || NodeError::NoSuchMemory(id.trim().to_owned());
-        let mid: MemoryId = id.parse().map_err(|_| not_found())?;
-        let m = self
-            .store
-            .visible(who, &[mid], self.now_ms())?
-            .pop()
-            .ok_or_else(not_found)?;
+        let m = self.gated(who, id)?;
         self.audit_reads(who, &[m.id], "get");
         Ok(m)
+    }
+
+    /// [`Node::get`] for the node's own checks (the memory an update, share,
+    /// link or feedback names): not a read shown to the agent, not audited.
+    pub(crate) fn gated(&self, who: &AuthorizedScopes, id: &str) -> Result<Visible<MemoryRecord>> {
+        let not_found = || NodeError::NoSuchMemory(id.trim().to_owned());
+        let mid: MemoryId = id.parse().map_err(|_| not_found())?;
+        self.store
+            .visible(who, &[mid], self.now_ms())?
+            .pop()
+            .ok_or_else(not_found)
     }
 
     /// Newest first, gated.
@@ -545,7 +551,7 @@ impl Node {
     /// The memory, visible to `who`, that `who` may change: owner (or the
     /// explicit local admin when `admin_ok`), and authored here.
     fn editable(&self, who: &AuthorizedScopes, id: &str, admin_ok: bool) -> Result<MemoryRecord> {
-        let rec = self.get(who, id)?.into_inner();
+        let rec = self.gated(who, id)?.into_inner();
         if !(who.owns(&rec) || (admin_ok && who.is_admin())) {
             return Err(NodeError::Refused(format!(
                 "only the owner ({}) may change memory {}",
@@ -626,8 +632,8 @@ impl Node {
             .transpose()?
             .unwrap_or_default();
         check_unit("weight", weight)?;
-        let from = self.get(who, a)?.id;
-        let to = self.get(who, b)?.id;
+        let from = self.gated(who, a)?.id;
+        let to = self.gated(who, b)?.id;
         if from == to {
             return Err(NodeError::BadInput("cannot link a memory to itself".into()));
         }
@@ -653,7 +659,7 @@ impl Node {
         id: &str,
         archived: bool,
     ) -> Result<bool> {
-        let rec = self.get(who, id)?;
+        let rec = self.gated(who, id)?;
         if !who.owns(&*rec) && !who.is_admin() {
             return Err(NodeError::Refused(format!(
                 "only the owner ({}) may archive memory {}",

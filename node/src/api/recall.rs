@@ -181,7 +181,7 @@ impl Node {
         }
         let mut mids = Vec::new();
         for id in ids {
-            let id = self.get(who, id)?.id;
+            let id = self.gated(who, id)?.id;
             if !mids.contains(&id) {
                 mids.push(id);
             }

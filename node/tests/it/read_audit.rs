@@ -1,7 +1,8 @@
 //! The read audit: off by default; on (`amos config set read-audit on` or
 //! `AMOS_READ_AUDIT=on`), it records what each agent was shown by get,
 //! list, search and pack, never what the gate withheld, and never moves
-//! the digest. (MCP reads: `mcp::mcp_reads_are_audited_as_mcp`.)
+//! the digest; the node's own checks (the memories a link, share or update
+//! names) are not reads. (MCP reads: `mcp::mcp_reads_are_audited_as_mcp`.)
 
 use crate::common::Home;
 
@@ -23,9 +24,11 @@ fn reads_are_audited_only_when_on_and_only_what_was_shown() {
     let c = h.json(&["config", "show"]);
     assert_eq!(c["on"], false);
 
-    let digest = h.json(&["digest"])["digest"].clone();
     let c = h.json(&["config", "set", "read-audit", "on"]);
     assert_eq!(c["on"], true);
+    // The node's own look at the memories a link names is not a read.
+    h.ok(&["link", &team, &private, "--as", "alice"]);
+    let digest = h.json(&["digest"])["digest"].clone();
     h.ok(&["get", &team, "--as", "bob"]);
     let r = h.run(&["get", &private, "--as", "bob"]);
     assert_eq!(r.code, 2, "{r:?}");
