@@ -23,8 +23,6 @@ pub(crate) mod recall;
 pub(crate) mod text;
 
 pub use bundles::{ExportReport, ImportReport};
-pub use import::amos::{ExportReport as AgentExportReport, ForgetReport};
-pub use import::{ImportReport as MoveInReport, Plan, Source};
 pub use maintenance::{
     BackupReport, CheckReport, DanglingLink, HygieneAction, HygieneReport, RebuildReport,
     RetentionPolicy, Status,
