@@ -271,7 +271,7 @@ impl Node {
 
     // ---------------------------------------------------------------- org graph
 
-    fn check_grant_target(conn: &rusqlite::Connection, s: &Scope) -> Result<()> {
+    pub(crate) fn check_grant_target(conn: &rusqlite::Connection, s: &Scope) -> Result<()> {
         let ok = match s {
             Scope::Private | Scope::Global => true,
             Scope::Agent(a) => org::agent_present(conn, a)?,

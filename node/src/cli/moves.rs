@@ -43,6 +43,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                         scopes.push(s);
                     }
                 }
+                node.check_share(&scopes)?;
                 Ok((agent, scopes))
             };
             if matches!(source, ImportSource::AgentMemoryOs | ImportSource::Amos)

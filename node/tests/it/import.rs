@@ -354,6 +354,17 @@ fn mem0_export_imports_private_to_its_agent_and_twice_is_a_no_op() {
     assert!(r.stderr.contains("memory 2: no text"), "{r:?}");
     let r = h.run(&["import", "mem0", &file]);
     assert_eq!(r.code, 2, "--as is required: {r:?}");
+    let r = h.run(&[
+        "import",
+        "mem0",
+        &file,
+        "--as",
+        "carol",
+        "--share",
+        "team:nope",
+    ]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("unknown team nope"), "{r:?}");
     assert_eq!(h.fingerprint(), fp, "nothing half-imported");
 }
 

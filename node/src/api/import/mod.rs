@@ -649,6 +649,15 @@ fn membership(scope: OrgScope, agent: &AgentId) -> FactBody {
 }
 
 impl Node {
+    /// Check grants an operator gives an import (`--share`): each must name
+    /// an agent, team or project that exists here, as for `amos add`.
+    pub fn check_share(&self, scopes: &[Scope]) -> Result<()> {
+        for s in scopes {
+            Self::check_grant_target(self.store.conn(), s)?;
+        }
+        Ok(())
+    }
+
     /// Write `plan` as facts of this node, in one transaction, or (with
     /// `dry_run`) only report what that would do. `progress` counts
     /// memories as they are stored.
