@@ -563,3 +563,27 @@ fn forget_agent_replicates_to_a_peer() {
     assert!(get(&b, "bob", &kept).is_some());
     assert_eq!(a.digest("team:apollo"), b.digest("team:apollo"));
 }
+
+#[test]
+fn an_import_may_not_change_a_team_another_node_created() {
+    // a creates apollo; b holds it from a (a scoped peer, not full).
+    let a = Home::apollo();
+    let b = Home::new();
+    let (ia, ib) = (id(&a), id(&b));
+    a.ok(&["peers", "add", &ib, "--policy", "team:apollo"]);
+    b.ok(&["peers", "add", &ia, "--policy", "team:apollo"]);
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("a.bndl");
+    let bundle = bundle.to_str().unwrap();
+    a.ok(&["bundle", "export", bundle, "--for", &ib]);
+    b.ok(&["bundle", "import", bundle]);
+    assert_eq!(b.json(&["team", "list"])["teams"][0]["id"], "apollo");
+    // The fixture's apollo has carol and bob: b may not add them.
+    let before = b.fingerprint();
+    let digest = b.json(&["digest"])["digest"].clone();
+    let r = b.run(&["import", "agent-memory-os", &fx("agent-memory-os/home")]);
+    assert_eq!(r.code, 3, "{r:?}");
+    assert!(r.stderr.contains("apollo was created by node"), "{r:?}");
+    assert_eq!(b.fingerprint(), before, "nothing half-imported");
+    assert_eq!(b.json(&["digest"])["digest"], digest);
+}

@@ -379,10 +379,13 @@ fn prepare(conn: &Connection, me: NodeId, plan: &Plan, now_ms: u64) -> Result<Pr
     // Teams, projects, memberships.
     let mut teams: BTreeSet<TeamId> = BTreeSet::new();
     let (mut new_teams, mut new_projects, mut new_members) = (0, 0, 0);
+    // A team or project already as the source has it needs no authority
+    // here; one to create or to add members to must be this node's (or a
+    // full peer's), else the whole import is refused.
     for t in &plan.teams {
         let scope = OrgScope::Team(t.id.clone());
-        let origin = check_org_authority(conn, me, &scope)?;
         if !org::team_present(conn, &t.id) {
+            let origin = check_org_authority(conn, me, &scope)?;
             new_teams += 1;
             org_facts.push(FactBody::Team(TeamFact {
                 id: t.id.clone(),
@@ -394,6 +397,7 @@ fn prepare(conn: &Connection, me: NodeId, plan: &Plan, now_ms: u64) -> Result<Pr
         teams.insert(t.id.clone());
         for a in &t.members {
             if !org::is_member(conn, &scope, a)? {
+                check_org_authority(conn, me, &scope)?;
                 new_members += 1;
                 org_facts.push(membership(scope.clone(), a));
             }
@@ -419,8 +423,10 @@ fn prepare(conn: &Connection, me: NodeId, plan: &Plan, now_ms: u64) -> Result<Pr
             ));
             continue;
         }
-        let origin = check_org_authority(conn, me, &scope)?;
         if !state.is_some_and(|s| s.present) {
+            // As `amos project create`: authority over the team too.
+            check_org_authority(conn, me, &OrgScope::Team(p.team.clone()))?;
+            let origin = check_org_authority(conn, me, &scope)?;
             new_projects += 1;
             org_facts.push(FactBody::Project(ProjectFact {
                 id: p.id.clone(),
@@ -433,6 +439,7 @@ fn prepare(conn: &Connection, me: NodeId, plan: &Plan, now_ms: u64) -> Result<Pr
         projects.insert(p.id.clone());
         for a in &p.members {
             if !org::is_member(conn, &scope, a)? {
+                check_org_authority(conn, me, &scope)?;
                 new_members += 1;
                 org_facts.push(membership(scope.clone(), a));
             }
