@@ -40,6 +40,7 @@ fn fact(id: &NodeIdentity, i: u64) -> Vec<u8> {
             pinned: false,
             expires_ms: None,
             supersedes: None,
+            validity: Default::default(),
         })
     };
     id.sign(Fact { clock, body })

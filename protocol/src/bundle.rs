@@ -1372,6 +1372,7 @@ mod tests {
                 pinned: false,
                 expires_ms: None,
                 supersedes: None,
+                validity: Default::default(),
             }),
         };
         id.sign(fact).unwrap().to_bytes()

@@ -3,7 +3,7 @@
 //!
 //! | record | register | fields |
 //! |---|---|---|
-//! | memory | content (`v`) | fixed fields, type, text, tags, importance, confidence, pinned, expiry, supersedes |
+//! | memory | content (`v`) | fixed fields, type, text, tags, importance, confidence, pinned, expiry, supersedes, validity |
 //! | memory | acl (`acl_v`) | grants |
 //! | memory | tombstone | terminal |
 //! | link | link | weight, present |
@@ -14,6 +14,9 @@
 //! Every memory fact repeats the memory's fixed fields ([`MemoryFixed`]) so
 //! that a receiver can check them (and the origin rule) against what it holds.
 
+use bincode::de::Decoder;
+use bincode::enc::Encoder;
+use bincode::error::{DecodeError, EncodeError};
 use bincode::{Decode, Encode};
 
 use crate::{
@@ -50,7 +53,14 @@ impl Fact {
 }
 
 /// What a fact says.
-#[derive(Clone, Debug, PartialEq, Encode, Decode)]
+///
+/// Encoded as bincode's derive would encode it (a `u32` variant index, then
+/// the fields), with one versioned addition: a content fact with a
+/// [`Validity`] set is written under variant index [`CONTENT_WITH_VALIDITY`]
+/// with the validity after the other fields. A content fact without one keeps
+/// the original variant 0 and bytes, so every fact signed before valid time
+/// existed still decodes, re-encodes to the same bytes and verifies.
+#[derive(Clone, Debug, PartialEq)]
 pub enum FactBody {
     MemoryContent(MemoryContent),
     MemoryAcl(MemoryAcl),
@@ -117,7 +127,7 @@ pub const MAX_CHANGE_BYTES: usize = 256 * 1024;
 pub const MAX_SNAPSHOT_BYTES: usize = 512 * 1024;
 
 /// The content register of a memory (clock `v`).
-#[derive(Clone, Debug, PartialEq, Encode, Decode)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct MemoryContent {
     pub id: MemoryId,
     pub fixed: MemoryFixed,
@@ -128,8 +138,132 @@ pub struct MemoryContent {
     pub confidence: f32,
     pub pinned: bool,
     pub expires_ms: Option<u64>,
+    /// The memory this one replaces. The replaced memory is never written
+    /// to: its effective end of validity is derived where it is read
+    /// (docs/design.md §11).
     pub supersedes: Option<MemoryId>,
+    /// When the content was true in the world (valid time).
+    pub validity: Validity,
 }
+
+/// When a memory's content was true in the world, in Unix milliseconds:
+/// from `from_ms` (inclusive; unset = from the memory's creation) to `to_ms`
+/// (exclusive; unset = still true). Valid time is the world's, not the
+/// store's: it never changes what a node holds or sends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Encode, Decode)]
+pub struct Validity {
+    pub from_ms: Option<u64>,
+    pub to_ms: Option<u64>,
+}
+
+impl Validity {
+    /// Neither end set: the content is true from creation on.
+    pub fn is_open(&self) -> bool {
+        self.from_ms.is_none() && self.to_ms.is_none()
+    }
+}
+
+/// Variant index of a content fact that carries a [`Validity`].
+pub const CONTENT_WITH_VALIDITY: u32 = 9;
+
+impl MemoryContent {
+    /// The fields of the original (variant 0) encoding, in their order.
+    fn encode_fields<E: Encoder>(&self, e: &mut E) -> Result<(), EncodeError> {
+        self.id.encode(e)?;
+        self.fixed.encode(e)?;
+        self.kind.encode(e)?;
+        self.text.encode(e)?;
+        self.tags.encode(e)?;
+        self.importance.encode(e)?;
+        self.confidence.encode(e)?;
+        self.pinned.encode(e)?;
+        self.expires_ms.encode(e)?;
+        self.supersedes.encode(e)
+    }
+
+    fn decode_fields<D: Decoder>(d: &mut D, validity: bool) -> Result<Self, DecodeError> {
+        let mut m = MemoryContent {
+            id: Decode::decode(d)?,
+            fixed: Decode::decode(d)?,
+            kind: Decode::decode(d)?,
+            text: Decode::decode(d)?,
+            tags: Decode::decode(d)?,
+            importance: Decode::decode(d)?,
+            confidence: Decode::decode(d)?,
+            pinned: Decode::decode(d)?,
+            expires_ms: Decode::decode(d)?,
+            supersedes: Decode::decode(d)?,
+            validity: Validity::default(),
+        };
+        if validity {
+            m.validity = Decode::decode(d)?;
+        }
+        Ok(m)
+    }
+}
+
+impl Encode for FactBody {
+    fn encode<E: Encoder>(&self, e: &mut E) -> Result<(), EncodeError> {
+        fn tagged<E: Encoder, T: Encode>(e: &mut E, i: u32, v: &T) -> Result<(), EncodeError> {
+            i.encode(e)?;
+            v.encode(e)
+        }
+        match self {
+            FactBody::MemoryContent(m) if m.validity.is_open() => {
+                0u32.encode(e)?;
+                m.encode_fields(e)
+            }
+            FactBody::MemoryContent(m) => {
+                CONTENT_WITH_VALIDITY.encode(e)?;
+                m.encode_fields(e)?;
+                m.validity.encode(e)
+            }
+            FactBody::MemoryAcl(v) => tagged(e, 1, v),
+            FactBody::MemoryTombstone(v) => tagged(e, 2, v),
+            FactBody::Link(v) => tagged(e, 3, v),
+            FactBody::Team(v) => tagged(e, 4, v),
+            FactBody::Project(v) => tagged(e, 5, v),
+            FactBody::Membership(v) => tagged(e, 6, v),
+            FactBody::Agent(v) => tagged(e, 7, v),
+            FactBody::Profile(v) => tagged(e, 8, v),
+        }
+    }
+}
+
+impl<Context> Decode<Context> for FactBody {
+    fn decode<D: Decoder<Context = Context>>(d: &mut D) -> Result<Self, DecodeError> {
+        let index = u32::decode(d)?;
+        Ok(match index {
+            0 => FactBody::MemoryContent(MemoryContent::decode_fields(d, false)?),
+            CONTENT_WITH_VALIDITY => {
+                let m = MemoryContent::decode_fields(d, true)?;
+                if m.validity.is_open() {
+                    // Variant 0 is the one spelling of an open validity.
+                    return Err(DecodeError::OtherString(
+                        "content with an empty validity under the validity variant".into(),
+                    ));
+                }
+                FactBody::MemoryContent(m)
+            }
+            1 => FactBody::MemoryAcl(Decode::decode(d)?),
+            2 => FactBody::MemoryTombstone(Decode::decode(d)?),
+            3 => FactBody::Link(Decode::decode(d)?),
+            4 => FactBody::Team(Decode::decode(d)?),
+            5 => FactBody::Project(Decode::decode(d)?),
+            6 => FactBody::Membership(Decode::decode(d)?),
+            7 => FactBody::Agent(Decode::decode(d)?),
+            8 => FactBody::Profile(Decode::decode(d)?),
+            found => {
+                return Err(DecodeError::UnexpectedVariant {
+                    type_name: "FactBody",
+                    allowed: &bincode::error::AllowedEnumVariants::Range { min: 0, max: 9 },
+                    found,
+                });
+            }
+        })
+    }
+}
+bincode::impl_borrow_decode!(FactBody);
 
 /// The acl register of a memory (clock `acl_v`).
 #[derive(Clone, Debug, PartialEq, Encode, Decode)]
@@ -285,6 +419,11 @@ impl FactBody {
                 if m.supersedes == Some(m.id) {
                     return bad("a memory cannot supersede itself");
                 }
+                if let Some(to) = m.validity.to_ms
+                    && to <= m.validity.from_ms.unwrap_or(m.fixed.created_ms)
+                {
+                    return bad("valid_to must be later than valid_from (default: creation)");
+                }
             }
             FactBody::MemoryAcl(m) => {
                 check_fixed(&m.fixed)?;
@@ -417,4 +556,151 @@ fn check_name(name: &str) -> Result<(), ProtocolError> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec;
+
+    /// The content fact's layout before valid time, as bincode's derive
+    /// wrote it: what every fact signed until then is made of.
+    #[derive(Encode)]
+    struct LegacyContent {
+        id: MemoryId,
+        fixed: MemoryFixed,
+        kind: MemoryType,
+        text: MemoryText,
+        tags: Vec<String>,
+        importance: f32,
+        confidence: f32,
+        pinned: bool,
+        expires_ms: Option<u64>,
+        supersedes: Option<MemoryId>,
+    }
+
+    #[derive(Encode)]
+    enum LegacyBody {
+        MemoryContent(LegacyContent),
+    }
+
+    fn content(supersedes: Option<MemoryId>, validity: Validity) -> MemoryContent {
+        MemoryContent {
+            id: MemoryId([1; 16]),
+            fixed: MemoryFixed {
+                owner: AgentId::parse("alice").unwrap(),
+                created_ms: 1_000,
+                origin: NodeId([2; 32]),
+            },
+            kind: MemoryType::default(),
+            text: MemoryText::Plain("deploy port is 8080".into()),
+            tags: vec!["ops".into()],
+            importance: 0.5,
+            confidence: 1.0,
+            pinned: false,
+            expires_ms: Some(9_000),
+            supersedes,
+            validity,
+        }
+    }
+
+    fn legacy(m: &MemoryContent) -> Vec<u8> {
+        codec::encode(&LegacyBody::MemoryContent(LegacyContent {
+            id: m.id,
+            fixed: m.fixed.clone(),
+            kind: m.kind.clone(),
+            text: m.text.clone(),
+            tags: m.tags.clone(),
+            importance: m.importance,
+            confidence: m.confidence,
+            pinned: m.pinned,
+            expires_ms: m.expires_ms,
+            supersedes: m.supersedes,
+        }))
+    }
+
+    #[test]
+    fn a_content_fact_without_validity_keeps_its_old_bytes() {
+        for sup in [None, Some(MemoryId([3; 16]))] {
+            let m = content(sup, Validity::default());
+            let old = legacy(&m);
+            assert_eq!(codec::encode(&FactBody::MemoryContent(m.clone())), old);
+            let back: FactBody = codec::decode_canonical("fact", &old).unwrap();
+            assert_eq!(back, FactBody::MemoryContent(m));
+        }
+    }
+
+    #[test]
+    fn validity_travels_under_its_own_variant_and_round_trips() {
+        let v = Validity {
+            from_ms: Some(500),
+            to_ms: Some(2_000),
+        };
+        let m = content(None, v);
+        let bytes = codec::encode(&FactBody::MemoryContent(m.clone()));
+        assert_eq!(bytes[0], CONTENT_WITH_VALIDITY as u8);
+        // The old fields, then the validity.
+        assert_eq!(&bytes[1..], {
+            let mut old = legacy(&m)[1..].to_vec();
+            old.extend(codec::encode(&v));
+            old
+        });
+        let back: FactBody = codec::decode_canonical("fact", &bytes).unwrap();
+        assert_eq!(back, FactBody::MemoryContent(m));
+    }
+
+    #[test]
+    fn an_empty_validity_under_the_validity_variant_is_refused() {
+        let m = content(None, Validity::default());
+        let mut bytes = vec![CONTENT_WITH_VALIDITY as u8];
+        bytes.extend(&legacy(&m)[1..]);
+        bytes.extend(codec::encode(&Validity::default()));
+        assert!(codec::decode_canonical::<FactBody>("fact", &bytes).is_err());
+        // An unknown variant past it is refused too.
+        let mut bytes = vec![10u8];
+        bytes.extend(&legacy(&m)[1..]);
+        assert!(codec::decode_canonical::<FactBody>("fact", &bytes).is_err());
+    }
+
+    #[test]
+    fn validity_must_end_after_it_starts() {
+        let ok = |v: Validity| FactBody::MemoryContent(content(None, v)).validate();
+        assert!(
+            ok(Validity {
+                from_ms: Some(10),
+                to_ms: Some(11)
+            })
+            .is_ok()
+        );
+        assert!(
+            ok(Validity {
+                from_ms: Some(10),
+                to_ms: Some(10)
+            })
+            .is_err()
+        );
+        // An unset start is the creation (1_000).
+        assert!(
+            ok(Validity {
+                from_ms: None,
+                to_ms: Some(1_000)
+            })
+            .is_err()
+        );
+        assert!(
+            ok(Validity {
+                from_ms: None,
+                to_ms: Some(1_001)
+            })
+            .is_ok()
+        );
+        // A start before the creation is a fact about the world: allowed.
+        assert!(
+            ok(Validity {
+                from_ms: Some(1),
+                to_ms: None
+            })
+            .is_ok()
+        );
+    }
 }

@@ -35,7 +35,7 @@ pub use bundle::{
 pub use error::ProtocolError;
 pub use fact::{
     AgentFact, Fact, FactBody, LinkFact, MembershipFact, MemoryAcl, MemoryContent, MemoryFixed,
-    MemoryText, MemoryTombstone, OrgScope, ProfileFact, ProjectFact, Register, TeamFact,
+    MemoryText, MemoryTombstone, OrgScope, ProfileFact, ProjectFact, Register, TeamFact, Validity,
 };
 pub use hlc::{Hlc, HlcState};
 pub use id::{AgentId, MemoryId, MemoryType, NodeId, ProjectId, Relation, Slug, TeamId};

@@ -155,22 +155,36 @@ mod tests {
                 0.0f32..=1.0,
                 any::<bool>(),
                 prop::option::of(any::<u64>()),
+                (
+                    prop::option::of(any::<[u8; 16]>().prop_map(MemoryId)),
+                    prop::option::of(any::<u64>()),
+                    prop::option::of(any::<u64>()),
+                ),
             )
                 .prop_filter("non-blank", |t| !t.3.trim().is_empty())
-                .prop_map(|(id, fixed, kind, text, tags, imp, pinned, exp)| {
-                    FactBody::MemoryContent(MemoryContent {
-                        id,
-                        fixed,
-                        kind: MemoryType::parse(&kind).unwrap(),
-                        text: MemoryText::Plain(text),
-                        tags,
-                        importance: imp,
-                        confidence: 1.0,
-                        pinned,
-                        expires_ms: exp,
-                        supersedes: None,
-                    })
-                }),
+                .prop_map(
+                    |(id, fixed, kind, text, tags, imp, pinned, exp, (sup, from, to))| {
+                        // A valid end: after the start (default: the creation).
+                        let start = from.unwrap_or(fixed.created_ms);
+                        let to = to.filter(|t| *t > start);
+                        FactBody::MemoryContent(MemoryContent {
+                            id,
+                            fixed,
+                            kind: MemoryType::parse(&kind).unwrap(),
+                            text: MemoryText::Plain(text),
+                            tags,
+                            importance: imp,
+                            confidence: 1.0,
+                            pinned,
+                            expires_ms: exp,
+                            supersedes: sup.filter(|s| *s != id),
+                            validity: Validity {
+                                from_ms: from,
+                                to_ms: to,
+                            },
+                        })
+                    }
+                ),
             (
                 id.clone(),
                 fixed.clone(),

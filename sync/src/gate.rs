@@ -461,6 +461,7 @@ mod tests {
                 pinned: false,
                 expires_ms: None,
                 supersedes: None,
+                validity: Default::default(),
             }));
             w.local(FactBody::MemoryAcl(MemoryAcl {
                 id,

@@ -1,6 +1,7 @@
 //! The node API: every operation on a node (`impl Node`), grouped by
 //! concern — the node itself, its org graph and memories ([`node`]), text
-//! editing and history ([`text`]), recall ([`recall`]), profiles
+//! editing and history ([`text`]), recall ([`recall`]), the timeline
+//! ([`time`]), profiles
 //! ([`profile`]), peers and replication ([`peers`]), pairing
 //! ([`pairing`]), bundles ([`bundles`]), maintenance ([`maintenance`]) and
 //! moving memories in and out ([`import`]: importers, per-agent export and
@@ -21,13 +22,15 @@ pub(crate) mod profile;
 pub mod reads;
 pub(crate) mod recall;
 pub(crate) mod text;
+pub(crate) mod time;
 
 pub use bundles::{ExportReport, ImportReport};
 pub use maintenance::{
     BackupReport, CheckReport, DanglingLink, HygieneAction, HygieneReport, RebuildReport,
     RetentionPolicy, Status,
 };
-pub use node::{InitReport, NewMemory, Node, parse_expiry};
+pub use node::{InitReport, NewMemory, Node, parse_expiry, parse_time};
 pub use pairing::{JoinReport, join_offline};
 pub use profile::{ProfileWeights, parse_weight};
 pub use text::{DEFAULT_COMPACT_BYTES, HistoryLine};
+pub use time::{TIMELINE_MAX, TimelineEntry, TimelineEvent};

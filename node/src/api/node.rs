@@ -17,7 +17,7 @@ use amos_acl::{AuthorizedScopes, Visible};
 use amos_protocol::{
     AgentFact, AgentId, Fact, FactBody, Grants, LinkFact, MembershipFact, MemoryAcl, MemoryContent,
     MemoryFixed, MemoryId, MemoryText, MemoryTombstone, MemoryType, NodeId, NodeIdentity, OrgScope,
-    ProjectFact, ProjectId, Relation, Scope, SignedFact, TeamFact, TeamId, Verified,
+    ProjectFact, ProjectId, Relation, Scope, SignedFact, TeamFact, TeamId, Validity, Verified,
     fact::{check_tags, check_text, check_unit},
 };
 use rand::RngExt;
@@ -26,6 +26,7 @@ use crate::clock::{SystemClock, WallClock};
 use crate::error::{NodeError, Result};
 use crate::home::Home;
 use crate::index::RecallIndex;
+use crate::recall::time::{self, TimeQuery, ValidTime};
 use crate::store::memory::MemoryRecord;
 use crate::store::org::{self, AgentInfo, ProjectInfo, StoredOrg, TeamInfo};
 use crate::store::{Store, Tx};
@@ -40,6 +41,60 @@ pub struct NewMemory {
     pub importance: f32,
     pub pinned: bool,
     pub expires_ms: Option<u64>,
+    /// The memory this one replaces (it must be visible to the requester).
+    pub supersedes: Option<MemoryId>,
+    /// When the content was true in the world.
+    pub validity: Validity,
+}
+
+/// A point in time as a user writes it: an RFC 3339 time or date
+/// (`2026-03-01`, `2026-03-01T09:30:00Z`), `now`, or an offset from `now_ms`
+/// (`-7d`, `+12h`; a bare duration such as `7d` counts back).
+pub fn parse_time(s: &str, now_ms: u64) -> Result<u64> {
+    let s = s.trim();
+    if s == "now" {
+        return Ok(now_ms);
+    }
+    let (sign, rest) = match s.as_bytes().first() {
+        Some(b'+') => (1i8, &s[1..]),
+        Some(b'-') => (-1, &s[1..]),
+        _ => (-1, s),
+    };
+    if let Ok(d) = humantime::parse_duration(rest.trim()) {
+        let d = d.as_millis() as u64;
+        return Ok(if sign > 0 {
+            now_ms.saturating_add(d)
+        } else {
+            now_ms.saturating_sub(d)
+        });
+    }
+    let t = humantime::parse_rfc3339_weak(s)
+        .or_else(|_| humantime::parse_rfc3339_weak(&format!("{s} 00:00:00")))
+        .map_err(|_| {
+            NodeError::BadInput(format!(
+                "malformed time {s:?}: use an RFC 3339 time or date (2026-03-01), now, or an offset (-7d)"
+            ))
+        })?;
+    Ok(t.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0))
+}
+
+/// A validity's ends must be in order; an unset start is the memory's
+/// creation at `created_ms`.
+pub(crate) fn check_validity(v: &Validity, created_ms: u64) -> Result<()> {
+    if let Some(to) = v.to_ms
+        && to <= v.from_ms.unwrap_or(created_ms)
+    {
+        return Err(NodeError::BadInput(match v.from_ms {
+            Some(_) => "valid-to must be later than valid-from".into(),
+            None => {
+                "valid-to must be later than valid-from, which defaults to the memory's creation"
+                    .into()
+            }
+        }));
+    }
+    Ok(())
 }
 
 /// An expiry as a user writes it: a duration from `now_ms` (`30d`, `12h`)
@@ -68,6 +123,8 @@ impl NewMemory {
             importance: 0.5,
             pinned: false,
             expires_ms: None,
+            supersedes: None,
+            validity: Validity::default(),
         }
     }
 }
@@ -267,6 +324,47 @@ impl Node {
         let ids: Vec<MemoryId> = out.iter().map(|m| m.id).collect();
         self.audit_reads(who, &ids, "list");
         Ok(out)
+    }
+
+    /// [`Node::list`] under time filters (`amos list --since/--until/
+    /// --valid-at/--known-at`): newest first, each with its valid time.
+    pub fn list_in_time(
+        &self,
+        who: &AuthorizedScopes,
+        kind: Option<&MemoryType>,
+        limit: usize,
+        q: &TimeQuery,
+    ) -> Result<Vec<(Visible<MemoryRecord>, ValidTime)>> {
+        let out = self.visible_in_time(who, kind, limit, q)?;
+        let ids: Vec<MemoryId> = out.iter().map(|(m, _)| m.id).collect();
+        self.audit_reads(who, &ids, "list");
+        Ok(out)
+    }
+
+    /// [`Node::list_in_time`] without the read audit, for callers that show
+    /// only part of it (the timeline audits what it shows).
+    pub(crate) fn visible_in_time(
+        &self,
+        who: &AuthorizedScopes,
+        kind: Option<&MemoryType>,
+        limit: usize,
+        q: &TimeQuery,
+    ) -> Result<Vec<(Visible<MemoryRecord>, ValidTime)>> {
+        if limit == 0 {
+            return Err(NodeError::BadInput("--limit must be at least 1".into()));
+        }
+        let now = self.now_ms();
+        let mut fetch = limit;
+        loop {
+            let recs = self.store.visible_newest(who, kind, fetch, now)?;
+            let exhausted = recs.len() < fetch;
+            let mut out = time::view(self.store.conn(), who, recs, q, now)?;
+            if out.len() >= limit || exhausted {
+                out.truncate(limit);
+                return Ok(out);
+            }
+            fetch = fetch.saturating_mul(4);
+        }
     }
 
     // ---------------------------------------------------------------- org graph
@@ -490,6 +588,12 @@ impl Node {
                     "expiry is in the past: a memory must expire after it is made".into(),
                 ));
             }
+            check_validity(&new.validity, now)?;
+            if let Some(old) = new.supersedes {
+                // Only what the requester can see may be replaced: a hidden
+                // id reads as missing, as everywhere else.
+                self.gated(who, &old.to_string())?;
+            }
             let id = MemoryId::new(now, rng.random());
             let fixed = MemoryFixed {
                 owner,
@@ -522,7 +626,8 @@ impl Node {
                     confidence: 1.0,
                     pinned: new.pinned,
                     expires_ms: new.expires_ms,
-                    supersedes: None,
+                    supersedes: new.supersedes,
+                    validity: new.validity,
                 });
                 let acl = FactBody::MemoryAcl(MemoryAcl { id, fixed, grants });
                 unsigned.push(Fact {

@@ -1,5 +1,5 @@
 //! The read audit on the node API: switched on and read back here, fed by
-//! the read paths (`get`, `list`, `search`, `pack`; the MCP server calls the
+//! the read paths (`get`, `list`, `search`, `pack`, `timeline`; the MCP server calls the
 //! same methods, so its reads are audited alike, as front end `mcp`). The
 //! rows live in `store::reads`: local-only, never replicated.
 //!

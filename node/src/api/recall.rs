@@ -18,6 +18,7 @@ use crate::recall::pack::{
 };
 use crate::recall::rank::{self, RecallOptions};
 use crate::recall::text::{self};
+use crate::recall::time::{self, TimeQuery};
 use crate::recall::{
     ASSOCIATION_MIN, ASSOCIATION_START, FEEDBACK_FACTOR, FeedbackReport, Hit, LINK_FEEDBACK_FACTOR,
     LINK_STRENGTH_RANGE, MAX_K, REINFORCEMENT_RANGE, RecallKind, bookkeeping, hit, resonance,
@@ -25,6 +26,7 @@ use crate::recall::{
 };
 use crate::store::profile::ProfileWeights;
 use crate::store::recall::{self as local, Feedback};
+use crate::store::text::changed_since;
 
 impl Node {
     /// Gated, ranked recall of `query` for `who`, with default options.
@@ -94,6 +96,8 @@ impl Node {
             Some(agent) => ProfileWeights::load(self.store.conn(), agent)?,
             None => ProfileWeights::default(),
         };
+        // The time a superseder must have started by to down-weight.
+        let time_at = opts.time.valid_at_ms.unwrap_or(now);
         let (index, store) = self.caught_up_index()?;
         let terms = index.terms(query)?;
         if terms.is_empty() {
@@ -110,14 +114,33 @@ impl Node {
             let candidates = index.search(&terms, access.as_deref(), limit)?;
             let exhausted = candidates.len() < limit;
             let relevance: HashMap<MemoryId, f32> = candidates.iter().copied().collect();
-            let ids: Vec<MemoryId> = candidates.iter().map(|c| c.0).collect();
-            let hits: Vec<Hit> = store
+            let mut ids: Vec<MemoryId> = candidates.iter().map(|c| c.0).collect();
+            // The index holds today's text: under --known-at, a memory whose
+            // text changed since may have matched then, so it is a candidate
+            // too (the gate below still decides; still_matches judges its text).
+            if let Some(t) = opts.time.known_at_ms {
+                ids.extend(
+                    changed_since(store.conn(), t)?
+                        .into_iter()
+                        .filter(|id| !relevance.contains_key(id)),
+                );
+            }
+            let top = candidates.iter().map(|c| c.1).fold(0.0f32, f32::max);
+            let visible: Vec<_> = store
                 .visible(who, &ids, now)?
                 .into_iter()
                 .filter(|m| !m.archived)
-                .map(|m| {
-                    let bm25 = relevance.get(&m.id).copied().unwrap_or(0.0);
-                    let explain = rank::score(&m, bm25, None, now, opts.half_life_ms, &profile);
+                .collect();
+            let hits: Vec<Hit> = time::view(store.conn(), who, visible, &opts.time, now)?
+                .into_iter()
+                .filter(|(m, _)| still_matches(&opts.time, m, &terms))
+                .map(|(m, vt)| {
+                    let bm25 = match relevance.get(&m.id) {
+                        Some(r) => *r,
+                        None => overlap(&m.content, &terms) * top.max(1.0),
+                    };
+                    let mut explain = rank::score(&m, bm25, None, now, opts.half_life_ms, &profile);
+                    rank::supersede(&mut explain, time::superseded_at(&vt, time_at));
                     hit(m, explain)
                 })
                 .collect();
@@ -144,9 +167,22 @@ impl Node {
                 .collect();
             let reached =
                 resonance::spread(store.conn(), who, now, &seeds, &known, &opts.resonance)?;
+            let in_time: HashMap<MemoryId, time::ValidTime> = time::view(
+                store.conn(),
+                who,
+                reached.iter().map(|r| r.memory.clone()).collect(),
+                &opts.time,
+                now,
+            )?
+            .into_iter()
+            .map(|(m, vt)| (m.id, vt))
+            .collect();
             for r in reached {
+                let Some(vt) = in_time.get(&r.memory.id) else {
+                    continue;
+                };
                 let bm25 = known.get(&r.memory.id).copied().unwrap_or(0.0);
-                let explain = rank::score(
+                let mut explain = rank::score(
                     &r.memory,
                     bm25,
                     Some((r.relevance, r.path)),
@@ -154,6 +190,7 @@ impl Node {
                     opts.half_life_ms,
                     &profile,
                 );
+                rank::supersede(&mut explain, time::superseded_at(vt, time_at));
                 let h = hit(r.memory, explain);
                 match at.get(&h.memory.id) {
                     Some(&i) => hits[i] = h,
@@ -427,11 +464,35 @@ impl Node {
             Some(agent) => ProfileWeights::load(self.store.conn(), agent)?,
             None => ProfileWeights::default(),
         };
+        let at = opts.recall.time.valid_at_ms.unwrap_or(now);
         let mut out = Vec::new();
-        for v in pinned {
-            let explain = rank::score(&v, 0.0, None, now, opts.recall.half_life_ms, &profile);
+        for (v, vt) in time::view(self.store.conn(), who, pinned, &opts.recall.time, now)? {
+            let mut explain = rank::score(&v, 0.0, None, now, opts.recall.half_life_ms, &profile);
+            rank::supersede(&mut explain, time::superseded_at(&vt, at));
             out.push(hit(v, explain));
         }
         Ok(out)
     }
+}
+
+/// Under `--known-at`, a memory whose text then shared no query term is no
+/// answer (the index matched today's text).
+fn still_matches(
+    q: &TimeQuery,
+    m: &amos_acl::Visible<crate::store::memory::MemoryRecord>,
+    terms: &[String],
+) -> bool {
+    q.known_at_ms.is_none() || overlap(&m.content, terms) > 0.0
+}
+
+/// The share of the query's terms that `text` contains: the relevance of a
+/// `--known-at` candidate the index did not score (its text then is not
+/// indexed), scaled by the best index score of the batch.
+fn overlap(text: &str, terms: &[String]) -> f32 {
+    if terms.is_empty() {
+        return 0.0;
+    }
+    let text = text.to_lowercase();
+    let hits = terms.iter().filter(|t| text.contains(t.as_str())).count();
+    hits as f32 / terms.len() as f32
 }

@@ -9,11 +9,11 @@
 
 use amos_acl::AuthorizedScopes;
 use amos_protocol::fact::check_text;
-use amos_protocol::{Fact, FactBody, MemoryContent, MemoryId, MemoryText};
+use amos_protocol::{Fact, FactBody, MemoryContent, MemoryId, MemoryText, Validity};
 use amos_sync::text::LogKey;
 use serde::Serialize;
 
-use crate::api::node::{Node, admit_local};
+use crate::api::node::{Node, admit_local, check_validity};
 use crate::error::{NodeError, Result};
 use crate::store::memory::MemoryRecord;
 use crate::store::text::{self as stored, HistoryEntry};
@@ -71,6 +71,7 @@ fn content_of(rec: &MemoryRecord, text: MemoryText) -> FactBody {
         pinned: rec.pinned,
         expires_ms: rec.expires_ms,
         supersedes: rec.supersedes,
+        validity: rec.validity,
     })
 }
 
@@ -102,8 +103,38 @@ impl Node {
         text: &str,
         compact_bytes: u64,
     ) -> Result<MemoryId> {
-        check_text(text)?;
-        let rec = self.text_editable(who, id)?;
+        self.revise(who, id, Some(text), None, compact_bytes)
+    }
+
+    /// Change a memory's text, its valid time, or both (`amos update`); of
+    /// `validity`, the ends given are set and the others kept:
+    /// one signed content fact, as [`Node::update`] makes. A change of valid
+    /// time alone travels as an empty edit (`MemoryText::Edit` with no
+    /// change), so it merges like any edit.
+    pub fn revise(
+        &mut self,
+        who: &AuthorizedScopes,
+        id: &str,
+        text: Option<&str>,
+        validity: Option<Validity>,
+        compact_bytes: u64,
+    ) -> Result<MemoryId> {
+        if let Some(text) = text {
+            check_text(text)?;
+        }
+        let mut rec = self.text_editable(who, id)?;
+        // The ends given change; the others stay.
+        let validity = validity.map(|v| Validity {
+            from_ms: v.from_ms.or(rec.validity.from_ms),
+            to_ms: v.to_ms.or(rec.validity.to_ms),
+        });
+        if let Some(v) = &validity {
+            check_validity(v, rec.created_ms)?;
+        }
+        let revalidated = validity.is_some_and(|v| v != rec.validity);
+        if let Some(v) = validity {
+            rec.validity = v;
+        }
         let now = self.now_ms();
         let me = self.node_id();
         let identity = &self.identity;
@@ -111,12 +142,17 @@ impl Node {
             let clock = tx.tick(now, me)?;
             let mut state = tx.text_state(&rec.id)?;
             let epoch = tx.epoch()?;
-            let Some(change) = state
-                .doc
-                .edit_as(text, &me, epoch.as_bytes(), &clock)
-                .map_err(text_error)?
-            else {
-                return Ok(());
+            let change = match text {
+                Some(text) => state
+                    .doc
+                    .edit_as(text, &me, epoch.as_bytes(), &clock)
+                    .map_err(text_error)?,
+                None => None,
+            };
+            let change = match change {
+                Some(change) => change,
+                None if revalidated => Vec::new(),
+                None => return Ok(()),
             };
             let edit = identity.sign(Fact {
                 clock,

@@ -191,13 +191,8 @@ pub fn run(dir: &std::path::Path, rounds: usize) -> Result<TextReport> {
     let mid = a.add(
         &who,
         NewMemory {
-            text,
             kind: MemoryType::parse("procedure")?,
-            share: vec![],
-            tags: vec![],
-            importance: 0.5,
-            pinned: false,
-            expires_ms: None,
+            ..NewMemory::new(text)
         },
     )?;
     let id = mid.to_string();

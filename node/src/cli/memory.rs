@@ -15,20 +15,10 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
             tag,
             pin,
             expires,
+            valid,
+            supersedes,
         } => {
-            let text = if text == "-" {
-                let mut s = String::new();
-                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|e| {
-                    if e.kind() == std::io::ErrorKind::InvalidData {
-                        bad("content on stdin is not valid UTF-8")
-                    } else {
-                        anyhow::Error::new(e).context("reading stdin")
-                    }
-                })?;
-                s
-            } else {
-                text
-            };
+            let text = text_arg(text)?;
             let who = who(node, &w)?;
             let new = amos_node::front::request::AddRequest {
                 content: text,
@@ -38,10 +28,63 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                 importance: Some(importance),
                 pin,
                 expires,
+                valid_from: valid.valid_from,
+                valid_to: valid.valid_to,
+                supersedes,
             }
             .memory(node.now_ms(), |f| format!("--{f}"))?;
             let id = node.add(&who, new)?;
             out.emit(&json!({"id": id.to_string()}), || id.to_string());
+        }
+        Cmd::Supersede {
+            id,
+            text,
+            who: w,
+            share,
+            valid,
+        } => {
+            let text = text_arg(text)?;
+            let who = who(node, &w)?;
+            let validity = valid.validity(node.now_ms())?;
+            let share = match share.is_empty() {
+                true => None,
+                false => Some(
+                    share
+                        .iter()
+                        .map(|s| s.parse::<amos_protocol::Scope>().map_err(NodeError::from))
+                        .collect::<Result<Vec<_>, _>>()?,
+                ),
+            };
+            let new = node.supersede(&who, &id, text, share, validity)?;
+            out.emit(&json!({"id": new.to_string(), "supersedes": id}), || {
+                new.to_string()
+            });
+        }
+        Cmd::Timeline {
+            who: w,
+            since,
+            until,
+            scope,
+            limit,
+        } => {
+            let who = who(node, &w)?;
+            let q = TimeArgs {
+                since,
+                until,
+                ..TimeArgs::default()
+            }
+            .query(node.now_ms())?;
+            let scope = scope
+                .map(|s| s.parse::<amos_protocol::Scope>().map_err(NodeError::from))
+                .transpose()?;
+            let events = node.timeline(&who, q.since_ms, q.until_ms, scope.as_ref(), limit)?;
+            out.emit(&json!({"events": events}), || {
+                events
+                    .iter()
+                    .map(amos_node::front::view::timeline_line)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
         }
         Cmd::Get { id, who: w } => {
             let who = who(node, &w)?;
@@ -54,11 +97,13 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
             k,
             explain,
             ranking,
+            time,
         } => {
             let who = who(node, &w)?;
             let opts = amos_node::recall::RecallOptions {
                 k,
                 half_life_ms: ranking.half_life_ms()?,
+                time: time.query(node.now_ms())?,
                 ..Default::default()
             };
             let hits = node.search_with(&who, &query, &opts)?;
@@ -74,10 +119,12 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
             report,
             reinforce,
             ranking,
+            time,
         } => {
             let who = who(node, &w)?;
             let mut opts = amos_node::recall::PackOptions::new(budget);
             opts.recall.half_life_ms = ranking.half_life_ms()?;
+            opts.recall.time = time.query(node.now_ms())?;
             opts.reinforce = reinforce;
             let p = node.pack_with(&who, &query, &opts)?;
             out.emit(&output::pack_json(&p, report), || {
@@ -114,11 +161,16 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
         Cmd::Update {
             id,
             text,
+            valid,
             compact_at,
             who: w,
         } => {
             let who = who(node, &w)?;
-            let id = node.update_with(&who, &id, &text, compact_at)?;
+            let validity = match (&valid.valid_from, &valid.valid_to) {
+                (None, None) => None,
+                _ => Some(valid.validity(node.now_ms())?),
+            };
+            let id = node.revise(&who, &id, text.as_deref(), validity, compact_at)?;
             out.emit(&json!({"id": id.to_string()}), || format!("updated {id}"));
         }
         Cmd::History { id, who: w } => {
@@ -202,15 +254,18 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
             who: w,
             kind,
             limit,
+            time,
         } => {
             let who = who(node, &w)?;
             let kind = kind
                 .map(|k| MemoryType::parse(&k))
                 .transpose()
                 .map_err(NodeError::from)?;
-            let ms = node.list(&who, kind.as_ref(), limit)?;
+            let q = time.query(node.now_ms())?;
+            let timed = node.list_in_time(&who, kind.as_ref(), limit, &q)?;
+            let ms: Vec<_> = timed.iter().map(|(m, _)| m.clone()).collect();
             out.emit(
-                &json!({"memories": ms.iter().map(memory_json).collect::<Vec<_>>()}),
+                &json!({"memories": timed.iter().map(|(m, vt)| amos_node::front::view::timed_json(m, vt)).collect::<Vec<_>>()}),
                 || {
                     ms.iter()
                         .map(|m| {
@@ -234,4 +289,31 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A text argument; `-` reads stdin.
+fn text_arg(text: String) -> Result<String> {
+    if text != "-" {
+        return Ok(text);
+    }
+    let mut s = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::InvalidData {
+            bad("content on stdin is not valid UTF-8")
+        } else {
+            anyhow::Error::new(e).context("reading stdin")
+        }
+    })?;
+    Ok(s)
+}
+
+impl ValidArgs {
+    fn validity(&self, now_ms: u64) -> Result<amos_protocol::Validity> {
+        Ok(amos_node::front::request::validity(
+            self.valid_from.as_deref(),
+            self.valid_to.as_deref(),
+            now_ms,
+            &|f: &str| format!("--{f}"),
+        )?)
+    }
 }

@@ -129,6 +129,43 @@ enum Cmd {
         /// A duration from now (e.g. 30d) or an RFC 3339 time
         #[arg(long, value_name = "DURATION|RFC3339")]
         expires: Option<String>,
+        #[command(flatten)]
+        valid: ValidArgs,
+        /// The id of a memory this one replaces (it stays, marked superseded)
+        #[arg(long, value_name = "ID")]
+        supersedes: Option<String>,
+    },
+    /// Replace a memory with a new one (the old stays, its valid time ends
+    /// where the new one's starts). Type and tags are the old one's; so are
+    /// its grants when you own it, unless --share says otherwise.
+    Supersede {
+        /// The memory replaced
+        id: String,
+        /// The new text; `-` reads stdin
+        text: String,
+        #[command(flatten)]
+        who: AsAgent,
+        /// private, global, agent:ID, team:ID or project:ID (repeatable)
+        #[arg(long, value_name = "SCOPE")]
+        share: Vec<String>,
+        #[command(flatten)]
+        valid: ValidArgs,
+    },
+    /// Visible memories and their supersessions in valid-time order
+    Timeline {
+        #[command(flatten)]
+        who: AsAgent,
+        /// Events at or after this time (RFC 3339, date, or offset like -7d)
+        #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+        since: Option<String>,
+        /// Events at or before this time
+        #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+        until: Option<String>,
+        /// Only memories shared with this scope (private: shared with no one)
+        #[arg(long, value_name = "SCOPE")]
+        scope: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
     },
     /// One memory, if visible
     Get {
@@ -148,6 +185,8 @@ enum Cmd {
         explain: bool,
         #[command(flatten)]
         ranking: Ranking,
+        #[command(flatten)]
+        time: TimeArgs,
     },
     /// Token-budgeted context pack
     Pack {
@@ -165,6 +204,8 @@ enum Cmd {
         reinforce: bool,
         #[command(flatten)]
         ranking: Ranking,
+        #[command(flatten)]
+        time: TimeArgs,
     },
     /// Per-agent ranking weights by memory type (replicated)
     #[command(subcommand)]
@@ -173,7 +214,11 @@ enum Cmd {
     /// Concurrent edits on two nodes are merged, never dropped.
     Update {
         id: String,
-        text: String,
+        /// The new text (omit to change only the valid time)
+        #[arg(required_unless_present_any = ["valid_from", "valid_to"])]
+        text: Option<String>,
+        #[command(flatten)]
+        valid: ValidArgs,
         /// The origin compacts the memory's edit history once it holds more
         /// than this many bytes
         #[arg(long, value_name = "BYTES", env = "AMOS_TEXT_COMPACT_BYTES", default_value_t = amos_node::api::DEFAULT_COMPACT_BYTES)]
@@ -299,6 +344,8 @@ enum Cmd {
         kind: Option<String>,
         #[arg(long, default_value_t = 20)]
         limit: usize,
+        #[command(flatten)]
+        time: TimeArgs,
     },
     /// Convergence digest of the replicated facts (optionally those scopes admit)
     Digest {
@@ -431,6 +478,46 @@ struct Ranking {
         env = "AMOS_HALF_LIFE"
     )]
     half_life: String,
+}
+
+/// A memory's valid time (`amos add`, `update`, `supersede`).
+#[derive(clap::Args, Debug, Clone, Default)]
+struct ValidArgs {
+    /// When the content became true (RFC 3339, date, `now`, or offset like -7d; default: now)
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    valid_from: Option<String>,
+    /// When it stopped being true
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    valid_to: Option<String>,
+}
+
+/// Time filters of recall (`search`, `pack`, `list`).
+#[derive(clap::Args, Debug, Clone, Default)]
+struct TimeArgs {
+    /// Only memories whose valid time starts at or after this
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    since: Option<String>,
+    /// Only memories whose valid time starts at or before this
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    until: Option<String>,
+    /// What was true then: superseded and ended memories drop out
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    valid_at: Option<String>,
+    /// Answer with what was on record then (see docs/cli.md for how far back)
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    known_at: Option<String>,
+}
+
+impl TimeArgs {
+    fn query(self, now_ms: u64) -> Result<amos_node::recall::TimeQuery> {
+        Ok(amos_node::front::request::TimeRequest {
+            since: self.since,
+            until: self.until,
+            valid_at: self.valid_at,
+            known_at: self.known_at,
+        }
+        .query(now_ms, |f| format!("--{f}"))?)
+    }
 }
 
 impl Ranking {
@@ -1079,6 +1166,8 @@ fn run(cli: Cli) -> Result<()> {
             unreachable!("handled above")
         }
         cmd @ (Cmd::Add { .. }
+        | Cmd::Supersede { .. }
+        | Cmd::Timeline { .. }
         | Cmd::Get { .. }
         | Cmd::Search { .. }
         | Cmd::Pack { .. }

@@ -5,7 +5,7 @@
 
 use amos_acl::Visible;
 use amos_node::api::{BackupReport, HygieneReport};
-pub use amos_node::front::view::{hit_json, memory_json, pack_json, rfc3339};
+pub use amos_node::front::view::{hit_json, memory_json, one_line, pack_json, rfc3339};
 use amos_node::recall::{Hit, Pack};
 use amos_node::store::memory::MemoryRecord;
 use serde::Serialize;
@@ -66,8 +66,18 @@ pub fn hits_text(hits: &[Hit], explain: bool) -> String {
                     )
                 })
                 .unwrap_or_default();
+            let superseded = e
+                .superseded_by
+                .as_ref()
+                .map(|by| {
+                    format!(
+                        " × superseded {} (by {by})",
+                        amos_node::recall::time::SUPERSEDED_FACTOR
+                    )
+                })
+                .unwrap_or_default();
             lines.push(format!(
-                "         relevance {:.4}{via} [bm25 {:.4}] × importance {:.2} × confidence {:.2} × freshness {:.4} (age {:.1}d, half-life {:.1}d{}) × reinforcement {:.3} × profile {:.2} = {:.6}",
+                "         relevance {:.4}{via} [bm25 {:.4}] × importance {:.2} × confidence {:.2} × freshness {:.4} (age {:.1}d, half-life {:.1}d{}) × reinforcement {:.3} × profile {:.2}{superseded} = {:.6}",
                 e.relevance,
                 e.bm25,
                 e.importance,
@@ -132,15 +142,6 @@ pub fn memory_text(m: &Visible<MemoryRecord>) -> String {
         rfc3339(m.created_ms()),
         m.content()
     )
-}
-
-pub fn one_line(s: &str, max: usize) -> String {
-    let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() > max {
-        format!("{}…", flat.chars().take(max).collect::<String>())
-    } else {
-        flat
-    }
 }
 
 pub fn hygiene_text(r: &HygieneReport) -> String {

@@ -24,10 +24,10 @@ use serde_json::{Map, Value, json};
 
 use crate::api::node::Node;
 use crate::error::{NodeError, Result};
-use crate::front::request::AddRequest;
+use crate::front::request::{self, AddRequest, TimeRequest};
 use crate::front::view;
 use crate::home::Home;
-use crate::recall::{DEFAULT_BUDGET, DEFAULT_K};
+use crate::recall::{DEFAULT_BUDGET, DEFAULT_K, PackOptions, RecallOptions};
 
 /// The MCP server: one node, one agent.
 pub struct MemoryServer {
@@ -177,7 +177,10 @@ const TOOLS: &[ToolSpec] = &[
                     "tags": {"type": "array", "items": {"type": "string"}},
                     "importance": {"type": "number", "minimum": 0, "maximum": 1, "description": "default 0.5"},
                     "pin": {"type": "boolean", "description": "always recalled first, never decays"},
-                    "expires": {"type": "string", "description": "duration (30d, 12h) or RFC 3339 time"}
+                    "expires": {"type": "string", "description": "duration (30d, 12h) or RFC 3339 time"},
+                    "valid_from": {"type": "string", "description": "when this became true (RFC 3339, date, or offset like -7d; default now)"},
+                    "valid_to": {"type": "string", "description": "when this stopped being true"},
+                    "supersedes": {"type": "string", "description": "id of the memory this one replaces (it stays, marked superseded)"}
                 }),
                 &["content"],
             )
@@ -191,7 +194,11 @@ const TOOLS: &[ToolSpec] = &[
             obj(
                 json!({
                     "query": {"type": "string"},
-                    "k": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "how many (default 10)"}
+                    "k": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "how many (default 10)"},
+                    "since": {"type": "string", "description": "only memories whose valid time starts at/after this (RFC 3339, date, or offset like -7d)"},
+                    "until": {"type": "string", "description": "only memories whose valid time starts at/before this"},
+                    "valid_at": {"type": "string", "description": "what was true then: superseded and ended memories drop out"},
+                    "known_at": {"type": "string", "description": "answer with what was on record then"}
                 }),
                 &["query"],
             )
@@ -216,7 +223,11 @@ const TOOLS: &[ToolSpec] = &[
                 json!({
                     "query": {"type": "string"},
                     "budget": {"type": "integer", "minimum": 1, "description": "tokens (default 1200)"},
-                    "report": {"type": "boolean"}
+                    "report": {"type": "boolean"},
+                    "since": {"type": "string", "description": "only memories whose valid time starts at/after this (RFC 3339, date, or offset like -7d)"},
+                    "until": {"type": "string", "description": "only memories whose valid time starts at/before this"},
+                    "valid_at": {"type": "string", "description": "what was true then: superseded and ended memories drop out"},
+                    "known_at": {"type": "string", "description": "answer with what was on record then"}
                 }),
                 &["query"],
             )
@@ -224,11 +235,33 @@ const TOOLS: &[ToolSpec] = &[
     },
     ToolSpec {
         name: "memory_update",
-        description: "Replace the text of a memory you own.",
+        description: "Replace the text of a memory you own, or its valid time (valid_from, \
+            valid_to), or both.",
         schema: || {
             obj(
-                json!({"id": {"type": "string", "description": ID}, "content": {"type": "string"}}),
-                &["id", "content"],
+                json!({
+                    "id": {"type": "string", "description": ID},
+                    "content": {"type": "string"},
+                    "valid_from": {"type": "string"},
+                    "valid_to": {"type": "string"}
+                }),
+                &["id"],
+            )
+        },
+    },
+    ToolSpec {
+        name: "memory_timeline",
+        description: "The memories you may see in the order they became true, with what \
+            replaced what: for 'what did we decide last week' or 'what changed since'.",
+        schema: || {
+            obj(
+                json!({
+                    "since": {"type": "string", "description": "RFC 3339, date, or offset like -7d"},
+                    "until": {"type": "string"},
+                    "scope": {"type": "string", "description": "only memories shared with this scope (private, team:ID, ...)"},
+                    "limit": {"type": "integer", "minimum": 1, "description": "most events (default 100)"}
+                }),
+                &[],
             )
         },
     },
@@ -324,6 +357,19 @@ pub fn tools() -> Vec<Tool> {
 struct SearchArgs {
     query: String,
     k: Option<usize>,
+    since: Option<String>,
+    until: Option<String>,
+    valid_at: Option<String>,
+    known_at: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TimelineArgs {
+    since: Option<String>,
+    until: Option<String>,
+    scope: Option<String>,
+    limit: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -339,13 +385,19 @@ struct PackArgs {
     budget: Option<usize>,
     #[serde(default)]
     report: bool,
+    since: Option<String>,
+    until: Option<String>,
+    valid_at: Option<String>,
+    known_at: Option<String>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct UpdateArgs {
     id: String,
-    content: String,
+    content: Option<String>,
+    valid_from: Option<String>,
+    valid_to: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -369,6 +421,23 @@ struct LinkArgs {
 struct FeedbackArgs {
     ids: Vec<String>,
     helpful: bool,
+}
+
+/// The time filters of a recall tool.
+fn time_of(
+    since: Option<String>,
+    until: Option<String>,
+    valid_at: Option<String>,
+    known_at: Option<String>,
+    now_ms: u64,
+) -> Result<crate::recall::TimeQuery> {
+    TimeRequest {
+        since,
+        until,
+        valid_at,
+        known_at,
+    }
+    .query(now_ms, str::to_owned)
 }
 
 /// Arguments into a tool's struct; the error names the field at fault.
@@ -399,7 +468,12 @@ fn dispatch(
         }
         "memory_search" => {
             let a: SearchArgs = parse(tool, args)?;
-            let hits = node.search(who, &a.query, a.k.unwrap_or(DEFAULT_K))?;
+            let opts = RecallOptions {
+                k: a.k.unwrap_or(DEFAULT_K),
+                time: time_of(a.since, a.until, a.valid_at, a.known_at, node.now_ms())?,
+                ..RecallOptions::default()
+            };
+            let hits = node.search_with(who, &a.query, &opts)?;
             let text = if hits.is_empty() {
                 "no matching memories".to_owned()
             } else {
@@ -428,7 +502,9 @@ fn dispatch(
         }
         "memory_context_pack" => {
             let a: PackArgs = parse(tool, args)?;
-            let p = node.pack(who, &a.query, a.budget.unwrap_or(DEFAULT_BUDGET))?;
+            let mut opts = PackOptions::new(a.budget.unwrap_or(DEFAULT_BUDGET));
+            opts.recall.time = time_of(a.since, a.until, a.valid_at, a.known_at, node.now_ms())?;
+            let p = node.pack_with(who, &a.query, &opts)?;
             let mut lines: Vec<String> = p
                 .items
                 .iter()
@@ -439,8 +515,59 @@ fn dispatch(
         }
         "memory_update" => {
             let a: UpdateArgs = parse(tool, args)?;
-            let id = node.update(who, &a.id, &a.content)?;
+            let validity = match (&a.valid_from, &a.valid_to) {
+                (None, None) => None,
+                (from, to) => Some(request::validity(
+                    from.as_deref(),
+                    to.as_deref(),
+                    node.now_ms(),
+                    &str::to_owned,
+                )?),
+            };
+            if a.content.is_none() && validity.is_none() {
+                return Err(NodeError::BadInput(
+                    "memory_update: give content, valid_from or valid_to".into(),
+                ));
+            }
+            let id = node.revise(
+                who,
+                &a.id,
+                a.content.as_deref(),
+                validity,
+                crate::api::DEFAULT_COMPACT_BYTES,
+            )?;
             Ok((format!("updated {id}"), json!({"id": id.to_string()})))
+        }
+        "memory_timeline" => {
+            let a: TimelineArgs = parse(tool, args)?;
+            let now = node.now_ms();
+            let q = TimeRequest {
+                since: a.since,
+                until: a.until,
+                ..TimeRequest::default()
+            }
+            .query(now, str::to_owned)?;
+            let scope = a
+                .scope
+                .map(|s| s.parse::<amos_protocol::Scope>().map_err(NodeError::from))
+                .transpose()?;
+            let events = node.timeline(
+                who,
+                q.since_ms,
+                q.until_ms,
+                scope.as_ref(),
+                a.limit.unwrap_or(100),
+            )?;
+            let text = if events.is_empty() {
+                "no events".to_owned()
+            } else {
+                events
+                    .iter()
+                    .map(view::timeline_line)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            Ok((text, json!({"events": events})))
         }
         "memory_share" | "memory_unshare" => {
             let a: ScopeArgs = parse(tool, args)?;

@@ -1,13 +1,83 @@
 //! One parser for what the CLI and the MCP server both take as strings: a
-//! new memory (`amos add`, the `memory_add` tool). Each front end fills an
-//! [`AddRequest`] its own way (clap flags, JSON arguments); what the fields
-//! mean and how a bad one is refused is written once, here.
+//! new memory (`amos add`, the `memory_add` tool) and the time filters of
+//! recall (`--since`, `--valid-at`, … and their MCP twins). Each front end
+//! fills an [`AddRequest`] or a [`TimeRequest`] its own way (clap flags,
+//! JSON arguments); what the fields mean and how a bad one is refused is
+//! written once, here.
 
-use amos_protocol::{MemoryType, Scope};
+use amos_protocol::{MemoryId, MemoryType, Scope, Validity};
 use serde::Deserialize;
 
-use crate::api::{NewMemory, parse_expiry};
+use crate::api::{NewMemory, parse_expiry, parse_time};
 use crate::error::{NodeError, Result};
+use crate::recall::TimeQuery;
+
+/// A point in time a user wrote, read at `now_ms`; a bad one names its field.
+fn time_field(
+    v: Option<&str>,
+    now_ms: u64,
+    name: &str,
+    label: &impl Fn(&str) -> String,
+) -> Result<Option<u64>> {
+    v.map(|s| {
+        parse_time(s, now_ms).map_err(|_| {
+            NodeError::BadInput(format!(
+                "malformed {} {s:?}: use an RFC 3339 time or date (2026-03-01), now, or an offset (-7d)",
+                label(name)
+            ))
+        })
+    })
+    .transpose()
+}
+
+/// A memory's valid time as strings (`valid_from`, `valid_to`).
+pub fn validity(
+    from: Option<&str>,
+    to: Option<&str>,
+    now_ms: u64,
+    label: &impl Fn(&str) -> String,
+) -> Result<Validity> {
+    let v = Validity {
+        from_ms: time_field(from, now_ms, "valid-from", label)?,
+        to_ms: time_field(to, now_ms, "valid-to", label)?,
+    };
+    if let (Some(_), Some(_)) = (v.from_ms, v.to_ms) {
+        crate::api::node::check_validity(&v, 0)?;
+    }
+    Ok(v)
+}
+
+/// The time filters of a recall as strings. As JSON: `since`, `until`,
+/// `valid_at`, `known_at`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct TimeRequest {
+    pub since: Option<String>,
+    pub until: Option<String>,
+    pub valid_at: Option<String>,
+    pub known_at: Option<String>,
+}
+
+impl TimeRequest {
+    /// The query this asks for, at `now_ms`.
+    pub fn query(&self, now_ms: u64, label: impl Fn(&str) -> String) -> Result<TimeQuery> {
+        let q = TimeQuery {
+            since_ms: time_field(self.since.as_deref(), now_ms, "since", &label)?,
+            until_ms: time_field(self.until.as_deref(), now_ms, "until", &label)?,
+            valid_at_ms: time_field(self.valid_at.as_deref(), now_ms, "valid-at", &label)?,
+            known_at_ms: time_field(self.known_at.as_deref(), now_ms, "known-at", &label)?,
+        };
+        if let (Some(s), Some(u)) = (q.since_ms, q.until_ms)
+            && u < s
+        {
+            return Err(NodeError::BadInput(format!(
+                "{} is before {}",
+                label("until"),
+                label("since")
+            )));
+        }
+        Ok(q)
+    }
+}
 
 /// A new memory as strings. As JSON (`memory_add`): `content`, `type`,
 /// `share`, `tags`, `importance`, `pin`, `expires`; unknown fields are
@@ -27,6 +97,12 @@ pub struct AddRequest {
     pub pin: bool,
     /// A duration from now (`30d`, `12h`) or an RFC 3339 time.
     pub expires: Option<String>,
+    /// When the content became true (default: its creation).
+    pub valid_from: Option<String>,
+    /// When it stopped being true.
+    pub valid_to: Option<String>,
+    /// The id of the memory this one replaces.
+    pub supersedes: Option<String>,
 }
 
 impl AddRequest {
@@ -59,6 +135,23 @@ impl AddRequest {
                 })
             })
             .transpose()?;
+        new.validity = validity(
+            self.valid_from.as_deref(),
+            self.valid_to.as_deref(),
+            now_ms,
+            &label,
+        )?;
+        new.supersedes = self
+            .supersedes
+            .map(|s| {
+                s.parse::<MemoryId>().map_err(|_| {
+                    NodeError::BadInput(format!(
+                        "malformed {} {s:?}: not a memory id",
+                        label("supersedes")
+                    ))
+                })
+            })
+            .transpose()?;
         Ok(new)
     }
 }
@@ -77,12 +170,29 @@ mod tests {
             importance: Some(0.9),
             pin: true,
             expires: Some("1h".into()),
+            valid_from: Some("2026-03-01".into()),
+            ..AddRequest::default()
         };
         let m = r.memory(1_000, |f| format!("--{f}")).unwrap();
         assert_eq!(m.kind.as_str(), "procedure");
         assert_eq!(m.share.len(), 1);
         assert_eq!(m.expires_ms, Some(1_000 + 3_600_000));
         assert!(m.pinned);
+        assert_eq!(m.validity.from_ms, Some(1_772_323_200_000));
+        let bad = AddRequest {
+            content: "x".into(),
+            valid_from: Some("2026-03-02".into()),
+            valid_to: Some("2026-03-01".into()),
+            ..AddRequest::default()
+        };
+        assert_eq!(bad.memory(0, str::to_owned).unwrap_err().exit_code(), 2);
+        let bad = AddRequest {
+            content: "x".into(),
+            valid_to: Some("last tuesday".into()),
+            ..AddRequest::default()
+        };
+        let e = bad.memory(0, |f| format!("--{f}")).unwrap_err().to_string();
+        assert!(e.contains("--valid-to \"last tuesday\""), "{e}");
         let bad = AddRequest {
             content: "x".into(),
             expires: Some("soon".into()),

@@ -9,6 +9,8 @@
 use amos_acl::Visible;
 use serde_json::{Value, json};
 
+use crate::api::{TimelineEntry, TimelineEvent};
+use crate::recall::time::ValidTime;
 use crate::recall::{Hit, Pack};
 use crate::store::memory::MemoryRecord;
 
@@ -35,7 +37,50 @@ pub fn memory_json(m: &Visible<MemoryRecord>) -> Value {
         "expires": m.expires_ms.map(rfc3339),
         "origin": m.origin.to_string(),
         "archived": m.archived,
+        "valid_from": rfc3339(m.valid_from_ms()),
+        "valid_to": m.validity.to_ms.map(rfc3339),
+        "supersedes": m.supersedes.map(|s| s.to_string()),
     })
+}
+
+/// A memory with its effective valid time (`amos list` under time filters):
+/// the memory object plus `valid_until` (the end a superseder or `valid_to`
+/// gives it) and `superseded_by`.
+pub fn timed_json(m: &Visible<MemoryRecord>, vt: &ValidTime) -> Value {
+    let mut v = memory_json(m);
+    v["valid_until"] = json!(vt.to_ms.map(rfc3339));
+    v["superseded_by"] = json!(vt.superseded_by.map(|s| s.id.to_string()));
+    v
+}
+
+/// One timeline event as a line of text.
+pub fn timeline_line(e: &TimelineEntry) -> String {
+    let what = match e.event {
+        TimelineEvent::Starts => "starts    ".to_owned(),
+        TimelineEvent::Ends => "ends      ".to_owned(),
+        TimelineEvent::Superseded => "superseded".to_owned(),
+    };
+    let by =
+        e.by.as_deref()
+            .map(|b| format!(" (by {b})"))
+            .unwrap_or_default();
+    format!(
+        "{}  {what}  {}  {}: {}{by}",
+        rfc3339(e.at_ms),
+        e.memory,
+        e.owner,
+        one_line(&e.text, 80)
+    )
+}
+
+/// `s` on one line, its first `max` characters and an ellipsis if longer.
+pub fn one_line(s: &str, max: usize) -> String {
+    let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() > max {
+        format!("{}…", flat.chars().take(max).collect::<String>())
+    } else {
+        flat
+    }
 }
 
 /// A search hit: the memory object plus `score`, `relevance` and `explain`

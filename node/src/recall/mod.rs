@@ -16,13 +16,15 @@
 //!
 //! Submodules: [`rank`] (the score and its explanation), [`resonance`]
 //! (spreading over links), [`pack`] (context packs), [`text`] (duplicate and
-//! contradiction heuristics), [`latency`] (the recall latency histogram).
+//! contradiction heuristics), [`latency`] (the recall latency histogram),
+//! [`time`] (valid time, supersession and the time filters).
 
 pub mod latency;
 pub mod pack;
 pub mod rank;
 pub mod resonance;
 pub mod text;
+pub mod time;
 
 use std::time::{Duration, Instant};
 
@@ -35,6 +37,7 @@ pub use latency::RecallKind;
 pub use pack::{DEFAULT_BUDGET, DEFAULT_K, Pack, PackDecision, PackOptions, estimate_tokens};
 pub use rank::{Explain, RecallOptions, ResonanceConfig};
 pub use text::normalize_text;
+pub use time::TimeQuery;
 
 use crate::error::Result;
 use crate::store::memory::{self, MemoryRecord};

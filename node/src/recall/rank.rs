@@ -58,6 +58,8 @@ pub struct RecallOptions {
     pub resonance: ResonanceConfig,
     /// Record the hits as recalled (local `last_access_ms`, for retention).
     pub note_recall: bool,
+    /// Time filters (`--since`, `--until`, `--valid-at`, `--known-at`).
+    pub time: crate::recall::time::TimeQuery,
 }
 
 impl RecallOptions {
@@ -76,6 +78,7 @@ impl Default for RecallOptions {
             half_life_ms: DEFAULT_HALF_LIFE_MS,
             resonance: ResonanceConfig::default(),
             note_recall: true,
+            time: Default::default(),
         }
     }
 }
@@ -107,7 +110,19 @@ pub struct Explain {
     pub pinned: bool,
     pub reinforcement: f32,
     pub profile_weight: f32,
+    /// Set when a visible memory replaced this one by the query's time: the
+    /// score is then multiplied by `recall::time::SUPERSEDED_FACTOR`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<String>,
     pub score: f32,
+}
+
+/// Down-weight a memory that `by` replaced (docs/design.md §12).
+pub fn supersede(explain: &mut Explain, by: Option<crate::recall::time::Superseder>) {
+    if let Some(s) = by {
+        explain.superseded_by = Some(s.id.to_string());
+        explain.score *= crate::recall::time::SUPERSEDED_FACTOR;
+    }
 }
 
 /// Freshness of something `age_ms` old: `0.5^(age / half_life)`, floored;
@@ -156,6 +171,7 @@ pub fn score(
         pinned: m.pinned,
         reinforcement: m.reinforcement,
         profile_weight: weight,
+        superseded_by: None,
         score,
     }
 }

@@ -14,7 +14,7 @@
 //! the gate let through. Never returns a row to a caller without the gate.
 
 use amos_acl::{AuthorizedScopes, Gated, Visible};
-use amos_protocol::{AgentId, Grants, Hlc, MemoryId, MemoryType, NodeId};
+use amos_protocol::{AgentId, Grants, Hlc, MemoryId, MemoryType, NodeId, Validity};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
@@ -59,6 +59,8 @@ pub struct MemoryRecord {
     pub(crate) pinned: bool,
     pub(crate) expires_ms: Option<u64>,
     pub(crate) supersedes: Option<MemoryId>,
+    /// When the content was true in the world, as signed.
+    pub(crate) validity: Validity,
     /// The grants as signed by the memory's author.
     pub(crate) grants: Grants,
     /// The grants in force on this node (what the gate uses).
@@ -115,6 +117,15 @@ impl MemoryRecord {
     pub fn supersedes(&self) -> Option<MemoryId> {
         self.supersedes
     }
+    /// When the content was true in the world, as signed (not yet cut short
+    /// by a superseder: see `recall::time`).
+    pub fn validity(&self) -> Validity {
+        self.validity
+    }
+    /// Start of valid time: the signed `valid_from`, else the creation.
+    pub fn valid_from_ms(&self) -> u64 {
+        self.validity.from_ms.unwrap_or(self.created_ms)
+    }
     /// The grants as signed by the memory's author.
     pub fn grants(&self) -> &Grants {
         &self.grants
@@ -164,7 +175,7 @@ impl Gated for MemoryRecord {
 /// The columns [`from_row`] reads, in order.
 const COLUMNS: &str = "id, owner, origin, created_ms, v, kind, content, tags, importance, \
      confidence, pinned, expires_ms, supersedes, grants, effective, tombstone_fact IS NOT NULL, \
-     archived, reinforcement, seq, owner_trusted";
+     archived, reinforcement, seq, owner_trusted, valid_from_ms, valid_to_ms";
 
 /// Rows that can be shown at all: content present (a memory whose acl fact
 /// arrived before its content is not yet a memory), not tombstoned.
@@ -210,6 +221,10 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Option<MemoryRecord>> {
         pinned: r.get::<_, Option<bool>>(10)?.unwrap_or(false),
         expires_ms: r.get::<_, Option<i64>>(11)?.map(|e| e as u64),
         supersedes: supersedes.as_deref().and_then(MemoryId::from_slice),
+        validity: Validity {
+            from_ms: r.get::<_, Option<i64>>(20)?.map(|t| t as u64),
+            to_ms: r.get::<_, Option<i64>>(21)?.map(|t| t as u64),
+        },
         grants: split_grants(&r.get::<_, String>(13)?),
         effective: split_grants(&r.get::<_, String>(14)?),
         tombstoned: r.get(15)?,
@@ -345,6 +360,34 @@ pub(crate) fn access_clause(who: &AuthorizedScopes, args: &mut Vec<Value>) -> St
             placeholders
         }
     )
+}
+
+/// The live memories `who` may see at `now_ms` that replace one of `ids`
+/// (`supersedes` names it), each with the id it replaces. Archived ones
+/// count: archiving is local, and what replaced what must read the same on
+/// every node.
+pub(crate) fn visible_superseders(
+    conn: &Connection,
+    who: &AuthorizedScopes,
+    ids: &[MemoryId],
+    now_ms: u64,
+) -> Result<Vec<(MemoryId, Visible<MemoryRecord>)>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT id FROM memories WHERE supersedes = ?1 AND {LIVE}"
+    ))?;
+    let mut found = Vec::new();
+    for id in ids {
+        let rows = stmt.query_map([&id.0[..]], |r| r.get::<_, Vec<u8>>(0))?;
+        for r in rows {
+            if let Some(s) = MemoryId::from_slice(&r?) {
+                found.push(s);
+            }
+        }
+    }
+    Ok(visible(conn, who, &found, now_ms)?
+        .into_iter()
+        .filter_map(|s| s.supersedes.map(|old| (old, s)))
+        .collect())
 }
 
 impl Store {

@@ -385,7 +385,8 @@ impl Tx<'_> {
                 tx.prepare_cached(
                     "UPDATE memories SET kind = NULL, content = NULL, tags = NULL,
                         importance = NULL, confidence = NULL, pinned = NULL, expires_ms = NULL,
-                        supersedes = NULL, v = NULL, content_fact = NULL, grants = '',
+                        supersedes = NULL, valid_from_ms = NULL, valid_to_ms = NULL,
+                        v = NULL, content_fact = NULL, grants = '',
                         effective = '', acl_v = NULL, acl_fact = NULL
                      WHERE id = ?1",
                 )?
@@ -515,7 +516,8 @@ impl Tx<'_> {
             .prepare_cached(
                 "UPDATE memories SET kind = NULL, content = NULL, tags = NULL,
                     importance = NULL, confidence = NULL, pinned = NULL,
-                    expires_ms = NULL, supersedes = NULL, content_fact = NULL
+                    expires_ms = NULL, supersedes = NULL, valid_from_ms = NULL,
+                    valid_to_ms = NULL, content_fact = NULL
                  WHERE id = ?1",
             )?
             .execute([&id.0[..]])?;
@@ -608,12 +610,14 @@ impl Tx<'_> {
         tx.prepare_cached(
                     "INSERT INTO memories(id, owner, origin, created_ms, kind, content, tags,
                         importance, confidence, pinned, expires_ms, supersedes, v, content_fact,
-                        seq, touched, owner_trusted)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?15, ?16)
+                        seq, touched, owner_trusted, valid_from_ms, valid_to_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?15, ?16,
+                        ?17, ?18)
                      ON CONFLICT(id) DO UPDATE SET kind = excluded.kind, content = excluded.content,
                         tags = excluded.tags, importance = excluded.importance,
                         confidence = excluded.confidence, pinned = excluded.pinned,
                         expires_ms = excluded.expires_ms, supersedes = excluded.supersedes,
+                        valid_from_ms = excluded.valid_from_ms, valid_to_ms = excluded.valid_to_ms,
                         v = excluded.v, content_fact = excluded.content_fact,
                         seq = excluded.seq, touched = excluded.touched,
                         owner_trusted = excluded.owner_trusted",
@@ -635,6 +639,8 @@ impl Tx<'_> {
                     bytes,
                     seq,
                     owner_trusted,
+                    m.validity.from_ms.map(|t| t as i64),
+                    m.validity.to_ms.map(|t| t as i64),
                 ])?;
         Ok(())
     }
@@ -674,9 +680,10 @@ impl Tx<'_> {
         tx.prepare_cached(
             "INSERT INTO memories(id, owner, origin, created_ms, kind, content, tags,
                 importance, confidence, pinned, expires_ms, supersedes, v, content_fact,
-                grants, effective, acl_v, acl_fact, seq, touched, owner_trusted, grants_ever)
+                grants, effective, acl_v, acl_fact, seq, touched, owner_trusted, grants_ever,
+                valid_from_ms, valid_to_ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
-                ?15, ?16, ?17, ?18, ?19, ?19, ?20, ?16)",
+                ?15, ?16, ?17, ?18, ?19, ?19, ?20, ?16, ?21, ?22)",
         )?
         .execute(params![
             &m.id.0[..],
@@ -699,6 +706,8 @@ impl Tx<'_> {
             acl.to_bytes(),
             seq,
             owner_trusted,
+            m.validity.from_ms.map(|t| t as i64),
+            m.validity.to_ms.map(|t| t as i64),
         ])?;
         self.write_memory_grants(&m.id, effective)
     }
@@ -815,6 +824,7 @@ mod tests {
                     pinned: false,
                     expires_ms: None,
                     supersedes: None,
+                    validity: Default::default(),
                 }),
             })
             .unwrap();

@@ -247,7 +247,16 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX audit_code ON audit(code);
     ALTER TABLE deferred ADD COLUMN code TEXT NOT NULL DEFAULT 'other';
     "#,
-    // The read audit (store/reads.rs): local-only, never a fact, never in
+    // v8: valid time (docs/design.md §12). A content fact's validity, and
+    // the replaced memory's superseders found by index. Rows written before
+    // v8 had no validity to keep: both columns start empty (open), which is
+    // what their facts say.
+    r#"
+    ALTER TABLE memories ADD COLUMN valid_from_ms INTEGER;
+    ALTER TABLE memories ADD COLUMN valid_to_ms INTEGER;
+    CREATE INDEX memories_supersedes ON memories(supersedes) WHERE supersedes IS NOT NULL;
+    "#,
+    // v9: the read audit (store/reads.rs): local-only, never a fact, never in
     // the digest.
     r#"
     CREATE TABLE read_audit (
@@ -256,7 +265,7 @@ const MIGRATIONS: &[&str] = &[
         agent   TEXT NOT NULL,
         memory  BLOB NOT NULL,
         front   TEXT NOT NULL,      -- cli | mcp | ...
-        via     TEXT NOT NULL       -- get | list | search | pack
+        via     TEXT NOT NULL       -- get | list | search | pack | timeline
     ) STRICT;
     CREATE INDEX read_audit_time ON read_audit(time_ms);
     CREATE INDEX read_audit_memory ON read_audit(memory, time_ms);

@@ -397,3 +397,82 @@ impl Tx<'_> {
         Ok(())
     }
 }
+
+/// An edited memory's content as its records stood at `t_ms` (record time,
+/// the facts' clocks): the text of the log's facts stamped at or before
+/// `t_ms`, and the validity of the newest content fact held (log or
+/// register) stamped then. `None` when the log
+/// cannot say (never edited, or nothing in it that old): the current content
+/// then stands, which for a never-edited memory is its only version.
+///
+/// Reach: a compaction folds the edits before it into its snapshot; for a
+/// time before a held snapshot the text is the base's (what was surely on
+/// record then), without the folded edits.
+pub fn content_at(
+    conn: &Connection,
+    id: &MemoryId,
+    t_ms: u64,
+) -> Result<Option<(String, amos_protocol::Validity)>> {
+    let log = load_log(conn, id)?;
+    if log.entries.is_empty() {
+        return Ok(None);
+    }
+    let snapshot_later = log
+        .entries
+        .get(&LogKey::Snapshot)
+        .is_some_and(|e| e.clock.wall_ms > t_ms);
+    let entries: std::collections::BTreeMap<LogKey, LogEntry> = log
+        .entries
+        .into_iter()
+        .filter(|(k, e)| {
+            e.clock.wall_ms <= t_ms && e.fact.is_some() && !(snapshot_later && *k != LogKey::Base)
+        })
+        .collect();
+    // The other fields are the newest content fact then on record: a log
+    // fact, or the register (a change of valid time alone is an empty edit,
+    // which the log does not keep: only the newest one is held).
+    let register: Option<Vec<u8>> = conn
+        .prepare_cached("SELECT content_fact FROM memories WHERE id = ?1")?
+        .query_row([&id.0[..]], |r| r.get(0))
+        .optional()?
+        .flatten();
+    let mut newest: Option<(Hlc, amos_protocol::Validity)> = None;
+    for b in entries
+        .values()
+        .filter_map(|e| e.fact.as_ref())
+        .chain(register.as_ref())
+    {
+        let f = decode(b)?;
+        if let FactBody::MemoryContent(c) = f.fact.body
+            && f.fact.clock.wall_ms <= t_ms
+            && newest.is_none_or(|(h, _)| f.fact.clock > h)
+        {
+            newest = Some((f.fact.clock, c.validity));
+        }
+    }
+    let Some((_, validity)) = newest else {
+        return Ok(None);
+    };
+    let log = TextLog { entries };
+    let text = log.build(*id).map_err(corrupt)?.text();
+    Ok(Some((text, validity)))
+}
+
+/// Memories whose text log holds a fact stamped after `t_ms`: those whose
+/// text may have read otherwise at `t_ms` (the `--known-at` candidates the
+/// index, which holds today's text, cannot find).
+pub fn changed_since(conn: &Connection, t_ms: u64) -> Result<Vec<MemoryId>> {
+    let after = Hlc {
+        wall_ms: t_ms,
+        logical: u32::MAX,
+        node: amos_protocol::NodeId([0xff; 32]),
+    }
+    .sort_key();
+    let mut stmt = conn.prepare_cached("SELECT DISTINCT memory FROM memory_text WHERE v > ?1")?;
+    let rows = stmt.query_map([&after[..]], |r| r.get::<_, Vec<u8>>(0))?;
+    let mut out = Vec::new();
+    for r in rows {
+        out.extend(MemoryId::from_slice(&r?));
+    }
+    Ok(out)
+}

@@ -806,6 +806,7 @@ fn a_scoped_peer_cannot_escalate_through_a_bundle() {
                     pinned: true,
                     expires_ms: None,
                     supersedes: None,
+                    validity: Default::default(),
                 }),
             ),
             sign(

@@ -113,11 +113,13 @@ fn check_aos_import(h: &Home) {
         by("eve_two")["visibility"],
         serde_json::json!(["agent:dave", "team:apollo"])
     );
-    // The source's creation time, in the one place it is kept.
+    // The source's creation time is the memory's valid-from.
+    let private = by("alice_private");
     assert_eq!(
-        by("alice_private")["tags"],
-        serde_json::json!(["created:2025-03-01T10:00:00Z"])
+        private["valid_from"], "2025-03-01T10:00:00.000Z",
+        "{private}"
     );
+    assert_eq!(private["tags"], serde_json::json!([]));
     // Org: teams, project, members.
     let teams = h.json(&["team", "list"]);
     let members = |t: &Value, id: &str| -> Vec<String> {
@@ -317,13 +319,9 @@ fn mem0_export_imports_private_to_its_agent_and_twice_is_a_no_op() {
     assert_eq!(veg["visibility"], serde_json::json!(["private"]));
     assert_eq!(
         veg["tags"],
-        serde_json::json!([
-            "mem0-user:alex",
-            "food",
-            "preferences",
-            "created:2024-07-20T08:30:00Z"
-        ])
+        serde_json::json!(["mem0-user:alex", "food", "preferences"])
     );
+    assert_eq!(veg["valid_from"], "2024-07-20T08:30:00.000Z", "{veg}");
     assert!(mine.contains_key("Works on the Apollo launch dashboard"));
     assert!(listed(&h, "bob").is_empty(), "private to alice");
     let fp = h.fingerprint();
@@ -468,8 +466,11 @@ fn hermes_files_import_one_memory_per_section() {
     assert_eq!(h.fingerprint(), fp);
 }
 
-/// What an export file says of its memories: text → (type, grants, pinned).
-fn exported(path: &std::path::Path) -> (BTreeMap<String, (Value, Value, Value)>, usize) {
+/// What an export file says of its memories: text → (type, grants,
+/// (pinned, valid_from)).
+type Exported = BTreeMap<String, (Value, Value, (Value, Value))>;
+
+fn exported(path: &std::path::Path) -> (Exported, usize) {
     let mut mems = BTreeMap::new();
     let mut links = 0;
     for l in std::fs::read_to_string(path).unwrap().lines() {
@@ -478,7 +479,11 @@ fn exported(path: &std::path::Path) -> (BTreeMap<String, (Value, Value, Value)>,
             Some("memory") => {
                 mems.insert(
                     v["text"].as_str().unwrap().to_owned(),
-                    (v["type"].clone(), v["grants"].clone(), v["pinned"].clone()),
+                    (
+                        v["type"].clone(),
+                        v["grants"].clone(),
+                        (v["pinned"].clone(), v["valid_from"].clone()),
+                    ),
                 );
             }
             Some("link") => links += 1,

@@ -27,5 +27,6 @@ mod replication;
 mod revocation_mesh;
 mod sync_session;
 mod text_edits;
+mod time_travel;
 mod transport;
 mod trust;

@@ -13,12 +13,13 @@ use std::time::Duration;
 use crate::common::Home;
 use serde_json::{Value, json};
 
-const TOOLS: [&str; 10] = [
+const TOOLS: [&str; 11] = [
     "memory_add",
     "memory_search",
     "memory_get",
     "memory_context_pack",
     "memory_update",
+    "memory_timeline",
     "memory_share",
     "memory_unshare",
     "memory_forget",
@@ -179,10 +180,13 @@ fn a_client_session_lists_and_calls_every_tool() {
             "{t}"
         );
         assert_eq!(t["inputSchema"]["type"], "object", "{t}");
+        // Every tool but the timeline (all its filters are optional)
+        // needs an argument.
         assert!(
-            t["inputSchema"]["required"]
-                .as_array()
-                .is_some_and(|r| !r.is_empty()),
+            t["name"] == "memory_timeline"
+                || t["inputSchema"]["required"]
+                    .as_array()
+                    .is_some_and(|r| !r.is_empty()),
             "{t}"
         );
     }
@@ -269,6 +273,91 @@ fn a_client_session_lists_and_calls_every_tool() {
             .err("memory_get", json!({"id": b}))
             .contains("no such memory")
     );
+
+    // Valid time and supersession, as the CLI has them.
+    let old = alice.ok(
+        "memory_add",
+        json!({"content": "the deploy port is 8080", "share": ["team:apollo"],
+               "valid_from": "2026-01-01"}),
+    )["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let new = alice.ok(
+        "memory_add",
+        json!({"content": "the deploy port is 9090", "share": ["team:apollo"],
+               "valid_from": "2026-06-01", "supersedes": old}),
+    )["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let ids = |v: Value| -> Vec<String> {
+        v["hits"]
+            .as_array()
+            .expect("hits")
+            .iter()
+            .filter_map(|h| h["id"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let march = alice.ok(
+        "memory_search",
+        json!({"query": "deploy port", "valid_at": "2026-03-01"}),
+    );
+    assert_eq!(ids(march), vec![old.clone()]);
+    let july = alice.ok(
+        "memory_search",
+        json!({"query": "deploy port", "valid_at": "2026-07-01"}),
+    );
+    assert_eq!(ids(july), vec![new.clone()]);
+    let tl = alice.ok(
+        "memory_timeline",
+        json!({"since": "2025-12-01", "limit": 10}),
+    );
+    let events: Vec<(String, String)> = tl["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| {
+            (
+                e["event"].as_str().unwrap_or_default().to_owned(),
+                e["memory"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        &events[..3],
+        &[
+            ("starts".to_owned(), old.clone()),
+            ("starts".to_owned(), new.clone()),
+            ("superseded".to_owned(), old.clone()),
+        ],
+        "{tl}"
+    );
+    // The same answer as the CLI's.
+    let cli = h.json(&[
+        "timeline",
+        "--as",
+        "alice",
+        "--since",
+        "2025-12-01",
+        "--limit",
+        "10",
+    ]);
+    assert_eq!(cli["events"], tl["events"]);
+    assert!(
+        alice
+            .err("memory_timeline", json!({"since": "someday"}))
+            .contains("since")
+    );
+    alice.ok(
+        "memory_update",
+        json!({"id": new, "valid_to": "2026-09-01"}),
+    );
+    let sept = alice.ok(
+        "memory_search",
+        json!({"query": "deploy port", "valid_at": "2026-10-01"}),
+    );
+    assert!(ids(sept).is_empty());
 
     alice.close();
 }

@@ -1,6 +1,6 @@
 //! The read audit: off by default; on (`amos config set read-audit on` or
 //! `AMOS_READ_AUDIT=on`), it records what each agent was shown by get,
-//! list, search and pack, never what the gate withheld, and never moves
+//! list, search, pack and timeline, never what the gate withheld, and never moves
 //! the digest; the node's own checks (the memories a link, share or update
 //! names) are not reads. (MCP reads: `mcp::mcp_reads_are_audited_as_mcp`.)
 
@@ -34,11 +34,12 @@ fn reads_are_audited_only_when_on_and_only_what_was_shown() {
     assert_eq!(r.code, 2, "{r:?}");
     h.ok(&["search", "zebra", "--as", "bob"]);
     h.ok(&["pack", "zebra", "--as", "bob"]);
+    h.ok(&["timeline", "--as", "bob"]);
     h.ok(&["list", "--as", "alice"]);
 
     let bob = reads(&h, &["--agent", "bob"]);
     let vias: Vec<&str> = bob.iter().map(|r| r["via"].as_str().unwrap()).collect();
-    assert_eq!(vias, ["pack", "search", "get"], "{bob:?}");
+    assert_eq!(vias, ["timeline", "pack", "search", "get"], "{bob:?}");
     assert!(
         bob.iter()
             .all(|r| r["memory"] == team.as_str() && r["front"] == "cli"),
@@ -51,7 +52,7 @@ fn reads_are_audited_only_when_on_and_only_what_was_shown() {
     assert_eq!(of_private.len(), 1, "only alice's list: {of_private:?}");
     assert_eq!(of_private[0]["agent"], "alice");
     assert!(reads(&h, &["--since", "2999-01-01T00:00:00Z"]).is_empty());
-    assert_eq!(reads(&h, &["--since", "1h"]).len(), 5);
+    assert_eq!(reads(&h, &["--since", "1h"]).len(), 6);
 
     // Local-only: the replicated state did not move.
     assert_eq!(h.json(&["digest"])["digest"], digest);
@@ -59,7 +60,7 @@ fn reads_are_audited_only_when_on_and_only_what_was_shown() {
     // Off again; the environment switches it on for one process.
     h.ok(&["config", "set", "read-audit", "off"]);
     h.ok(&["get", &team, "--as", "bob"]);
-    assert_eq!(reads(&h, &[]).len(), 5);
+    assert_eq!(reads(&h, &[]).len(), 6);
     let r = h
         .cmd()
         .env("AMOS_READ_AUDIT", "on")
@@ -67,7 +68,7 @@ fn reads_are_audited_only_when_on_and_only_what_was_shown() {
         .output()
         .unwrap();
     assert!(r.status.success());
-    assert_eq!(reads(&h, &[]).len(), 6);
+    assert_eq!(reads(&h, &[]).len(), 7);
 
     // Bad settings change nothing.
     for bad in [

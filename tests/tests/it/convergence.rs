@@ -820,6 +820,7 @@ fn content(id: MemoryId, fixed: MemoryFixed, text: String) -> FactBody {
         pinned: false,
         expires_ms: None,
         supersedes: None,
+        validity: Default::default(),
     })
 }
 

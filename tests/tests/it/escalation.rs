@@ -124,6 +124,7 @@ fn content_body(id: MemoryId, fixed: &MemoryFixed, text: &str) -> FactBody {
         pinned: false,
         expires_ms: None,
         supersedes: None,
+        validity: Default::default(),
     })
 }
 

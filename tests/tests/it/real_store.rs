@@ -125,6 +125,7 @@ impl<R: TestReplica> Pair<R> {
                 pinned: false,
                 expires_ms: None,
                 supersedes: None,
+                validity: Default::default(),
             }),
         );
         self.share(&(id, fixed.clone()), g);

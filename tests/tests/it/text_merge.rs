@@ -126,6 +126,7 @@ impl World {
                     pinned: false,
                     expires_ms: None,
                     supersedes: None,
+                    validity: Default::default(),
                 }),
                 BASE_MS,
             );

@@ -4,7 +4,7 @@
 //! The file is JSON Lines: a header `{"kind": "amos-export", "version": 1,
 //! "agent", "node", "exported"}`, then one `memory` record per memory the
 //! agent owns (text, type, grants, tags, importance, confidence, pinned,
-//! times, archived, and its edit history), one `link` record per link
+//! created, valid from/to, expiry, archived, and its edit history), one `link` record per link
 //! leaving one of them, and the agent's `profile`. Memories leave the
 //! store only through the read gate, as the agent itself sees them.
 //!
@@ -88,6 +88,8 @@ impl Node {
                     "confidence": m.confidence(),
                     "pinned": m.pinned(),
                     "created": rfc3339(m.created_ms()),
+                    "valid_from": rfc3339(m.valid_from_ms()),
+                    "valid_to": m.validity().to_ms.map(rfc3339),
                     "expires": m.expires_ms().map(rfc3339),
                     "archived": m.archived(),
                     "origin": m.origin().to_string(),
@@ -237,7 +239,6 @@ pub fn read(path: &Path) -> Result<Plan> {
                     .into_iter()
                     .flatten()
                     .filter_map(|t| t.as_str().map(str::to_owned))
-                    .filter(|t| !t.starts_with("created:"))
                     .collect();
                 let time = |k: &str| v.get(k).and_then(Value::as_str).and_then(super::parse_time);
                 plan.memories.push(PlanMemory {
@@ -250,7 +251,8 @@ pub fn read(path: &Path) -> Result<Plan> {
                     importance: unit_or(v.get("importance").and_then(Value::as_f64), 0.5),
                     confidence: unit_or(v.get("confidence").and_then(Value::as_f64), 1.0),
                     pinned: v.get("pinned").and_then(Value::as_bool).unwrap_or(false),
-                    created_ms: time("created"),
+                    created_ms: time("valid_from").or_else(|| time("created")),
+                    valid_to_ms: time("valid_to"),
                     expires_ms: time("expires"),
                     archived: v.get("archived").and_then(Value::as_bool).unwrap_or(false),
                 });

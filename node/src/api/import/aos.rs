@@ -448,6 +448,7 @@ fn map(g: Gathered) -> Result<Plan> {
             confidence: unit_or(o.get("confidence").and_then(Value::as_f64), 0.8),
             pinned,
             created_ms,
+            valid_to_ms: None,
             expires_ms,
             archived: *archived,
         });

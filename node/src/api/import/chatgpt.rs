@@ -69,6 +69,7 @@ fn memory(
         confidence: 1.0,
         pinned: false,
         created_ms,
+        valid_to_ms: None,
         expires_ms: None,
         archived: false,
     }

@@ -104,6 +104,7 @@ pub fn read(path: &Path, owner: &AgentId, share: &[Scope]) -> Result<Plan> {
             confidence: 1.0,
             pinned: false,
             created_ms,
+            valid_to_ms: None,
             expires_ms: None,
             archived: false,
         });

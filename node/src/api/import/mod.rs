@@ -29,13 +29,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use amos_protocol::{
     AgentFact, AgentId, Fact, FactBody, Grants, LinkFact, MembershipFact, MemoryAcl, MemoryContent,
     MemoryFixed, MemoryId, MemoryText, MemoryTombstone, MemoryType, NodeId, OrgScope, ProfileFact,
-    ProjectFact, ProjectId, Relation, Scope, TeamFact, TeamId,
+    ProjectFact, ProjectId, Relation, Scope, TeamFact, TeamId, Validity,
     fact::{MAX_TAG_CHARS, MAX_TAGS, check_text},
 };
 use rusqlite::Connection;
 use serde::Serialize;
 
-use super::node::{Node, admit_local, check_org_authority, sign_all};
+use super::node::{Node, admit_local, check_org_authority, check_validity, sign_all};
 use crate::error::{NodeError, Result};
 use crate::progress::Progress;
 use crate::store::moves;
@@ -80,8 +80,12 @@ pub struct PlanMemory {
     pub importance: f32,
     pub confidence: f32,
     pub pinned: bool,
-    /// When the source says the memory was made (see [`source_time_tags`]).
+    /// When the source says the memory was made: its valid-from (see
+    /// [`source_validity`]).
     pub created_ms: Option<u64>,
+    /// When the source says it stopped being true (an amos export's
+    /// `valid_to`).
+    pub valid_to_ms: Option<u64>,
     pub expires_ms: Option<u64>,
     /// Archived in the source: imported archived (local-only state here).
     pub archived: bool,
@@ -191,15 +195,14 @@ pub fn derived_id(me: NodeId, source: Source, source_id: &str) -> MemoryId {
 }
 
 /// Where an imported memory keeps the time its source says it was made:
-/// today a `created:RFC3339` tag (this is the ONE place that decides; when
-/// memories have a valid-from time, it goes there instead).
-pub fn source_time_tags(created_ms: Option<u64>) -> Vec<String> {
-    created_ms
-        .map(|ms| {
-            let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
-            vec![format!("created:{}", humantime::format_rfc3339_seconds(t))]
-        })
-        .unwrap_or_default()
+/// its valid time starts then (this is the ONE place that decides), and,
+/// with `valid_to`, ends when the source says it stopped being true.
+pub fn source_validity(created_ms: Option<u64>, valid_to_ms: Option<u64>) -> Validity {
+    Validity {
+        from_ms: created_ms,
+        // An end not after the start is no validity the node accepts.
+        to_ms: valid_to_ms.filter(|to| created_ms.is_none_or(|from| *to > from)),
+    }
 }
 
 /// Parse the timestamps sources write: RFC 3339 / ISO 8601 with `T` or a
@@ -521,9 +524,12 @@ fn prepare(conn: &Connection, me: NodeId, plan: &Plan, now_ms: u64) -> Result<Pr
             .memories_by_type
             .entry(m.kind.as_str().into())
             .or_default() += 1;
-        let time_tags = source_time_tags(m.created_ms);
-        let mut tags = clean_tags(m.tags.iter().cloned(), time_tags.len());
-        tags.extend(time_tags);
+        let tags = clean_tags(m.tags.iter().cloned(), 0);
+        let mut validity = source_validity(m.created_ms, m.valid_to_ms);
+        if validity.to_ms != m.valid_to_ms || check_validity(&validity, now_ms).is_err() {
+            unmapped("valid-to not after valid-from: left out".into());
+            validity.to_ms = None;
+        }
         let fixed = MemoryFixed {
             owner: m.owner.clone(),
             created_ms: now_ms,
@@ -540,6 +546,7 @@ fn prepare(conn: &Connection, me: NodeId, plan: &Plan, now_ms: u64) -> Result<Pr
             pinned: m.pinned,
             expires_ms: m.expires_ms,
             supersedes: None,
+            validity,
         });
         let acl = FactBody::MemoryAcl(MemoryAcl { id, fixed, grants });
         if m.archived {
@@ -788,11 +795,10 @@ mod tests {
     }
 
     #[test]
-    fn time_tag_is_rfc3339() {
-        assert_eq!(
-            source_time_tags(Some(1_740_823_200_000)),
-            vec!["created:2025-03-01T10:00:00Z".to_owned()]
-        );
-        assert!(source_time_tags(None).is_empty());
+    fn the_source_time_is_the_valid_from() {
+        let v = source_validity(Some(1_000), Some(2_000));
+        assert_eq!((v.from_ms, v.to_ms), (Some(1_000), Some(2_000)));
+        assert_eq!(source_validity(Some(2_000), Some(2_000)).to_ms, None);
+        assert!(source_validity(None, None).is_open());
     }
 }

@@ -101,7 +101,14 @@ impl Home {
     /// Ids returned by `amos search QUERY --as AGENT -k K`.
     pub fn search_ids(&self, agent: &str, query: &str, k: usize) -> Vec<String> {
         let k = k.to_string();
-        self.json(&["search", query, "--as", agent, "-k", &k])["hits"]
+        self.search_ids_with(agent, query, &["-k", &k])
+    }
+
+    /// Ids returned by `amos search QUERY --as AGENT EXTRA...`.
+    pub fn search_ids_with(&self, agent: &str, query: &str, extra: &[&str]) -> Vec<String> {
+        let mut a = vec!["search", query, "--as", agent];
+        a.extend_from_slice(extra);
+        self.json(&a)["hits"]
             .as_array()
             .expect("hits")
             .iter()
