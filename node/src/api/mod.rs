@@ -3,7 +3,9 @@
 //! editing and history ([`text`]), recall ([`recall`]), the timeline
 //! ([`time`]), profiles
 //! ([`profile`]), peers and replication ([`peers`]), pairing
-//! ([`pairing`]), bundles ([`bundles`]) and maintenance ([`maintenance`]).
+//! ([`pairing`]), bundles ([`bundles`]), maintenance ([`maintenance`]) and
+//! moving memories in and out ([`import`]: importers, per-agent export and
+//! erasure).
 //! The CLI, the MCP server and the mesh all call these; none re-implements
 //! one.
 //!
@@ -11,11 +13,13 @@
 //! gate) in `amos-acl` and `amos-sync`. Nothing here opens a socket.
 
 pub(crate) mod bundles;
+pub mod import;
 pub(crate) mod maintenance;
 pub(crate) mod node;
 pub(crate) mod pairing;
 pub(crate) mod peers;
 pub(crate) mod profile;
+pub mod reads;
 pub(crate) mod recall;
 pub(crate) mod text;
 pub(crate) mod time;

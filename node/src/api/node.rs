@@ -145,6 +145,8 @@ pub struct Node {
     pub(crate) store: Store,
     index: Option<RecallIndex>,
     pub(crate) clock: Arc<dyn WallClock>,
+    /// The front end reads come through, for the read audit (`api::reads`).
+    pub(crate) front: &'static str,
 }
 
 impl std::fmt::Debug for Node {
@@ -186,6 +188,7 @@ impl Node {
             store,
             index: None,
             clock,
+            front: "cli",
         })
     }
 
@@ -289,7 +292,16 @@ impl Node {
     }
 
     /// Read a memory for `who`: missing and invisible are the same answer.
+    /// A read the read audit records (`get`).
     pub fn get(&self, who: &AuthorizedScopes, id: &str) -> Result<Visible<MemoryRecord>> {
+        let m = self.gated(who, id)?;
+        self.audit_reads(who, &[m.id], "get");
+        Ok(m)
+    }
+
+    /// [`Node::get`] for the node's own checks (the memory an update, share,
+    /// link or feedback names): not a read shown to the agent, not audited.
+    pub(crate) fn gated(&self, who: &AuthorizedScopes, id: &str) -> Result<Visible<MemoryRecord>> {
         let not_found = || NodeError::NoSuchMemory(id.trim().to_owned());
         let mid: MemoryId = id.parse().map_err(|_| not_found())?;
         self.store
@@ -308,12 +320,30 @@ impl Node {
         if limit == 0 {
             return Err(NodeError::BadInput("--limit must be at least 1".into()));
         }
-        self.store.visible_newest(who, kind, limit, self.now_ms())
+        let out = self.store.visible_newest(who, kind, limit, self.now_ms())?;
+        let ids: Vec<MemoryId> = out.iter().map(|m| m.id).collect();
+        self.audit_reads(who, &ids, "list");
+        Ok(out)
     }
 
     /// [`Node::list`] under time filters (`amos list --since/--until/
     /// --valid-at/--known-at`): newest first, each with its valid time.
     pub fn list_in_time(
+        &self,
+        who: &AuthorizedScopes,
+        kind: Option<&MemoryType>,
+        limit: usize,
+        q: &TimeQuery,
+    ) -> Result<Vec<(Visible<MemoryRecord>, ValidTime)>> {
+        let out = self.visible_in_time(who, kind, limit, q)?;
+        let ids: Vec<MemoryId> = out.iter().map(|(m, _)| m.id).collect();
+        self.audit_reads(who, &ids, "list");
+        Ok(out)
+    }
+
+    /// [`Node::list_in_time`] without the read audit, for callers that show
+    /// only part of it (the timeline audits what it shows).
+    pub(crate) fn visible_in_time(
         &self,
         who: &AuthorizedScopes,
         kind: Option<&MemoryType>,
@@ -339,7 +369,7 @@ impl Node {
 
     // ---------------------------------------------------------------- org graph
 
-    fn check_grant_target(conn: &rusqlite::Connection, s: &Scope) -> Result<()> {
+    pub(crate) fn check_grant_target(conn: &rusqlite::Connection, s: &Scope) -> Result<()> {
         let ok = match s {
             Scope::Private | Scope::Global => true,
             Scope::Agent(a) => org::agent_present(conn, a)?,
@@ -562,7 +592,7 @@ impl Node {
             if let Some(old) = new.supersedes {
                 // Only what the requester can see may be replaced: a hidden
                 // id reads as missing, as everywhere else.
-                self.get(who, &old.to_string())?;
+                self.gated(who, &old.to_string())?;
             }
             let id = MemoryId::new(now, rng.random());
             let fixed = MemoryFixed {
@@ -626,7 +656,7 @@ impl Node {
     /// The memory, visible to `who`, that `who` may change: owner (or the
     /// explicit local admin when `admin_ok`), and authored here.
     fn editable(&self, who: &AuthorizedScopes, id: &str, admin_ok: bool) -> Result<MemoryRecord> {
-        let rec = self.get(who, id)?.into_inner();
+        let rec = self.gated(who, id)?.into_inner();
         if !(who.owns(&rec) || (admin_ok && who.is_admin())) {
             return Err(NodeError::Refused(format!(
                 "only the owner ({}) may change memory {}",
@@ -707,8 +737,8 @@ impl Node {
             .transpose()?
             .unwrap_or_default();
         check_unit("weight", weight)?;
-        let from = self.get(who, a)?.id;
-        let to = self.get(who, b)?.id;
+        let from = self.gated(who, a)?.id;
+        let to = self.gated(who, b)?.id;
         if from == to {
             return Err(NodeError::BadInput("cannot link a memory to itself".into()));
         }
@@ -734,7 +764,7 @@ impl Node {
         id: &str,
         archived: bool,
     ) -> Result<bool> {
-        let rec = self.get(who, id)?;
+        let rec = self.gated(who, id)?;
         if !who.owns(&*rec) && !who.is_admin() {
             return Err(NodeError::Refused(format!(
                 "only the owner ({}) may archive memory {}",
@@ -748,7 +778,10 @@ impl Node {
 
 /// Sign facts, spreading large batches over the machine's cores (ed25519
 /// signing is the bulk of a batched write).
-fn sign_all(identity: &NodeIdentity, facts: Vec<Fact>) -> Result<Vec<Verified<SignedFact>>> {
+pub(crate) fn sign_all(
+    identity: &NodeIdentity,
+    facts: Vec<Fact>,
+) -> Result<Vec<Verified<SignedFact>>> {
     const PARALLEL_MIN: usize = 64;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     if facts.len() < PARALLEL_MIN || threads < 2 {

@@ -49,6 +49,8 @@ impl Node {
             false => Vec::new(),
         };
         self.finish_recall(RecallKind::Search, started, &recalled);
+        let shown: Vec<MemoryId> = hits.iter().map(|h| h.memory.id).collect();
+        self.audit_reads(who, &shown, "search");
         Ok(hits)
     }
 
@@ -216,7 +218,7 @@ impl Node {
         }
         let mut mids = Vec::new();
         for id in ids {
-            let id = self.get(who, id)?.id;
+            let id = self.gated(who, id)?.id;
             if !mids.contains(&id) {
                 mids.push(id);
             }
@@ -432,6 +434,8 @@ impl Node {
             self.feedback(who, &ids, true)?;
         }
         self.finish_recall(RecallKind::Pack, started, &recalled);
+        let shown: Vec<MemoryId> = items.iter().map(|h| h.memory.id).collect();
+        self.audit_reads(who, &shown, "pack");
         Ok(Pack {
             items,
             tokens: used,

@@ -183,7 +183,7 @@ impl Node {
     /// and originating here or at a `full` peer (whose facts this node's
     /// peers accept from us as from our own operator).
     fn text_editable(&self, who: &AuthorizedScopes, id: &str) -> Result<MemoryRecord> {
-        let rec = self.get(who, id)?.into_inner();
+        let rec = self.gated(who, id)?.into_inner();
         if !(who.owns(&rec) || who.is_admin()) {
             return Err(NodeError::Refused(format!(
                 "only the owner ({}) may change memory {}",
@@ -206,7 +206,7 @@ impl Node {
         who: &AuthorizedScopes,
         id: &str,
     ) -> Result<(MemoryId, Vec<HistoryLine>)> {
-        let rec = self.get(who, id)?.into_inner();
+        let rec = self.gated(who, id)?.into_inner();
         let lines = stored::history(self.store.conn(), &rec.id)?
             .into_iter()
             .map(HistoryLine::from)

@@ -60,7 +60,7 @@ impl Node {
         share: Option<Vec<Scope>>,
         validity: Validity,
     ) -> Result<MemoryId> {
-        let old = self.get(who, id)?;
+        let old = self.gated(who, id)?;
         let mut new = NewMemory::new(text);
         new.kind = old.kind().clone();
         new.tags = old.tags().to_vec();
@@ -93,7 +93,7 @@ impl Node {
         {
             return Err(NodeError::BadInput("--until is before --since".into()));
         }
-        let recs = self.list_in_time(who, None, TIMELINE_MAX, &TimeQuery::default())?;
+        let recs = self.visible_in_time(who, None, TIMELINE_MAX, &TimeQuery::default())?;
         let mut out = Vec::new();
         for (m, vt) in recs {
             if !in_scope(&m, scope) {
@@ -126,6 +126,10 @@ impl Node {
             (a.at_ms, a.event as u8, a.memory).cmp(&(b.at_ms, b.event as u8, b.memory))
         });
         out.truncate(limit);
+        let mut shown: Vec<MemoryId> = out.iter().map(|e| e.memory).collect();
+        shown.sort();
+        shown.dedup();
+        self.audit_reads(who, &shown, "timeline");
         Ok(out)
     }
 }

@@ -199,7 +199,13 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
         }
         Cmd::Share { id, scope, who: w } => set_grant(node, out, &w, &id, &scope, true)?,
         Cmd::Unshare { id, scope, who: w } => set_grant(node, out, &w, &id, &scope, false)?,
-        Cmd::Forget { id, who: w } => {
+        Cmd::Forget {
+            every_of: Some(agent),
+            yes,
+            ..
+        } => super::moves::forget_agent(node, out, &agent, yes)?,
+        Cmd::Forget { id, who: w, .. } => {
+            let id = id.ok_or_else(|| bad("name the memory to forget, or --agent A --all"))?;
             let who = who(node, &w)?;
             let id = node.forget(&who, &id)?;
             out.emit(&json!({"id": id.to_string()}), || format!("forgot {id}"));

@@ -102,7 +102,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                 )
             });
         }
-        Cmd::Audit { limit } => {
+        Cmd::Audit { limit, .. } => {
             let entries = node.audit(limit)?;
             out.emit(&json!({"refused": entries}), || {
                 entries

@@ -4,6 +4,7 @@ mod demo;
 mod maintenance;
 mod memory;
 mod mesh;
+mod moves;
 mod org;
 mod output;
 
@@ -245,11 +246,50 @@ enum Cmd {
         #[command(flatten)]
         who: AsAgent,
     },
-    /// Tombstone a memory (owner only)
+    /// Tombstone a memory (owner only), or with --agent A --all every memory A owns
     Forget {
-        id: String,
+        /// The memory (omit with --agent A --all)
+        #[arg(required_unless_present = "every_of")]
+        id: Option<String>,
         #[command(flatten)]
         who: AsAgent,
+        /// Forget every memory this agent owns (needs --all)
+        #[arg(
+            long = "agent",
+            id = "every_of",
+            value_name = "AGENT",
+            requires = "all",
+            conflicts_with = "id"
+        )]
+        every_of: Option<String>,
+        /// With --agent: everything it owns
+        #[arg(long, requires = "every_of")]
+        all: bool,
+        /// Do not ask for confirmation
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Import memories: agent-memory-os (a home or a bundle), mem0, chatgpt,
+    /// hermes (owned by --as), or an `amos export` file
+    Import {
+        #[arg(value_enum)]
+        source: moves::ImportSource,
+        path: PathBuf,
+        /// The agent that owns what mem0, chatgpt and hermes imports [env: AMOS_AGENT]
+        #[arg(long = "as", env = "AMOS_AGENT", value_name = "AGENT")]
+        agent: Option<String>,
+        /// Grants for mem0, chatgpt and hermes imports (default: private; repeatable)
+        #[arg(long, value_name = "SCOPE")]
+        share: Vec<String>,
+        /// Print what would be imported; write nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Write everything an agent owns to FILE as JSON Lines (`amos import amos` reads it)
+    Export {
+        #[arg(long, value_name = "AGENT")]
+        agent: String,
+        file: PathBuf,
     },
     /// Associate two memories the agent can see
     Link {
@@ -360,11 +400,16 @@ enum Cmd {
     /// Signed (and, with a mesh key, encrypted) bundle files for air-gapped exchange
     #[command(subcommand)]
     Bundle(BundleCmd),
-    /// Facts refused from peers, newest first
+    /// Facts refused from peers, newest first (`amos audit reads`: the read audit)
     Audit {
         #[arg(long, default_value_t = 100)]
         limit: usize,
+        #[command(subcommand)]
+        what: Option<AuditCmd>,
     },
+    /// Local settings of this node (never replicated): read-audit, read-audit-retention
+    #[command(subcommand)]
+    Config(ConfigCmd),
     /// A scripted single-node demo in a throw-away home
     Demo,
     /// Benchmark on a workload directory (org.json, memories.jsonl, queries.jsonl), or write one
@@ -396,6 +441,30 @@ enum Cmd {
         #[arg(long)]
         no_sync: bool,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum AuditCmd {
+    /// Which agent read which memory, when, through which front end (newest first)
+    Reads {
+        #[arg(long, value_name = "AGENT")]
+        agent: Option<String>,
+        #[arg(long, value_name = "ID")]
+        memory: Option<String>,
+        /// Only reads since then: a duration ago (e.g. 1h) or an RFC 3339 time
+        #[arg(long, value_name = "DUR|RFC3339")]
+        since: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigCmd {
+    /// read-audit on|off, or read-audit-retention DUR (e.g. 30d)
+    Set { key: String, value: String },
+    /// The local settings
+    Show,
 }
 
 /// Ranking options shared by search and pack.
@@ -1112,6 +1181,10 @@ fn run(cli: Cli) -> Result<()> {
         | Cmd::Feedback { .. }
         | Cmd::RestoreMemory { .. }
         | Cmd::List { .. }) => memory::run(&mut node, &out, cmd)?,
+        cmd @ (Cmd::Import { .. }
+        | Cmd::Export { .. }
+        | Cmd::Config(_)
+        | Cmd::Audit { what: Some(_), .. }) => moves::run(&mut node, &out, cmd)?,
         cmd @ (Cmd::Agent { .. } | Cmd::Team { .. } | Cmd::Project { .. }) => {
             org::run(&mut node, &out, cmd)?
         }

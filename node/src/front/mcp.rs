@@ -39,6 +39,7 @@ impl MemoryServer {
     /// Open the node for `agent`, which must be a registered agent.
     pub fn open(home: &Home, agent: &str) -> Result<MemoryServer> {
         let mut node = Node::open(home)?;
+        node.set_front("mcp");
         let fleet = crate::ops::fleet::apply(&mut node, home)?;
         for change in &fleet.changes {
             tracing::info!("agents.toml: {change}");

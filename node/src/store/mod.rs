@@ -15,11 +15,14 @@
 //! is `amos-acl` and the node API) nor which of two facts wins (that is
 //! `amos-sync`); `put` writes what the gate admitted.
 
+pub mod foreign;
 pub mod invites;
 pub mod memory;
+pub mod moves;
 pub mod org;
 pub mod peers;
 pub mod profile;
+pub mod reads;
 pub mod recall;
 pub mod replica;
 pub mod schema;

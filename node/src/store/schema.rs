@@ -256,6 +256,21 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE memories ADD COLUMN valid_to_ms INTEGER;
     CREATE INDEX memories_supersedes ON memories(supersedes) WHERE supersedes IS NOT NULL;
     "#,
+    // v9: the read audit (store/reads.rs): local-only, never a fact, never in
+    // the digest.
+    r#"
+    CREATE TABLE read_audit (
+        id      INTEGER PRIMARY KEY,
+        time_ms INTEGER NOT NULL,
+        agent   TEXT NOT NULL,
+        memory  BLOB NOT NULL,
+        front   TEXT NOT NULL,      -- cli | mcp | ...
+        via     TEXT NOT NULL       -- get | list | search | pack | timeline
+    ) STRICT;
+    CREATE INDEX read_audit_time ON read_audit(time_ms);
+    CREATE INDEX read_audit_memory ON read_audit(memory, time_ms);
+    CREATE INDEX read_audit_agent ON read_audit(agent, time_ms);
+    "#,
 ];
 
 /// The schema version this binary writes.

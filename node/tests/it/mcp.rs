@@ -601,3 +601,22 @@ teams = ["ops"]
     assert!(r.stderr.contains("unknown team nope"), "{r:?}");
     assert_eq!(h.fingerprint(), before);
 }
+
+#[test]
+fn mcp_reads_are_audited_as_mcp() {
+    let h = team_home();
+    let a = h.add("alice", "walrus meeting notes", &["team:apollo"]);
+    h.ok(&["config", "set", "read-audit", "on"]);
+    let mut bob = Client::start(&h, "bob");
+    bob.ok("memory_get", json!({"id": a}));
+    bob.ok("memory_search", json!({"query": "walrus"}));
+    bob.close();
+    let rows = h.json(&["audit", "reads", "--agent", "bob"])["reads"].clone();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(
+        rows.iter()
+            .all(|r| r["front"] == "mcp" && r["memory"] == a.as_str()),
+        "{rows:?}"
+    );
+}

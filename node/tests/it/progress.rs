@@ -134,3 +134,21 @@ fn a_terminal_sees_the_first_sync_and_the_rebuild_progress() {
     let quiet = in_a_terminal(&b, &["-q", "index", "rebuild"]).expect("script ran before");
     assert!(!quiet.contains("index ["), "{quiet:?}");
 }
+
+#[test]
+fn an_import_draws_its_bar_only_on_a_terminal() {
+    let fixture = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/agent-memory-os/home");
+    let fixture = fixture.to_str().expect("utf-8");
+    let piped = Home::new();
+    let r = piped.ok(&["import", "agent-memory-os", fixture]);
+    assert!(r.stdout.contains("imported 11 memories"), "{r:?}");
+    assert_clean("import", &r.stderr);
+    let h = Home::new();
+    let Some(t) = in_a_terminal(&h, &["import", "agent-memory-os", fixture]) else {
+        eprintln!("SKIPPED: `script` (util-linux) is not available to give amos a terminal");
+        return;
+    };
+    assert!(t.contains("imported 11 memories"), "{t}");
+    assert!(t.contains("import ["), "the import drew its bar: {t:?}");
+}

@@ -1,0 +1,291 @@
+//! amos's own per-agent export (`amos export --agent A FILE`) and its
+//! reader (`amos import amos FILE`), and `amos forget --agent A --all`.
+//!
+//! The file is JSON Lines: a header `{"kind": "amos-export", "version": 1,
+//! "agent", "node", "exported"}`, then one `memory` record per memory the
+//! agent owns (text, type, grants, tags, importance, confidence, pinned,
+//! created, valid from/to, expiry, archived, and its edit history), one `link` record per link
+//! leaving one of them, and the agent's `profile`. Memories leave the
+//! store only through the read gate, as the agent itself sees them.
+//!
+//! Must never export what the agent does not own, nor tombstone a memory
+//! this node may not speak for (one made on a node that is not a full
+//! peer).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::path::Path;
+
+use amos_protocol::{AgentId, FactBody, MemoryTombstone, MemoryType, Relation, Scope};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::{Plan, PlanLink, PlanMemory, Source, bad_line, unit_or};
+use crate::api::node::Node;
+use crate::error::{NodeError, Result};
+use crate::store::moves;
+use crate::store::profile::ProfileWeights;
+
+const KIND: &str = "amos-export";
+
+fn rfc3339(ms: u64) -> String {
+    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+        .to_string()
+}
+const VERSION: i64 = 1;
+
+/// What `amos export` wrote.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExportReport {
+    pub agent: String,
+    pub file: String,
+    pub memories: usize,
+    pub links: usize,
+    pub profile: bool,
+}
+
+/// What `amos forget --agent` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct ForgetReport {
+    pub agent: String,
+    pub forgotten: usize,
+    /// Owned memories made on a node this one may not speak for: forget
+    /// them there.
+    pub elsewhere: usize,
+}
+
+impl Node {
+    /// Write everything `agent` owns to `file` (atomically).
+    pub fn export_agent(&mut self, agent: &str, file: &Path) -> Result<ExportReport> {
+        let who = self.requester(agent)?;
+        let owner = AgentId::parse(agent)?;
+        let now = self.now_ms();
+        let ids = moves::owned_live(self.store.conn(), &owner, None)?;
+        let mut lines = vec![json!({
+            "kind": KIND,
+            "version": VERSION,
+            "agent": owner.as_str(),
+            "node": self.node_id().to_string(),
+            "exported": rfc3339(now),
+        })];
+        let mut n = 0;
+        let mut shown = Vec::new();
+        for chunk in ids.chunks(512) {
+            for m in self.store.visible(&who, chunk, now)? {
+                if m.owner() != &owner {
+                    continue;
+                }
+                let (_, history) = self.history(&who, &m.id().to_string())?;
+                lines.push(json!({
+                    "kind": "memory",
+                    "id": m.id().to_string(),
+                    "owner": m.owner().as_str(),
+                    "text": m.content(),
+                    "type": m.kind().as_str(),
+                    "grants": m.grants().to_strings(),
+                    "tags": m.tags(),
+                    "importance": m.importance(),
+                    "confidence": m.confidence(),
+                    "pinned": m.pinned(),
+                    "created": rfc3339(m.created_ms()),
+                    "valid_from": rfc3339(m.valid_from_ms()),
+                    "valid_to": m.validity().to_ms.map(rfc3339),
+                    "expires": m.expires_ms().map(rfc3339),
+                    "archived": m.archived(),
+                    "origin": m.origin().to_string(),
+                    "history": history,
+                }));
+                shown.push(m.id());
+                n += 1;
+            }
+        }
+        let links = moves::links_from(self.store.conn(), &shown)?;
+        for l in &links {
+            lines.push(json!({
+                "kind": "link",
+                "from": l.from.to_string(),
+                "to": l.to.to_string(),
+                "relation": l.relation,
+                "weight": l.weight,
+            }));
+        }
+        let profile = ProfileWeights::load(self.store.conn(), &owner)?;
+        let has_profile = !profile.is_empty();
+        if has_profile {
+            lines.push(json!({"kind": "profile", "agent": owner.as_str(), "weights": profile}));
+        }
+        let mut buf = Vec::new();
+        for l in &lines {
+            serde_json::to_writer(&mut buf, l)
+                .map_err(|e| NodeError::Failed(format!("cannot encode the export: {e}")))?;
+            buf.write_all(b"\n")
+                .map_err(NodeError::io("writing the export"))?;
+        }
+        crate::home::write_atomic(file, &buf, 0o600)?;
+        Ok(ExportReport {
+            agent: owner.to_string(),
+            file: file.display().to_string(),
+            memories: n,
+            links: links.len(),
+            profile: has_profile,
+        })
+    }
+
+    /// Tombstone every live memory `agent` owns that this node may speak
+    /// for (made here, or on a full peer): one signed tombstone each, in
+    /// one transaction.
+    pub fn forget_agent(&mut self, agent: &str) -> Result<ForgetReport> {
+        let owner = AgentId::parse(agent)?;
+        if !crate::store::org::agent_present(self.store.conn(), &owner)? {
+            return Err(NodeError::BadInput(format!("unknown agent {owner}")));
+        }
+        let me = self.node_id();
+        let (_, (forgotten, elsewhere)) = self.commit(|tx| {
+            let ids = moves::owned_live(tx.conn(), &owner, None)?;
+            let mut bodies = Vec::new();
+            let mut elsewhere = 0;
+            for id in ids {
+                let Some((fixed, false)) = moves::memory_fixed(tx.conn(), &id)? else {
+                    continue;
+                };
+                let ours = fixed.origin == me
+                    || crate::store::replica::peer_policy(tx.conn(), &fixed.origin)?
+                        .is_some_and(|p| p.is_full());
+                if ours {
+                    bodies.push(FactBody::MemoryTombstone(MemoryTombstone { id, fixed }));
+                } else {
+                    elsewhere += 1;
+                }
+            }
+            let n = bodies.len();
+            Ok((bodies, (n, elsewhere)))
+        })?;
+        Ok(ForgetReport {
+            agent: owner.to_string(),
+            forgotten,
+            elsewhere,
+        })
+    }
+}
+
+fn bad(at: &str, why: impl std::fmt::Display) -> NodeError {
+    NodeError::BadInput(format!("{at}: {why}"))
+}
+
+/// Read an `amos export` file.
+pub fn read(path: &Path) -> Result<Plan> {
+    let name = path.display().to_string();
+    let f = std::fs::File::open(path)
+        .map_err(|e| NodeError::BadInput(format!("cannot read {name}: {e}")))?;
+    let mut plan = Plan::new(Source::Amos);
+    let mut header = false;
+    let mut profile = None;
+    for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
+        let n = i + 1;
+        let at = format!("{name}:{n}");
+        let line = line.map_err(|e| bad_line(&name, n, format!("unreadable: {e}")))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: Value = serde_json::from_str(&line)
+            .map_err(|e| bad_line(&name, n, format!("not JSON: {e}")))?;
+        let kind = v.get("kind").and_then(Value::as_str).unwrap_or("");
+        if !header {
+            if kind != KIND {
+                return Err(bad_line(
+                    &name,
+                    n,
+                    "not an amos export (no amos-export header)",
+                ));
+            }
+            if v.get("version").and_then(Value::as_i64) != Some(VERSION) {
+                return Err(bad_line(
+                    &name,
+                    n,
+                    format!(
+                        "unknown amos export version {}: this amos reads {VERSION}",
+                        v.get("version").unwrap_or(&Value::Null)
+                    ),
+                ));
+            }
+            header = true;
+            continue;
+        }
+        let s = |k: &str| {
+            v.get(k)
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad(&at, format!("{k} missing or not a string")))
+        };
+        match kind {
+            "memory" => {
+                let owner = AgentId::parse(s("owner")?).map_err(|e| bad(&at, e))?;
+                let mut grants = Vec::new();
+                for g in v
+                    .get("grants")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    let g: Scope = g
+                        .as_str()
+                        .ok_or_else(|| bad(&at, "grants must be strings"))?
+                        .parse()
+                        .map_err(|e| bad(&at, e))?;
+                    grants.push(g);
+                }
+                let tags = v
+                    .get("tags")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|t| t.as_str().map(str::to_owned))
+                    .collect();
+                let time = |k: &str| v.get(k).and_then(Value::as_str).and_then(super::parse_time);
+                plan.memories.push(PlanMemory {
+                    source_id: s("id")?.to_owned(),
+                    owner,
+                    text: s("text")?.to_owned(),
+                    kind: MemoryType::parse(s("type")?).map_err(|e| bad(&at, e))?,
+                    grants,
+                    tags,
+                    importance: unit_or(v.get("importance").and_then(Value::as_f64), 0.5),
+                    confidence: unit_or(v.get("confidence").and_then(Value::as_f64), 1.0),
+                    pinned: v.get("pinned").and_then(Value::as_bool).unwrap_or(false),
+                    created_ms: time("valid_from").or_else(|| time("created")),
+                    valid_to_ms: time("valid_to"),
+                    expires_ms: time("expires"),
+                    archived: v.get("archived").and_then(Value::as_bool).unwrap_or(false),
+                });
+            }
+            "link" => plan.links.push(PlanLink {
+                from: s("from")?.to_owned(),
+                to: s("to")?.to_owned(),
+                relation: Relation::parse(s("relation")?).map_err(|e| bad(&at, e))?,
+                weight: unit_or(v.get("weight").and_then(Value::as_f64), 1.0),
+            }),
+            "profile" => {
+                let agent = AgentId::parse(s("agent")?).map_err(|e| bad(&at, e))?;
+                let mut w = Vec::new();
+                let weights: BTreeMap<String, f32> = v
+                    .get("weights")
+                    .cloned()
+                    .map(serde_json::from_value)
+                    .transpose()
+                    .map_err(|e| bad(&at, format!("weights: {e}")))?
+                    .unwrap_or_default();
+                for (k, x) in weights {
+                    w.push((MemoryType::parse(&k).map_err(|e| bad(&at, e))?, x));
+                }
+                profile = Some((agent, w));
+            }
+            other => plan.unmapped(format!("record kind {other:?} unknown: left out")),
+        }
+    }
+    if !header {
+        return Err(bad_line(&name, 1, "empty: not an amos export"));
+    }
+    // Links to memories not in the file (another agent's) are left out by
+    // the import, and reported there.
+    plan.profiles.extend(profile);
+    Ok(plan)
+}

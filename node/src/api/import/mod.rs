@@ -1,0 +1,804 @@
+//! Moving memories in: `amos import SOURCE …`. Each source has a parser
+//! (one file each: [`aos`] for agent-memory-os, [`mem0`], [`chatgpt`],
+//! [`hermes`], and [`amos`] for this node's own `amos export`) that turns
+//! bytes into a neutral [`Plan`] and never touches the node; then
+//! [`Node::import`] turns the plan into signed facts of this node, in ONE
+//! transaction (all or nothing), exactly as `amos add`, `amos link`, the org
+//! commands and `amos profile set` would write them.
+//!
+//! Idempotent: an imported memory's id is derived from (this node, the
+//! source kind, the source's id) by [`derived_id`], and whatever is already
+//! held (memory, link, agent, team, project, membership, equal profile) is
+//! left alone, so importing the same input twice writes nothing the second
+//! time (the digest does not move).
+//!
+//! Must never: write a fact this node could not author (org records of
+//! another origin are refused like `amos team add` refuses them), widen a
+//! grant (a token it cannot map makes the memory *private* and is
+//! reported), or write anything when the input is malformed (the parser
+//! fails first, with the line number, exit 2).
+
+pub mod amos;
+pub mod aos;
+pub mod chatgpt;
+pub mod hermes;
+pub mod mem0;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use amos_protocol::{
+    AgentFact, AgentId, Fact, FactBody, Grants, LinkFact, MembershipFact, MemoryAcl, MemoryContent,
+    MemoryFixed, MemoryId, MemoryText, MemoryTombstone, MemoryType, NodeId, OrgScope, ProfileFact,
+    ProjectFact, ProjectId, Relation, Scope, TeamFact, TeamId, Validity,
+    fact::{MAX_TAG_CHARS, MAX_TAGS, check_text},
+};
+use rusqlite::Connection;
+use serde::Serialize;
+
+use super::node::{Node, admit_local, check_org_authority, check_validity, sign_all};
+use crate::error::{NodeError, Result};
+use crate::progress::Progress;
+use crate::store::moves;
+use crate::store::org;
+use crate::store::profile::{MAX_WEIGHT, ProfileWeights};
+
+/// Where a plan came from; part of every derived id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    AgentMemoryOs,
+    Mem0,
+    Chatgpt,
+    Hermes,
+    Amos,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::AgentMemoryOs => "agent-memory-os",
+            Source::Mem0 => "mem0",
+            Source::Chatgpt => "chatgpt",
+            Source::Hermes => "hermes",
+            Source::Amos => "amos",
+        }
+    }
+}
+
+/// A memory as a parser read it, mapped to amos's vocabulary.
+#[derive(Debug, Clone)]
+pub struct PlanMemory {
+    /// The source's id (or, for sources without ids, a stable key of the
+    /// item): the input of [`derived_id`].
+    pub source_id: String,
+    pub owner: AgentId,
+    pub text: String,
+    pub kind: MemoryType,
+    /// Grants as the source meant them (private: empty).
+    pub grants: Vec<Scope>,
+    pub tags: Vec<String>,
+    pub importance: f32,
+    pub confidence: f32,
+    pub pinned: bool,
+    /// When the source says the memory was made: its valid-from (see
+    /// [`source_validity`]).
+    pub created_ms: Option<u64>,
+    /// When the source says it stopped being true (an amos export's
+    /// `valid_to`).
+    pub valid_to_ms: Option<u64>,
+    pub expires_ms: Option<u64>,
+    /// Archived in the source: imported archived (local-only state here).
+    pub archived: bool,
+}
+
+/// A team with members, as the source has it.
+#[derive(Debug, Clone)]
+pub struct PlanTeam {
+    pub id: TeamId,
+    pub name: String,
+    pub members: Vec<AgentId>,
+}
+
+/// A project with members, as the source has it.
+#[derive(Debug, Clone)]
+pub struct PlanProject {
+    pub id: ProjectId,
+    pub team: TeamId,
+    pub name: String,
+    pub members: Vec<AgentId>,
+}
+
+/// A link between two source memories (by source id).
+#[derive(Debug, Clone)]
+pub struct PlanLink {
+    pub from: String,
+    pub to: String,
+    pub relation: Relation,
+    pub weight: f32,
+}
+
+/// What a parser produced: pure data, nothing written yet.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub source: Source,
+    /// Agents to register (owners, grantees and members are added anyway).
+    pub agents: BTreeSet<AgentId>,
+    pub teams: Vec<PlanTeam>,
+    pub projects: Vec<PlanProject>,
+    pub memories: Vec<PlanMemory>,
+    pub links: Vec<PlanLink>,
+    pub profiles: Vec<(AgentId, Vec<(MemoryType, f32)>)>,
+    /// Source ids of deleted memories.
+    pub tombstones: Vec<String>,
+    /// What the parser could not map, and why → how often.
+    pub unmapped: BTreeMap<String, usize>,
+}
+
+impl Plan {
+    pub fn new(source: Source) -> Plan {
+        Plan {
+            source,
+            agents: BTreeSet::new(),
+            teams: Vec::new(),
+            projects: Vec::new(),
+            memories: Vec::new(),
+            links: Vec::new(),
+            profiles: Vec::new(),
+            tombstones: Vec::new(),
+            unmapped: BTreeMap::new(),
+        }
+    }
+
+    /// Note something the plan leaves out or changes, and why.
+    pub fn unmapped(&mut self, why: impl Into<String>) {
+        *self.unmapped.entry(why.into()).or_default() += 1;
+    }
+}
+
+/// A source's name for an agent, team or project as an amos slug: lower
+/// case, other characters as `-`, at most 64 characters. `None` if nothing
+/// usable is left.
+pub fn slug_of(raw: &str) -> Option<String> {
+    let mut s: String = raw
+        .trim()
+        .chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let start = s.find(|c: char| c.is_ascii_alphanumeric())?;
+    s.drain(..start);
+    s.truncate(amos_protocol::Slug::MAX_LEN);
+    amos_protocol::Slug::is_valid(&s).then_some(s)
+}
+
+/// A memory id derived from (this node, source kind, source id): the same
+/// input on the same node gives the same id (so a re-import finds what it
+/// wrote), two nodes importing the same file make distinct memories (each
+/// is its own origin). Shaped as a UUIDv7 (version and variant bits set).
+pub fn derived_id(me: NodeId, source: Source, source_id: &str) -> MemoryId {
+    let mut h = blake3::Hasher::new_derive_key("amos 2026-12 import memory id");
+    h.update(&me.0);
+    h.update(source.as_str().as_bytes());
+    h.update(&[0]);
+    h.update(source_id.as_bytes());
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&h.finalize().as_bytes()[..16]);
+    b[6] = (b[6] & 0x0f) | 0x70;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    MemoryId(b)
+}
+
+/// Where an imported memory keeps the time its source says it was made:
+/// its valid time starts then (this is the ONE place that decides), and,
+/// with `valid_to`, ends when the source says it stopped being true.
+pub fn source_validity(created_ms: Option<u64>, valid_to_ms: Option<u64>) -> Validity {
+    Validity {
+        from_ms: created_ms,
+        // An end not after the start is no validity the node accepts.
+        to_ms: valid_to_ms.filter(|to| created_ms.is_none_or(|from| *to > from)),
+    }
+}
+
+/// Parse the timestamps sources write: RFC 3339 / ISO 8601 with `T` or a
+/// space, optional fraction, `Z`, `±HH:MM` or no zone (UTC); or a number of
+/// seconds since 1970 (ChatGPT). `None` if it is neither.
+pub fn parse_time(s: &str) -> Option<u64> {
+    let s = s.trim();
+    if let Ok(secs) = s.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then_some((secs * 1000.0) as u64);
+    }
+    let b = s.as_bytes();
+    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || !(b[10] == b'T' || b[10] == b' ') {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> { s.get(r)?.parse().ok() };
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    let mut rest = &s[19..];
+    let mut ms = 0i64;
+    if let Some(frac) = rest.strip_prefix('.') {
+        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        let f = &frac[..digits.min(3)];
+        ms = f.parse::<i64>().ok()? * 10i64.pow(3 - f.len() as u32);
+        rest = &frac[digits..];
+    }
+    let offset_min = match rest {
+        "" | "Z" | "z" => 0,
+        _ => {
+            let sign = match rest.as_bytes()[0] {
+                b'+' => 1,
+                b'-' => -1,
+                _ => return None,
+            };
+            let hm = rest[1..].replace(':', "");
+            if hm.len() != 4 {
+                return None;
+            }
+            sign * (hm[..2].parse::<i64>().ok()? * 60 + hm[2..].parse::<i64>().ok()?)
+        }
+    };
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let (y2, m2) = if mo <= 2 {
+        (y - 1, mo + 9)
+    } else {
+        (y, mo - 3)
+    };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let doy = (153 * m2 + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let total = ((days * 24 + h) * 60 + mi - offset_min) * 60 + sec;
+    (total >= 0).then(|| (total * 1000 + ms) as u64)
+}
+
+/// Tags kept from a source: trimmed, commas and control characters
+/// replaced, cut to the tag length limit, at most `MAX_TAGS - reserve`.
+pub fn clean_tags(raw: impl IntoIterator<Item = String>, reserve: usize) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for t in raw {
+        let t: String = t
+            .trim()
+            .chars()
+            .map(|c| if c == ',' || c.is_control() { ' ' } else { c })
+            .take(MAX_TAG_CHARS)
+            .collect();
+        let t = t.trim().to_owned();
+        if !t.is_empty() && !out.contains(&t) && out.len() + reserve < MAX_TAGS {
+            out.push(t);
+        }
+    }
+    out
+}
+
+/// A number in `0..=1`, or `default` for anything else.
+pub fn unit_or(x: Option<f64>, default: f32) -> f32 {
+    match x {
+        Some(x) if x.is_finite() => (x as f32).clamp(0.0, 1.0),
+        _ => default,
+    }
+}
+
+/// What an import did (or, with `--dry-run`, would do).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ImportReport {
+    pub source: String,
+    pub dry_run: bool,
+    /// New memories, by type and by scope (`private`, `global`, `agent`,
+    /// `team`, `project`; a memory with several grants counts in each).
+    pub memories: usize,
+    pub memories_by_type: BTreeMap<String, usize>,
+    pub memories_by_scope: BTreeMap<String, usize>,
+    /// Memories already held (an earlier import): left alone.
+    pub memories_held: usize,
+    pub archived: usize,
+    pub agents: usize,
+    pub teams: usize,
+    pub projects: usize,
+    pub memberships: usize,
+    pub links: usize,
+    pub links_held: usize,
+    pub profiles: usize,
+    pub tombstones: usize,
+    /// Facts written (0 for a dry run or a re-import).
+    pub facts: usize,
+    /// What could not be mapped, and why → how often.
+    pub unmapped: BTreeMap<String, usize>,
+}
+
+/// The facts an import will write, decided from the store as it is.
+struct Prepared {
+    /// Agents, teams, projects, memberships: written first.
+    org: Vec<FactBody>,
+    /// New memories: (content, acl, archived).
+    memories: Vec<(FactBody, FactBody, bool)>,
+    /// Tombstones, links, profiles: written last.
+    after: Vec<FactBody>,
+    report: ImportReport,
+}
+
+fn scope_kind(s: &Scope) -> &'static str {
+    match s {
+        Scope::Private => "private",
+        Scope::Global => "global",
+        Scope::Agent(_) => "agent",
+        Scope::Team(_) => "team",
+        Scope::Project(_) => "project",
+    }
+}
+
+/// Decide, from the store as `conn` shows it, what `plan` adds.
+fn prepare(conn: &Connection, me: NodeId, plan: &Plan, now_ms: u64) -> Result<Prepared> {
+    let mut report = ImportReport {
+        source: plan.source.as_str().into(),
+        unmapped: plan.unmapped.clone(),
+        ..Default::default()
+    };
+    let mut unmapped = |why: String| *report.unmapped.entry(why).or_default() += 1;
+    let mut org_facts = Vec::new();
+
+    // Agents: declared, owners, members, grantees, profile holders.
+    let mut agents: BTreeSet<AgentId> = plan.agents.clone();
+    agents.extend(plan.memories.iter().map(|m| m.owner.clone()));
+    for t in &plan.teams {
+        agents.extend(t.members.iter().cloned());
+    }
+    for p in &plan.projects {
+        agents.extend(p.members.iter().cloned());
+    }
+    for m in &plan.memories {
+        for g in &m.grants {
+            if let Scope::Agent(a) = g {
+                agents.insert(a.clone());
+            }
+        }
+    }
+    agents.extend(plan.profiles.iter().map(|p| p.0.clone()));
+    let mut new_agents = 0;
+    for a in &agents {
+        if !org::agent_present(conn, a)? {
+            new_agents += 1;
+            org_facts.push(FactBody::Agent(AgentFact {
+                id: a.clone(),
+                kind: "imported".into(),
+                display_name: a.to_string(),
+                present: true,
+            }));
+        }
+    }
+
+    // Teams, projects, memberships.
+    let mut teams: BTreeSet<TeamId> = BTreeSet::new();
+    let (mut new_teams, mut new_projects, mut new_members) = (0, 0, 0);
+    // A team or project already as the source has it needs no authority
+    // here; one to create or to add members to must be this node's (or a
+    // full peer's), else the whole import is refused.
+    for t in &plan.teams {
+        let scope = OrgScope::Team(t.id.clone());
+        if !org::team_present(conn, &t.id) {
+            let origin = check_org_authority(conn, me, &scope)?;
+            new_teams += 1;
+            org_facts.push(FactBody::Team(TeamFact {
+                id: t.id.clone(),
+                origin,
+                name: t.name.clone(),
+                present: true,
+            }));
+        }
+        teams.insert(t.id.clone());
+        for a in &t.members {
+            if !org::is_member(conn, &scope, a)? {
+                check_org_authority(conn, me, &scope)?;
+                new_members += 1;
+                org_facts.push(membership(scope.clone(), a));
+            }
+        }
+    }
+    let mut projects: BTreeSet<ProjectId> = BTreeSet::new();
+    for p in &plan.projects {
+        if !teams.contains(&p.team) && !org::team_present(conn, &p.team) {
+            unmapped(format!(
+                "project {} names team {}, which does not exist: left out",
+                p.id, p.team
+            ));
+            continue;
+        }
+        let scope = OrgScope::Project(p.id.clone());
+        let state = org::project_state(conn, &p.id);
+        if let Some(s) = &state
+            && s.team != p.team
+        {
+            unmapped(format!(
+                "project {} belongs to team {} here, not {}: its members left out",
+                p.id, s.team, p.team
+            ));
+            continue;
+        }
+        if !state.is_some_and(|s| s.present) {
+            // As `amos project create`: authority over the team too.
+            check_org_authority(conn, me, &OrgScope::Team(p.team.clone()))?;
+            let origin = check_org_authority(conn, me, &scope)?;
+            new_projects += 1;
+            org_facts.push(FactBody::Project(ProjectFact {
+                id: p.id.clone(),
+                team: p.team.clone(),
+                origin,
+                name: p.name.clone(),
+                present: true,
+            }));
+        }
+        projects.insert(p.id.clone());
+        for a in &p.members {
+            if !org::is_member(conn, &scope, a)? {
+                check_org_authority(conn, me, &scope)?;
+                new_members += 1;
+                org_facts.push(membership(scope.clone(), a));
+            }
+        }
+    }
+    report.agents = new_agents;
+    report.teams = new_teams;
+    report.projects = new_projects;
+    report.memberships = new_members;
+
+    // Memories.
+    let tombstoned: BTreeSet<&str> = plan.tombstones.iter().map(String::as_str).collect();
+    // Source id → amos id, for every memory held or made here.
+    let mut ids: HashMap<&str, MemoryId> = HashMap::new();
+    let mut scope_ok: HashMap<Scope, bool> = HashMap::new();
+    let mut memories = Vec::with_capacity(plan.memories.len());
+    for m in &plan.memories {
+        if tombstoned.contains(m.source_id.as_str()) {
+            continue; // deleted in the source: handled with the tombstones
+        }
+        let id = derived_id(me, plan.source, &m.source_id);
+        if moves::memory_fixed(conn, &id)?.is_some() {
+            report.memories_held += 1;
+            ids.insert(&m.source_id, id);
+            continue;
+        }
+        if ids.contains_key(m.source_id.as_str()) {
+            unmapped(format!(
+                "a second memory with the same {} id: left out",
+                plan.source.as_str()
+            ));
+            continue;
+        }
+        if let Err(e) = check_text(&m.text) {
+            unmapped(format!("memory text unusable ({e}): left out"));
+            continue;
+        }
+        let mut grants = Grants::private();
+        for g in &m.grants {
+            let ok = match scope_ok.get(g) {
+                Some(ok) => *ok,
+                None => {
+                    let ok = match g {
+                        Scope::Private | Scope::Global => true,
+                        Scope::Agent(a) => agents.contains(a),
+                        Scope::Team(t) => teams.contains(t) || org::team_present(conn, t),
+                        Scope::Project(p) => {
+                            projects.contains(p)
+                                || org::project_state(conn, p).is_some_and(|s| s.present)
+                        }
+                    };
+                    scope_ok.insert(g.clone(), ok);
+                    ok
+                }
+            };
+            if ok {
+                grants.insert(g.clone());
+            } else {
+                unmapped(format!("grant {g} names nothing that exists: dropped"));
+            }
+        }
+        if grants.len() > Grants::MAX {
+            unmapped(format!("more than {} grants: made private", Grants::MAX));
+            grants = Grants::private();
+        }
+        if grants.is_empty() {
+            *report
+                .memories_by_scope
+                .entry("private".into())
+                .or_default() += 1;
+        }
+        for g in grants.iter() {
+            *report
+                .memories_by_scope
+                .entry(scope_kind(g).into())
+                .or_default() += 1;
+        }
+        *report
+            .memories_by_type
+            .entry(m.kind.as_str().into())
+            .or_default() += 1;
+        let tags = clean_tags(m.tags.iter().cloned(), 0);
+        let mut validity = source_validity(m.created_ms, m.valid_to_ms);
+        if validity.to_ms != m.valid_to_ms || check_validity(&validity, now_ms).is_err() {
+            unmapped("valid-to not after valid-from: left out".into());
+            validity.to_ms = None;
+        }
+        let fixed = MemoryFixed {
+            owner: m.owner.clone(),
+            created_ms: now_ms,
+            origin: me,
+        };
+        let content = FactBody::MemoryContent(MemoryContent {
+            id,
+            fixed: fixed.clone(),
+            kind: m.kind.clone(),
+            text: MemoryText::Plain(m.text.clone()),
+            tags,
+            importance: m.importance,
+            confidence: m.confidence,
+            pinned: m.pinned,
+            expires_ms: m.expires_ms,
+            supersedes: None,
+            validity,
+        });
+        let acl = FactBody::MemoryAcl(MemoryAcl { id, fixed, grants });
+        if m.archived {
+            report.archived += 1;
+        }
+        memories.push((content, acl, m.archived));
+        ids.insert(&m.source_id, id);
+    }
+    report.memories = memories.len();
+
+    // Tombstones: only for a memory an earlier import made here.
+    let mut after = Vec::new();
+    for sid in &plan.tombstones {
+        let id = derived_id(me, plan.source, sid);
+        match moves::memory_fixed(conn, &id)? {
+            Some((fixed, false)) if fixed.origin == me => {
+                report.tombstones += 1;
+                after.push(FactBody::MemoryTombstone(MemoryTombstone { id, fixed }));
+            }
+            Some((_, true)) => {}
+            Some(_) => unmapped("a deleted memory held from another node: left alone".into()),
+            None => unmapped("deleted in the source before any import: nothing to erase".into()),
+        }
+    }
+    let gone: BTreeSet<MemoryId> = after
+        .iter()
+        .filter_map(|f| match f {
+            FactBody::MemoryTombstone(t) => Some(t.id),
+            _ => None,
+        })
+        .collect();
+
+    // Links between memories held or made here.
+    let mut seen_links = BTreeSet::new();
+    for l in &plan.links {
+        let (Some(from), Some(to)) = (ids.get(l.from.as_str()), ids.get(l.to.as_str())) else {
+            unmapped("link to a memory not imported: left out".into());
+            continue;
+        };
+        if from == to || gone.contains(from) || gone.contains(to) {
+            unmapped("link to itself or to a deleted memory: left out".into());
+            continue;
+        }
+        if !seen_links.insert((*from, *to, l.relation.clone())) {
+            continue;
+        }
+        if moves::link_present(conn, from, to, &l.relation)? {
+            report.links_held += 1;
+            continue;
+        }
+        report.links += 1;
+        after.push(FactBody::Link(LinkFact {
+            from: *from,
+            to: *to,
+            relation: l.relation.clone(),
+            weight: if l.weight.is_finite() {
+                l.weight.clamp(0.0, 1.0)
+            } else {
+                1.0
+            },
+            present: true,
+        }));
+    }
+
+    // Profiles: the source's weights replace the agent's; equal is held.
+    for (agent, weights) in &plan.profiles {
+        let mut map = BTreeMap::new();
+        for (k, w) in weights {
+            if w.is_finite() && (0.0..=MAX_WEIGHT).contains(w) {
+                if *w != 1.0 {
+                    map.insert(k.as_str().to_owned(), *w);
+                }
+            } else {
+                unmapped(format!("profile weight outside 0..={MAX_WEIGHT}: left out"));
+            }
+        }
+        if map.len() > 64 {
+            unmapped("profile with more than 64 type weights: left out".into());
+            continue;
+        }
+        let held = if org::agent_present(conn, agent)? {
+            ProfileWeights::load(conn, agent)?.0
+        } else {
+            BTreeMap::new()
+        };
+        if held == map {
+            continue;
+        }
+        report.profiles += 1;
+        after.push(FactBody::Profile(ProfileFact {
+            agent: agent.clone(),
+            weights: map
+                .iter()
+                .map(|(k, w)| Ok((MemoryType::parse(k)?, *w)))
+                .collect::<Result<Vec<_>>>()?,
+        }));
+    }
+
+    Ok(Prepared {
+        org: org_facts,
+        memories,
+        after,
+        report,
+    })
+}
+
+fn membership(scope: OrgScope, agent: &AgentId) -> FactBody {
+    FactBody::Membership(MembershipFact {
+        scope,
+        agent: agent.clone(),
+        role: "member".into(),
+        present: true,
+    })
+}
+
+impl Node {
+    /// Check grants an operator gives an import (`--share`): each must name
+    /// an agent, team or project that exists here, as for `amos add`.
+    pub fn check_share(&self, scopes: &[Scope]) -> Result<()> {
+        for s in scopes {
+            Self::check_grant_target(self.store.conn(), s)?;
+        }
+        Ok(())
+    }
+
+    /// Write `plan` as facts of this node, in one transaction, or (with
+    /// `dry_run`) only report what that would do. `progress` counts
+    /// memories as they are stored.
+    pub fn import(
+        &mut self,
+        plan: &Plan,
+        dry_run: bool,
+        progress: &Progress,
+    ) -> Result<ImportReport> {
+        let me = self.node_id();
+        let now = self.now_ms();
+        if dry_run {
+            let mut r = self.store.read(|conn| prepare(conn, me, plan, now))?.report;
+            r.dry_run = true;
+            return Ok(r);
+        }
+        let identity = &self.identity;
+        self.store.write(|tx| {
+            let Prepared {
+                org,
+                memories,
+                after,
+                mut report,
+            } = prepare(tx.conn(), me, plan, now)?;
+            progress.set_len(memories.len() as u64);
+            let mut unsigned = Vec::with_capacity(org.len() + 2 * memories.len() + after.len());
+            let mut archived = Vec::new();
+            for body in org {
+                unsigned.push(Fact {
+                    clock: tx.tick(now, me)?,
+                    body,
+                });
+            }
+            let n_org = unsigned.len();
+            for (content, acl, arch) in memories {
+                if arch && let FactBody::MemoryContent(c) = &content {
+                    archived.push(c.id);
+                }
+                unsigned.push(Fact {
+                    clock: tx.tick(now, me)?,
+                    body: content,
+                });
+                unsigned.push(Fact {
+                    clock: tx.tick(now, me)?,
+                    body: acl,
+                });
+            }
+            let n_mem = unsigned.len() - n_org;
+            for body in after {
+                unsigned.push(Fact {
+                    clock: tx.tick(now, me)?,
+                    body,
+                });
+            }
+            report.facts = unsigned.len();
+            let facts = sign_all(identity, unsigned)?;
+            let mut facts = facts.into_iter();
+            for f in facts.by_ref().take(n_org) {
+                tx.put(&admit_local(identity, f)?)?;
+            }
+            let mut pairs = facts.by_ref().take(n_mem);
+            while let (Some(content), Some(acl)) = (pairs.next(), pairs.next()) {
+                tx.put_new_memory(
+                    &admit_local(identity, content)?,
+                    &admit_local(identity, acl)?,
+                )?;
+                progress.inc(1);
+            }
+            for f in facts {
+                tx.put(&admit_local(identity, f)?)?;
+            }
+            for id in &archived {
+                tx.set_archived(id, true)?;
+            }
+            Ok(report)
+        })
+    }
+}
+
+/// A parse error at `line` of `file` (1-based): exit 2, nothing written.
+pub fn bad_line(file: &str, line: usize, why: impl std::fmt::Display) -> NodeError {
+    NodeError::BadInput(format!("{file}:{line}: {why}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_parse() {
+        assert_eq!(parse_time("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_time("1970-01-01T00:00:01.5+00:00"), Some(1500));
+        assert_eq!(parse_time("1970-01-01T01:00:00+01:00"), Some(0));
+        assert_eq!(
+            parse_time("2025-03-01T10:00:00+00:00"),
+            Some(1_740_823_200_000)
+        );
+        assert_eq!(parse_time("2025-03-01 10:00:00"), Some(1_740_823_200_000));
+        assert_eq!(parse_time("1740823200"), Some(1_740_823_200_000));
+        for bad in [
+            "",
+            "yesterday",
+            "2025-13-01T00:00:00Z",
+            "2025-03-01T10:00:00+0",
+        ] {
+            assert_eq!(parse_time(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn slugs_and_ids() {
+        assert_eq!(slug_of("Alice Smith").as_deref(), Some("alice-smith"));
+        assert_eq!(slug_of("  _x").as_deref(), Some("x"));
+        assert_eq!(slug_of("日本"), None);
+        let me = NodeId([7; 32]);
+        let a = derived_id(me, Source::Mem0, "m1");
+        assert_eq!(a, derived_id(me, Source::Mem0, "m1"));
+        assert_ne!(a, derived_id(me, Source::Hermes, "m1"));
+        assert_ne!(a, derived_id(NodeId([8; 32]), Source::Mem0, "m1"));
+        assert_eq!(a.to_string().as_bytes()[14], b'7');
+    }
+
+    #[test]
+    fn the_source_time_is_the_valid_from() {
+        let v = source_validity(Some(1_000), Some(2_000));
+        assert_eq!((v.from_ms, v.to_ms), (Some(1_000), Some(2_000)));
+        assert_eq!(source_validity(Some(2_000), Some(2_000)).to_ms, None);
+        assert!(source_validity(None, None).is_open());
+    }
+}

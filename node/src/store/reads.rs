@@ -1,0 +1,173 @@
+//! The read audit: which agent read which memory, when, through which front
+//! end (`amos audit reads`). Local-only: its rows are never facts, never
+//! exported, never in the digest, and are pruned after the retention
+//! period. Off unless switched on (`amos config set read-audit on` or
+//! `AMOS_READ_AUDIT=on`); its settings live in `meta`.
+//!
+//! Must never record a memory the reader was not shown: callers pass only
+//! ids that came out of the read gate.
+
+use amos_protocol::MemoryId;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+use crate::error::{NodeError, Result};
+
+/// How long rows are kept when no retention is set: 90 days.
+pub const DEFAULT_RETENTION_MS: u64 = 90 * 24 * 3600 * 1000;
+
+const ON_KEY: &str = "read_audit";
+const RETENTION_KEY: &str = "read_audit_retention_ms";
+
+fn meta(conn: &Connection, key: &str) -> Result<Option<String>> {
+    Ok(conn
+        .query_row(
+            "SELECT CAST(value AS TEXT) FROM meta WHERE key = ?1",
+            [key],
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
+fn set_meta(conn: &Connection, key: &str, value: &str) -> Result<()> {
+    conn.execute(
+        "INSERT INTO meta(key, value) VALUES (?1, ?2)
+         ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        params![key, value],
+    )?;
+    Ok(())
+}
+
+/// Whether the audit is switched on in the store.
+pub fn enabled(conn: &Connection) -> Result<bool> {
+    Ok(meta(conn, ON_KEY)?.as_deref() == Some("on"))
+}
+
+pub fn set_enabled(conn: &Connection, on: bool) -> Result<()> {
+    set_meta(conn, ON_KEY, if on { "on" } else { "off" })
+}
+
+/// How long rows are kept.
+pub fn retention_ms(conn: &Connection) -> Result<u64> {
+    Ok(meta(conn, RETENTION_KEY)?
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_RETENTION_MS))
+}
+
+pub fn set_retention_ms(conn: &Connection, ms: u64) -> Result<()> {
+    if ms == 0 {
+        return Err(NodeError::BadInput(
+            "read-audit retention must be positive".into(),
+        ));
+    }
+    set_meta(conn, RETENTION_KEY, &ms.to_string())
+}
+
+/// Record that `agent` was shown `ids` via `via` through `front`, and drop
+/// rows older than the retention, in one transaction.
+pub fn record(
+    conn: &Connection,
+    now_ms: u64,
+    agent: &str,
+    ids: &[MemoryId],
+    front: &str,
+    via: &str,
+) -> Result<()> {
+    let keep = retention_ms(conn)?;
+    let tx = conn.unchecked_transaction()?;
+    {
+        let mut stmt = tx.prepare_cached(
+            "INSERT INTO read_audit(time_ms, agent, memory, front, via) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        for id in ids {
+            stmt.execute(params![now_ms as i64, agent, &id.0[..], front, via])?;
+        }
+    }
+    tx.execute(
+        "DELETE FROM read_audit WHERE time_ms < ?1",
+        [now_ms.saturating_sub(keep) as i64],
+    )?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// One audited read.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReadRow {
+    pub time_ms: u64,
+    pub agent: String,
+    pub memory: String,
+    pub front: String,
+    pub via: String,
+}
+
+/// Rows, newest first, optionally of one agent, one memory, since a time.
+pub fn list(
+    conn: &Connection,
+    agent: Option<&str>,
+    memory: Option<&MemoryId>,
+    since_ms: Option<u64>,
+    limit: usize,
+) -> Result<Vec<ReadRow>> {
+    let mut stmt = conn.prepare(
+        "SELECT time_ms, agent, memory, front, via FROM read_audit
+         WHERE (?1 IS NULL OR agent = ?1) AND (?2 IS NULL OR memory = ?2) AND time_ms >= ?3
+         ORDER BY time_ms DESC, id DESC LIMIT ?4",
+    )?;
+    let rows = stmt.query_map(
+        params![
+            agent,
+            memory.map(|m| m.0.to_vec()),
+            since_ms.unwrap_or(0) as i64,
+            limit as i64
+        ],
+        |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Vec<u8>>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, String>(4)?,
+            ))
+        },
+    )?;
+    let mut out = Vec::new();
+    for r in rows {
+        let (t, agent, m, front, via) = r?;
+        out.push(ReadRow {
+            time_ms: t as u64,
+            agent,
+            memory: MemoryId::from_slice(&m)
+                .map(|m| m.to_string())
+                .unwrap_or_default(),
+            front,
+            via,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_older_than_the_retention_are_pruned_on_the_next_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::create(&dir.path().join("amos.db"), [0; 16]).unwrap();
+        let conn = store.conn();
+        set_retention_ms(conn, 1000).unwrap();
+        let m = MemoryId([1; 16]);
+        record(conn, 10_000, "alice", &[m], "cli", "get").unwrap();
+        record(conn, 10_500, "bob", &[m], "cli", "get").unwrap();
+        assert_eq!(list(conn, None, None, None, 10).unwrap().len(), 2);
+        record(conn, 11_200, "carol", &[m], "mcp", "search").unwrap();
+        let left: Vec<String> = list(conn, None, None, None, 10)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.agent)
+            .collect();
+        assert_eq!(left, ["carol", "bob"]);
+        assert!(set_retention_ms(conn, 0).is_err());
+    }
+}
