@@ -22,11 +22,11 @@ use super::sync::{self, SyncReport};
 use super::text::{self, TextReport};
 use super::workload::{Org, WorkloadMemory, WorkloadQuery};
 use crate::api::node::{NewMemory, Node};
-use crate::recall::{RecallOptions, TimeQuery};
 use crate::error::{NodeError, Result};
 use crate::home::Home;
 use crate::index::dir_size;
 use crate::progress::{Feedback, Progress};
+use crate::recall::{RecallOptions, TimeQuery};
 
 /// Memories per `add_many` transaction while loading.
 const LOAD_BATCH: usize = 1000;
@@ -63,9 +63,11 @@ pub struct BenchReport {
     pub load_per_s: f64,
     pub add_ms: Millis,
     pub search_ms: Millis,
-    /// The same searches with `--valid-at` (now: every memory is valid, so
-    /// the answers match and the figure is the time filter's own cost —
-    /// the supersession lookup and the validity check of every candidate).
+    /// The time filter's cost: the same searches again, warm, plain
+    /// (`search_warm_ms`) and with `--valid-at` now (`search_valid_at_ms`;
+    /// every memory is valid then, so the answers match), in alternating
+    /// order.
+    pub search_warm_ms: Millis,
     pub search_valid_at_ms: Millis,
     pub pack_ms: Millis,
     pub index_build_s: f64,
@@ -270,13 +272,14 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
     );
     let mut search = Vec::new();
     let mut search_valid_at = Vec::new();
+    let mut search_warm = Vec::new();
+    let plain = RecallOptions::top(10);
     let valid_at = RecallOptions {
-        k: 10,
         time: TimeQuery {
             valid_at_ms: Some(node.now_ms()),
             ..TimeQuery::default()
         },
-        ..RecallOptions::default()
+        ..RecallOptions::top(10)
     };
     let mut pack = Vec::new();
     let mut with_hits = 0;
@@ -292,15 +295,32 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
             pb.inc(1);
             let t0 = Instant::now();
             let who = node.requester(&q.agent)?;
-            node.search_with(&who, &q.query, &valid_at)?;
-            search_valid_at.push(t0.elapsed().as_secs_f64() * 1e3);
-            pb.inc(1);
-            let t0 = Instant::now();
-            let who = node.requester(&q.agent)?;
             node.pack(&who, &q.query, 1200)?;
             pack.push(t0.elapsed().as_secs_f64() * 1e3);
             pb.inc(1);
         }
+    }
+    // The time filter's cost: each query again, plain and with --valid-at,
+    // in alternating order (so neither always meets the other's warm
+    // caches), after the passes above (so neither does first-touch work).
+    for (i, q) in queries
+        .iter()
+        .cycle()
+        .take(queries.len() * cfg.passes)
+        .enumerate()
+    {
+        for valid in [i % 2 == 0, i % 2 == 1] {
+            let opts = if valid { &valid_at } else { &plain };
+            let t0 = Instant::now();
+            let who = node.requester(&q.agent)?;
+            node.search_with(&who, &q.query, opts)?;
+            let ms = t0.elapsed().as_secs_f64() * 1e3;
+            match valid {
+                true => search_valid_at.push(ms),
+                false => search_warm.push(ms),
+            }
+        }
+        pb.inc(1);
     }
     drop(pb);
 
@@ -376,6 +396,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         load_per_s: loaded as f64 / load_s.max(1e-9),
         add_ms: millis(adds),
         search_ms: millis(search),
+        search_warm_ms: millis(search_warm),
         search_valid_at_ms: millis(search_valid_at),
         pack_ms: millis(pack),
         index_build_s,
