@@ -5,6 +5,7 @@
 
 mod common;
 
+mod analyzer;
 mod bench_smoke;
 mod bundles;
 mod cli_bad_input;
