@@ -13,6 +13,7 @@ mod concurrency;
 mod deploy;
 mod discovery;
 mod doctor;
+mod eval;
 mod gate_and_recall;
 mod mcp;
 mod mesh;
