@@ -15,7 +15,7 @@
 //! Boundary: pure text → terms; never touches the index, the store or who
 //! may see what.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use tantivy::tokenizer::{
@@ -96,13 +96,8 @@ pub fn analyze(text: &str) -> Vec<String> {
     out
 }
 
-/// The compounds by stem.
-struct CompoundTable {
-    /// Stems that start a two-word form.
-    firsts: HashSet<String>,
-    /// `(first stem, second stem)` → the stem of the joined word.
-    joined: HashMap<(String, String), String>,
-}
+/// The compounds by stem: first word → second word → the joined word.
+type CompoundTable = HashMap<String, HashMap<String, String>>;
 
 fn compound_table() -> &'static CompoundTable {
     static TABLE: OnceLock<CompoundTable> = OnceLock::new();
@@ -117,19 +112,17 @@ fn compound_table() -> &'static CompoundTable {
                 false => w.to_owned(),
             }
         };
-        let joined: HashMap<(String, String), String> = COMPOUNDS
-            .iter()
-            .map(|(joined, a, b)| ((one(a), one(b)), one(joined)))
-            .collect();
-        CompoundTable {
-            firsts: joined.keys().map(|(a, _)| a.clone()).collect(),
-            joined,
+        let mut table = CompoundTable::new();
+        for (joined, a, b) in COMPOUNDS {
+            table.entry(one(a)).or_default().insert(one(b), one(joined));
         }
+        table
     })
 }
 
 /// Token filter joining the two-word forms of [`COMPOUNDS`] into one term
-/// (after stemming); the joined term spans both words.
+/// (after stemming); the joined term spans both words. Tokens that start
+/// no compound pass through without a copy.
 #[derive(Clone)]
 struct Compounds;
 
@@ -153,8 +146,10 @@ impl<T: Tokenizer> Tokenizer for CompoundsFilter<T> {
         CompoundsStream {
             tail: self.inner.token_stream(text),
             table: compound_table(),
-            token: Token::default(),
-            pending: None,
+            own: Token::default(),
+            owned: false,
+            pending: false,
+            done: false,
         }
     }
 }
@@ -162,50 +157,60 @@ impl<T: Tokenizer> Tokenizer for CompoundsFilter<T> {
 struct CompoundsStream<S> {
     tail: S,
     table: &'static CompoundTable,
-    token: Token,
-    /// A token read ahead that did not complete a compound.
-    pending: Option<Token>,
-}
-
-impl<S: TokenStream> CompoundsStream<S> {
-    fn next_from_tail(&mut self) -> Option<Token> {
-        self.tail.advance().then(|| self.tail.token().clone())
-    }
+    /// The current token when it is not the tail's: a first word (joined
+    /// with its second, or not).
+    own: Token,
+    /// Whether the current token is `own` (else the tail's current one).
+    owned: bool,
+    /// The tail's current token was read ahead and not consumed: it is the
+    /// next one out.
+    pending: bool,
+    /// The tail has no more tokens.
+    done: bool,
 }
 
 impl<S: TokenStream> TokenStream for CompoundsStream<S> {
     fn advance(&mut self) -> bool {
-        let first = match self.pending.take() {
-            Some(t) => t,
-            None => match self.next_from_tail() {
-                Some(t) => t,
-                None => return false,
-            },
+        self.owned = false;
+        if self.pending {
+            self.pending = false;
+        } else if self.done || !self.tail.advance() {
+            self.done = true;
+            return false;
+        }
+        let Some(seconds) = self.table.get(&self.tail.token().text) else {
+            return true;
         };
-        self.token = first;
-        if !self.table.firsts.contains(&self.token.text) {
+        // A first word: keep it, and look at the next one.
+        self.own = self.tail.token().clone();
+        self.owned = true;
+        if !self.tail.advance() {
+            self.done = true;
             return true;
         }
-        let Some(second) = self.next_from_tail() else {
-            return true;
-        };
-        let key = (self.token.text.clone(), second.text.clone());
-        match self.table.joined.get(&key) {
+        let next = self.tail.token();
+        match seconds.get(&next.text) {
             Some(joined) => {
-                self.token.text.clone_from(joined);
-                self.token.offset_to = second.offset_to;
+                self.own.text.clone_from(joined);
+                self.own.offset_to = next.offset_to;
             }
-            None => self.pending = Some(second),
+            None => self.pending = true,
         }
         true
     }
 
     fn token(&self) -> &Token {
-        &self.token
+        match self.owned {
+            true => &self.own,
+            false => self.tail.token(),
+        }
     }
 
     fn token_mut(&mut self) -> &mut Token {
-        &mut self.token
+        match self.owned {
+            true => &mut self.own,
+            false => self.tail.token_mut(),
+        }
     }
 }
 
@@ -250,6 +255,13 @@ mod tests {
         // A word that starts a compound but is followed by another one.
         assert_eq!(analyze("set set up"), ["set", "setup"]);
         assert_eq!(analyze("back"), ["back"]);
+        // A first word at the very end, and two first words in a row.
+        assert_eq!(analyze("please roll"), ["pleas", "roll"]);
+        assert_eq!(analyze("roll roll back"), ["roll", "rollback"]);
+        assert_eq!(
+            analyze("log out then back up"),
+            ["logout", "then", "backup"]
+        );
     }
 
     #[test]
