@@ -11,6 +11,10 @@
 //! terms, used as a *pre-filter* so that a requester who sees a small share of
 //! the store still gets its best visible hits, not the top of everyone's.
 //!
+//! Text is analysed by [`analyzer`] (lower case, ASCII folding, English
+//! stems, joined compounds) at index and query time; its name is in the
+//! schema, so an index built by another analyzer is rebuilt on open.
+//!
 //! Boundary: nothing the index says about content or visibility is trusted.
 //! It returns ids and a relevance score; the recall pipeline re-reads rows
 //! from SQLite and gates them.
@@ -27,12 +31,17 @@ use tantivy::query::{
     Bm25StatisticsProvider, BooleanQuery, EnableScoring, Occur, Query, TermQuery,
 };
 use tantivy::schema::{
-    Field, IndexRecordOption, STORED, STRING, Schema, TEXT, TantivyDocument, Value,
+    Field, IndexRecordOption, STORED, STRING, Schema, TantivyDocument, TextFieldIndexing,
+    TextOptions, Value,
 };
 use tantivy::{
     BitSet, DocAddress, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher,
     TERMINATED, Term, doc,
 };
+
+mod analyzer;
+
+pub use analyzer::{ANALYZER_NAME, analyze, analyzer};
 
 use crate::error::{NodeError, Result};
 use crate::home::Home;
@@ -51,7 +60,16 @@ struct Fields {
 fn schema() -> (Schema, Fields) {
     let mut b = Schema::builder();
     let id = b.add_text_field("id", STRING | STORED);
-    let text = b.add_text_field("text", TEXT);
+    // The analyzer's name is part of the schema: an index built with
+    // another analyzer differs from this schema and is rebuilt on open.
+    let text = b.add_text_field(
+        "text",
+        TextOptions::default().set_indexing_options(
+            TextFieldIndexing::default()
+                .set_tokenizer(ANALYZER_NAME)
+                .set_index_option(IndexRecordOption::WithFreqsAndPositions),
+        ),
+    );
     let access = b.add_text_field("access", STRING);
     (b.build(), Fields { id, text, access })
 }
@@ -103,6 +121,7 @@ impl RecallIndex {
                 Index::create_in_dir(&dir, schema)?
             }
         };
+        index.tokenizers().register(ANALYZER_NAME, analyzer());
         let reader_commit = commit_key(&index.load_metas()?);
         let reader = index
             .reader_builder()
@@ -253,18 +272,10 @@ impl RecallIndex {
         Ok(out)
     }
 
-    /// Split text into index terms with the same analyzer the index uses.
+    /// Split text into index terms with the same analyzer the index uses
+    /// (distinct, in order of first appearance).
     pub fn terms(&self, text: &str) -> Result<Vec<String>> {
-        let mut analyzer = self.index.tokenizer_for_field(self.fields.text)?;
-        let mut stream = analyzer.token_stream(text);
-        let mut out: Vec<String> = Vec::new();
-        while stream.advance() {
-            let t = stream.token().text.clone();
-            if !out.contains(&t) {
-                out.push(t);
-            }
-        }
-        Ok(out)
+        Ok(analyze(text))
     }
 
     /// BM25 candidates for `terms`, restricted to documents carrying one of
@@ -670,4 +681,39 @@ pub fn dir_size(dir: &std::path::Path) -> u64 {
                 .sum()
         })
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tantivy::schema::TEXT;
+
+    /// An index written by another analyzer (here the one before stemming:
+    /// tantivy's `default` tokenizer) does not match the schema: it is
+    /// dropped on open, and the next catch-up indexes the store again.
+    #[test]
+    fn an_index_built_by_another_analyzer_is_rebuilt_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::new(dir.path());
+        fs::create_dir_all(home.index_dir()).unwrap();
+        let mut b = Schema::builder();
+        let id = b.add_text_field("id", STRING | STORED);
+        let text = b.add_text_field("text", TEXT);
+        b.add_text_field("access", STRING);
+        let old = Index::create_in_dir(home.index_dir(), b.build()).unwrap();
+        let mut w: IndexWriter<TantivyDocument> =
+            old.writer_with_num_threads(1, 15_000_000).unwrap();
+        w.add_document(doc!(id => "00", text => "rollbacks"))
+            .unwrap();
+        let mut prepared = w.prepare_commit().unwrap();
+        prepared.set_payload(&format!("{PAYLOAD_PREFIX} e 7"));
+        prepared.commit().unwrap();
+        drop(old);
+
+        let idx = RecallIndex::open(&home).unwrap();
+        assert_eq!(idx.index.schema(), schema().0);
+        assert_eq!(idx.stats().0, 0);
+        assert_eq!(idx.watermark().unwrap(), None);
+        assert_eq!(idx.terms("Rolled back").unwrap(), ["rollback"]);
+    }
 }

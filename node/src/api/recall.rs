@@ -11,7 +11,7 @@ use amos_protocol::MemoryId;
 
 use crate::api::node::Node;
 use crate::error::{NodeError, Result};
-use crate::index::owner_term;
+use crate::index::{analyze, owner_term};
 use crate::recall::pack::{
     Conflict, Included, PACK_CORE, Pack, PackDecision, PackOptions, decision, duplicate,
     estimate_tokens, included_of,
@@ -485,14 +485,16 @@ fn still_matches(
     q.known_at_ms.is_none() || overlap(&m.content, terms) > 0.0
 }
 
-/// The share of the query's terms that `text` contains: the relevance of a
-/// `--known-at` candidate the index did not score (its text then is not
-/// indexed), scaled by the best index score of the batch.
+/// The share of the query's terms that `text` holds, both through the
+/// index's analyzer (so `deploys` in the text matches the query's `deploy`
+/// stem, and `redeploy` does not): the relevance of a `--known-at`
+/// candidate the index did not score (its text then is not indexed),
+/// scaled by the best index score of the batch.
 fn overlap(text: &str, terms: &[String]) -> f32 {
     if terms.is_empty() {
         return 0.0;
     }
-    let text = text.to_lowercase();
-    let hits = terms.iter().filter(|t| text.contains(t.as_str())).count();
+    let own = analyze(text);
+    let hits = terms.iter().filter(|t| own.contains(t)).count();
     hits as f32 / terms.len() as f32
 }

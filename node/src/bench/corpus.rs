@@ -14,14 +14,13 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use amos_acl::AuthorizedScopes;
-use amos_protocol::{MemoryType, Scope};
 use serde::{Deserialize, Serialize};
 
 use super::stats::{Millis, millis, peak_rss_bytes};
 use super::sync::{self, SyncReport};
 use super::text::{self, TextReport};
 use super::workload::{Org, WorkloadMemory, WorkloadQuery};
-use crate::api::node::{NewMemory, Node};
+use crate::api::node::Node;
 use crate::error::{NodeError, Result};
 use crate::home::Home;
 use crate::index::dir_size;
@@ -154,6 +153,35 @@ impl<T: for<'de> Deserialize<'de>> JsonlReader<T> {
     }
 }
 
+/// Create `org`'s teams, agents and projects on `node`; the agents'
+/// requesters by name.
+pub(super) fn build_org(node: &mut Node, org: &Org) -> Result<HashMap<String, AuthorizedScopes>> {
+    for team in org.teams.keys() {
+        node.team_create(team, None)?;
+    }
+    let mut teams_of: HashMap<&str, Vec<String>> = HashMap::new();
+    for (team, members) in &org.teams {
+        for m in members {
+            teams_of.entry(m.as_str()).or_default().push(team.clone());
+        }
+    }
+    for agent in &org.agents {
+        let teams = teams_of.get(agent.as_str()).cloned().unwrap_or_default();
+        node.agent_add(agent, "bench", &teams)?;
+    }
+    for (p, proj) in &org.projects {
+        node.project_create(p, &proj.team, None)?;
+        for m in &proj.members {
+            node.project_member(p, m, true)?;
+        }
+    }
+    let mut requesters = HashMap::new();
+    for a in &org.agents {
+        requesters.insert(a.clone(), node.requester(a)?);
+    }
+    Ok(requesters)
+}
+
 /// Run the benchmark.
 pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
     let org: Org = serde_json::from_str(&fs::read_to_string(cfg.corpus.join("org.json")).map_err(
@@ -181,44 +209,8 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
     Node::init(&home, Some("bench"))?;
     let mut node = Node::open(&home)?;
 
-    // Org graph.
-    for team in org.teams.keys() {
-        node.team_create(team, None)?;
-    }
-    let mut teams_of: HashMap<&str, Vec<String>> = HashMap::new();
-    for (team, members) in &org.teams {
-        for m in members {
-            teams_of.entry(m.as_str()).or_default().push(team.clone());
-        }
-    }
-    for agent in &org.agents {
-        let teams = teams_of.get(agent.as_str()).cloned().unwrap_or_default();
-        node.agent_add(agent, "bench", &teams)?;
-    }
-    for (p, proj) in &org.projects {
-        node.project_create(p, &proj.team, None)?;
-        for m in &proj.members {
-            node.project_member(p, m, true)?;
-        }
-    }
-
     // Load, in batches of 1000 per transaction, through the normal write path.
-    let mut requesters: HashMap<String, AuthorizedScopes> = HashMap::new();
-    for a in &org.agents {
-        requesters.insert(a.clone(), node.requester(a)?);
-    }
-    let to_new = |m: &WorkloadMemory| -> Result<NewMemory> {
-        let mut n = NewMemory::new(m.content.clone());
-        n.kind = MemoryType::parse(&m.kind)?;
-        n.share = m
-            .share
-            .iter()
-            .map(|s| s.parse::<Scope>())
-            .collect::<Result<_, _>>()?;
-        n.tags = m.tags.clone();
-        n.importance = m.importance;
-        Ok(n)
-    };
+    let requesters = build_org(&mut node, &org)?;
     let pb = Progress::counter(cfg.feedback, "load", "memories");
     let t0 = Instant::now();
     // The first memories, (owner, id), to change before the incremental sync.
@@ -240,7 +232,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
             let who = requesters
                 .get(&m.owner)
                 .ok_or_else(|| NodeError::BadInput(format!("unknown owner {}", m.owner)))?;
-            batch.push((who, to_new(m)?));
+            batch.push((who, m.to_new()?));
         }
         let ids = node.add_many(batch)?;
         for (m, id) in chunk.iter().zip(ids) {
@@ -330,7 +322,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         let who = requesters
             .get(&m.owner)
             .ok_or_else(|| NodeError::BadInput(format!("unknown owner {}", m.owner)))?;
-        let new = to_new(m)?;
+        let new = m.to_new()?;
         let t0 = Instant::now();
         node.add(who, new)?;
         adds.push(t0.elapsed().as_secs_f64() * 1e3);

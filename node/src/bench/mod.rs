@@ -8,6 +8,9 @@
 //!   sync between two in-process nodes over loopback QUIC (`sync.rs`) and
 //!   concurrent edits of one long memory (`text.rs`).
 //!
+//! * `amos eval FILE` measures recall quality (hit@1, hit@5, MRR per mode)
+//!   on a golden set in a throw-away home (`eval.rs`).
+//!
 //! `docs/bench.md` says how to reproduce every published figure.
 //!
 //! Boundary: the bench drives the node through its public API (the same
@@ -15,6 +18,7 @@
 //! import path, and talks to nothing but its own loopback endpoints.
 
 mod corpus;
+pub mod eval;
 mod generate;
 mod stats;
 mod sync;

@@ -11,7 +11,11 @@
 
 use std::collections::BTreeMap;
 
+use amos_protocol::{MemoryType, Scope};
 use serde::{Deserialize, Serialize};
+
+use crate::api::NewMemory;
+use crate::error::Result;
 
 /// `org.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,6 +45,22 @@ pub struct WorkloadMemory {
     pub tags: Vec<String>,
     #[serde(rename = "type")]
     pub kind: String,
+}
+
+impl WorkloadMemory {
+    /// The memory as the node API takes it.
+    pub fn to_new(&self) -> Result<NewMemory> {
+        let mut n = NewMemory::new(self.content.clone());
+        n.kind = MemoryType::parse(&self.kind)?;
+        n.share = self
+            .share
+            .iter()
+            .map(|s| s.parse::<Scope>())
+            .collect::<std::result::Result<_, _>>()?;
+        n.tags = self.tags.clone();
+        n.importance = self.importance;
+        Ok(n)
+    }
 }
 
 fn half() -> f32 {

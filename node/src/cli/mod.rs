@@ -1,6 +1,7 @@
 //! Argument definitions and dispatch.
 
 mod demo;
+mod eval;
 mod maintenance;
 mod memory;
 mod mesh;
@@ -412,6 +413,11 @@ enum Cmd {
     Config(ConfigCmd),
     /// A scripted single-node demo in a throw-away home
     Demo,
+    /// Recall quality on a golden set (hit@1, hit@5, MRR per mode) in a throw-away home
+    Eval {
+        /// The golden set, JSON or JSON lines (e.g. node/eval/golden.jsonl)
+        file: PathBuf,
+    },
     /// Benchmark on a workload directory (org.json, memories.jsonl, queries.jsonl), or write one
     Bench {
         /// The workload to run on
@@ -1039,6 +1045,7 @@ fn run(cli: Cli) -> Result<()> {
             return Ok(());
         }
         Cmd::Demo => return demo::run(&out),
+        Cmd::Eval { file } => return eval::run(&out, &file),
         Cmd::Serve {
             listen,
             sync_every,
@@ -1156,6 +1163,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Init { .. }
         | Cmd::Demo
+        | Cmd::Eval { .. }
         | Cmd::Bench { .. }
         | Cmd::Serve { .. }
         | Cmd::Sync(_)

@@ -5,6 +5,7 @@
 
 mod common;
 
+mod analyzer;
 mod bench_smoke;
 mod bundles;
 mod cli_bad_input;
@@ -12,6 +13,7 @@ mod concurrency;
 mod deploy;
 mod discovery;
 mod doctor;
+mod eval;
 mod gate_and_recall;
 mod import;
 mod mcp;

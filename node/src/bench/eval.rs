@@ -1,0 +1,370 @@
+//! `amos eval FILE`: recall quality on a golden set — memories with keys,
+//! owners and shares, and questions asked *as an agent* with the keys of
+//! the memories that answer them — measured as hit@1, hit@5 and MRR per
+//! recall mode, in a throw-away home (docs/cli.md, "amos eval").
+//!
+//! The file is JSON (`{"org": …, "memories": […], "queries": […]}`) or
+//! JSON lines (one `{"org": …}`, then `{"memory": …}` and `{"query": …}`
+//! lines); the shipped set is `node/eval/golden.jsonl`.
+//!
+//! Owns the golden-set format, loading it and the metrics. Every question
+//! runs as its agent through `Node::search`, the path the CLI and MCP use,
+//! so the gate applies: a memory the agent cannot see is never a hit and
+//! never takes a rank. An expected key the agent may not see is refused as
+//! bad input, so a hidden memory can never count.
+//!
+//! Boundary: never touches a real home; never bypasses the gate.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use amos_protocol::MemoryId;
+use serde::{Deserialize, Serialize};
+
+use super::corpus::build_org;
+use super::workload::{Org, WorkloadMemory};
+use crate::api::node::Node;
+use crate::error::{NodeError, Result};
+use crate::home::Home;
+
+/// Hits asked for per question (the MRR cut-off).
+pub const EVAL_K: usize = 10;
+
+/// A golden set, whichever file form it came from.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GoldenSet {
+    pub org: Org,
+    pub memories: Vec<GoldenMemory>,
+    pub queries: Vec<GoldenQuery>,
+}
+
+/// A memory of the set: a bench workload memory plus the key questions
+/// name it by.
+#[derive(Debug, Clone, Deserialize)]
+pub struct GoldenMemory {
+    pub key: String,
+    #[serde(flatten)]
+    pub memory: WorkloadMemory,
+}
+
+/// A question of the set.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct GoldenQuery {
+    /// The agent asking.
+    #[serde(rename = "as")]
+    pub agent: String,
+    pub query: String,
+    /// Keys of the memories that answer it (any one counts); each must be
+    /// visible to the agent.
+    pub expect: Vec<String>,
+    /// Phrased in other words than the memory (the semantic yardstick).
+    #[serde(default)]
+    pub paraphrase: bool,
+    /// Why the question is there (ignored by the run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// One line of the JSON-lines form.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+enum Line {
+    Org(Org),
+    Memory(GoldenMemory),
+    Query(GoldenQuery),
+}
+
+/// How recall is asked. Only lexical exists today; hybrid and semantic
+/// slot in here, and each gets its own entry under `modes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Lexical,
+}
+
+impl Mode {
+    pub const ALL: &[Mode] = &[Mode::Lexical];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Lexical => "lexical",
+        }
+    }
+}
+
+/// hit@1, hit@5 and MRR over some questions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Metrics {
+    pub hit_at_1: f64,
+    pub hit_at_5: f64,
+    /// Mean reciprocal rank of the first expected memory within the top
+    /// [`EVAL_K`] (0 when it is not there).
+    pub mrr: f64,
+    pub queries: usize,
+}
+
+impl Metrics {
+    /// From the rank (1-based) of each question's first expected hit.
+    pub fn of(ranks: &[Option<usize>]) -> Metrics {
+        let n = ranks.len();
+        if n == 0 {
+            return Metrics::default();
+        }
+        let share = |ok: &dyn Fn(usize) -> bool| {
+            ranks.iter().filter(|r| r.is_some_and(ok)).count() as f64 / n as f64
+        };
+        Metrics {
+            hit_at_1: share(&|r| r == 1),
+            hit_at_5: share(&|r| r <= 5),
+            mrr: ranks.iter().flatten().map(|&r| 1.0 / r as f64).sum::<f64>() / n as f64,
+            queries: n,
+        }
+    }
+}
+
+/// One mode's figures: over all questions (flattened), and split into the
+/// literal and the paraphrased ones.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModeReport {
+    #[serde(flatten)]
+    pub all: Metrics,
+    pub literal: Metrics,
+    pub paraphrase: Metrics,
+    pub results: Vec<QueryResult>,
+}
+
+/// What one question got.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueryResult {
+    #[serde(rename = "as")]
+    pub agent: String,
+    pub query: String,
+    pub expect: Vec<String>,
+    pub paraphrase: bool,
+    /// Rank of the first expected memory (1-based), if in the top k.
+    pub rank: Option<usize>,
+    /// Keys of the top 5 hits (all visible to the agent).
+    pub top: Vec<String>,
+}
+
+/// What `amos eval` reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct EvalReport {
+    pub file: String,
+    pub memories: usize,
+    pub queries: usize,
+    pub paraphrases: usize,
+    pub k: usize,
+    pub modes: BTreeMap<String, ModeReport>,
+}
+
+/// Read a golden set (JSON or JSON lines).
+pub fn load(path: &Path) -> Result<GoldenSet> {
+    let text = fs::read_to_string(path)
+        .map_err(|e| NodeError::BadInput(format!("cannot read {}: {e}", path.display())))?;
+    let bad = |e: serde_json::Error| NodeError::BadInput(format!("{}: {e}", path.display()));
+    let values: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&text)
+        .into_iter()
+        .collect::<std::result::Result<_, _>>()
+        .map_err(bad)?;
+    if let [one] = values.as_slice()
+        && one.get("memories").is_some()
+    {
+        return serde_json::from_value(one.clone()).map_err(bad);
+    }
+    let mut org = None;
+    let (mut memories, mut queries) = (Vec::new(), Vec::new());
+    for (i, v) in values.into_iter().enumerate() {
+        let at = |e: serde_json::Error| {
+            NodeError::BadInput(format!("{}: entry {}: {e}", path.display(), i + 1))
+        };
+        match serde_json::from_value(v).map_err(at)? {
+            Line::Org(o) if org.is_none() => org = Some(o),
+            Line::Org(_) => {
+                return Err(NodeError::BadInput(format!(
+                    "{}: more than one org entry",
+                    path.display()
+                )));
+            }
+            Line::Memory(m) => memories.push(m),
+            Line::Query(q) => queries.push(q),
+        }
+    }
+    let org = org.ok_or_else(|| {
+        NodeError::BadInput(format!("{}: no {{\"org\": …}} entry", path.display()))
+    })?;
+    Ok(GoldenSet {
+        org,
+        memories,
+        queries,
+    })
+}
+
+/// Load `file` and run every mode on it.
+pub fn run(file: &Path) -> Result<EvalReport> {
+    let set = load(file)?;
+    run_set(&set, file.to_path_buf())
+}
+
+/// Run every mode on `set` in a throw-away home.
+pub fn run_set(set: &GoldenSet, file: PathBuf) -> Result<EvalReport> {
+    if set.queries.is_empty() {
+        return Err(NodeError::BadInput("the golden set has no queries".into()));
+    }
+    let tmp = tempfile::tempdir().map_err(NodeError::io("creating a temporary home"))?;
+    let home = Home::new(tmp.path().join("home"));
+    Node::init(&home, Some("eval"))?;
+    let mut node = Node::open(&home)?;
+    let requesters = build_org(&mut node, &set.org)?;
+    let requester = |agent: &str| {
+        requesters
+            .get(agent)
+            .ok_or_else(|| NodeError::BadInput(format!("unknown agent {agent:?} (not in org)")))
+    };
+
+    let mut seen = HashSet::new();
+    let mut batch = Vec::with_capacity(set.memories.len());
+    for m in &set.memories {
+        if !seen.insert(m.key.as_str()) {
+            return Err(NodeError::BadInput(format!(
+                "memory key {:?} appears twice",
+                m.key
+            )));
+        }
+        let new = m
+            .memory
+            .to_new()
+            .map_err(|e| NodeError::BadInput(format!("memory {:?}: {e}", m.key)))?;
+        batch.push((requester(&m.memory.owner)?, new));
+    }
+    let ids = node.add_many(batch)?;
+    let key_of: HashMap<MemoryId, &str> = ids
+        .iter()
+        .copied()
+        .zip(set.memories.iter().map(|m| m.key.as_str()))
+        .collect();
+    let id_of: HashMap<&str, MemoryId> = key_of.iter().map(|(id, k)| (*k, *id)).collect();
+
+    // Every expected key must exist and be one the asking agent may see.
+    for (i, q) in set.queries.iter().enumerate() {
+        let who = requester(&q.agent)?;
+        if q.expect.is_empty() {
+            return Err(NodeError::BadInput(format!(
+                "query {} ({:?}): expect names no memory",
+                i + 1,
+                q.query
+            )));
+        }
+        for key in &q.expect {
+            let id = id_of.get(key.as_str()).ok_or_else(|| {
+                NodeError::BadInput(format!(
+                    "query {} ({:?}): no memory has key {key:?}",
+                    i + 1,
+                    q.query
+                ))
+            })?;
+            match node.get(who, &id.to_string()) {
+                Ok(_) => {}
+                Err(NodeError::NoSuchMemory(_)) => {
+                    return Err(NodeError::BadInput(format!(
+                        "query {} ({:?}): expected memory {key:?} is not visible to {}; expect only what the agent may see",
+                        i + 1,
+                        q.query,
+                        q.agent
+                    )));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    let mut modes = BTreeMap::new();
+    for &mode in Mode::ALL {
+        let mut results = Vec::with_capacity(set.queries.len());
+        for q in &set.queries {
+            let who = requester(&q.agent)?;
+            let hits = match mode {
+                Mode::Lexical => node.search(who, &q.query, EVAL_K)?,
+            };
+            let scored: Vec<(String, f32)> = hits
+                .iter()
+                .filter_map(|h| key_of.get(&h.memory.id).map(|k| ((*k).to_owned(), h.score)))
+                .collect();
+            let rank = rank_of(&scored, &q.expect);
+            let keys: Vec<String> = scored.into_iter().map(|(k, _)| k).collect();
+            results.push(QueryResult {
+                agent: q.agent.clone(),
+                query: q.query.clone(),
+                expect: q.expect.clone(),
+                paraphrase: q.paraphrase,
+                rank,
+                top: keys.into_iter().take(5).collect(),
+            });
+        }
+        let ranks = |f: &dyn Fn(&QueryResult) -> bool| -> Vec<Option<usize>> {
+            results.iter().filter(|r| f(r)).map(|r| r.rank).collect()
+        };
+        modes.insert(
+            mode.as_str().to_owned(),
+            ModeReport {
+                all: Metrics::of(&ranks(&|_| true)),
+                literal: Metrics::of(&ranks(&|r| !r.paraphrase)),
+                paraphrase: Metrics::of(&ranks(&|r| r.paraphrase)),
+                results,
+            },
+        );
+    }
+    Ok(EvalReport {
+        file: file.display().to_string(),
+        memories: set.memories.len(),
+        queries: set.queries.len(),
+        paraphrases: set.queries.iter().filter(|q| q.paraphrase).count(),
+        k: EVAL_K,
+        modes,
+    })
+}
+
+/// The rank (1-based) of the first expected memory among `hits` (best
+/// first), if there: every other hit scored at least as high counts as
+/// ranked before it, so a tie is never a win and the figure does not depend
+/// on how tied hits happen to be ordered (by memory id, which is random).
+pub fn rank_of(hits: &[(String, f32)], expect: &[String]) -> Option<usize> {
+    let (_, best) = hits.iter().find(|(k, _)| expect.contains(k))?;
+    let before = hits
+        .iter()
+        .filter(|(k, s)| !expect.contains(k) && *s >= *best)
+        .count();
+    Some(before + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_of_ranks() {
+        let m = Metrics::of(&[Some(1), Some(2), None, Some(10)]);
+        assert_eq!(m.queries, 4);
+        assert_eq!(m.hit_at_1, 0.25);
+        assert_eq!(m.hit_at_5, 0.5);
+        assert!((m.mrr - (1.0 + 0.5 + 0.1) / 4.0).abs() < 1e-12);
+        assert_eq!(Metrics::of(&[]), Metrics::default());
+    }
+
+    #[test]
+    fn a_tie_is_never_a_win() {
+        let hits = |v: &[(&str, f32)]| -> Vec<(String, f32)> {
+            v.iter().map(|(k, s)| ((*k).to_owned(), *s)).collect()
+        };
+        let want = ["b".to_owned()];
+        assert_eq!(rank_of(&hits(&[("b", 2.0), ("a", 2.0)]), &want), Some(2));
+        assert_eq!(rank_of(&hits(&[("a", 2.0), ("b", 2.0)]), &want), Some(2));
+        assert_eq!(rank_of(&hits(&[("b", 3.0), ("a", 2.0)]), &want), Some(1));
+        assert_eq!(rank_of(&hits(&[("a", 3.0), ("c", 2.0)]), &want), None);
+        // Another expected memory tied with the first is no loss.
+        let both = ["a".to_owned(), "b".to_owned()];
+        assert_eq!(rank_of(&hits(&[("b", 2.0), ("a", 2.0)]), &both), Some(1));
+    }
+}

@@ -1,0 +1,183 @@
+//! `amos eval`: the shipped golden set keeps its lexical figures, the gate
+//! holds inside the eval (a hidden memory never counts), and a bad golden
+//! set is refused with exit 2.
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use crate::common::{Home, Run};
+
+fn golden() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("eval/golden.jsonl")
+}
+
+fn eval(file: &std::path::Path) -> Run {
+    let h = Home::uninit();
+    h.run(&["--json", "eval", file.to_str().unwrap()])
+}
+
+fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
+    let p = dir.path().join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Measured on the shipped set (48 memories, 45 queries, 21 paraphrased)
+/// with the stemming analyzer (`amos-en-2`), 2026-12-01:
+///   lexical  hit@1 0.667  hit@5 0.956  MRR 0.759
+///   (literal 0.917 / 1.000 / 0.958; paraphrase 0.381 / 0.905 / 0.530)
+/// The analyzer before it (lower case only) measured 0.644 / 0.889 / 0.736.
+/// The thresholds sit just below: a change that costs recall quality on
+/// this set fails here; one that gains should raise them.
+#[test]
+fn the_shipped_golden_set_keeps_its_lexical_figures() {
+    let r = eval(&golden());
+    assert_eq!(r.code, 0, "{r:?}");
+    let v = r.json();
+    assert!(v["memories"].as_u64().unwrap() >= 40, "{v}");
+    let queries = v["queries"].as_u64().unwrap();
+    assert!(queries >= 30);
+    assert!(v["paraphrases"].as_u64().unwrap() * 3 >= queries);
+    let lexical = &v["modes"]["lexical"];
+    assert_eq!(lexical["queries"], queries);
+    let f = |k: &str| lexical[k].as_f64().unwrap();
+    assert!(f("hit_at_1") >= 0.65, "hit@1 {}", f("hit_at_1"));
+    assert!(f("hit_at_5") >= 0.94, "hit@5 {}", f("hit_at_5"));
+    assert!(f("mrr") >= 0.74, "MRR {}", f("mrr"));
+    for part in ["literal", "paraphrase"] {
+        assert!(lexical[part]["queries"].as_u64().unwrap() > 0);
+    }
+    assert_eq!(lexical["results"].as_array().unwrap().len() as u64, queries);
+}
+
+/// The same figures run twice: ties are never a win, so the report does not
+/// depend on memory ids (random) or index layout.
+#[test]
+fn the_figures_do_not_depend_on_the_run() {
+    let a = eval(&golden()).json();
+    let b = eval(&golden()).json();
+    for k in ["hit_at_1", "hit_at_5", "mrr"] {
+        assert_eq!(a["modes"]["lexical"][k], b["modes"]["lexical"][k], "{k}");
+    }
+}
+
+fn gate_set(expect: &str) -> Value {
+    json!({
+        "org": {"agents": ["alice", "bob"], "teams": {}, "projects": {}},
+        "memories": [
+            {"key": "hidden", "owner": "alice", "share": [], "type": "note",
+             "content": "the vault unseal key is in the red binder in the vault room"},
+            {"key": "shared", "owner": "alice", "share": ["global"], "type": "procedure",
+             "content": "ask security to unseal vault"},
+            {"key": "other", "owner": "alice", "share": ["global"], "type": "note",
+             "content": "the lunch menu changes on Mondays"}
+        ],
+        "queries": [
+            {"as": "alice", "query": "where is the vault unseal key", "expect": ["shared"]},
+            {"as": "bob", "query": "where is the vault unseal key", "expect": [expect]}
+        ]
+    })
+}
+
+/// A memory the agent cannot see never takes a rank and never counts: for
+/// alice (who may see it) it ranks above the shared answer; for bob the
+/// shared answer is first and the hidden one is nowhere in his results.
+/// Expecting the hidden memory for bob is refused, not scored.
+#[test]
+fn a_hidden_memory_that_would_rank_first_never_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(&dir, "gate.json", &gate_set("shared").to_string());
+    let r = eval(&file);
+    assert_eq!(r.code, 0, "{r:?}");
+    let results = r.json()["modes"]["lexical"]["results"].clone();
+    assert_eq!(results[0]["as"], "alice");
+    assert_eq!(results[0]["top"][0], "hidden", "{results}");
+    assert_eq!(results[0]["rank"], 2);
+    assert_eq!(results[1]["as"], "bob");
+    assert_eq!(results[1]["rank"], 1, "{results}");
+    assert!(
+        !results[1]["top"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("hidden")),
+        "{results}"
+    );
+
+    let file = write(&dir, "gate-bad.json", &gate_set("hidden").to_string());
+    let r = eval(&file);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stdout.is_empty(), "{r:?}");
+    assert!(
+        r.stderr.contains("\"hidden\" is not visible to bob"),
+        "{r:?}"
+    );
+}
+
+/// The JSON-lines form reads like the JSON one.
+#[test]
+fn json_lines_and_json_give_the_same_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = gate_set("shared");
+    let mut lines = vec![json!({"org": set["org"]}).to_string()];
+    for m in set["memories"].as_array().unwrap() {
+        lines.push(json!({ "memory": m }).to_string());
+    }
+    for q in set["queries"].as_array().unwrap() {
+        lines.push(json!({ "query": q }).to_string());
+    }
+    let jsonl = write(&dir, "gate.jsonl", &lines.join("\n"));
+    let json = write(&dir, "gate.json", &set.to_string());
+    let a = eval(&jsonl).json();
+    let b = eval(&json).json();
+    assert_eq!(a["modes"]["lexical"]["mrr"], b["modes"]["lexical"]["mrr"]);
+    assert_eq!(a["queries"], 2);
+}
+
+#[test]
+fn a_bad_golden_set_is_refused_with_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.jsonl");
+    let unknown_key = {
+        let mut s = gate_set("shared");
+        s["queries"][0]["expect"] = json!(["no-such-key"]);
+        s
+    };
+    let unknown_agent = {
+        let mut s = gate_set("shared");
+        s["queries"][0]["as"] = json!("mallory");
+        s
+    };
+    let twice = {
+        let mut s = gate_set("shared");
+        s["memories"][1]["key"] = json!("hidden");
+        s
+    };
+    let cases = [
+        (missing, "cannot read"),
+        (write(&dir, "syntax.jsonl", "{\"org\": "), "EOF"),
+        (
+            write(&dir, "key.json", &unknown_key.to_string()),
+            "no memory has key",
+        ),
+        (
+            write(&dir, "agent.json", &unknown_agent.to_string()),
+            "unknown agent",
+        ),
+        (write(&dir, "twice.json", &twice.to_string()), "twice"),
+        (
+            write(
+                &dir,
+                "noorg.jsonl",
+                "{\"query\": {\"as\": \"a\", \"query\": \"q\", \"expect\": [\"k\"]}}",
+            ),
+            "no {\"org\"",
+        ),
+    ];
+    for (file, why) in cases {
+        let r = eval(&file);
+        assert_eq!(r.code, 2, "{file:?}: {r:?}");
+        assert!(r.stdout.is_empty(), "{r:?}");
+        assert!(r.stderr.contains(why), "{file:?}: want {why:?} in {r:?}");
+    }
+}
