@@ -148,5 +148,22 @@ fn main() -> std::io::Result<()> {
     fs::write(t.join("seed-change"), change)?;
     fs::write(t.join("seed-saved"), doc.save())?;
     println!("seed corpus written to {}", root.display());
+    // import_files: the importers' own test fixtures, as they are.
+    let imp = root.join("import_files");
+    fs::create_dir_all(&imp)?;
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    for (i, rel) in [
+        "mem0/memories.json",
+        "chatgpt/conversations.json",
+        "chatgpt/memory.json",
+        "hermes/MEMORY.md",
+        "agent-memory-os/bundle.jsonl",
+        "agent-memory-os/bundle-after.jsonl",
+    ]
+    .iter()
+    .enumerate()
+    {
+        fs::write(imp.join(format!("seed-{i}")), fs::read(fixtures.join(rel))?)?;
+    }
     Ok(())
 }
