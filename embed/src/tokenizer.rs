@@ -9,6 +9,7 @@
 //! guessed at), or panics on the bytes of a user's file.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::Deserialize;
 use unicode_general_category::{GeneralCategory, get_general_category};
@@ -51,7 +52,8 @@ fn yes() -> bool {
 struct ModelJson {
     #[serde(rename = "type")]
     kind: Option<String>,
-    vocab: HashMap<String, u32>,
+    #[serde(deserialize_with = "vocab")]
+    vocab: Vocab,
     #[serde(default = "unk")]
     unk_token: String,
     #[serde(default = "hashes")]
@@ -70,10 +72,68 @@ fn hundred() -> usize {
     100
 }
 
+/// Token → id. Keyed by a multiply-rotate hash: the keys are a model's
+/// vocabulary (fixed once loaded), so a text can only look entries up, never
+/// lengthen a probe chain; SipHash was a fifth of the model's load time.
+type Vocab = HashMap<String, u32, BuildHasherDefault<FxHasher>>;
+
+/// The hash rustc uses for its own tables (Fx), for short strings.
+#[derive(Default)]
+struct FxHasher(u64);
+
+impl FxHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes([
+                c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7],
+            ]));
+        }
+        let mut tail = [0u8; 8];
+        let rest = chunks.remainder();
+        tail[..rest.len()].copy_from_slice(rest);
+        self.add(u64::from_le_bytes(tail) ^ ((rest.len() as u64) << 59));
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// Reads the vocabulary object into a table sized for a BERT vocabulary
+/// up front (serde's own map reader starts empty and grows ~15 times).
+fn vocab<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vocab, D::Error> {
+    struct Visit;
+    impl<'de> serde::de::Visitor<'de> for Visit {
+        type Value = Vocab;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a map of token to id")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Vocab, A::Error> {
+            let mut out = Vocab::with_capacity_and_hasher(32_768, Default::default());
+            while let Some((token, id)) = map.next_entry::<String, u32>()? {
+                out.insert(token, id);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(Visit)
+}
+
 /// A WordPiece tokenizer with BERT's normaliser and pre-tokenizer.
 #[derive(Clone, Debug)]
 pub struct WordPiece {
-    vocab: HashMap<String, u32>,
+    vocab: Vocab,
     unk: Option<u32>,
     prefix: String,
     max_chars: usize,
