@@ -233,7 +233,8 @@ impl WordPiece {
             }
         }
         if self.lowercase {
-            out = out.to_lowercase();
+            // Character by character, as Hugging Face does: no final-sigma rule.
+            out = out.chars().flat_map(char::to_lowercase).collect();
         }
         out
     }
@@ -389,6 +390,7 @@ mod tests {
         let t = tiny();
         assert_eq!(t.normalize("Café ÉCOLE naïve"), "cafe ecole naive");
         assert_eq!(t.encode("CAFÉ"), vec![5]);
+        assert_eq!(t.normalize("ΟΔΟΣ"), "οδοσ");
     }
 
     #[test]
