@@ -52,7 +52,7 @@ fn yes() -> bool {
 struct ModelJson {
     #[serde(rename = "type")]
     kind: Option<String>,
-    #[serde(deserialize_with = "vocab")]
+    #[serde(default, deserialize_with = "vocab")]
     vocab: Vocab,
     #[serde(default = "unk")]
     unk_token: String,
@@ -146,7 +146,13 @@ pub struct WordPiece {
 impl WordPiece {
     /// Reads a Hugging Face `tokenizer.json` of a BERT-style WordPiece model.
     pub fn from_json(bytes: &[u8]) -> Result<Self, ModelError> {
-        let json: TokenizerJson = serde_json::from_slice(bytes)
+        Self::from_json_and_list(bytes, None)
+    }
+
+    /// A `tokenizer.json` whose vocabulary is given apart, one token a line
+    /// (the id is the line number): how the built-in model is compiled in.
+    pub(crate) fn from_json_and_list(bytes: &[u8], list: Option<&str>) -> Result<Self, ModelError> {
+        let mut json: TokenizerJson = serde_json::from_slice(bytes)
             .map_err(|e| ModelError::Tokenizer(format!("not a tokenizer.json ({e})")))?;
         let kind = json.model.kind.as_deref().unwrap_or("WordPiece");
         if kind != "WordPiece" {
@@ -177,6 +183,12 @@ impl WordPiece {
                 )));
             }
         };
+        if let Some(list) = list {
+            json.model.vocab = (0u32..)
+                .zip(list.split('\n'))
+                .map(|(id, t)| (t.to_owned(), id))
+                .collect();
+        }
         let model = json.model;
         if model.vocab.is_empty() {
             return Err(ModelError::Tokenizer("the vocabulary is empty".into()));

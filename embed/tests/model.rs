@@ -131,8 +131,22 @@ fn a_text_without_known_tokens_is_the_zero_vector() {
 #[test]
 fn a_model_directory_loads_like_the_builtin() {
     let m = StaticModel::from_dir(builtin_dir()).unwrap();
-    let text = "how do we undo a bad release";
-    assert_eq!(m.embed(text), StaticModel::default_model().embed(text));
+    let builtin = StaticModel::default_model();
+    // The binary carries the vocabulary as a list (build.rs): same tokenizer.
+    for text in [
+        "how do we undo a bad release",
+        "Héllo, WÖRLD! unaffable qzxqzxq 中文 ##x [UNK] [CLS]",
+        "naïve café — «quotes» and emoji 🙂",
+    ] {
+        assert_eq!(
+            m.tokenizer().encode(text),
+            builtin.tokenizer().encode(text),
+            "{text}"
+        );
+        assert_eq!(m.embed(text), builtin.embed(text), "{text}");
+    }
+    assert_eq!(m.tokenizer().max_id(), builtin.tokenizer().max_id());
+    assert_eq!(m.tokenizer().unk_id(), builtin.tokenizer().unk_id());
     assert_eq!(m.name(), builtin_dir().display().to_string());
 }
 
