@@ -106,7 +106,14 @@ impl Hasher for FxHasher {
     }
 
     fn finish(&self) -> u64 {
-        self.0
+        // MurmurHash3's finaliser: every input bit reaches every output bit,
+        // which hashbrown needs (buckets from the low bits, tags from the high).
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
     }
 }
 
@@ -184,10 +191,14 @@ impl WordPiece {
             }
         };
         if let Some(list) = list {
-            json.model.vocab = (0u32..)
-                .zip(list.split('\n'))
-                .map(|(id, t)| (t.to_owned(), id))
-                .collect();
+            let lines = list.bytes().filter(|&b| b == b'\n').count() + 1;
+            let mut vocab = Vocab::with_capacity_and_hasher(lines, Default::default());
+            // Bytes, not `str::split('\n')`: that pattern calls memcmp for
+            // every line. Splitting UTF-8 at a newline keeps it UTF-8.
+            let tokens = list.as_bytes().split(|&b| b == b'\n');
+            let tokens = tokens.map(|t| String::from_utf8_lossy(t).into_owned());
+            vocab.extend(tokens.zip(0u32..));
+            json.model.vocab = vocab;
         }
         let model = json.model;
         if model.vocab.is_empty() {
