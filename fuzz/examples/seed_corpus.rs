@@ -147,6 +147,28 @@ fn main() -> std::io::Result<()> {
         .expect("a change");
     fs::write(t.join("seed-change"), change)?;
     fs::write(t.join("seed-saved"), doc.save())?;
+    // model_loader: a mode byte, then a model part (see fuzz_targets/model_loader.rs).
+    let m = root.join("model_loader");
+    fs::create_dir_all(&m)?;
+    let header = r#"{"embeddings":{"dtype":"F16","shape":[4,2],"data_offsets":[0,16]}}"#;
+    let mut tensors = (header.len() as u64).to_le_bytes().to_vec();
+    tensors.extend_from_slice(header.as_bytes());
+    tensors.extend_from_slice(&[0x00, 0x3c].repeat(8));
+    let tokenizer = br###"{"normalizer":{"type":"BertNormalizer","lowercase":true},"pre_tokenizer":{"type":"BertPreTokenizer"},"model":{"type":"WordPiece","unk_token":"[UNK]","vocab":{"[UNK]":0,"red":1,"##dish":2,"blue":3}}}"###;
+    let config = br#"{"model_type":"model2vec","normalize":false}"#;
+    let with_mode = |mode: u8, rest: &[u8]| [&[mode][..], rest].concat();
+    fs::write(m.join("seed-tensors"), with_mode(0, &tensors))?;
+    fs::write(m.join("seed-tokenizer"), with_mode(1, tokenizer))?;
+    fs::write(m.join("seed-config"), with_mode(2, config))?;
+    let text = "Héllo, reddish wörld! 中文";
+    fs::write(m.join("seed-text"), with_mode(3, text.as_bytes()))?;
+    let mut all = vec![4];
+    for part in [&tensors[..], &tokenizer[..]] {
+        all.extend_from_slice(&(part.len() as u16).to_le_bytes());
+        all.extend_from_slice(part);
+    }
+    all.extend_from_slice(config);
+    fs::write(m.join("seed-all"), all)?;
     println!("seed corpus written to {}", root.display());
     // import_files: the importers' own test fixtures, as they are.
     let imp = root.join("import_files");
