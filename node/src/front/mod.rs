@@ -6,6 +6,7 @@
 //! Boundary: renders and parses only; every operation is a call on the node
 //! API (`crate::api`).
 
+pub mod console;
 pub mod mcp;
 pub mod request;
 pub mod view;

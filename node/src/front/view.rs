@@ -19,6 +19,17 @@ pub fn rfc3339(ms: u64) -> String {
         .to_string()
 }
 
+/// The first `max` characters of `s` on one line (whitespace runs become
+/// one space).
+pub fn one_line(s: &str, max: usize) -> String {
+    let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() > max {
+        format!("{}…", flat.chars().take(max).collect::<String>())
+    } else {
+        flat
+    }
+}
+
 /// A memory object: `id, content, owner, type, visibility, tags, importance,
 /// confidence, pinned, created, updated, expires, origin`.
 pub fn memory_json(m: &Visible<MemoryRecord>) -> Value {
