@@ -10,6 +10,8 @@ mod bench_smoke;
 mod bundles;
 mod cli_bad_input;
 mod concurrency;
+mod console;
+mod console_browser;
 mod deploy;
 mod discovery;
 mod doctor;

@@ -59,7 +59,10 @@ pub(crate) async fn guard(State(app): State<Arc<App>>, req: Request, next: Next)
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    // Not `no-referrer`: with it, browsers send `Origin: null` on form
+    // posts, which the same-origin check would refuse; `same-origin` still
+    // keeps a URL with the token from leaving for another site.
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     resp

@@ -21,7 +21,7 @@ use serde::Deserialize;
 
 use super::App;
 use super::live::PeerLive;
-use super::page::{Chrome, FormIn, PageError, given, html, see, with_node};
+use super::page::{Chrome, FormIn, PageError, given, html, items, see, with_node};
 use crate::api::pairing::Invite;
 use crate::events::{PeerOutcome, SyncResult};
 use crate::front::view::rfc3339;
@@ -177,6 +177,9 @@ pub(crate) struct InviteForm {
     policy: Option<String>,
     /// How long the code stays valid (default 10m).
     ttl: Option<String>,
+    /// Addresses the joiner dials (HOST:PORT, comma-separated); default:
+    /// where `amos serve` listens.
+    addrs: Option<String>,
 }
 
 /// `amos team invite TEAM [--policy P] [--ttl DUR]`: the page shows the code.
@@ -188,7 +191,8 @@ pub(crate) async fn invite(
     let ttl = humantime::parse_duration(&ttl_text)
         .map_err(|_| PageError::bad(format!("malformed ttl {ttl_text:?}: use e.g. 10m or 2h")))?;
     let p = with_node(&app, move |node, app| {
-        let inv: Invite = node.team_invite(f.team.trim(), given(&f.policy), ttl, &[])?;
+        let addrs = given(&f.addrs).map(items).unwrap_or_default();
+        let inv: Invite = node.team_invite(f.team.trim(), given(&f.policy), ttl, &addrs)?;
         let mut p = page(node, app, Vec::new())?;
         p.invite = Some(InviteView {
             qr: super::qr::svg(&inv.code).unwrap_or_default(),
