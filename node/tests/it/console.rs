@@ -44,11 +44,20 @@ fn cli_list(h: &Home, agent: &str) -> Vec<String> {
 fn every_route_needs_the_token_and_the_first_visit_sets_the_cookie() {
     let h = Home::apollo();
     let c = Console::start(h.path());
-    for p in PAGES.iter().chain(&["/events", "/assets/console.js", "/nowhere"]) {
+    for p in PAGES
+        .iter()
+        .chain(&["/events", "/assets/console.js", "/nowhere"])
+    {
         let a = c.get_with(p, &[]);
         assert_eq!(a.status, 401, "{p} without a token: {a:?}");
         assert!(a.body.contains("access token"), "{p}: {}", a.body);
-        let wrong = c.get_with(p, &[("Cookie", &format!("amos_console_{}=00{}", c.port, &c.token[2..]))]);
+        let wrong = c.get_with(
+            p,
+            &[(
+                "Cookie",
+                &format!("amos_console_{}=00{}", c.port, &c.token[2..]),
+            )],
+        );
         assert_eq!(wrong.status, 401, "{p} with a wrong cookie");
     }
     for p in ["/peers/sync", "/memories", "/org/team"] {
@@ -57,10 +66,19 @@ fn every_route_needs_the_token_and_the_first_visit_sets_the_cookie() {
     }
     let first = c.get_with(&format!("/?token={}", c.token), &[]);
     assert_eq!(first.status, 200);
-    let cookie = first.header("set-cookie").expect("the first visit sets the cookie");
+    let cookie = first
+        .header("set-cookie")
+        .expect("the first visit sets the cookie");
     assert!(cookie.starts_with(&c.cookie()), "{cookie}");
-    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
-    assert!(first.header("server-timing").is_some_and(|t| t.starts_with("app;dur=")));
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    assert!(
+        first
+            .header("server-timing")
+            .is_some_and(|t| t.starts_with("app;dur="))
+    );
     assert!(first.header("content-security-policy").is_some());
     let wrong_query = c.get_with("/?token=nope", &[]);
     assert_eq!(wrong_query.status, 401);
@@ -68,7 +86,13 @@ fn every_route_needs_the_token_and_the_first_visit_sets_the_cookie() {
     let printed = h.ok(&["console", "--print-url", "--listen", &c.base[7..]]);
     assert_eq!(printed.stdout.trim(), c.url());
     // Another Host (DNS rebinding) is refused even with the cookie.
-    let a = c.get_with("/", &[("Cookie", &c.cookie()), ("Host", &format!("evil.example:{}", c.port))]);
+    let a = c.get_with(
+        "/",
+        &[
+            ("Cookie", &c.cookie()),
+            ("Host", &format!("evil.example:{}", c.port)),
+        ],
+    );
     assert_eq!(a.status, 403, "{a:?}");
 }
 
@@ -79,7 +103,11 @@ fn each_agent_sees_in_the_console_exactly_what_the_cli_shows() {
     for agent in ["alice", "bob", "carol"] {
         let page = c.get(&format!("/memories?as={agent}"));
         assert_eq!(page.status, 200, "{page:?}");
-        assert_eq!(listed_ids(&page.body), cli_list(&h, agent), "list as {agent}");
+        assert_eq!(
+            listed_ids(&page.body),
+            cli_list(&h, agent),
+            "list as {agent}"
+        );
         let search = c.get(&format!("/memories?as={agent}&q=launch"));
         assert_eq!(search.status, 200);
         assert_eq!(
@@ -111,9 +139,21 @@ fn each_agent_sees_in_the_console_exactly_what_the_cli_shows() {
     // The CLI agrees.
     assert_eq!(h.run(&["get", &carol_own, "--as", "alice"]).code, 2);
     // Links show only ends the reader sees.
-    h.ok(&["link", &alice_own, &team, "--as", "alice", "--relation", "supports"]);
+    h.ok(&[
+        "link",
+        &alice_own,
+        &team,
+        "--as",
+        "alice",
+        "--relation",
+        "supports",
+    ]);
     let mine = c.get(&format!("/memories/{team}?as=alice"));
-    assert!(mine.body.contains("supports") && mine.body.contains("launch codes"), "{}", mine.body);
+    assert!(
+        mine.body.contains("supports") && mine.body.contains("launch codes"),
+        "{}",
+        mine.body
+    );
     let bobs = c.get(&format!("/memories/{team}?as=bob"));
     assert!(!bobs.body.contains("supports") && !bobs.body.contains("launch codes"));
     assert!(bobs.body.contains("No links to memories bob can see"));
@@ -172,14 +212,38 @@ fn changes_are_the_cli_changes_and_need_csrf_from_the_same_origin() {
     assert_eq!(m["tags"], serde_json::json!(["ops", "web"]));
     // Share and unshare, edit, forget.
     assert_eq!(
-        c.post(&format!("/memories/{new_id}/grant"), &[("as", "alice"), ("scope", "agent:carol"), ("action", "share")]).status,
+        c.post(
+            &format!("/memories/{new_id}/grant"),
+            &[
+                ("as", "alice"),
+                ("scope", "agent:carol"),
+                ("action", "share")
+            ]
+        )
+        .status,
         303
     );
-    assert_eq!(h.json(&["get", &new_id, "--as", "carol"])["id"], new_id.as_str());
-    c.post(&format!("/memories/{new_id}/grant"), &[("as", "alice"), ("scope", "agent:carol"), ("action", "unshare")]);
+    assert_eq!(
+        h.json(&["get", &new_id, "--as", "carol"])["id"],
+        new_id.as_str()
+    );
+    c.post(
+        &format!("/memories/{new_id}/grant"),
+        &[
+            ("as", "alice"),
+            ("scope", "agent:carol"),
+            ("action", "unshare"),
+        ],
+    );
     assert_eq!(h.run(&["get", &new_id, "--as", "carol"]).code, 2);
-    c.post(&format!("/memories/{new_id}/edit"), &[("as", "alice"), ("text", "edited in the console")]);
-    assert_eq!(h.json(&["get", &new_id, "--as", "alice"])["content"], "edited in the console");
+    c.post(
+        &format!("/memories/{new_id}/edit"),
+        &[("as", "alice"), ("text", "edited in the console")],
+    );
+    assert_eq!(
+        h.json(&["get", &new_id, "--as", "alice"])["content"],
+        "edited in the console"
+    );
     let hist = c.get(&format!("/memories/{new_id}?as=alice"));
     assert!(hist.body.contains(">edit<"), "the history shows the edit");
     // Not the owner: refused (403), nothing changed.
@@ -187,39 +251,114 @@ fn changes_are_the_cli_changes_and_need_csrf_from_the_same_origin() {
     let r = c.post(&format!("/memories/{team}/forget"), &[("as", "bob")]);
     assert_eq!(r.status, 403, "{r:?}");
     assert_eq!(h.fingerprint(), before);
-    assert_eq!(c.post(&format!("/memories/{new_id}/forget"), &[("as", "alice")]).status, 303);
+    assert_eq!(
+        c.post(&format!("/memories/{new_id}/forget"), &[("as", "alice")])
+            .status,
+        303
+    );
     assert_eq!(h.run(&["get", &new_id, "--as", "alice"]).code, 2);
 
     // Org.
-    assert_eq!(c.post("/org/team", &[("id", "hermes"), ("name", "Hermes")]).status, 303);
-    assert_eq!(c.post("/org/agent", &[("id", "dave"), ("teams", "hermes")]).status, 303);
-    assert_eq!(c.post("/org/project", &[("id", "moon"), ("team", "hermes")]).status, 303);
     assert_eq!(
-        c.post("/org/member", &[("group", "project"), ("id", "moon"), ("agent", "dave"), ("action", "add")]).status,
+        c.post("/org/team", &[("id", "hermes"), ("name", "Hermes")])
+            .status,
         303
     );
-    c.post("/org/member", &[("group", "team"), ("id", "apollo"), ("agent", "carol"), ("action", "add")]);
+    assert_eq!(
+        c.post("/org/agent", &[("id", "dave"), ("teams", "hermes")])
+            .status,
+        303
+    );
+    assert_eq!(
+        c.post("/org/project", &[("id", "moon"), ("team", "hermes")])
+            .status,
+        303
+    );
+    assert_eq!(
+        c.post(
+            "/org/member",
+            &[
+                ("group", "project"),
+                ("id", "moon"),
+                ("agent", "dave"),
+                ("action", "add")
+            ]
+        )
+        .status,
+        303
+    );
+    c.post(
+        "/org/member",
+        &[
+            ("group", "team"),
+            ("id", "apollo"),
+            ("agent", "carol"),
+            ("action", "add"),
+        ],
+    );
     let agents = h.json(&["agent", "list"]);
-    let dave = agents["agents"].as_array().unwrap().iter().find(|a| a["id"] == "dave").unwrap().clone();
+    let dave = agents["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["id"] == "dave")
+        .unwrap()
+        .clone();
     assert_eq!(dave["teams"], serde_json::json!(["hermes"]));
     assert_eq!(dave["projects"], serde_json::json!(["moon"]));
-    assert!(h.ok(&["list", "--as", "carol"]).stdout.contains("launch window"), "carol joined apollo");
-    c.post("/org/member", &[("group", "team"), ("id", "apollo"), ("agent", "carol"), ("action", "remove")]);
-    assert!(!h.ok(&["list", "--as", "carol"]).stdout.contains("launch window"));
-    assert_eq!(c.post("/org/delete", &[("group", "project"), ("id", "moon")]).status, 303);
+    assert!(
+        h.ok(&["list", "--as", "carol"])
+            .stdout
+            .contains("launch window"),
+        "carol joined apollo"
+    );
+    c.post(
+        "/org/member",
+        &[
+            ("group", "team"),
+            ("id", "apollo"),
+            ("agent", "carol"),
+            ("action", "remove"),
+        ],
+    );
+    assert!(
+        !h.ok(&["list", "--as", "carol"])
+            .stdout
+            .contains("launch window")
+    );
+    assert_eq!(
+        c.post("/org/delete", &[("group", "project"), ("id", "moon")])
+            .status,
+        303
+    );
     let org = c.get("/org");
     assert!(org.body.contains("dave") && org.body.contains("Hermes"));
-    assert!(!org.body.contains("<td>moon</td><td>hermes</td>"), "the project is gone");
+    assert!(
+        !org.body.contains("<td>moon</td><td>hermes</td>"),
+        "the project is gone"
+    );
 
     // Peers: invite (the code is on the page), remove.
     h.ok(&["peers", "add", &id(&Home::new()), "--policy", "full"]);
     let inv = c.post(
         "/peers/invite",
-        &[("team", "apollo"), ("ttl", "5m"), ("addrs", "127.0.0.1:4747")],
+        &[
+            ("team", "apollo"),
+            ("ttl", "5m"),
+            ("addrs", "127.0.0.1:4747"),
+        ],
     );
     assert_eq!(inv.status, 200);
-    assert!(inv.body.contains("id=\"invite-code\" class=\"code\">amos1-"), "{}", inv.body);
-    let peer = h.json(&["peers", "list"])["peers"][0]["node_id"].as_str().unwrap().to_owned();
+    assert!(
+        inv.body
+            .contains("id=\"invite-code\" class=\"code\">amos1-"),
+        "{}",
+        inv.body
+    );
+    let peer = h.json(&["peers", "list"])["peers"][0]["node_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(c.get("/peers").body.contains(&peer));
     assert_eq!(c.post("/peers/remove", &[("peer", &peer)]).status, 303);
     assert_eq!(h.json(&["peers", "list"])["peers"], serde_json::json!([]));
@@ -231,32 +370,85 @@ fn bad_input_is_400_with_a_message_and_changes_nothing() {
     let c = Console::start(h.path());
     let before = h.fingerprint();
     let grant = format!("/memories/{team}/grant");
-    let posts: [(&str, Vec<(&str, &str)>, &str); 12] = [
-        ("/memories", vec![("as", "alice"), ("content", "x"), ("share", "teem:x")], "teem"),
-        ("/memories", vec![("as", "mallory"), ("content", "x")], "unknown agent"),
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str);
+    let posts: [Case; 12] = [
+        (
+            "/memories",
+            vec![("as", "alice"), ("content", "x"), ("share", "teem:x")],
+            "teem",
+        ),
+        (
+            "/memories",
+            vec![("as", "mallory"), ("content", "x")],
+            "unknown agent",
+        ),
         ("/memories", vec![("content", "x")], "agent to act as"),
-        ("/memories", vec![("as", "alice"), ("content", "x"), ("importance", "lots")], "importance"),
-        ("/memories", vec![("as", "alice"), ("content", "x"), ("expires", "soon")], "expires"),
+        (
+            "/memories",
+            vec![("as", "alice"), ("content", "x"), ("importance", "lots")],
+            "importance",
+        ),
+        (
+            "/memories",
+            vec![("as", "alice"), ("content", "x"), ("expires", "soon")],
+            "expires",
+        ),
         ("/memories", vec![("as", "alice")], "content"),
-        ("/memories/not-an-id/grant", vec![("as", "alice"), ("scope", "global"), ("action", "share")], "no such memory"),
-        (&grant, vec![("as", "alice"), ("scope", "global"), ("action", "publish")], "unknown action"),
+        (
+            "/memories/not-an-id/grant",
+            vec![("as", "alice"), ("scope", "global"), ("action", "share")],
+            "no such memory",
+        ),
+        (
+            &grant,
+            vec![("as", "alice"), ("scope", "global"), ("action", "publish")],
+            "unknown action",
+        ),
         ("/org/team", vec![("id", "Not A Team!")], "team"),
-        ("/org/member", vec![("group", "guild"), ("id", "apollo"), ("agent", "bob"), ("action", "add")], "unknown group"),
-        ("/peers/invite", vec![("team", "apollo"), ("ttl", "forever")], "ttl"),
+        (
+            "/org/member",
+            vec![
+                ("group", "guild"),
+                ("id", "apollo"),
+                ("agent", "bob"),
+                ("action", "add"),
+            ],
+            "unknown group",
+        ),
+        (
+            "/peers/invite",
+            vec![("team", "apollo"), ("ttl", "forever")],
+            "ttl",
+        ),
         ("/peers/join", vec![("code", "amos1-garbage")], ""),
     ];
     for (path, form, says) in &posts {
         let r = c.post(path, form);
-        assert!(r.status == 400 || r.status == 404, "POST {path} {form:?}: {r:?}");
-        assert!(r.body.contains(says), "POST {path}: {says:?} not in {}", r.body);
+        assert!(
+            r.status == 400 || r.status == 404,
+            "POST {path} {form:?}: {r:?}"
+        );
+        assert!(
+            r.body.contains(says),
+            "POST {path}: {says:?} not in {}",
+            r.body
+        );
         assert!(r.body.contains("id=\"error-message\""));
     }
-    for get in ["/memories?as=alice&limit=0", "/memories?as=alice&limit=lots", "/audit?limit=-1", "/memories?as=alice&type=Not%20A%20Type%21"] {
+    for get in [
+        "/memories?as=alice&limit=0",
+        "/memories?as=alice&limit=lots",
+        "/audit?limit=-1",
+        "/memories?as=alice&type=Not%20A%20Type%21",
+    ] {
         let r = c.get(get);
         assert_eq!(r.status, 400, "{get}: {r:?}");
     }
     assert_eq!(h.fingerprint(), before, "nothing changed");
-    assert_eq!(h.json(&["team", "list"])["teams"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        h.json(&["team", "list"])["teams"].as_array().unwrap().len(),
+        1
+    );
 }
 
 #[test]
@@ -280,7 +472,12 @@ fn every_page_escapes_what_it_shows() {
         assert!(!page.body.contains("<b>bold"), "{p} has raw markup");
     }
     let one = c.get(&format!("/memories/{id}?as=alice"));
-    assert!(one.body.contains("&#60;script&#62;alert(1)&#60;/script&#62;"), "{}", one.body);
+    assert!(
+        one.body
+            .contains("&#60;script&#62;alert(1)&#60;/script&#62;"),
+        "{}",
+        one.body
+    );
     // Query text echoed back is escaped too.
     let q = c.get("/memories?as=alice&q=%22%3E%3Cscript%3Ex%3C%2Fscript%3E");
     assert!(!q.body.contains("\"><script>x"));
@@ -301,7 +498,11 @@ fn node_peers_audit_and_events_pages_show_the_node() {
     assert!(peers.body.contains(&id(&b)) && peers.body.contains("never synced"));
     let synced = c.post("/peers/sync", &[("peer", &id(&b))]);
     assert_eq!(synced.status, 200);
-    assert!(synced.body.contains(&format!("{}  ok:", id(&b))), "{}", synced.body);
+    assert!(
+        synced.body.contains(&format!("{}  ok:", id(&b))),
+        "{}",
+        synced.body
+    );
     assert!(synced.body.contains("result result-ok\">ok<"));
     assert_eq!(a.json(&["peers", "list"])["peers"][0]["last_result"], "ok");
     let audit = c.get("/audit");
@@ -310,7 +511,8 @@ fn node_peers_audit_and_events_pages_show_the_node() {
     // The live stream: its head (the stream itself never ends).
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(&c.base[7..]).unwrap();
-    s.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
     write!(
         s,
         "GET /events HTTP/1.1\r\nHost: {}\r\nCookie: {}\r\n\r\n",
@@ -334,7 +536,14 @@ fn a_non_loopback_console_needs_the_explicit_flag() {
     let h = Home::new();
     for args in [
         vec!["console", "--listen", "0.0.0.0:0"],
-        vec!["serve", "--no-mdns", "--listen", "127.0.0.1:0", "--console", "0.0.0.0:0"],
+        vec![
+            "serve",
+            "--no-mdns",
+            "--listen",
+            "127.0.0.1:0",
+            "--console",
+            "0.0.0.0:0",
+        ],
     ] {
         let r = h.run(&args);
         assert_eq!(r.code, 2, "{args:?}: {r:?}");

@@ -167,15 +167,23 @@ impl Browser {
     }
 
     fn attr(&self, e: &str, name: &str) -> String {
-        self.call("GET", &self.s(&format!("/element/{e}/attribute/{name}")), None)
-            .as_str()
-            .unwrap_or("")
-            .to_owned()
+        self.call(
+            "GET",
+            &self.s(&format!("/element/{e}/attribute/{name}")),
+            None,
+        )
+        .as_str()
+        .unwrap_or("")
+        .to_owned()
     }
 
     fn click(&self, css: &str) {
         let e = self.find(css);
-        self.call("POST", &self.s(&format!("/element/{e}/click")), Some(json!({})));
+        self.call(
+            "POST",
+            &self.s(&format!("/element/{e}/click")),
+            Some(json!({})),
+        );
     }
 
     fn type_into(&self, css: &str, text: &str) {
@@ -210,7 +218,10 @@ impl Browser {
 impl Drop for Browser {
     fn drop(&mut self) {
         if !self.session.is_empty() {
-            let _ = self.http.delete(format!("{}/session/{}", self.base, self.session)).call();
+            let _ = self
+                .http
+                .delete(format!("{}/session/{}", self.base, self.session))
+                .call();
         }
         let _ = self.driver.kill();
         let _ = self.driver.wait();
@@ -286,7 +297,10 @@ fn the_console_in_a_real_browser() {
         json!(0),
         "no element was made"
     );
-    assert_eq!(browser.script("return window.pwned === undefined;"), json!(true));
+    assert_eq!(
+        browser.script("return window.pwned === undefined;"),
+        json!(true)
+    );
     browser.shot(&shots, "3-memory-html");
 
     // Sync now against node B: the row turns ok.
@@ -297,7 +311,11 @@ fn the_console_in_a_real_browser() {
     // The answer page is the one with the pass's report (#flash).
     assert!(browser.text("#flash").contains(" ok: "));
     assert_eq!(browser.text(&format!("{row} .result")), "ok");
-    assert!(a.ok(&["list", "--as", "alice"]).stdout.contains("from the other node"));
+    assert!(
+        a.ok(&["list", "--as", "alice"])
+            .stdout
+            .contains("from the other node")
+    );
     browser.shot(&shots, "4-peers-synced");
 
     // An invite: the code is on the page.

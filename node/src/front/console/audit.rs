@@ -38,7 +38,9 @@ pub(crate) async fn show(
 ) -> Result<Response, PageError> {
     let limit = q.limit.unwrap_or(100);
     if limit == 0 || limit > MAX_LIMIT {
-        return Err(PageError::bad(format!("limit must be between 1 and {MAX_LIMIT}")));
+        return Err(PageError::bad(format!(
+            "limit must be between 1 and {MAX_LIMIT}"
+        )));
     }
     let p = with_node(&app, move |node, app| {
         Ok(AuditPage {

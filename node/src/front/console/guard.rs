@@ -62,7 +62,10 @@ pub(crate) async fn guard(State(app): State<Arc<App>>, req: Request, next: Next)
     // Not `no-referrer`: with it, browsers send `Origin: null` on form
     // posts, which the same-origin check would refuse; `same-origin` still
     // keeps a URL with the token from leaving for another site.
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     resp
@@ -102,7 +105,9 @@ async fn check(app: &App, req: Request) -> Result<(Request, bool), PageError> {
         if site != "same-origin" && site != "none" {
             return Err(PageError::new(
                 StatusCode::FORBIDDEN,
-                format!("refused a {site} request: the console takes changes from its own pages only"),
+                format!(
+                    "refused a {site} request: the console takes changes from its own pages only"
+                ),
             ));
         }
     }

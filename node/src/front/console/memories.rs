@@ -16,7 +16,9 @@ use axum::response::Response;
 use serde::Deserialize;
 
 use super::App;
-use super::page::{Chrome, FormIn, PageError, QueryIn, as_query, given, html, see, urlencode, with_node};
+use super::page::{
+    Chrome, FormIn, PageError, QueryIn, as_query, given, html, see, urlencode, with_node,
+};
 use crate::api::Node;
 use crate::front::request::AddRequest;
 use crate::front::view::{one_line, rfc3339};
@@ -255,8 +257,11 @@ pub(crate) async fn add(
     let agent = need_agent(&f.agent)?;
     let importance = given(&f.importance)
         .map(|i| {
-            i.parse::<f32>()
-                .map_err(|_| PageError::bad(format!("malformed importance {i:?}: use a number from 0 to 1")))
+            i.parse::<f32>().map_err(|_| {
+                PageError::bad(format!(
+                    "malformed importance {i:?}: use a number from 0 to 1"
+                ))
+            })
         })
         .transpose()?;
     let req = AddRequest {
@@ -297,7 +302,11 @@ pub(crate) async fn grant(
     let share = match f.action.as_str() {
         "share" => true,
         "unshare" => false,
-        other => return Err(PageError::bad(format!("unknown action {other:?}: share or unshare"))),
+        other => {
+            return Err(PageError::bad(format!(
+                "unknown action {other:?}: share or unshare"
+            )));
+        }
     };
     let a = agent.clone();
     let i = id.clone();
@@ -307,7 +316,11 @@ pub(crate) async fn grant(
         Ok(())
     })
     .await?;
-    Ok(see(format!("/memories/{}?{}", urlencode(&id), as_query(&agent))))
+    Ok(see(format!(
+        "/memories/{}?{}",
+        urlencode(&id),
+        as_query(&agent)
+    )))
 }
 
 #[derive(Deserialize)]
@@ -332,7 +345,11 @@ pub(crate) async fn edit(
         Ok(())
     })
     .await?;
-    Ok(see(format!("/memories/{}?{}", urlencode(&id), as_query(&agent))))
+    Ok(see(format!(
+        "/memories/{}?{}",
+        urlencode(&id),
+        as_query(&agent)
+    )))
 }
 
 /// `amos forget`.

@@ -113,14 +113,20 @@ pub(crate) async fn member(
     let present = match f.action.as_str() {
         "add" => true,
         "remove" => false,
-        other => return Err(PageError::bad(format!("unknown action {other:?}: add or remove"))),
+        other => {
+            return Err(PageError::bad(format!(
+                "unknown action {other:?}: add or remove"
+            )));
+        }
     };
     with_node(&app, move |node, _| {
         let (id, agent) = (f.id.trim(), f.agent.trim());
         match f.group.as_str() {
             "team" => Ok(node.team_member(id, agent, present)?),
             "project" => Ok(node.project_member(id, agent, present)?),
-            other => Err(PageError::bad(format!("unknown group {other:?}: team or project"))),
+            other => Err(PageError::bad(format!(
+                "unknown group {other:?}: team or project"
+            ))),
         }
     })
     .await?;
@@ -142,7 +148,9 @@ pub(crate) async fn delete(
     with_node(&app, move |node, _| match f.group.as_str() {
         "team" => Ok(node.team_delete(f.id.trim())?),
         "project" => Ok(node.project_delete(f.id.trim())?),
-        other => Err(PageError::bad(format!("unknown group {other:?}: team or project"))),
+        other => Err(PageError::bad(format!(
+            "unknown group {other:?}: team or project"
+        ))),
     })
     .await?;
     Ok(see("/org".into()))

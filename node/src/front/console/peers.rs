@@ -97,8 +97,7 @@ pub(crate) async fn sync(
     FormIn(f): FormIn<SyncForm>,
 ) -> Result<Response, PageError> {
     let identity = Arc::new(app.home.load_identity()?);
-    let outcomes =
-        crate::net::sync_pass(&app.home, identity, given(&f.peer), None).await?;
+    let outcomes = crate::net::sync_pass(&app.home, identity, given(&f.peer), None).await?;
     let mut flash: Vec<String> = outcomes.iter().map(outcome_line).collect();
     if flash.is_empty() {
         flash.push("no peers with an address to sync with".into());

@@ -57,8 +57,7 @@ pub fn csrf_of(token: &str) -> String {
 /// Compare in time that depends only on the lengths.
 pub fn same(a: &str, b: &str) -> bool {
     a.len() == b.len()
-        && a
-            .bytes()
+        && a.bytes()
             .zip(b.bytes())
             .fold(0u8, |acc, (x, y)| acc | (x ^ y))
             == 0
