@@ -913,18 +913,7 @@ fn sync_cmd(home: &Home, out: &Out, cmd: SyncCmd) -> Result<()> {
         }
         outcomes
             .iter()
-            .map(|o| match o.result {
-                SyncResult::Ok => format!(
-                    "{}  ok: {} facts in, {} out, {} B in, {} B out, {} ms",
-                    o.peer, o.facts_in, o.facts_out, o.bytes_in, o.bytes_out, o.ms
-                ),
-                r => format!(
-                    "{}  {}: {}",
-                    o.peer,
-                    r.as_str(),
-                    o.error.as_deref().unwrap_or("")
-                ),
-            })
+            .map(amos_node::front::view::outcome_line)
             .collect::<Vec<_>>()
             .join("\n")
     });

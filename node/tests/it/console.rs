@@ -6,7 +6,7 @@
 //! page escapes what it shows.
 
 use crate::common::Home;
-use crate::common::console::{Console, listed_ids};
+use crate::common::console::{Console, cli_list, listed_ids};
 use crate::common::server::{Server, id, pair};
 
 const PAGES: [&str; 7] = [
@@ -29,15 +29,6 @@ fn org() -> (Home, String, String, String) {
     let alice = h.add("alice", "alice keeps the launch codes", &[]);
     let carol = h.add("carol", "carol plans the launch party", &[]);
     (h, team, alice, carol)
-}
-
-fn cli_list(h: &Home, agent: &str) -> Vec<String> {
-    h.json(&["list", "--as", agent])["memories"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["id"].as_str().unwrap().to_owned())
-        .collect()
 }
 
 #[test]

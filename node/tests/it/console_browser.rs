@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::common::Home;
-use crate::common::console::Console;
+use crate::common::console::{Console, cli_list};
 use crate::common::server::{Server, id, pair};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -226,15 +226,6 @@ impl Drop for Browser {
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
-}
-
-fn cli_list(h: &Home, agent: &str) -> Vec<String> {
-    h.json(&["list", "--as", agent])["memories"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["id"].as_str().unwrap().to_owned())
-        .collect()
 }
 
 #[test]

@@ -292,6 +292,26 @@ pub(crate) struct GrantForm {
     action: String,
 }
 
+/// Run `f` on memory `id` as `agent`, then back to its page.
+async fn as_agent<F>(app: &Arc<App>, agent: String, id: String, f: F) -> Result<Response, PageError>
+where
+    F: FnOnce(&mut Node, &amos_acl::AuthorizedScopes, &str) -> Result<(), PageError>
+        + Send
+        + 'static,
+{
+    let (a, i) = (agent.clone(), id.clone());
+    with_node(app, move |node, _| {
+        let who = node.requester(&a)?;
+        f(node, &who, &i)
+    })
+    .await?;
+    Ok(see(format!(
+        "/memories/{}?{}",
+        urlencode(&id),
+        as_query(&agent)
+    )))
+}
+
 /// `amos share` / `amos unshare`.
 pub(crate) async fn grant(
     State(app): State<Arc<App>>,
@@ -308,19 +328,11 @@ pub(crate) async fn grant(
             )));
         }
     };
-    let a = agent.clone();
-    let i = id.clone();
-    with_node(&app, move |node, _| {
-        let who = node.requester(&a)?;
-        node.set_grant(&who, &i, f.scope.trim(), share)?;
+    as_agent(&app, agent, id, move |node, who, id| {
+        node.set_grant(who, id, f.scope.trim(), share)?;
         Ok(())
     })
-    .await?;
-    Ok(see(format!(
-        "/memories/{}?{}",
-        urlencode(&id),
-        as_query(&agent)
-    )))
+    .await
 }
 
 #[derive(Deserialize)]
@@ -337,19 +349,11 @@ pub(crate) async fn edit(
     FormIn(f): FormIn<EditForm>,
 ) -> Result<Response, PageError> {
     let agent = need_agent(&f.agent)?;
-    let a = agent.clone();
-    let i = id.clone();
-    with_node(&app, move |node, _| {
-        let who = node.requester(&a)?;
-        node.update(&who, &i, &f.text)?;
+    as_agent(&app, agent, id, move |node, who, id| {
+        node.update(who, id, &f.text)?;
         Ok(())
     })
-    .await?;
-    Ok(see(format!(
-        "/memories/{}?{}",
-        urlencode(&id),
-        as_query(&agent)
-    )))
+    .await
 }
 
 /// `amos forget`.

@@ -23,8 +23,7 @@ use super::App;
 use super::live::PeerLive;
 use super::page::{Chrome, FormIn, PageError, given, html, items, see, with_node};
 use crate::api::pairing::Invite;
-use crate::events::{PeerOutcome, SyncResult};
-use crate::front::view::rfc3339;
+use crate::front::view::{outcome_line, rfc3339};
 
 /// One peer's row.
 struct PeerRow {
@@ -104,21 +103,6 @@ pub(crate) async fn sync(
     }
     let p = with_node(&app, move |node, app| page(node, app, flash)).await?;
     html(&p)
-}
-
-fn outcome_line(o: &PeerOutcome) -> String {
-    match o.result {
-        SyncResult::Ok => format!(
-            "{}  ok: {} facts in, {} out, {} B in, {} B out, {} ms",
-            o.peer, o.facts_in, o.facts_out, o.bytes_in, o.bytes_out, o.ms
-        ),
-        r => format!(
-            "{}  {}: {}",
-            o.peer,
-            r.as_str(),
-            o.error.as_deref().unwrap_or("")
-        ),
-    }
 }
 
 #[derive(Deserialize)]

@@ -172,3 +172,13 @@ pub fn listed_ids(page: &str) -> Vec<String> {
         .map(|s| s[..s.find('"').unwrap()].to_owned())
         .collect()
 }
+
+/// The ids `amos list --as AGENT` prints, in order.
+pub fn cli_list(h: &super::Home, agent: &str) -> Vec<String> {
+    h.json(&["list", "--as", agent])["memories"]
+        .as_array()
+        .expect("memories")
+        .iter()
+        .map(|m| m["id"].as_str().expect("id").to_owned())
+        .collect()
+}
