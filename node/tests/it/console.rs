@@ -34,7 +34,14 @@ fn org() -> (Home, String, String, String) {
 #[test]
 fn every_route_needs_the_token_and_the_first_visit_sets_the_cookie() {
     let h = Home::apollo();
+    // `amos init` made the token, readable by its owner only.
+    let token_file = h.path().join("console.token");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let made = std::fs::read_to_string(&token_file).unwrap();
     let c = Console::start(h.path());
+    assert_eq!(c.token, made.trim());
     for p in PAGES
         .iter()
         .chain(&["/events", "/assets/console.js", "/nowhere"])
@@ -426,6 +433,10 @@ fn bad_input_is_400_with_a_message_and_changes_nothing() {
         );
         assert!(r.body.contains("id=\"error-message\""));
     }
+    // What the request said is escaped in the error page too.
+    let r = c.post("/org/team", &[("id", "<script>x</script>")]);
+    assert_eq!(r.status, 400);
+    assert!(!r.body.contains("<script>x"), "{}", r.body);
     for get in [
         "/memories?as=alice&limit=0",
         "/memories?as=alice&limit=lots",
@@ -478,6 +489,8 @@ fn every_page_escapes_what_it_shows() {
 fn node_peers_audit_and_events_pages_show_the_node() {
     let a = Home::apollo();
     let b = Home::new();
+    // B claims a team A made too: A's gate refuses that record (audit).
+    b.ok(&["team", "create", "apollo"]);
     let server = Server::start(b.path());
     pair(&b, &a, &server, "full");
     let c = Console::start(a.path());
@@ -498,7 +511,15 @@ fn node_peers_audit_and_events_pages_show_the_node() {
     assert_eq!(a.json(&["peers", "list"])["peers"][0]["last_result"], "ok");
     let audit = c.get("/audit");
     assert_eq!(audit.status, 200);
-    assert!(audit.body.contains("No fact from a peer was refused"));
+    let entry = &a.json(&["audit"])["refused"][0];
+    assert_eq!(entry["code"], "org_origin_conflict");
+    for field in ["peer", "code", "register"] {
+        assert!(
+            audit.body.contains(entry[field].as_str().unwrap()),
+            "{field}"
+        );
+    }
+    assert!(audit.body.contains("No fact is held back"));
     // The live stream: its head (the stream itself never ends).
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(&c.base[7..]).unwrap();
@@ -520,6 +541,21 @@ fn node_peers_audit_and_events_pages_show_the_node() {
     let head = String::from_utf8_lossy(&head).to_lowercase();
     assert!(head.starts_with("http/1.1 200"), "{head}");
     assert!(head.contains("content-type: text/event-stream"), "{head}");
+}
+
+#[test]
+fn a_home_made_before_the_console_gets_its_token_on_first_use() {
+    let h = Home::new();
+    std::fs::remove_file(h.path().join("console.token")).unwrap();
+    let url = h.ok(&["console", "--print-url"]).stdout;
+    let made = std::fs::read_to_string(h.path().join("console.token")).unwrap();
+    assert_eq!(
+        url.trim(),
+        format!("http://127.0.0.1:7474/?token={}", made.trim())
+    );
+    assert_eq!(h.json(&["console", "--print-url"])["url"], url.trim());
+    let c = Console::start(h.path());
+    assert_eq!(c.token, made.trim(), "the same token, kept");
 }
 
 #[test]

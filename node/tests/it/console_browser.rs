@@ -93,7 +93,7 @@ impl Browser {
         b.call(
             "POST",
             &b.s("/timeouts"),
-            Some(json!({"implicit": 30_000, "pageLoad": 60_000})),
+            Some(json!({"implicit": 30_000, "pageLoad": 60_000, "script": 60_000})),
         );
         b
     }
@@ -195,6 +195,16 @@ impl Browser {
         );
     }
 
+    /// An async script: its last argument is the callback; the answer is
+    /// what it was called with (bounded by the session's script timeout).
+    fn script_async(&self, js: &str, args: Value) -> Value {
+        self.call(
+            "POST",
+            &self.s("/execute/async"),
+            Some(json!({"script": js, "args": args})),
+        )
+    }
+
     fn script(&self, js: &str) -> Value {
         self.call(
             "POST",
@@ -257,6 +267,8 @@ fn the_console_in_a_real_browser() {
     let html = "<b id=\"injected\">bold?</b><script>window.pwned = 1</script>";
     let html_id = a.add("alice", html, &["team:apollo"]);
     let b = Home::new();
+    // B claims a team A made too: A's gate refuses that record (audit).
+    b.ok(&["team", "create", "apollo"]);
     b.ok(&["team", "create", "hermes"]);
     b.ok(&["agent", "add", "zed", "--team", "hermes"]);
     b.add("zed", "from the other node", &["global"]);
@@ -320,6 +332,100 @@ fn the_console_in_a_real_browser() {
     assert!(browser.text("#agents").contains("alice"));
     browser.shot(&shots, "6-org");
     browser.goto(&format!("{}/audit", console.base));
+    let refused = browser.text("#refused");
+    assert!(
+        refused.contains("org_origin_conflict") && refused.contains("team:apollo"),
+        "{refused}"
+    );
     browser.shot(&shots, "7-audit");
+
+    // Live: A serves with its console; B dials A from its own process; the
+    // open page hears of the session over /events without a reload.
+    let (serving, serve_url) = serve_with_console(a.path());
+    let a_addr = serving.addr.clone();
+    b.ok(&["peers", "add", &id(&a), &a_addr, "--policy", "full"]);
+    browser.goto(&serve_url);
+    browser.goto(&format!(
+        "{}/peers",
+        serve_url.split("/?token=").next().unwrap()
+    ));
+    let facts = format!("{row} .facts");
+    assert_eq!(
+        browser.text(&facts),
+        "–",
+        "no session seen by this process yet"
+    );
+    // Wait until the stream is open, then watch the cell.
+    browser.script_async(
+        "var done = arguments[arguments.length - 1];
+         var row = document.querySelector(arguments[0]);
+         var cell = row.querySelector('.facts');
+         new MutationObserver(function () { window.__changed = cell.textContent; })
+           .observe(cell, {childList: true, characterData: true, subtree: true});
+         (function wait() { if (document.body.dataset.live === 'on') done(true); else setTimeout(wait, 20); })();",
+        json!([row]),
+    );
+    let (code, outcomes) = b.sync(&["now", &id(&a)]);
+    assert_eq!(code, 0, "{outcomes:?}");
+    let changed = browser.script_async(
+        "var done = arguments[arguments.length - 1];
+         (function wait() { if (window.__changed) done(window.__changed); else setTimeout(wait, 20); })();",
+        json!([]),
+    );
+    assert!(
+        changed.as_str().is_some_and(|t| t.contains(" / ")),
+        "{changed}"
+    );
+    assert_eq!(browser.text(&format!("{row} .result")), "ok");
+    browser.shot(&shots, "8-peers-live");
+    drop(serving);
     eprintln!("console screenshots in {}", shots.display());
+}
+
+/// A child process killed when dropped, and the address it serves on.
+struct Serving {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `amos serve --no-mdns --listen 127.0.0.1:PORT --console 127.0.0.1:0` on
+/// `home`, and the console URL it printed.
+fn serve_with_console(home: &Path) -> (Serving, String) {
+    let addr = format!("127.0.0.1:{}", crate::common::server::free_port());
+    let mut child = Command::new(crate::common::amos_bin())
+        .env("AMOS_HOME", home)
+        .env_remove("AMOS_AGENT")
+        .env("AMOS_LOG", "warn")
+        .args([
+            "serve",
+            "--no-mdns",
+            "--listen",
+            &addr,
+            "--console",
+            "127.0.0.1:0",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn amos serve --console");
+    let stdout = child.stdout.take().unwrap();
+    let serving = Serving { child, addr };
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("the console line");
+    let url = line
+        .trim()
+        .strip_prefix("console: ")
+        .unwrap_or_else(|| panic!("serve printed {line:?}"))
+        .to_owned();
+    (serving, url)
 }

@@ -18,6 +18,15 @@ document.addEventListener("DOMContentLoaded", function () {
   // Live peer status: one `peer` event after every sync session.
   if (document.body.dataset.page === "peers" && window.EventSource) {
     var es = new EventSource("/events");
+    var live = document.getElementById("live");
+    es.addEventListener("open", function () {
+      document.body.dataset.live = "on";
+      if (live) live.textContent = "live: connected";
+    });
+    es.addEventListener("error", function () {
+      document.body.dataset.live = "off";
+      if (live) live.textContent = "live: reconnecting…";
+    });
     es.addEventListener("peer", function (ev) {
       var p;
       try {
