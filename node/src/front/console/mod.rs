@@ -74,6 +74,9 @@ pub(crate) struct App {
     pub addr: SocketAddr,
     pub serving: Option<Serving>,
     pub live: Arc<live::Live>,
+    /// Set once the console is stopping: open event streams end then (a
+    /// graceful shutdown waits for every connection).
+    pub stopping: tokio::sync::watch::Sender<bool>,
 }
 
 /// The console's URL with the access token (what `--print-url` prints).
@@ -175,6 +178,7 @@ async fn bind(home: &Home, opts: &ConsoleOptions) -> Result<(TcpListener, Arc<Ap
         addr,
         serving: opts.serving.clone(),
         live: live::Live::start(),
+        stopping: tokio::sync::watch::Sender::new(false),
     });
     Ok((listener, app))
 }
@@ -184,8 +188,12 @@ async fn serve_on(
     app: Arc<App>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    let stopping = app.stopping.clone();
     axum::serve(listener, router(app))
-        .with_graceful_shutdown(shutdown)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            stopping.send_replace(true);
+        })
         .await
         .map_err(NodeError::io("serving the console"))
 }

@@ -210,15 +210,24 @@ pub(crate) async fn events(
     State(app): State<Arc<App>>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let rx = app.live.subscribe();
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+    let stop = app.stopping.subscribe();
+    let stream = futures_util::stream::unfold((rx, stop), |(mut rx, mut stop)| async move {
         loop {
-            match rx.recv().await {
-                Ok(p) => {
-                    let data = serde_json::to_string(&p).unwrap_or_default();
-                    return Some((Ok(Event::default().event("peer").data(data)), rx));
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            if *stop.borrow() {
+                return None;
+            }
+            tokio::select! {
+                got = rx.recv() => match got {
+                    Ok(p) => {
+                        let data = serde_json::to_string(&p).unwrap_or_default();
+                        let ev = Event::default().event("peer").data(data);
+                        return Some((Ok(ev), (rx, stop)));
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                },
+                // The console is stopping (or gone): end the stream.
+                changed = stop.changed() => if changed.is_err() { return None },
             }
         }
     });
