@@ -541,6 +541,10 @@ fn node_peers_audit_and_events_pages_show_the_node() {
     let head = String::from_utf8_lossy(&head).to_lowercase();
     assert!(head.starts_with("http/1.1 200"), "{head}");
     assert!(head.contains("content-type: text/event-stream"), "{head}");
+    // SIGTERM stops the console cleanly even with the stream still open.
+    let mut c = c;
+    assert!(c.stop(), "the console exits 0 on SIGTERM with /events open");
+    drop(s);
 }
 
 #[test]

@@ -140,28 +140,30 @@ impl Console {
         Self::answer(req.send_form(form.iter().copied()))
     }
 
-    pub fn stop(&mut self) {
+    /// SIGTERM, then wait (bounded): whether it exited by itself, 0.
+    pub fn stop(&mut self) -> bool {
         let Some(mut child) = self.child.take() else {
-            return;
+            return false;
         };
         let _ = Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
             .status();
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if child.try_wait().expect("try_wait").is_some() {
-                return;
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                return status.success();
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = child.kill();
         let _ = child.wait();
+        false
     }
 }
 
 impl Drop for Console {
     fn drop(&mut self) {
-        self.stop();
+        let _ = self.stop();
     }
 }
 
