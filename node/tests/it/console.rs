@@ -583,3 +583,42 @@ fn a_non_loopback_console_needs_the_explicit_flag() {
     let r = h.run(&["console", "--listen", "nowhere"]);
     assert_eq!(r.code, 2);
 }
+
+#[test]
+fn pairing_by_code_in_the_console_is_amos_join() {
+    // The inviter serves; its code is pasted into the joiner's console.
+    let inviter = Home::apollo();
+    inviter.add("alice", "standup moves to 10:30", &["team:apollo"]);
+    let server = Server::start(inviter.path());
+    let code = inviter.json(&["team", "invite", "apollo"])["code"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let joiner = Home::new();
+    joiner.ok(&["agent", "add", "bob"]);
+    let c = Console::start(joiner.path());
+    let r = c.post("/peers/join", &[("code", &code), ("agent", "bob")]);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(
+        r.body.contains(&format!("paired with {}", id(&inviter))),
+        "{}",
+        r.body
+    );
+    assert!(r.body.contains("first sync: "), "{}", r.body);
+    let peers = joiner.json(&["peers", "list"])["peers"].clone();
+    assert_eq!(peers[0]["node_id"], id(&inviter).as_str());
+    assert_eq!(peers[0]["policy"], "team:apollo");
+    // bob was made a member on the inviter and now reads the team's memory.
+    assert!(
+        joiner
+            .ok(&["list", "--as", "bob"])
+            .stdout
+            .contains("standup")
+    );
+    // The code is one-time: a second use is refused and changes nothing.
+    let before = joiner.json(&["peers", "list"]);
+    let again = c.post("/peers/join", &[("code", &code)]);
+    assert!(again.status == 400 || again.status == 403, "{again:?}");
+    assert_eq!(joiner.json(&["peers", "list"]), before);
+    drop(server);
+}
