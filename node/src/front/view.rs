@@ -19,17 +19,6 @@ pub fn rfc3339(ms: u64) -> String {
         .to_string()
 }
 
-/// The first `max` characters of `s` on one line (whitespace runs become
-/// one space).
-pub fn one_line(s: &str, max: usize) -> String {
-    let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() > max {
-        format!("{}…", flat.chars().take(max).collect::<String>())
-    } else {
-        flat
-    }
-}
-
 /// One peer's line of a sync pass, as `amos sync now` prints it.
 pub fn outcome_line(o: &crate::events::PeerOutcome) -> String {
     match o.result {

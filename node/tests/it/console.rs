@@ -208,6 +208,27 @@ fn changes_are_the_cli_changes_and_need_csrf_from_the_same_origin() {
     assert_eq!(m["content"], "added in the console");
     assert_eq!(m["type"], "procedure");
     assert_eq!(m["tags"], serde_json::json!(["ops", "web"]));
+    // Valid time, as `amos add --valid-from --valid-to` takes it.
+    let v = c.post(
+        "/memories",
+        &[
+            ("as", "alice"),
+            ("content", "the old runbook"),
+            ("valid_from", "2026-03-01"),
+            ("valid_to", "2026-04-01"),
+        ],
+    );
+    let loc = v.header("location").unwrap();
+    let vid = &loc["/memories/".len()..loc.find('?').unwrap()];
+    let vm = h.json(&["get", vid, "--as", "alice"]);
+    assert!(
+        vm["valid_from"].as_str().unwrap().starts_with("2026-03-01"),
+        "{vm}"
+    );
+    assert!(
+        vm["valid_to"].as_str().unwrap().starts_with("2026-04-01"),
+        "{vm}"
+    );
     // Share and unshare, edit, forget.
     assert_eq!(
         c.post(

@@ -160,6 +160,7 @@ struct MemoryPage {
     created: String,
     updated: String,
     expires: String,
+    valid: String,
     origin: String,
     history: Vec<EditRow>,
     links: Vec<LinkRow>,
@@ -209,6 +210,11 @@ fn memory_page(node: &mut Node, app: &App, agent: &str, id: &str) -> Result<Memo
         created: rfc3339(m.created_ms()),
         updated: rfc3339(m.updated_ms()),
         expires: m.expires_ms().map_or_else(|| "never".into(), rfc3339),
+        valid: format!(
+            "{} → {}",
+            rfc3339(m.valid_from_ms()),
+            m.validity().to_ms.map_or_else(|| "now".into(), rfc3339)
+        ),
         origin: m.origin().to_string(),
         history: history
             .into_iter()
@@ -247,6 +253,10 @@ pub(crate) struct AddForm {
     importance: Option<String>,
     pin: Option<String>,
     expires: Option<String>,
+    /// Valid time (`amos add --valid-from/--valid-to/--supersedes`).
+    valid_from: Option<String>,
+    valid_to: Option<String>,
+    supersedes: Option<String>,
 }
 
 /// `amos add`: then the new memory's page.
@@ -272,6 +282,9 @@ pub(crate) async fn add(
         importance,
         pin: given(&f.pin).is_some(),
         expires: given(&f.expires).map(str::to_owned),
+        valid_from: given(&f.valid_from).map(str::to_owned),
+        valid_to: given(&f.valid_to).map(str::to_owned),
+        supersedes: given(&f.supersedes).map(str::to_owned),
     };
     let a = agent.clone();
     let id = with_node(&app, move |node, _| {
