@@ -166,17 +166,6 @@ impl Browser {
             .to_owned()
     }
 
-    fn attr(&self, e: &str, name: &str) -> String {
-        self.call(
-            "GET",
-            &self.s(&format!("/element/{e}/attribute/{name}")),
-            None,
-        )
-        .as_str()
-        .unwrap_or("")
-        .to_owned()
-    }
-
     fn click(&self, css: &str) {
         let e = self.find(css);
         self.call(
@@ -211,6 +200,20 @@ impl Browser {
             &self.s("/execute/sync"),
             Some(json!({"script": js, "args": []})),
         )
+    }
+
+    /// The memory ids the page lists, in order (none is an answer too:
+    /// read at once, not waited for).
+    fn listed(&self) -> Vec<String> {
+        let v = self.script(
+            "return Array.from(document.querySelectorAll('#memories tbody tr'))
+                 .map(function (r) { return r.getAttribute('data-id'); });",
+        );
+        v.as_array()
+            .expect("ids")
+            .iter()
+            .map(|i| i.as_str().expect("an id").to_owned())
+            .collect()
     }
 
     fn shot(&self, dir: &Path, name: &str) -> PathBuf {
@@ -286,10 +289,15 @@ fn the_console_in_a_real_browser() {
     // Two agents: each sees exactly what the CLI lists.
     for agent in ["alice", "bob"] {
         browser.goto(&format!("{}/memories?as={agent}", console.base));
-        let rows = browser.find_all("#memories tbody tr");
-        let ids: Vec<String> = rows.iter().map(|r| browser.attr(r, "data-id")).collect();
-        assert_eq!(ids, cli_list(&a, agent), "as {agent}");
+        assert_eq!(browser.listed(), cli_list(&a, agent), "as {agent}");
         browser.shot(&shots, &format!("2-memories-{agent}"));
+        // The search form's answer: the ids `amos search` ranks, in order.
+        browser.goto(&format!("{}/memories?as={agent}&q=launch", console.base));
+        assert_eq!(
+            browser.listed(),
+            a.search_ids(agent, "launch", 20),
+            "search as {agent}"
+        );
     }
 
     // HTML in a memory is text.
