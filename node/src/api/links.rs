@@ -6,7 +6,6 @@
 
 use amos_acl::{AuthorizedScopes, Visible};
 use amos_protocol::MemoryId;
-use serde::Serialize;
 
 use crate::api::node::Node;
 use crate::error::Result;
@@ -23,26 +22,6 @@ pub struct LinkView {
     pub relation: String,
     pub weight: f32,
     pub other: Visible<MemoryRecord>,
-}
-
-/// A link as JSON: `{"direction", "relation", "weight", "other"}`.
-#[derive(Debug, Serialize)]
-pub struct LinkSummary {
-    pub direction: &'static str,
-    pub relation: String,
-    pub weight: f32,
-    pub other: String,
-}
-
-impl LinkView {
-    pub fn summary(&self) -> LinkSummary {
-        LinkSummary {
-            direction: if self.outgoing { "to" } else { "from" },
-            relation: self.relation.clone(),
-            weight: self.weight,
-            other: self.other.id.to_string(),
-        }
-    }
 }
 
 impl Node {

@@ -26,7 +26,7 @@ pub(crate) mod text;
 pub(crate) mod time;
 
 pub use bundles::{ExportReport, ImportReport};
-pub use links::{LinkSummary, LinkView};
+pub use links::LinkView;
 pub use maintenance::{
     BackupReport, CheckReport, DanglingLink, HygieneAction, HygieneReport, RebuildReport,
     RetentionPolicy, Status,
