@@ -1137,7 +1137,12 @@ fn run(cli: Cli) -> Result<()> {
                     ..opts
                 };
                 let c = amos_node::front::console::start(&home, opts)?;
-                out.emit(&json!({"console": c.url}), || format!("console: {}", c.url));
+                // Always printed (also with -q): the operator needs it to get in.
+                if out.json {
+                    println!("{}", json!({"console": c.url}));
+                } else {
+                    println!("console: {}", c.url);
+                }
             }
             amos_node::ops::serve(
                 &home,
