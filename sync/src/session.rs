@@ -12,10 +12,17 @@
 //!    batches, then `Done { upto }`;
 //! 3. each `Facts` batch received is applied in its own transaction; on the
 //!    other's `Done` — after every batch before it committed — the side
-//!    stores `upto` as its new watermark of the other.
+//!    stores `upto` as its new watermark of the other;
+//! 4. once it sent its `Done` and received the other's, a side sends
+//!    `Digest`: its convergence digest over the facts the policy it gives
+//!    the other admits (scopes named in the message); on the other's
+//!    `Digest` it computes its own over the same scopes and records whether
+//!    the two agree. The session is finished when both digests crossed.
 //!
 //! Invariant: a watermark only moves after everything it covers committed,
-//! so a session cut at any point loses nothing; the next one resumes.
+//! so a session cut at any point loses nothing; the next one resumes. The
+//! digests come after both `Done`s: a session cut before them lost no
+//! facts and moved no watermark wrongly, only the comparison.
 //!
 //! The peer's listen addresses surface as [`Action::PeerListens`], checked
 //! but not interpreted: the driver knows the connection (who the handshake
@@ -24,7 +31,10 @@
 
 use std::net::SocketAddr;
 
-use amos_protocol::wire::{Epoch, MAX_LISTEN, SyncV1, Watermark, parse_listen};
+use amos_protocol::Scope;
+use amos_protocol::wire::{
+    Epoch, MAX_LISTEN, SyncV1, Watermark, check_digest_scopes, parse_listen,
+};
 
 /// What happened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +67,18 @@ pub enum Action {
     Apply(Vec<Vec<u8>>),
     /// Store our new watermark of the peer.
     SaveWatermark(Watermark),
+    /// Send `Digest`: our convergence digest over the facts the policy we
+    /// give the peer admits now, with that policy's scopes. Only ever over
+    /// what the peer may receive from us.
+    SendDigest,
+    /// The peer's digest over `scopes` (empty: all): compute ours over the
+    /// same scopes and record whether they agree (`facts`: how many the
+    /// peer's covers).
+    CompareDigest {
+        scopes: Vec<Scope>,
+        digest: [u8; 32],
+        facts: u64,
+    },
     /// Both directions are complete.
     Finished,
 }
@@ -80,6 +102,8 @@ pub struct Session {
     their_epoch: Option<Epoch>,
     sent_done: bool,
     received_done: bool,
+    sent_digest: bool,
+    received_digest: bool,
     finished: bool,
 }
 
@@ -98,6 +122,8 @@ impl Session {
                 their_epoch: None,
                 sent_done: false,
                 received_done: false,
+                sent_digest: false,
+                received_digest: false,
                 finished: false,
             },
             vec![Action::Send(SyncV1::Hello {
@@ -178,6 +204,26 @@ impl Session {
             Event::Received(SyncV1::Refused { reason }) => {
                 return Err(SessionError::Refused(reason));
             }
+            Event::Received(SyncV1::Digest {
+                scopes,
+                digest,
+                facts,
+            }) => {
+                if !self.received_done {
+                    return Err(Protocol("digest before done"));
+                }
+                if self.received_digest {
+                    return Err(Protocol("second digest"));
+                }
+                // Checked again: the driver may feed unchecked messages.
+                check_digest_scopes(&scopes).map_err(|_| Protocol("malformed digest scopes"))?;
+                self.received_digest = true;
+                out.push(Action::CompareDigest {
+                    scopes,
+                    digest,
+                    facts,
+                });
+            }
             Event::Received(SyncV1::Join { .. } | SyncV1::Welcome { .. }) => {
                 return Err(Protocol("pairing message inside a sync session"));
             }
@@ -189,7 +235,13 @@ impl Session {
                 out.push(Action::Send(SyncV1::Done { upto }));
             }
         }
-        if self.sent_done && self.received_done {
+        if self.sent_done && self.received_done && !self.sent_digest {
+            // Every batch of the peer's was applied before its `Done`: our
+            // digest covers what it sent us.
+            self.sent_digest = true;
+            out.push(Action::SendDigest);
+        }
+        if self.sent_digest && self.received_digest {
             self.finished = true;
             out.push(Action::Finished);
         }
@@ -216,6 +268,12 @@ mod tests {
         watermark: Option<Watermark>,
         listen: Vec<SocketAddr>,
         heard: Vec<Vec<SocketAddr>>,
+        /// Facts this side refuses to apply (as an import gate would).
+        refuses: Vec<Vec<u8>>,
+        /// Every message received, in order.
+        got: Vec<SyncV1>,
+        /// Whether the peer's digest agreed with ours, when compared.
+        agree: Option<bool>,
     }
 
     impl Side {
@@ -227,7 +285,19 @@ mod tests {
                 watermark: None,
                 listen: Vec::new(),
                 heard: Vec::new(),
+                refuses: Vec::new(),
+                got: Vec::new(),
+                agree: None,
             }
+        }
+
+        /// The digest over everything held (a `full` policy: no scopes).
+        fn digest(&self) -> ([u8; 32], usize) {
+            let mut d = crate::digest::Digest::new();
+            for f in self.log.iter().map(|(_, f)| f).chain(&self.applied) {
+                d.add(f);
+            }
+            d.finish_bytes()
         }
     }
 
@@ -266,8 +336,22 @@ mod tests {
                             pending.push((is_a, next));
                         }
                         Action::PeerListens(l) => side.heard.push(l),
-                        Action::Apply(fs) => side.applied.extend(fs),
+                        Action::Apply(fs) => side
+                            .applied
+                            .extend(fs.into_iter().filter(|f| !side.refuses.contains(f))),
                         Action::SaveWatermark(w) => side.watermark = Some(w),
+                        Action::SendDigest => {
+                            let (digest, facts) = side.digest();
+                            outbox.push_back(SyncV1::Digest {
+                                scopes: vec![],
+                                digest,
+                                facts: facts as u64,
+                            });
+                        }
+                        Action::CompareDigest { scopes, digest, .. } => {
+                            assert!(scopes.is_empty(), "the simulation is full");
+                            side.agree = Some(side.digest().0 == digest);
+                        }
                         Action::Finished => {
                             if is_a {
                                 finished.0 = true
@@ -283,10 +367,12 @@ mod tests {
             }
             if let Some(m) = to_b.pop_front() {
                 delivered += 1;
+                b.got.push(m.clone());
                 let acts = sb.handle(Event::Received(m)).unwrap();
                 pending.push((false, acts));
             } else if let Some(m) = to_a.pop_front() {
                 delivered += 1;
+                a.got.push(m.clone());
                 let acts = sa.handle(Event::Received(m)).unwrap();
                 pending.push((true, acts));
             } else {
@@ -359,6 +445,117 @@ mod tests {
             assert_eq!(got.len(), 5, "cut after {cut}");
             assert_eq!(b.watermark, Some(wm(1, 5)));
         }
+    }
+
+    #[test]
+    fn digests_cross_last_and_agree_after_a_converging_sync() {
+        let mut a = Side::new(1, 4);
+        let mut b = Side::new(2, 3);
+        assert!(run(&mut a, &mut b, None));
+        assert_eq!((a.agree, b.agree), (Some(true), Some(true)));
+        for side in [&a, &b] {
+            let kinds: Vec<&str> = side
+                .got
+                .iter()
+                .map(|m| match m {
+                    SyncV1::Hello { .. } => "hello",
+                    SyncV1::Facts { .. } => "facts",
+                    SyncV1::Done { .. } => "done",
+                    SyncV1::Digest { .. } => "digest",
+                    _ => "other",
+                })
+                .collect();
+            assert_eq!(kinds.first(), Some(&"hello"));
+            assert_eq!(kinds[kinds.len() - 2..], ["done", "digest"], "{kinds:?}");
+        }
+        let Some(SyncV1::Digest { facts, .. }) = b.got.last() else {
+            unreachable!()
+        };
+        assert_eq!(*facts, 7, "a's digest covers a's facts and b's it applied");
+    }
+
+    #[test]
+    fn a_refused_fact_shows_as_disagreement_on_both_sides() {
+        let mut a = Side::new(1, 4);
+        let mut b = Side::new(2, 3);
+        b.refuses = vec![a.log[2].1.clone()];
+        assert!(run(&mut a, &mut b, None));
+        assert_eq!((a.agree, b.agree), (Some(false), Some(false)));
+        // The watermarks moved all the same: refusing is not failing.
+        assert_eq!(b.watermark, Some(wm(1, 4)));
+        // Once b takes it, the next (idle) session agrees.
+        b.refuses.clear();
+        b.applied.push(a.log[2].1.clone());
+        assert!(run(&mut a, &mut b, None));
+        assert_eq!((a.agree, b.agree), (Some(true), Some(true)));
+    }
+
+    #[test]
+    fn a_session_cut_before_the_digests_kept_every_watermark() {
+        // Hello, done each way (no facts): a cut after the four keeps the
+        // watermarks the dones gave and compares nothing.
+        let mut a = Side::new(1, 0);
+        let mut b = Side::new(2, 0);
+        assert!(!run(&mut a, &mut b, Some(4)));
+        assert_eq!(b.watermark, Some(wm(1, 0)));
+        assert_eq!(a.watermark, Some(wm(2, 0)));
+        assert_eq!((a.agree, b.agree), (None, None));
+    }
+
+    #[test]
+    fn digests_out_of_turn_are_errors() {
+        let hello = Event::Received(SyncV1::Hello {
+            epoch: [2; 16],
+            have: None,
+            listen: vec![],
+        });
+        let digest = |scopes: Vec<Scope>| {
+            Event::Received(SyncV1::Digest {
+                scopes,
+                digest: [0; 32],
+                facts: 0,
+            })
+        };
+        let (mut s, _) = Session::start([1; 16], None, &[]);
+        s.handle(hello.clone()).unwrap();
+        assert_eq!(
+            s.handle(digest(vec![])),
+            Err(SessionError::Protocol("digest before done"))
+        );
+        let (mut s, _) = Session::start([1; 16], None, &[]);
+        s.handle(hello.clone()).unwrap();
+        s.handle(Event::Received(SyncV1::Done { upto: wm(2, 0) }))
+            .unwrap();
+        assert!(
+            s.handle(digest(vec![Scope::Global, Scope::Global]))
+                .is_err(),
+            "unsorted scopes fed around the decoder"
+        );
+        let (mut s, _) = Session::start([1; 16], None, &[]);
+        s.handle(hello).unwrap();
+        s.handle(Event::Received(SyncV1::Done { upto: wm(2, 0) }))
+            .unwrap();
+        let acts = s.handle(digest(vec![Scope::Global])).unwrap();
+        assert!(
+            matches!(acts[..], [Action::CompareDigest { .. }]),
+            "{acts:?}"
+        );
+        assert!(!s.is_finished(), "our own digest is not sent yet");
+        assert_eq!(
+            s.handle(digest(vec![])),
+            Err(SessionError::Protocol("second digest"))
+        );
+        // Our export ends: done, then our digest; both crossed: finished.
+        let acts = s.handle(Event::ExportDone { upto: wm(1, 0) }).unwrap();
+        assert_eq!(
+            acts,
+            vec![
+                Action::Send(SyncV1::Done { upto: wm(1, 0) }),
+                Action::SendDigest,
+                Action::Finished
+            ]
+        );
+        assert!(s.handle(digest(vec![])).is_err(), "after the end");
     }
 
     #[test]

@@ -23,8 +23,18 @@ pub fn rfc3339(ms: u64) -> String {
 pub fn outcome_line(o: &crate::events::PeerOutcome) -> String {
     match o.result {
         crate::events::SyncResult::Ok => format!(
-            "{}  ok: {} facts in, {} out, {} B in, {} B out, {} ms",
-            o.peer, o.facts_in, o.facts_out, o.bytes_in, o.bytes_out, o.ms
+            "{}  ok: {} facts in, {} out, {} B in, {} B out, {} ms{}",
+            o.peer,
+            o.facts_in,
+            o.facts_out,
+            o.bytes_in,
+            o.bytes_out,
+            o.ms,
+            match o.digest_agree {
+                Some(true) => ", digests agree",
+                Some(false) => ", digests disagree",
+                None => "",
+            }
         ),
         r => format!(
             "{}  {}: {}",

@@ -196,6 +196,7 @@ pub async fn sync_with(
         bytes_in: 0,
         bytes_out: 0,
         ms,
+        digest_agree: None,
         error: None,
     };
     match r {
@@ -208,6 +209,7 @@ pub async fn sync_with(
             o.facts_out = s.facts_out;
             o.bytes_in = s.bytes_in;
             o.bytes_out = s.bytes_out;
+            o.digest_agree = s.digest_agree;
         }
         Err((result, e)) => {
             warn!("sync with {}: {} ({e})", peer.node_id, result.as_str());

@@ -249,7 +249,7 @@ pub(crate) async fn drive(
         Err(e) => Err(MeshError::Closed(format!("the session thread failed: {e}"))),
     };
     match result {
-        Ok((facts_in, facts_out)) => {
+        Ok((facts_in, facts_out, digest_agree)) => {
             // Our last frames out, and the peer's end of stream (it finished too).
             match writer.await {
                 Ok(Ok(())) => {}
@@ -266,6 +266,7 @@ pub(crate) async fn drive(
                 facts_out,
                 bytes_in: bytes_in.load(Ordering::Relaxed),
                 bytes_out: bytes_out.load(Ordering::Relaxed),
+                digest_agree,
             })
         }
         Err(e) => {
@@ -276,7 +277,8 @@ pub(crate) async fn drive(
     }
 }
 
-/// The blocking side of a session: returns (facts in, facts out).
+/// The blocking side of a session: returns (facts in, facts out, whether
+/// the digests agreed).
 /// `learn_from`: the peer dialled us from there; record where it serves.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn session_thread(
@@ -288,7 +290,7 @@ pub(crate) fn session_thread(
     abort: Arc<AtomicBool>,
     observer: Option<Observer>,
     learn_from: Option<SocketAddr>,
-) -> std::result::Result<(u64, u64), MeshError> {
+) -> std::result::Result<(u64, u64, Option<bool>), MeshError> {
     let mut node = Node::open(home)?;
     let my_epoch = node.epoch_bytes()?;
     // Where `amos serve` last said it listens (none if it never served).
@@ -299,6 +301,7 @@ pub(crate) fn session_thread(
     // so its end (or abort) ends our wait.
     let mut export_tx = Some(export_tx);
     let (mut facts_in, mut facts_out) = (0u64, 0u64);
+    let mut digest_agree = None;
     let send = |m: Outgoing| {
         out.send(m)
             .map_err(|_| MeshError::Closed("the connection to the peer closed".into()))
@@ -351,9 +354,26 @@ pub(crate) fn session_thread(
                     None => debug!("{} serves at {addrs:?}", peer.short()),
                 },
                 Action::SaveWatermark(w) => node.save_watermark(&peer, &w)?,
+                Action::SendDigest => {
+                    let (scopes, digest, facts) = node.session_digest(&peer)?;
+                    send(Outgoing::Msg(SyncV1::Digest {
+                        scopes,
+                        digest,
+                        facts,
+                    }))?;
+                }
+                Action::CompareDigest {
+                    scopes,
+                    digest,
+                    facts,
+                } => {
+                    let agree = node.peer_compare_digest(&peer, &scopes, &digest, facts)?;
+                    debug!(agree, "compared digests with {}", peer.short());
+                    digest_agree = Some(agree);
+                }
                 Action::Finished => {
                     send(Outgoing::Finish)?;
-                    return Ok((facts_in, facts_out));
+                    return Ok((facts_in, facts_out, digest_agree));
                 }
             }
         }

@@ -81,6 +81,57 @@ pub fn record_result(
     Ok(())
 }
 
+/// What one comparison of a peer's session digest with ours found.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DigestCheck {
+    /// Both digests over `scopes` were equal.
+    pub agree: bool,
+    /// When we compared (Unix ms).
+    pub at_ms: u64,
+    /// The scopes compared: the policy the peer gives us (`full`: all).
+    pub scopes: String,
+    /// Facts the peer's digest covers, and ours.
+    pub peer_facts: u64,
+    pub my_facts: u64,
+}
+
+/// Record the last digest comparison with `id`.
+pub fn record_digest(conn: &Connection, id: &NodeId, d: &DigestCheck) -> Result<()> {
+    conn.execute(
+        "UPDATE peers SET digest_agree = ?2, digest_ms = ?3, digest_scopes = ?4,
+            digest_peer_facts = ?5, digest_my_facts = ?6 WHERE node_id = ?1",
+        params![
+            &id.0[..],
+            d.agree,
+            d.at_ms as i64,
+            d.scopes,
+            d.peer_facts as i64,
+            d.my_facts as i64
+        ],
+    )?;
+    Ok(())
+}
+
+/// The digest columns of a `peers` row read from column `first` on
+/// (`digest_agree`, `digest_ms`, `digest_scopes`, `digest_peer_facts`,
+/// `digest_my_facts`): `None` if never compared.
+pub fn digest_check(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Option<DigestCheck>> {
+    let agree: Option<bool> = r.get(first)?;
+    let Some(agree) = agree else {
+        return Ok(None);
+    };
+    let n = |i: usize| -> rusqlite::Result<u64> {
+        Ok(r.get::<_, Option<i64>>(first + i)?.unwrap_or(0).max(0) as u64)
+    };
+    Ok(Some(DigestCheck {
+        agree,
+        at_ms: n(1)?,
+        scopes: r.get::<_, Option<String>>(first + 2)?.unwrap_or_default(),
+        peer_facts: n(3)?,
+        my_facts: n(4)?,
+    }))
+}
+
 /// The `seq` of our last change of `id`'s policy: a watermark of us below
 /// it predates the change.
 pub fn policy_seq(conn: &Connection, id: &NodeId) -> Result<i64> {

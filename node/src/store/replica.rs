@@ -652,6 +652,12 @@ pub fn export_facts(
 
 /// The convergence digest over the facts `policy` admits now (`Full` = all).
 pub fn digest(conn: &Connection, policy: &PeerPolicy) -> Result<(String, usize)> {
+    let (d, n) = digest_bytes(conn, policy)?;
+    Ok((amos_sync::digest::to_hex(&d), n))
+}
+
+/// [`digest`] as the bytes a sync session's `Digest` message carries.
+pub fn digest_bytes(conn: &Connection, policy: &PeerPolicy) -> Result<([u8; 32], usize)> {
     let mut d = amos_sync::digest::Digest::new();
     export_facts(
         conn,
@@ -669,7 +675,7 @@ pub fn digest(conn: &Connection, policy: &PeerPolicy) -> Result<(String, usize)>
             Ok(())
         },
     )?;
-    Ok(d.finish())
+    Ok(d.finish_bytes())
 }
 
 // ------------------------------------------------------------------ peers
@@ -683,11 +689,15 @@ pub struct PeerInfo {
     pub policy: String,
     pub last_sync: Option<u64>,
     pub last_result: Option<String>,
+    /// The last comparison of the peer's session digest with ours over the
+    /// scopes it gives us (`None`: never compared).
+    pub digest: Option<crate::store::peers::DigestCheck>,
 }
 
 pub fn list_peers(conn: &Connection) -> Result<Vec<PeerInfo>> {
     let mut stmt = conn.prepare(
-        "SELECT node_id, name, addr, policy, last_sync_ms, last_result FROM peers ORDER BY added_ms",
+        "SELECT node_id, name, addr, policy, last_sync_ms, last_result, digest_agree, digest_ms,
+            digest_scopes, digest_peer_facts, digest_my_facts FROM peers ORDER BY added_ms",
     )?;
     let rows = stmt.query_map([], |r| {
         let id: Vec<u8> = r.get(0)?;
@@ -700,6 +710,7 @@ pub fn list_peers(conn: &Connection) -> Result<Vec<PeerInfo>> {
             policy: r.get(3)?,
             last_sync: r.get::<_, Option<i64>>(4)?.map(|x| x as u64),
             last_result: r.get(5)?,
+            digest: crate::store::peers::digest_check(r, 6)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)

@@ -271,6 +271,17 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX read_audit_memory ON read_audit(memory, time_ms);
     CREATE INDEX read_audit_agent ON read_audit(agent, time_ms);
     "#,
+    // v10: whether the scoped digests agree (docs/design.md §7): the last
+    // comparison of a peer's session digest with ours over the same scopes
+    // (1 agree, 0 disagree, NULL never compared), when, over which scopes
+    // (the policy the peer gives us, as it named it) and both fact counts.
+    r#"
+    ALTER TABLE peers ADD COLUMN digest_agree INTEGER;
+    ALTER TABLE peers ADD COLUMN digest_ms INTEGER;
+    ALTER TABLE peers ADD COLUMN digest_scopes TEXT;
+    ALTER TABLE peers ADD COLUMN digest_peer_facts INTEGER;
+    ALTER TABLE peers ADD COLUMN digest_my_facts INTEGER;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -26,6 +26,8 @@ pub struct PeerLive {
     pub facts_out: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
+    /// `agree`, `disagree`, or empty (not compared).
+    pub digest: String,
 }
 
 /// Sessions seen, by peer, and the channel `/events` listens on.
@@ -98,6 +100,16 @@ impl Listener for Hearing {
             facts_out: s.facts_out,
             bytes_in: s.bytes_in,
             bytes_out: s.bytes_out,
+            digest: digest_word(s.digest_agree).to_owned(),
         });
+    }
+}
+
+/// How the console names a digest comparison.
+pub fn digest_word(agree: Option<bool>) -> &'static str {
+    match agree {
+        Some(true) => "agree",
+        Some(false) => "disagree",
+        None => "",
     }
 }

@@ -1,6 +1,8 @@
 //! `/peers`: one row per peer as Syncthing shows remote devices — policy,
 //! address, last sync and its result, facts and bytes each way of the last
-//! session this process saw — with "sync now" per peer and for all, pairing
+//! session this process saw, whether the scoped digests agreed at the end
+//! of the last session (the peer's over the scopes it gives us, against
+//! ours over the same) — with "sync now" per peer and for all, pairing
 //! by code (`amos join`), invites (`amos team invite`: code, QR, expiry) and
 //! removal (`amos peers remove`); and `/events`, the live status stream.
 //!
@@ -33,6 +35,11 @@ struct PeerRow {
     policy: String,
     last_sync: String,
     result: String,
+    /// `agree`, `disagree` or `unknown` (never compared): the peer's
+    /// session digest over the scopes it gives us against ours.
+    digest: String,
+    /// What was compared, when, and both fact counts.
+    digest_note: String,
     live: Option<PeerLive>,
 }
 
@@ -63,6 +70,23 @@ fn page(node: &crate::api::Node, app: &App, flash: Vec<String>) -> Result<PeersP
         .into_iter()
         .map(|p| PeerRow {
             live: app.live.get(&p.node_id),
+            digest: p
+                .digest
+                .as_ref()
+                .map_or("unknown", |d| super::live::digest_word(Some(d.agree)))
+                .into(),
+            digest_note: p.digest.as_ref().map_or_else(
+                || "no session has compared digests yet".into(),
+                |d| {
+                    format!(
+                        "scopes {} at {}: the peer holds {} facts, this node {}",
+                        d.scopes,
+                        rfc3339(d.at_ms),
+                        d.peer_facts,
+                        d.my_facts
+                    )
+                },
+            ),
             last_sync: p.last_sync.map_or_else(|| "never".into(), rfc3339),
             result: p.last_result.unwrap_or_else(|| "never synced".into()),
             addr: p.addr.unwrap_or_else(|| "no address (bundles only)".into()),

@@ -46,6 +46,11 @@ document.addEventListener("DOMContentLoaded", function () {
         if (p.result === "ok") set("last-sync", new Date(p.at_ms).toISOString());
         set("facts", p.facts_in + " / " + p.facts_out);
         set("bytes", p.bytes_in + " / " + p.bytes_out);
+        if (p.digest) {
+          set("digest", p.digest);
+          var d = row.querySelector(".digest");
+          if (d) d.className = "digest digest-" + p.digest;
+        }
       });
     });
   }
