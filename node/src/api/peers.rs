@@ -98,6 +98,20 @@ impl Node {
             .write(|tx| peers::record_result(tx.conn(), id, result, ok_at))
     }
 
+    /// Record the figures of a session with `id` that just completed
+    /// (`elapsed`: its duration), for `amos peers list` and the console of
+    /// any process on this home.
+    pub fn peer_record_session(
+        &mut self,
+        id: &NodeId,
+        stats: &crate::events::SessionStats,
+        elapsed: std::time::Duration,
+    ) -> Result<()> {
+        let s = peers::LastSession::of(stats, self.now_ms(), elapsed);
+        self.store
+            .write(|tx| peers::record_session(tx.conn(), id, &s))
+    }
+
     pub fn peer_list(&self) -> Result<Vec<PeerInfo>> {
         replica::list_peers(self.store.conn())
     }

@@ -227,16 +227,10 @@ pub(crate) async fn record_result(home: &Home, peer: &str, result: SyncResult) {
     let Ok(id) = peer.parse::<NodeId>() else {
         return;
     };
-    let home = home.clone();
-    let r = tokio::task::spawn_blocking(move || {
-        Node::open(&home)?.peer_record_result(&id, result.as_str())
+    super::session::note(home, &format!("the sync result for {peer}"), move |n| {
+        n.peer_record_result(&id, result.as_str())
     })
     .await;
-    match r {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => warn!("cannot record the sync result for {peer}: {e}"),
-        Err(e) => warn!("cannot record the sync result for {peer}: {e}"),
-    }
 }
 
 /// The endpoint's bind address for dialling `addr`.

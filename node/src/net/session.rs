@@ -12,7 +12,7 @@ use amos_protocol::NodeId;
 use amos_protocol::wire::{Epoch, SyncMessage, SyncV1, Watermark};
 use amos_sync::session::{Action, Event, Session, SessionError};
 use tokio::sync::mpsc;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::{AFTER_DONE_TIMEOUT, CHANNEL_DEPTH, EXPORT_BATCH, MeshError, PEER_TIMEOUT};
 use crate::api::node::Node;
@@ -116,13 +116,19 @@ pub(crate) async fn drive(
     observer: Option<Observer>,
     learn_from: Option<SocketAddr>,
 ) -> std::result::Result<SessionStats, MeshError> {
+    let started = std::time::Instant::now();
+    let record_home = home.clone();
     let (in_tx, in_rx) = mpsc::channel::<Input>(CHANNEL_DEPTH);
+    let bytes_in = Arc::new(AtomicU64::new(0));
     if let Some(m) = first {
+        // Read off this stream by the caller: its frame counts (decoding is
+        // canonical, so the re-encoding is the bytes that came).
+        let frame = SyncMessage::V1(m.clone()).encode();
+        bytes_in.fetch_add(frame.len() as u64 + 4, Ordering::Relaxed);
         // The channel is empty and nothing reads it yet: this cannot wait.
         let _ = in_tx.send(Input::Msg(m)).await;
     }
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Outgoing>();
-    let bytes_in = Arc::new(AtomicU64::new(0));
     let bytes_out = Arc::new(AtomicU64::new(0));
 
     let writer = tokio::spawn({
@@ -261,19 +267,42 @@ pub(crate) async fn drive(
                 Ok(Err(e)) => debug!("after the session finished: {e}"),
                 Err(e) => debug!("reader task: {e}"),
             }
-            Ok(SessionStats {
+            let stats = SessionStats {
                 facts_in,
                 facts_out,
                 bytes_in: bytes_in.load(Ordering::Relaxed),
                 bytes_out: bytes_out.load(Ordering::Relaxed),
                 digest_agree,
+            };
+            let elapsed = started.elapsed();
+            note(&record_home, "the session's figures", move |n| {
+                n.peer_record_session(&peer, &stats, elapsed)
             })
+            .await;
+            Ok(stats)
         }
         Err(e) => {
             writer.abort();
             reader.abort();
             Err(e)
         }
+    }
+}
+
+/// Note something about a session in the store (the peer's row): on a
+/// blocking thread with its own connection; a failure to note it is
+/// logged, never fatal to the session or the pass.
+pub(crate) async fn note(
+    home: &Home,
+    what: &str,
+    f: impl FnOnce(&mut Node) -> crate::error::Result<()> + Send + 'static,
+) {
+    let home = home.clone();
+    let r = tokio::task::spawn_blocking(move || f(&mut Node::open(&home)?)).await;
+    match r {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => warn!("cannot record {what}: {e}"),
+        Err(e) => warn!("cannot record {what}: {e}"),
     }
 }
 

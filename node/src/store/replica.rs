@@ -692,12 +692,17 @@ pub struct PeerInfo {
     /// The last comparison of the peer's session digest with ours over the
     /// scopes it gives us (`None`: never compared).
     pub digest: Option<crate::store::peers::DigestCheck>,
+    /// The figures of the last session with the peer that completed, run
+    /// by any process on this home (`None`: none yet).
+    pub last_session: Option<crate::store::peers::LastSession>,
 }
 
 pub fn list_peers(conn: &Connection) -> Result<Vec<PeerInfo>> {
     let mut stmt = conn.prepare(
         "SELECT node_id, name, addr, policy, last_sync_ms, last_result, digest_agree, digest_ms,
-            digest_scopes, digest_peer_facts, digest_my_facts FROM peers ORDER BY added_ms",
+            digest_scopes, digest_peer_facts, digest_my_facts, session_at_ms, session_ms,
+            session_facts_in, session_facts_out, session_bytes_in, session_bytes_out
+         FROM peers ORDER BY added_ms",
     )?;
     let rows = stmt.query_map([], |r| {
         let id: Vec<u8> = r.get(0)?;
@@ -711,6 +716,7 @@ pub fn list_peers(conn: &Connection) -> Result<Vec<PeerInfo>> {
             last_sync: r.get::<_, Option<i64>>(4)?.map(|x| x as u64),
             last_result: r.get(5)?,
             digest: crate::store::peers::digest_check(r, 6)?,
+            last_session: crate::store::peers::last_session(r, 11)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)

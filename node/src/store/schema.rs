@@ -282,6 +282,18 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE peers ADD COLUMN digest_peer_facts INTEGER;
     ALTER TABLE peers ADD COLUMN digest_my_facts INTEGER;
     "#,
+    // v10: the figures of the last session with a peer that completed,
+    // whichever process ran it (`amos serve`, `amos sync`, the console):
+    // when it ended, its duration, facts and frame bytes each way. NULL:
+    // none completed since v10.
+    r#"
+    ALTER TABLE peers ADD COLUMN session_at_ms INTEGER;
+    ALTER TABLE peers ADD COLUMN session_ms INTEGER;
+    ALTER TABLE peers ADD COLUMN session_facts_in INTEGER;
+    ALTER TABLE peers ADD COLUMN session_facts_out INTEGER;
+    ALTER TABLE peers ADD COLUMN session_bytes_in INTEGER;
+    ALTER TABLE peers ADD COLUMN session_bytes_out INTEGER;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -322,6 +322,9 @@ fn the_console_in_a_real_browser() {
     // The answer page is the one with the pass's report (#flash).
     assert!(browser.text("#flash").contains(" ok: "));
     assert_eq!(browser.text(&format!("{row} .result")), "ok");
+    // A refused B's record of team apollo (audit below): B holds a fact in
+    // what it gives A (`full`) that A lacks, so the digests disagree.
+    assert_eq!(browser.text(&format!("{row} .digest")), "disagree");
     assert!(
         a.ok(&["list", "--as", "alice"])
             .stdout
@@ -358,11 +361,15 @@ fn the_console_in_a_real_browser() {
         serve_url.split("/?token=").next().unwrap()
     ));
     let facts = format!("{row} .facts");
+    // The figures of the session the other console process ran, from the
+    // peer's row in the store.
+    let last = &a.json(&["peers", "list"])["peers"][0]["last_session"];
     assert_eq!(
         browser.text(&facts),
-        "–",
-        "no session seen by this process yet"
+        format!("{} / {}", last["facts_in"], last["facts_out"]),
+        "the last completed session, whichever process ran it"
     );
+    assert_ne!(last["facts_in"], 0, "the first sync brought b's memory");
     // Wait until the stream is open, then watch the cell.
     browser.script_async(
         "var done = arguments[arguments.length - 1];

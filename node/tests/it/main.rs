@@ -23,7 +23,7 @@ mod mesh;
 mod mesh_three;
 mod metrics;
 mod pairing;
-mod peer_digests;
+mod peer_rows;
 mod progress;
 mod read_audit;
 mod readme;

@@ -1,38 +1,36 @@
 //! Live peer status for the console: a process-wide sync [`Listener`] that
-//! keeps the last session with each peer (result, facts and bytes each way)
-//! and tells the `/events` stream (server-sent events) about each one.
+//! tells the `/events` stream (server-sent events) about each session this
+//! process runs or accepts (result, facts and bytes each way, whether the
+//! digests agreed). What a page shows on load comes from the peer rows in
+//! the store, where every process records its sessions.
 //!
 //! Must never: carry memory content or anything a requester gate guards —
 //! only peer NodeIds, results and counts, as `/metrics` does.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde::Serialize;
 use tokio::sync::broadcast;
 
 use crate::clock::{SystemClock, WallClock};
 use crate::events::{self, Listener, SessionStats, SyncEvent};
+use crate::store::peers::LastSession;
 
-/// The last session this process saw with one peer.
+/// One session this process saw with one peer.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct PeerLive {
     pub peer: String,
     pub result: String,
     pub role: String,
-    pub at_ms: u64,
-    pub ms: u64,
-    pub facts_in: u64,
-    pub facts_out: u64,
-    pub bytes_in: u64,
-    pub bytes_out: u64,
+    /// When it ended, how long it took, what it moved (zeros if it failed).
+    #[serde(flatten)]
+    pub session: LastSession,
     /// `agree`, `disagree`, or empty (not compared).
     pub digest: String,
 }
 
-/// Sessions seen, by peer, and the channel `/events` listens on.
+/// The channel `/events` listens on.
 pub struct Live {
-    peers: Mutex<HashMap<String, PeerLive>>,
     tx: broadcast::Sender<PeerLive>,
 }
 
@@ -40,21 +38,9 @@ impl Live {
     /// A new board, listening to every sync of this process from now on.
     pub fn start() -> Arc<Live> {
         let (tx, _) = broadcast::channel(64);
-        let live = Arc::new(Live {
-            peers: Mutex::new(HashMap::new()),
-            tx,
-        });
+        let live = Arc::new(Live { tx });
         events::listen(Arc::new(Hearing(Arc::downgrade(&live))));
         live
-    }
-
-    /// The last session with `peer`, if this process saw one.
-    pub fn get(&self, peer: &str) -> Option<PeerLive> {
-        self.peers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(peer)
-            .cloned()
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<PeerLive> {
@@ -62,10 +48,6 @@ impl Live {
     }
 
     fn record(&self, p: PeerLive) {
-        self.peers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(p.peer.clone(), p.clone());
         // Nobody listening is fine.
         let _ = self.tx.send(p);
     }
@@ -94,12 +76,7 @@ impl Listener for Hearing {
             peer: (*peer).to_owned(),
             result: result.as_str().to_owned(),
             role: role.as_str().to_owned(),
-            at_ms: SystemClock.now_ms(),
-            ms: elapsed.as_millis() as u64,
-            facts_in: s.facts_in,
-            facts_out: s.facts_out,
-            bytes_in: s.bytes_in,
-            bytes_out: s.bytes_out,
+            session: LastSession::of(&s, SystemClock.now_ms(), *elapsed),
             digest: digest_word(s.digest_agree).to_owned(),
         });
     }

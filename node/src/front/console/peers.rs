@@ -1,6 +1,7 @@
 //! `/peers`: one row per peer as Syncthing shows remote devices — policy,
 //! address, last sync and its result, facts and bytes each way of the last
-//! session this process saw, whether the scoped digests agreed at the end
+//! session that completed (run by any process on this home: `amos serve`,
+//! `amos sync`, this console), whether the scoped digests agreed at the end
 //! of the last session (the peer's over the scopes it gives us, against
 //! ours over the same) — with "sync now" per peer and for all, pairing
 //! by code (`amos join`), invites (`amos team invite`: code, QR, expiry) and
@@ -22,10 +23,10 @@ use futures_util::stream::Stream;
 use serde::Deserialize;
 
 use super::App;
-use super::live::PeerLive;
 use super::page::{Chrome, FormIn, PageError, given, html, items, see, with_node};
 use crate::api::pairing::Invite;
 use crate::front::view::{outcome_line, rfc3339};
+use crate::store::peers::LastSession;
 
 /// One peer's row.
 struct PeerRow {
@@ -40,7 +41,10 @@ struct PeerRow {
     digest: String,
     /// What was compared, when, and both fact counts.
     digest_note: String,
-    live: Option<PeerLive>,
+    /// The last completed session, whichever process on this home ran it.
+    session: Option<LastSession>,
+    /// When it ended and how long it took.
+    session_note: String,
 }
 
 /// An invite just made.
@@ -69,7 +73,17 @@ fn page(node: &crate::api::Node, app: &App, flash: Vec<String>) -> Result<PeersP
         .peer_list()?
         .into_iter()
         .map(|p| PeerRow {
-            live: app.live.get(&p.node_id),
+            session: p.last_session,
+            session_note: p.last_session.map_or_else(
+                || "no session has completed since this node recorded them".into(),
+                |s| {
+                    format!(
+                        "the last session ended at {}, took {} ms",
+                        rfc3339(s.at_ms),
+                        s.ms
+                    )
+                },
+            ),
             digest: p
                 .digest
                 .as_ref()

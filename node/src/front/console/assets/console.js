@@ -44,8 +44,12 @@ document.addEventListener("DOMContentLoaded", function () {
         var r = row.querySelector(".result");
         if (r) r.className = "result result-" + p.result;
         if (p.result === "ok") set("last-sync", new Date(p.at_ms).toISOString());
-        set("facts", p.facts_in + " / " + p.facts_out);
-        set("bytes", p.bytes_in + " / " + p.bytes_out);
+        // A failed session moved nothing worth showing: the figures of the
+        // last completed one stay.
+        if (p.result === "ok") {
+          set("facts", p.facts_in + " / " + p.facts_out);
+          set("bytes", p.bytes_in + " / " + p.bytes_out);
+        }
         if (p.digest) {
           set("digest", p.digest);
           var d = row.querySelector(".digest");
