@@ -43,6 +43,8 @@ pub enum Event {
     Received(SyncV1),
     /// The driver finished sending our facts (as `Facts` messages) up to `upto`.
     ExportDone { upto: Watermark },
+    /// The peer ended its side of the stream (cleanly: no error).
+    PeerEnded,
 }
 
 /// What the driver must do, in order.
@@ -226,6 +228,16 @@ impl Session {
             }
             Event::Received(SyncV1::Join { .. } | SyncV1::Welcome { .. }) => {
                 return Err(Protocol("pairing message inside a sync session"));
+            }
+            Event::PeerEnded => {
+                // A node older than `Digest` finishes after both `Done`s and
+                // ends its stream without one: everything was committed
+                // and both watermarks are stored; only the comparison is
+                // missing. Any other early end is a broken session.
+                if !self.sent_digest || self.received_digest {
+                    return Err(Protocol("the peer ended the session before it finished"));
+                }
+                self.received_digest = true;
             }
             Event::ExportDone { upto } => {
                 if self.their_epoch.is_none() || self.sent_done {
@@ -556,6 +568,41 @@ mod tests {
             ]
         );
         assert!(s.handle(digest(vec![])).is_err(), "after the end");
+    }
+
+    /// A node older than `Digest` ends its stream after both `Done`s: the
+    /// session finishes without a comparison. Earlier, the same end is an
+    /// error.
+    #[test]
+    fn an_older_peer_ending_after_both_dones_finishes_the_session() {
+        let hello = Event::Received(SyncV1::Hello {
+            epoch: [2; 16],
+            have: None,
+            listen: vec![],
+        });
+        let (mut s, _) = Session::start([1; 16], None, &[]);
+        s.handle(hello.clone()).unwrap();
+        s.handle(Event::ExportDone { upto: wm(1, 0) }).unwrap();
+        let acts = s
+            .handle(Event::Received(SyncV1::Done { upto: wm(2, 3) }))
+            .unwrap();
+        assert_eq!(
+            acts,
+            vec![Action::SaveWatermark(wm(2, 3)), Action::SendDigest]
+        );
+        assert_eq!(s.handle(Event::PeerEnded), Ok(vec![Action::Finished]));
+        assert!(s.is_finished());
+
+        let (mut s, _) = Session::start([1; 16], None, &[]);
+        assert!(s.handle(Event::PeerEnded).is_err(), "before hello");
+        s.handle(hello.clone()).unwrap();
+        s.handle(Event::ExportDone { upto: wm(1, 0) }).unwrap();
+        assert!(s.handle(Event::PeerEnded).is_err(), "before its done");
+        let (mut s, _) = Session::start([1; 16], None, &[]);
+        s.handle(hello).unwrap();
+        s.handle(Event::Received(SyncV1::Done { upto: wm(2, 3) }))
+            .unwrap();
+        assert!(s.handle(Event::PeerEnded).is_err(), "before our done");
     }
 
     #[test]

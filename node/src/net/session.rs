@@ -414,7 +414,10 @@ pub(crate) fn session_thread(
             }
             Some(Input::ExportDone(Err(e))) => return Err(e.into()),
             Some(Input::IoFailed(e)) => return Err(e),
-            Some(Input::Eof) | None => {
+            // An older peer ends its stream after both `Done`s without a
+            // `Digest`; the session decides whether that is fine.
+            Some(Input::Eof) => todo.extend(session.handle(Event::PeerEnded)?),
+            None => {
                 return Err(MeshError::Closed(
                     "the peer ended the session before it finished".into(),
                 ));

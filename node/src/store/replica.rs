@@ -657,7 +657,40 @@ pub fn digest(conn: &Connection, policy: &PeerPolicy) -> Result<(String, usize)>
 }
 
 /// [`digest`] as the bytes a sync session's `Digest` message carries.
+/// Cached per policy in `digest_cache` while the store's `seq` does not
+/// move (every change an export could see takes a fresh `seq`); an idle
+/// sync reads it instead of scanning the store.
 pub fn digest_bytes(conn: &Connection, policy: &PeerPolicy) -> Result<([u8; 32], usize)> {
+    let key = policy.to_string();
+    let seq = crate::store::max_seq(conn)?;
+    let cached: Option<(i64, Vec<u8>, i64)> = conn
+        .prepare_cached("SELECT seq, digest, facts FROM digest_cache WHERE policy = ?1")?
+        .query_row([&key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    if let Some((at, d, n)) = cached
+        && at == seq
+        && let Ok(d) = <[u8; 32]>::try_from(d.as_slice())
+    {
+        return Ok((d, n.max(0) as usize));
+    }
+    let (d, n) = compute_digest(conn, policy)?;
+    // Only if nothing committed while we read (the scan is not one
+    // snapshot); best effort: a busy store just skips the cache. Rows of
+    // an older `seq` can never match again and go.
+    if crate::store::max_seq(conn)? == seq {
+        let _ = conn.execute(
+            "INSERT INTO digest_cache(policy, seq, digest, facts) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT(policy) DO UPDATE SET seq = excluded.seq, digest = excluded.digest,
+                facts = excluded.facts",
+            params![key, seq, &d[..], n as i64],
+        );
+        let _ = conn.execute("DELETE FROM digest_cache WHERE seq < ?1", [seq]);
+    }
+    Ok((d, n))
+}
+
+/// The digest over what `policy` admits now, read from the store.
+fn compute_digest(conn: &Connection, policy: &PeerPolicy) -> Result<([u8; 32], usize)> {
     let mut d = amos_sync::digest::Digest::new();
     export_facts(
         conn,

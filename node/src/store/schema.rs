@@ -294,6 +294,19 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE peers ADD COLUMN session_bytes_in INTEGER;
     ALTER TABLE peers ADD COLUMN session_bytes_out INTEGER;
     "#,
+    // v11: local-only cache of scoped digests (every sync session computes
+    // two): valid while the store's `seq` is the one it was computed at —
+    // every change that can move what an export lets out takes a fresh
+    // `seq` (docs/design.md §7.1). A later migration that rewrites
+    // replicated rows must `DELETE FROM digest_cache`.
+    r#"
+    CREATE TABLE digest_cache (
+        policy TEXT PRIMARY KEY,
+        seq    INTEGER NOT NULL,
+        digest BLOB NOT NULL,
+        facts  INTEGER NOT NULL
+    ) STRICT;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -210,6 +210,18 @@ fn a_session_digest_covers_only_what_the_peer_may_receive() {
         before,
         "gated memories moved the digest b receives"
     );
+    // (Not a stale cache: what b may receive does move it.)
+    let mut seen = NewMemory::new("kappa shared later");
+    seen.share = vec!["team:apollo".parse().unwrap()];
+    a.add(&who, seen).unwrap();
+    let after = a.session_digest(&b.node_id()).unwrap();
+    assert_ne!(after.1, before.1);
+    assert_eq!(after.2, before.2 + 2, "its content and acl facts");
+    assert_eq!(
+        after.1,
+        a.session_digest(&b.node_id()).unwrap().1,
+        "asked again"
+    );
     // Nothing b may receive changed: the next session still agrees.
     sync(&mut a, &mut b);
     assert_eq!((digests(&a), digests(&b)), (Some(true), Some(true)));
