@@ -282,10 +282,10 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE peers ADD COLUMN digest_peer_facts INTEGER;
     ALTER TABLE peers ADD COLUMN digest_my_facts INTEGER;
     "#,
-    // v10: the figures of the last session with a peer that completed,
+    // v11: the figures of the last session with a peer that completed,
     // whichever process ran it (`amos serve`, `amos sync`, the console):
     // when it ended, its duration, facts and frame bytes each way. NULL:
-    // none completed since v10.
+    // none completed since v11.
     r#"
     ALTER TABLE peers ADD COLUMN session_at_ms INTEGER;
     ALTER TABLE peers ADD COLUMN session_ms INTEGER;
@@ -294,7 +294,7 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE peers ADD COLUMN session_bytes_in INTEGER;
     ALTER TABLE peers ADD COLUMN session_bytes_out INTEGER;
     "#,
-    // v11: local-only cache of scoped digests (every sync session computes
+    // v12: local-only cache of scoped digests (every sync session computes
     // two): valid while the store's `seq` is the one it was computed at —
     // every change that can move what an export lets out takes a fresh
     // `seq` (docs/design.md §7.1). A later migration that rewrites

@@ -643,3 +643,23 @@ fn pairing_by_code_in_the_console_is_amos_join() {
     assert_eq!(joiner.json(&["peers", "list"]), before);
     drop(server);
 }
+
+/// With the read audit on, what a console page showed an agent is recorded
+/// as read through the console, and only that: a memory the agent may not
+/// see (the page says it is missing) leaves no row.
+#[test]
+fn console_reads_are_audited_as_console() {
+    let (h, team, alice, _) = org();
+    h.ok(&["config", "set", "read-audit", "on"]);
+    let c = Console::start(h.path());
+    assert_eq!(c.get(&format!("/memories/{team}?as=bob")).status, 200);
+    assert_eq!(c.get(&format!("/memories/{alice}?as=bob")).status, 404);
+    let rows = h.json(&["audit", "reads", "--agent", "bob"])["reads"].clone();
+    let rows = rows.as_array().unwrap();
+    assert!(!rows.is_empty(), "the team memory was shown to bob");
+    assert!(
+        rows.iter()
+            .all(|r| r["front"] == "console" && r["memory"] == team.as_str()),
+        "{rows:?}"
+    );
+}

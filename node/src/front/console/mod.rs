@@ -161,7 +161,9 @@ pub fn run(home: &Home, opts: &ConsoleOptions, ready: impl FnOnce(&str)) -> Resu
 
 async fn bind(home: &Home, opts: &ConsoleOptions) -> Result<(TcpListener, Arc<App>)> {
     let token = token::ensure(home)?;
-    let node = Node::open(home)?;
+    let mut node = Node::open(home)?;
+    // Reads shown on the console's pages are audited as the console's.
+    node.set_front("console");
     let listener = TcpListener::bind(opts.listen)
         .await
         .map_err(NodeError::io(format!("cannot listen on {}", opts.listen)))?;
