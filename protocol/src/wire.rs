@@ -7,9 +7,11 @@
 //! asker's policy admits ([`SyncV1::Facts`] batches, wire-encoded signed
 //! facts), then [`SyncV1::Done`] with the `seq` they cover, which the asker
 //! stores as its new watermark once every batch has committed. An idle sync
-//! is a `Hello` and a `Done` each way: bytes independent of the store's size.
+//! is a `Hello`, a `Done` and a `Digest` each way: bytes independent of the
+//! store's size.
 //!
-//! After both `Done`s each side sends [`SyncV1::Digest`]: its convergence
+//! After both `Done`s of a session that moved no fact either way, each side
+//! sends [`SyncV1::Digest`]: its convergence
 //! digest over what the policy it gives the other admits, so the other can
 //! tell whether the two hold the same facts in those scopes.
 //!
@@ -93,7 +95,8 @@ pub enum SyncV1 {
         mesh_key: Option<[u8; 32]>,
         member_of: Vec<OrgScope>,
     },
-    /// After both `Done`s: the sender's convergence digest (the one `amos
+    /// After both `Done`s, only in a session in which no fact moved either
+    /// way (both sides count the same batches): the sender's convergence digest (the one `amos
     /// digest --scope S…` prints) over the facts the policy it gives the
     /// receiver admits now, and how many facts that is. `scopes` are that
     /// policy's (`global`, `team:`, `project:` only, strictly ascending, at

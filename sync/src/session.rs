@@ -13,11 +13,17 @@
 //! 3. each `Facts` batch received is applied in its own transaction; on the
 //!    other's `Done` — after every batch before it committed — the side
 //!    stores `upto` as its new watermark of the other;
-//! 4. once it sent its `Done` and received the other's, a side sends
+//! 4. once it sent its `Done` and received the other's, a side knows how
+//!    many facts it sent and received — and so does the other, the same
+//!    numbers crossed. If none moved either way (an idle session), it sends
 //!    `Digest`: its convergence digest over the facts the policy it gives
 //!    the other admits (scopes named in the message); on the other's
 //!    `Digest` it computes its own over the same scopes and records whether
-//!    the two agree. The session is finished when both digests crossed.
+//!    the two agree. The session is finished when both digests crossed. If
+//!    any fact moved, the session is finished at once, without digests: a
+//!    digest costs a scan of the store (cached only while it does not
+//!    change), which an incremental session must not pay; the next idle
+//!    session compares.
 //!
 //! Invariant: a watermark only moves after everything it covers committed,
 //! so a session cut at any point loses nothing; the next one resumes. The
@@ -41,8 +47,9 @@ use amos_protocol::wire::{
 pub enum Event {
     /// A message from the peer.
     Received(SyncV1),
-    /// The driver finished sending our facts (as `Facts` messages) up to `upto`.
-    ExportDone { upto: Watermark },
+    /// The driver finished sending our facts (as `Facts` messages) up to
+    /// `upto`; `sent`: how many facts those messages carried.
+    ExportDone { upto: Watermark, sent: u64 },
     /// The peer ended its side of the stream (cleanly: no error).
     PeerEnded,
 }
@@ -104,6 +111,10 @@ pub struct Session {
     their_epoch: Option<Epoch>,
     sent_done: bool,
     received_done: bool,
+    /// Facts that crossed so far, either way (as the messages carried them).
+    moved: u64,
+    /// Both `Done`s crossed with no fact moved: digests are exchanged.
+    compare: bool,
     sent_digest: bool,
     received_digest: bool,
     finished: bool,
@@ -124,6 +135,8 @@ impl Session {
                 their_epoch: None,
                 sent_done: false,
                 received_done: false,
+                moved: 0,
+                compare: false,
                 sent_digest: false,
                 received_digest: false,
                 finished: false,
@@ -188,6 +201,7 @@ impl Session {
                 if self.received_done {
                     return Err(Protocol("facts after done"));
                 }
+                self.moved = self.moved.saturating_add(facts.len() as u64);
                 out.push(Action::Apply(facts));
             }
             Event::Received(SyncV1::Done { upto }) => {
@@ -211,7 +225,8 @@ impl Session {
                 digest,
                 facts,
             }) => {
-                if !self.received_done {
+                // Sent only once both `Done`s crossed: after ours.
+                if !self.received_done || !self.sent_done {
                     return Err(Protocol("digest before done"));
                 }
                 if self.received_digest {
@@ -231,29 +246,41 @@ impl Session {
             }
             Event::PeerEnded => {
                 // A node older than `Digest` finishes after both `Done`s and
-                // ends its stream without one: everything was committed
-                // and both watermarks are stored; only the comparison is
-                // missing. Any other early end is a broken session.
+                // ends its stream without one (as would a peer that counted
+                // the session otherwise — it cannot, the same facts crossed):
+                // everything was committed and both watermarks are stored;
+                // only the comparison is missing. Any other early end is a
+                // broken session.
                 if !self.sent_digest || self.received_digest {
                     return Err(Protocol("the peer ended the session before it finished"));
                 }
                 self.received_digest = true;
             }
-            Event::ExportDone { upto } => {
+            Event::ExportDone { upto, sent } => {
                 if self.their_epoch.is_none() || self.sent_done {
                     return Err(Protocol("export finished out of turn"));
                 }
                 self.sent_done = true;
+                self.moved = self.moved.saturating_add(sent);
                 out.push(Action::Send(SyncV1::Done { upto }));
             }
         }
-        if self.sent_done && self.received_done && !self.sent_digest {
-            // Every batch of the peer's was applied before its `Done`: our
-            // digest covers what it sent us.
-            self.sent_digest = true;
-            out.push(Action::SendDigest);
+        if self.sent_done && self.received_done && !self.sent_digest && !self.finished {
+            if self.moved == 0 {
+                // Idle: both sides counted nothing and both compare. Every
+                // batch of the peer's was applied before its `Done`: our
+                // digest covers what it sent us.
+                self.compare = true;
+                self.sent_digest = true;
+                out.push(Action::SendDigest);
+            } else {
+                // Facts moved: both sides counted them and neither sends a
+                // digest; the last comparison stands until an idle session.
+                self.finished = true;
+                out.push(Action::Finished);
+            }
         }
-        if self.sent_digest && self.received_digest {
+        if self.compare && self.sent_digest && self.received_digest && !self.finished {
             self.finished = true;
             out.push(Action::Finished);
         }
@@ -335,16 +362,18 @@ mod tests {
                     match act {
                         Action::Send(m) => outbox.push_back(m),
                         Action::Export { since, .. } => {
+                            let mut sent = 0;
                             for (_, f) in side.log.iter().filter(|(s, _)| *s > since) {
                                 outbox.push_back(SyncV1::Facts {
                                     facts: vec![f.clone()],
                                 });
+                                sent += 1;
                             }
                             let upto = Watermark {
                                 epoch: side.epoch,
                                 seq: side.log.last().map_or(0, |l| l.0),
                             };
-                            let next = session.handle(Event::ExportDone { upto }).unwrap();
+                            let next = session.handle(Event::ExportDone { upto, sent }).unwrap();
                             pending.push((is_a, next));
                         }
                         Action::PeerListens(l) => side.heard.push(l),
@@ -459,26 +488,37 @@ mod tests {
         }
     }
 
+    /// The kinds of the messages a side received, in order.
+    fn kinds(side: &Side) -> Vec<&'static str> {
+        side.got
+            .iter()
+            .map(|m| match m {
+                SyncV1::Hello { .. } => "hello",
+                SyncV1::Facts { .. } => "facts",
+                SyncV1::Done { .. } => "done",
+                SyncV1::Digest { .. } => "digest",
+                _ => "other",
+            })
+            .collect()
+    }
+
     #[test]
-    fn digests_cross_last_and_agree_after_a_converging_sync() {
+    fn digests_cross_only_in_an_idle_session_and_agree_after_a_converging_sync() {
         let mut a = Side::new(1, 4);
         let mut b = Side::new(2, 3);
+        // Facts move: both sides finish after the dones, no digest.
+        assert!(run(&mut a, &mut b, None));
+        assert_eq!((a.agree, b.agree), (None, None));
+        for side in [&a, &b] {
+            assert_eq!(kinds(side).last(), Some(&"done"), "{:?}", kinds(side));
+        }
+        // The next session moves nothing: both compare, and agree.
+        a.got.clear();
+        b.got.clear();
         assert!(run(&mut a, &mut b, None));
         assert_eq!((a.agree, b.agree), (Some(true), Some(true)));
         for side in [&a, &b] {
-            let kinds: Vec<&str> = side
-                .got
-                .iter()
-                .map(|m| match m {
-                    SyncV1::Hello { .. } => "hello",
-                    SyncV1::Facts { .. } => "facts",
-                    SyncV1::Done { .. } => "done",
-                    SyncV1::Digest { .. } => "digest",
-                    _ => "other",
-                })
-                .collect();
-            assert_eq!(kinds.first(), Some(&"hello"));
-            assert_eq!(kinds[kinds.len() - 2..], ["done", "digest"], "{kinds:?}");
+            assert_eq!(kinds(side), ["hello", "done", "digest"]);
         }
         let Some(SyncV1::Digest { facts, .. }) = b.got.last() else {
             unreachable!()
@@ -487,14 +527,38 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_fact_shows_as_disagreement_on_both_sides() {
+    fn a_session_that_moves_facts_leaves_the_last_comparison() {
+        let mut a = Side::new(1, 4);
+        let mut b = Side::new(2, 3);
+        assert!(run(&mut a, &mut b, None));
+        assert!(run(&mut a, &mut b, None));
+        assert_eq!((a.agree, b.agree), (Some(true), Some(true)));
+        // One new fact on a, one way: neither side compares (b's last
+        // comparison stays, though b now holds a fact more).
+        a.log.push((5, vec![1, 5]));
+        (a.agree, b.agree) = (Some(false), Some(false));
+        a.got.clear();
+        b.got.clear();
+        assert!(run(&mut a, &mut b, None));
+        assert_eq!((a.agree, b.agree), (Some(false), Some(false)), "untouched");
+        assert_eq!(kinds(&a), ["hello", "done"]);
+        assert_eq!(kinds(&b), ["hello", "facts", "done"]);
+        assert_eq!(b.watermark, Some(wm(1, 5)));
+        assert!(run(&mut a, &mut b, None));
+        assert_eq!((a.agree, b.agree), (Some(true), Some(true)));
+    }
+
+    #[test]
+    fn a_refused_fact_shows_as_disagreement_in_the_next_idle_session() {
         let mut a = Side::new(1, 4);
         let mut b = Side::new(2, 3);
         b.refuses = vec![a.log[2].1.clone()];
         assert!(run(&mut a, &mut b, None));
-        assert_eq!((a.agree, b.agree), (Some(false), Some(false)));
         // The watermarks moved all the same: refusing is not failing.
         assert_eq!(b.watermark, Some(wm(1, 4)));
+        assert_eq!((a.agree, b.agree), (None, None), "facts moved");
+        assert!(run(&mut a, &mut b, None));
+        assert_eq!((a.agree, b.agree), (Some(false), Some(false)));
         // Once b takes it, the next (idle) session agrees.
         b.refuses.clear();
         b.applied.push(a.log[2].1.clone());
@@ -514,60 +578,118 @@ mod tests {
         assert_eq!((a.agree, b.agree), (None, None));
     }
 
-    #[test]
-    fn digests_out_of_turn_are_errors() {
-        let hello = Event::Received(SyncV1::Hello {
+    /// The peer's `Hello` (epoch 2, nothing held of us).
+    fn their_hello() -> Event {
+        Event::Received(SyncV1::Hello {
             epoch: [2; 16],
             have: None,
             listen: vec![],
-        });
-        let digest = |scopes: Vec<Scope>| {
-            Event::Received(SyncV1::Digest {
-                scopes,
-                digest: [0; 32],
-                facts: 0,
-            })
-        };
+        })
+    }
+
+    fn digest(scopes: Vec<Scope>) -> Event {
+        Event::Received(SyncV1::Digest {
+            scopes,
+            digest: [0; 32],
+            facts: 0,
+        })
+    }
+
+    #[test]
+    fn digests_out_of_turn_are_errors() {
         let (mut s, _) = Session::start([1; 16], None, &[]);
-        s.handle(hello.clone()).unwrap();
+        s.handle(their_hello()).unwrap();
         assert_eq!(
             s.handle(digest(vec![])),
             Err(SessionError::Protocol("digest before done"))
         );
+        // Its done, not ours: the peer cannot have decided yet.
         let (mut s, _) = Session::start([1; 16], None, &[]);
-        s.handle(hello.clone()).unwrap();
+        s.handle(their_hello()).unwrap();
         s.handle(Event::Received(SyncV1::Done { upto: wm(2, 0) }))
             .unwrap();
-        assert!(
-            s.handle(digest(vec![Scope::Global, Scope::Global]))
-                .is_err(),
-            "unsorted scopes fed around the decoder"
-        );
-        let (mut s, _) = Session::start([1; 16], None, &[]);
-        s.handle(hello).unwrap();
-        s.handle(Event::Received(SyncV1::Done { upto: wm(2, 0) }))
-            .unwrap();
-        let acts = s.handle(digest(vec![Scope::Global])).unwrap();
-        assert!(
-            matches!(acts[..], [Action::CompareDigest { .. }]),
-            "{acts:?}"
-        );
-        assert!(!s.is_finished(), "our own digest is not sent yet");
         assert_eq!(
             s.handle(digest(vec![])),
-            Err(SessionError::Protocol("second digest"))
+            Err(SessionError::Protocol("digest before done"))
         );
-        // Our export ends: done, then our digest; both crossed: finished.
-        let acts = s.handle(Event::ExportDone { upto: wm(1, 0) }).unwrap();
+        // Our export ends with nothing sent, nothing came: idle, our digest.
+        let (mut s, acts) = after_both_dones(None, 0);
         assert_eq!(
             acts,
             vec![
                 Action::Send(SyncV1::Done { upto: wm(1, 0) }),
                 Action::SendDigest,
+            ]
+        );
+        assert!(
+            s.handle(digest(vec![Scope::Global, Scope::Global]))
+                .is_err(),
+            "unsorted scopes fed around the decoder"
+        );
+        let (mut s, _) = after_both_dones(None, 0);
+        // Both digests crossed: finished.
+        let acts = s.handle(digest(vec![Scope::Global])).unwrap();
+        assert!(
+            matches!(acts[..], [Action::CompareDigest { .. }, Action::Finished]),
+            "{acts:?}"
+        );
+        assert!(s.is_finished());
+        assert!(s.handle(digest(vec![])).is_err(), "after the end");
+    }
+
+    /// Facts that moved either way — counted by what crossed, so both sides
+    /// count the same — end the session at both `Done`s without digests.
+    #[test]
+    fn a_session_that_moved_facts_finishes_without_digests() {
+        // We sent two, received none.
+        let (mut s, _) = Session::start([1; 16], None, &[]);
+        s.handle(their_hello()).unwrap();
+        s.handle(Event::ExportDone {
+            upto: wm(1, 2),
+            sent: 2,
+        })
+        .unwrap();
+        let acts = s
+            .handle(Event::Received(SyncV1::Done { upto: wm(2, 0) }))
+            .unwrap();
+        assert_eq!(
+            acts,
+            vec![Action::SaveWatermark(wm(2, 0)), Action::Finished]
+        );
+        assert!(s.is_finished());
+        assert!(s.handle(digest(vec![])).is_err(), "after the end");
+        // We received one (even one the import gate refuses), sent none.
+        let (_, acts) = after_both_dones(Some(vec![vec![7]]), 0);
+        assert_eq!(
+            acts,
+            vec![
+                Action::Send(SyncV1::Done { upto: wm(1, 0) }),
                 Action::Finished
             ]
         );
-        assert!(s.handle(digest(vec![])).is_err(), "after the end");
+        // An empty batch moves nothing.
+        let (_, acts) = after_both_dones(Some(vec![]), 0);
+        assert_eq!(acts[1..], [Action::SendDigest]);
+    }
+
+    /// A session that got the peer's hello, `batch` (if any), its done, and
+    /// then finished its export having sent `sent` facts; the actions of
+    /// that last step.
+    fn after_both_dones(batch: Option<Vec<Vec<u8>>>, sent: u64) -> (Session, Vec<Action>) {
+        let (mut s, _) = Session::start([1; 16], None, &[]);
+        s.handle(their_hello()).unwrap();
+        if let Some(facts) = batch {
+            s.handle(Event::Received(SyncV1::Facts { facts })).unwrap();
+        }
+        s.handle(Event::Received(SyncV1::Done { upto: wm(2, 1) }))
+            .unwrap();
+        let acts = s
+            .handle(Event::ExportDone {
+                upto: wm(1, sent as i64),
+                sent,
+            })
+            .unwrap();
+        (s, acts)
     }
 
     /// A node older than `Digest` ends its stream after both `Done`s: the
@@ -582,7 +704,11 @@ mod tests {
         });
         let (mut s, _) = Session::start([1; 16], None, &[]);
         s.handle(hello.clone()).unwrap();
-        s.handle(Event::ExportDone { upto: wm(1, 0) }).unwrap();
+        s.handle(Event::ExportDone {
+            upto: wm(1, 0),
+            sent: 0,
+        })
+        .unwrap();
         let acts = s
             .handle(Event::Received(SyncV1::Done { upto: wm(2, 3) }))
             .unwrap();
@@ -596,7 +722,11 @@ mod tests {
         let (mut s, _) = Session::start([1; 16], None, &[]);
         assert!(s.handle(Event::PeerEnded).is_err(), "before hello");
         s.handle(hello.clone()).unwrap();
-        s.handle(Event::ExportDone { upto: wm(1, 0) }).unwrap();
+        s.handle(Event::ExportDone {
+            upto: wm(1, 0),
+            sent: 0,
+        })
+        .unwrap();
         assert!(s.handle(Event::PeerEnded).is_err(), "before its done");
         let (mut s, _) = Session::start([1; 16], None, &[]);
         s.handle(hello).unwrap();

@@ -410,12 +410,13 @@ pub(crate) fn session_thread(
             Some(Input::Msg(m)) => todo.extend(session.handle(Event::Received(m))?),
             Some(Input::ExportDone(Ok((upto, n)))) => {
                 facts_out = n;
-                todo.extend(session.handle(Event::ExportDone { upto })?);
+                todo.extend(session.handle(Event::ExportDone { upto, sent: n })?);
             }
             Some(Input::ExportDone(Err(e))) => return Err(e.into()),
             Some(Input::IoFailed(e)) => return Err(e),
             // An older peer ends its stream after both `Done`s without a
-            // `Digest`; the session decides whether that is fine.
+            // `Digest` (so would a peer that counted the session as one
+            // that moved facts); the session decides whether that is fine.
             Some(Input::Eof) => todo.extend(session.handle(Event::PeerEnded)?),
             None => {
                 return Err(MeshError::Closed(

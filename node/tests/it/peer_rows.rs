@@ -1,8 +1,9 @@
 //! What a peer's row records of its sessions, between two real `amos serve
 //! --no-mdns` processes on 127.0.0.1: whether the scoped digests agree (at
-//! the end of every session each side sends its digest over the scopes it
-//! gives the other, and the other records whether its own over the same
-//! scopes is equal), and the last completed session's figures — in `amos
+//! the end of every session that moved no fact each side sends its digest
+//! over the scopes it gives the other, and the other records whether its
+//! own over the same scopes is equal; a session that moved facts leaves the
+//! last comparison), and the last completed session's figures — in `amos
 //! peers list` and on the console's `/peers` page, whichever process ran
 //! the session and whichever side dialled.
 
@@ -87,9 +88,17 @@ fn peers_record_whether_their_digests_agree_and_the_console_shows_it() {
         "never compared before a session"
     );
 
-    // b dials a: the session converges, both sides compare and agree.
+    // b dials a: the session converges; facts moved, so neither side
+    // compares digests.
     let (code, peers) = b.sync(&["now"]);
     assert_eq!(code, 0, "{peers:?}\n{}", server_a.log());
+    assert!(peers[0]["facts_in"].as_u64().unwrap() > 0, "{peers:?}");
+    assert!(peers[0].get("digest_agree").is_none(), "{peers:?}");
+    assert!(digest_of(&a, &idb).is_null() && digest_of(&b, &ida).is_null());
+    // The next session moves nothing: both sides compare and agree.
+    let (code, peers) = b.sync(&["now"]);
+    assert_eq!(code, 0, "{peers:?}\n{}", server_a.log());
+    assert_eq!(peers[0]["facts_in"], 0, "{peers:?}");
     assert_eq!(peers[0]["digest_agree"], true, "{peers:?}");
     assert_eq!(a.digest("team:apollo"), b.digest("team:apollo"));
     for (h, peer) in [(&a, &idb), (&b, &ida)] {
@@ -108,12 +117,20 @@ fn peers_record_whether_their_digests_agree_and_the_console_shows_it() {
     assert!(r.contains("class=\"digest digest-agree\""), "{r}");
 
     // b narrows what it takes from a to `global`: it drops and refuses a's
-    // apollo facts, which a still offers. a dials b (b's serve accepts):
-    // b's digest over apollo now lacks them — disagree on b; a compares
-    // b's digest over `global`, where both hold nothing — agree on a.
+    // apollo facts, which a still offers. a dials b (b's serve accepts)
+    // until a session moves nothing: b's digest over apollo now lacks them
+    // — disagree on b; a compares b's digest over `global`, where both hold
+    // nothing — agree on a.
     b.ok(&["peers", "policy", &ida, "global"]);
-    let (code, peers) = a.sync(&["now", &idb]);
-    assert_eq!(code, 0, "{peers:?}\n{}", server_b.log());
+    let mut peers = Vec::new();
+    for _ in 0..3 {
+        let (code, p) = a.sync(&["now", &idb]);
+        assert_eq!(code, 0, "{p:?}\n{}", server_b.log());
+        peers = p;
+        if peers[0]["facts_in"] == 0 && peers[0]["facts_out"] == 0 {
+            break;
+        }
+    }
     assert_eq!(peers[0]["digest_agree"], true, "a's own comparison");
     let on_b = digest_of(&b, &ida);
     assert_eq!(on_b["agree"], false, "{on_b}");

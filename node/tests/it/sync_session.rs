@@ -59,8 +59,10 @@ fn sync(a: &mut Node, b: &mut Node) -> (usize, usize) {
                 match act {
                     Action::Send(m) => outbox.push_back(m),
                     Action::Export { since, peer_reset } => {
+                        let mut sent = 0;
                         let upto = me
                             .export_for_session(&peer, since, peer_reset, 100, |facts| {
+                                sent += facts.len() as u64;
                                 outbox.push_back(SyncV1::Facts { facts });
                                 Ok(())
                             })
@@ -69,7 +71,10 @@ fn sync(a: &mut Node, b: &mut Node) -> (usize, usize) {
                             epoch: me.epoch_bytes().unwrap(),
                             seq: upto,
                         };
-                        work.push((is_a, session.handle(Event::ExportDone { upto }).unwrap()));
+                        work.push((
+                            is_a,
+                            session.handle(Event::ExportDone { upto, sent }).unwrap(),
+                        ));
                     }
                     Action::Apply(facts) => {
                         if is_a {
@@ -144,6 +149,16 @@ fn sessions_converge_resume_and_idle_cheaply() {
     let scope = ["team:apollo".to_string()];
     assert_eq!(a.digest(&scope).unwrap(), b.digest(&scope).unwrap());
     assert_eq!(
+        (digests(&a), digests(&b)),
+        (None, None),
+        "facts moved: no digest compared"
+    );
+    let alice_b = b.requester("alice").unwrap();
+    assert_eq!(b.search(&alice_b, "iota", 50).unwrap().len(), 20);
+
+    // Idle: nothing changed, nothing is sent; the digests are compared.
+    assert_eq!(sync(&mut a, &mut b), (0, 0));
+    assert_eq!(
         digests(&a),
         Some(true),
         "a compared b's digest with its own"
@@ -153,18 +168,16 @@ fn sessions_converge_resume_and_idle_cheaply() {
         Some(true),
         "b compared a's digest with its own"
     );
-    let alice_b = b.requester("alice").unwrap();
-    assert_eq!(b.search(&alice_b, "iota", 50).unwrap().len(), 20);
+    let compared = |n: &Node| n.peer_list().unwrap()[0].digest.clone();
+    let (on_a, on_b) = (compared(&a), compared(&b));
 
-    // Idle: nothing changed, nothing is sent.
-    assert_eq!(sync(&mut a, &mut b), (0, 0));
-
-    // One new memory: only its facts travel.
+    // One new memory: only its facts travel; the last comparison stays.
     let mut m = NewMemory::new("iota late");
     m.share = vec!["team:apollo".parse().unwrap()];
     a.add(&who, m).unwrap();
     assert_eq!(sync(&mut a, &mut b), (0, 2));
     assert_eq!(a.digest(&scope).unwrap(), b.digest(&scope).unwrap());
+    assert_eq!((compared(&a), compared(&b)), (on_a, on_b), "not compared");
 
     // A policy change resets the watermark: everything admitted is re-sent.
     b.peer_set_policy(&a.node_id().to_string(), "team:apollo,global")
@@ -176,7 +189,18 @@ fn sessions_converge_resume_and_idle_cheaply() {
     let (_, to_b) = sync(&mut a, &mut b);
     assert!(to_b >= 44, "re-sent after the policy change: {to_b}");
     assert_eq!(a.digest(&scope).unwrap(), b.digest(&scope).unwrap());
+    assert_eq!(sync(&mut a, &mut b), (0, 0));
     assert_eq!((digests(&a), digests(&b)), (Some(true), Some(true)));
+}
+
+/// Sync until a session moves nothing (the one that compares digests).
+fn settle(a: &mut Node, b: &mut Node) {
+    for _ in 0..3 {
+        if sync(a, b) == (0, 0) {
+            return;
+        }
+    }
+    panic!("three sessions in a row moved facts");
 }
 
 /// The last digest comparison recorded for the node's only peer.
@@ -196,7 +220,7 @@ fn a_session_digest_covers_only_what_the_peer_may_receive() {
     let mut m = NewMemory::new("kappa shared");
     m.share = vec!["team:apollo".parse().unwrap()];
     a.add(&who, m).unwrap();
-    sync(&mut a, &mut b);
+    settle(&mut a, &mut b);
     assert_eq!((digests(&a), digests(&b)), (Some(true), Some(true)));
 
     let before = a.session_digest(&b.node_id()).unwrap();
@@ -222,8 +246,8 @@ fn a_session_digest_covers_only_what_the_peer_may_receive() {
         a.session_digest(&b.node_id()).unwrap().1,
         "asked again"
     );
-    // Nothing b may receive changed: the next session still agrees.
-    sync(&mut a, &mut b);
+    // b receives the one memory it may; the digests still agree.
+    settle(&mut a, &mut b);
     assert_eq!((digests(&a), digests(&b)), (Some(true), Some(true)));
 
     // b comes to hold an apollo fact a lacks: b gives a only `global`, so
@@ -236,7 +260,7 @@ fn a_session_digest_covers_only_what_the_peer_may_receive() {
     let mut m = NewMemory::new("kappa from b");
     m.share = vec!["team:apollo".parse().unwrap()];
     b.add(&alice_b, m).unwrap();
-    sync(&mut a, &mut b);
+    settle(&mut a, &mut b);
     assert_eq!(digests(&b), Some(false), "b holds an apollo fact a lacks");
     let d = b.peer_list().unwrap()[0].digest.clone().unwrap();
     assert_eq!(d.scopes, "team:apollo");

@@ -2,8 +2,8 @@
 //! address, last sync and its result, facts and bytes each way of the last
 //! session that completed (run by any process on this home: `amos serve`,
 //! `amos sync`, this console), whether the scoped digests agreed at the end
-//! of the last session (the peer's over the scopes it gives us, against
-//! ours over the same) — with "sync now" per peer and for all, pairing
+//! of the last session that compared them, one that moved no fact (the
+//! peer's over the scopes it gives us, against ours over the same) — with "sync now" per peer and for all, pairing
 //! by code (`amos join`), invites (`amos team invite`: code, QR, expiry) and
 //! removal (`amos peers remove`); and `/events`, the live status stream.
 //!
