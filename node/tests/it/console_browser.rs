@@ -175,6 +175,22 @@ impl Browser {
         );
     }
 
+    /// Click what submits a form and wait until the answer page is loaded:
+    /// reading the old page meanwhile could find an element that goes stale.
+    fn click_to_page(&self, css: &str) {
+        self.script("window.__old_page = true; return null;");
+        self.click(css);
+        for _ in 0..100_000 {
+            let now = self.script(
+                "return window.__old_page === undefined && document.readyState === 'complete';",
+            );
+            if now == json!(true) {
+                return;
+            }
+        }
+        panic!("clicking {css} led to no new page");
+    }
+
     fn type_into(&self, css: &str, text: &str) {
         let e = self.find(css);
         self.call(
@@ -318,7 +334,7 @@ fn the_console_in_a_real_browser() {
     browser.goto(&format!("{}/peers", console.base));
     let row = format!("tr[data-peer=\"{}\"]", id(&b));
     assert_eq!(browser.text(&format!("{row} .result")), "never synced");
-    browser.click(&format!("{row} .sync-one"));
+    browser.click_to_page(&format!("{row} .sync-one"));
     // The answer page is the one with the pass's report (#flash).
     assert!(browser.text("#flash").contains(" ok: "));
     assert_eq!(browser.text(&format!("{row} .result")), "ok");
@@ -327,7 +343,7 @@ fn the_console_in_a_real_browser() {
     // Once more: nothing moves, the digests are compared. A refused B's
     // record of team apollo (audit below): B holds a fact in what it gives
     // A (`full`) that A lacks, so the digests disagree.
-    browser.click(&format!("{row} .sync-one"));
+    browser.click_to_page(&format!("{row} .sync-one"));
     assert!(browser.text("#flash").contains(" ok: 0 facts in, 0 out"));
     assert_eq!(browser.text(&format!("{row} .digest")), "disagree");
     assert!(
