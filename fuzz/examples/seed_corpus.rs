@@ -1,13 +1,15 @@
 //! Write valid inputs for the fuzz targets into `corpus/<target>/`, so the
-//! fuzzer starts from well-formed bundles and facts and mutates inward.
+//! fuzzer starts from well-formed bundles, facts and sync frames (one of
+//! every session message) and mutates inward.
 //! `cargo run --example seed_corpus` (run.sh does it).
 
 use std::fs;
 use std::path::Path;
 
+use amos_protocol::wire::{SyncMessage, SyncV1, Watermark};
 use amos_protocol::{
     AgentId, BundleWriter, Fact, FactBody, Hlc, MemoryContent, MemoryFixed, MemoryId, MemoryText,
-    MemoryType, MeshKey, NodeId, NodeIdentity, Recipient, TeamFact, TeamId,
+    MemoryType, MeshKey, NodeId, NodeIdentity, OrgScope, Recipient, Scope, TeamFact, TeamId,
 };
 
 fn fact(id: &NodeIdentity, i: u64) -> Vec<u8> {
@@ -83,6 +85,73 @@ fn bundle(
     w.finish().expect("finish").0
 }
 
+/// One of each `SyncV1` variant, named.
+fn sync_messages(facts: &[Vec<u8>]) -> Vec<(&'static str, SyncV1)> {
+    let upto = Watermark {
+        epoch: [3; 16],
+        seq: 42,
+    };
+    let apollo = TeamId::parse("apollo").expect("slug");
+    vec![
+        (
+            "hello",
+            SyncV1::Hello {
+                epoch: [1; 16],
+                have: Some(upto),
+                listen: vec!["0.0.0.0:4747".into(), "[::1]:4748".into()],
+            },
+        ),
+        (
+            "facts",
+            SyncV1::Facts {
+                facts: facts[..3].to_vec(),
+            },
+        ),
+        ("done", SyncV1::Done { upto }),
+        (
+            "refused",
+            SyncV1::Refused {
+                reason: "not a registered peer".into(),
+            },
+        ),
+        (
+            "join",
+            SyncV1::Join {
+                invite: [5; 16],
+                proof: [6; 32],
+                name: "laptop".into(),
+                listen_port: Some(4747),
+                agent: Some(AgentId::parse("bob").expect("slug")),
+            },
+        ),
+        (
+            "welcome",
+            SyncV1::Welcome {
+                policy: "team:apollo".into(),
+                name: "server".into(),
+                mesh_key: Some([0x42; 32]),
+                member_of: vec![OrgScope::Team(apollo.clone())],
+            },
+        ),
+        (
+            "digest-scoped",
+            SyncV1::Digest {
+                scopes: vec![Scope::Global, Scope::Team(apollo)],
+                digest: [7; 32],
+                facts: 1234,
+            },
+        ),
+        (
+            "digest-full",
+            SyncV1::Digest {
+                scopes: vec![],
+                digest: [8; 32],
+                facts: 0,
+            },
+        ),
+    ]
+}
+
 fn main() -> std::io::Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
     let (b, f) = (root.join("bundle_reader"), root.join("fact_decoder"));
@@ -105,10 +174,19 @@ fn main() -> std::io::Result<()> {
     let any = Recipient::AnyPeer;
     let to_other = Recipient::Node(other.node_id());
     fs::write(b.join("seed-plain"), bundle(&id, any, None, &frames))?;
-    fs::write(b.join("seed-encrypted"), bundle(&id, any, Some(&key), &frames))?;
+    fs::write(
+        b.join("seed-encrypted"),
+        bundle(&id, any, Some(&key), &frames),
+    )?;
     fs::write(b.join("seed-empty"), bundle(&id, any, None, &[]))?;
-    fs::write(b.join("seed-one"), bundle(&id, to_other, Some(&key), &frames[1..2]))?;
-    fs::write(b.join("seed-addressed"), bundle(&id, to_other, None, &frames))?;
+    fs::write(
+        b.join("seed-one"),
+        bundle(&id, to_other, Some(&key), &frames[1..2]),
+    )?;
+    fs::write(
+        b.join("seed-addressed"),
+        bundle(&id, to_other, None, &frames),
+    )?;
     // fact_batch: a mode byte, then u16 LE length-prefixed facts (see
     // fuzz_targets/fact_batch.rs); mode 1 repeats the batch past the
     // threaded verifier's threshold.
@@ -169,7 +247,13 @@ fn main() -> std::io::Result<()> {
     }
     all.extend_from_slice(config);
     fs::write(m.join("seed-all"), all)?;
-    println!("seed corpus written to {}", root.display());
+    // sync_message: one frame of every session message, the `Digest` (the
+    // newest variant) scoped and full.
+    let s = root.join("sync_message");
+    fs::create_dir_all(&s)?;
+    for (name, m) in sync_messages(&facts) {
+        fs::write(s.join(format!("seed-{name}")), SyncMessage::V1(m).encode())?;
+    }
     // import_files: the importers' own test fixtures, as they are.
     let imp = root.join("import_files");
     fs::create_dir_all(&imp)?;
@@ -187,5 +271,6 @@ fn main() -> std::io::Result<()> {
     {
         fs::write(imp.join(format!("seed-{i}")), fs::read(fixtures.join(rel))?)?;
     }
+    println!("seed corpus written to {}", root.display());
     Ok(())
 }

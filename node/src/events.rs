@@ -21,6 +21,9 @@ pub struct SessionStats {
     pub facts_out: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
+    /// Whether the peer's digest over the scopes it gives us agreed with
+    /// ours (`None`: not compared).
+    pub digest_agree: Option<bool>,
 }
 
 /// Told what a dialled session moves while it moves it (`amos sync now`
@@ -70,6 +73,10 @@ pub struct PeerOutcome {
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub ms: u64,
+    /// Whether the peer's digest over the scopes it gives us agreed with
+    /// ours at the session's end (`None`: not compared).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub digest_agree: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }

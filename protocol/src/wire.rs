@@ -7,7 +7,13 @@
 //! asker's policy admits ([`SyncV1::Facts`] batches, wire-encoded signed
 //! facts), then [`SyncV1::Done`] with the `seq` they cover, which the asker
 //! stores as its new watermark once every batch has committed. An idle sync
-//! is a `Hello` and a `Done` each way: bytes independent of the store's size.
+//! is a `Hello`, a `Done` and a `Digest` each way: bytes independent of the
+//! store's size.
+//!
+//! After both `Done`s of a session that moved no fact either way, each side
+//! sends [`SyncV1::Digest`]: its convergence
+//! digest over what the policy it gives the other admits, so the other can
+//! tell whether the two hold the same facts in those scopes.
 //!
 //! A `Hello` also names where its sender serves (`listen`), so a peer that
 //! only ever dialled us can be dialled back; the receiver records it only
@@ -22,7 +28,7 @@ use std::net::SocketAddr;
 
 use bincode::{Decode, Encode};
 
-use crate::{AgentId, OrgScope, ProtocolError, codec};
+use crate::{AgentId, OrgScope, ProtocolError, Scope, codec};
 
 /// At most this many listen addresses in a `Hello`.
 pub const MAX_LISTEN: usize = 8;
@@ -31,6 +37,8 @@ pub const MAX_LISTEN: usize = 8;
 pub const MAX_LISTEN_LEN: usize = 64;
 /// At most this many scopes in a `Welcome`'s `member_of`.
 pub const MAX_MEMBER_OF: usize = 16;
+/// At most this many scopes in a `Digest`.
+pub const MAX_DIGEST_SCOPES: usize = 256;
 
 /// A log epoch: random, changes when a store is restored or reset.
 pub type Epoch = [u8; 16];
@@ -87,6 +95,20 @@ pub enum SyncV1 {
         mesh_key: Option<[u8; 32]>,
         member_of: Vec<OrgScope>,
     },
+    /// After both `Done`s, only in a session in which no fact moved either
+    /// way (both sides count the same batches): the sender's convergence digest (the one `amos
+    /// digest --scope S…` prints) over the facts the policy it gives the
+    /// receiver admits now, and how many facts that is. `scopes` are that
+    /// policy's (`global`, `team:`, `project:` only, strictly ascending, at
+    /// most [`MAX_DIGEST_SCOPES`]); empty means `full`. The receiver
+    /// compares it with its own digest over the same scopes. Appended after
+    /// the other variants: older encodings decode as before, but an older
+    /// node cannot decode this one (docs/design.md §7).
+    Digest {
+        scopes: Vec<Scope>,
+        digest: [u8; 32],
+        facts: u64,
+    },
 }
 
 impl SyncV1 {
@@ -130,10 +152,40 @@ impl SyncV1 {
                     ));
                 }
             }
+            SyncV1::Digest { scopes, .. } => check_digest_scopes(scopes)?,
             _ => {}
         }
         Ok(())
     }
+}
+
+/// A `Digest`'s scopes: at most [`MAX_DIGEST_SCOPES`], strictly ascending
+/// (one spelling of a set), only what a scoped peer policy may hold
+/// (`global`, `team:`, `project:` with valid slugs).
+pub fn check_digest_scopes(scopes: &[Scope]) -> Result<(), ProtocolError> {
+    if scopes.len() > MAX_DIGEST_SCOPES {
+        return Err(ProtocolError::malformed(format!(
+            "a digest names {} scopes (at most {MAX_DIGEST_SCOPES})",
+            scopes.len()
+        )));
+    }
+    let valid = |s: &Scope| match s {
+        Scope::Global => true,
+        Scope::Team(t) => t.is_valid(),
+        Scope::Project(p) => p.is_valid(),
+        Scope::Private | Scope::Agent(_) => false,
+    };
+    if !scopes.iter().all(valid) {
+        return Err(ProtocolError::malformed(
+            "a digest names a scope no peer policy holds",
+        ));
+    }
+    if !scopes.windows(2).all(|w| w[0] < w[1]) {
+        return Err(ProtocolError::malformed(
+            "a digest's scopes are not in ascending order",
+        ));
+    }
+    Ok(())
 }
 
 /// A listen address as a `Hello` carries it: a socket address in Rust's
@@ -220,6 +272,16 @@ mod tests {
                 mesh_key: None,
                 member_of: vec![OrgScope::Team("apollo".parse().unwrap())],
             },
+            SyncV1::Digest {
+                scopes: vec![],
+                digest: [9; 32],
+                facts: 0,
+            },
+            SyncV1::Digest {
+                scopes: vec![Scope::Global, Scope::Team("apollo".parse().unwrap())],
+                digest: [3; 32],
+                facts: 1234,
+            },
         ] {
             let m = SyncMessage::V1(m);
             assert_eq!(SyncMessage::decode(&m.encode()).unwrap(), m);
@@ -304,6 +366,57 @@ mod tests {
         };
         assert!(SyncMessage::decode(&welcome(MAX_MEMBER_OF)).is_ok());
         assert!(SyncMessage::decode(&welcome(MAX_MEMBER_OF + 1)).is_err());
+    }
+
+    #[test]
+    fn digest_scopes_are_bounded_sorted_and_policy_scopes() {
+        let digest = |scopes: Vec<Scope>| {
+            SyncMessage::V1(SyncV1::Digest {
+                scopes,
+                digest: [0; 32],
+                facts: 1,
+            })
+            .encode()
+        };
+        let team = |t: &str| Scope::Team(t.parse().unwrap());
+        assert!(SyncMessage::decode(&digest(vec![Scope::Global, team("a"), team("b")])).is_ok());
+        assert!(
+            SyncMessage::decode(&digest(vec![team("b"), team("a")])).is_err(),
+            "order"
+        );
+        assert!(
+            SyncMessage::decode(&digest(vec![team("a"), team("a")])).is_err(),
+            "twice"
+        );
+        assert!(SyncMessage::decode(&digest(vec![Scope::Private])).is_err());
+        let agent = Scope::Agent(AgentId::parse("bob").unwrap());
+        assert!(SyncMessage::decode(&digest(vec![agent])).is_err());
+        let many: Vec<Scope> = (0..=MAX_DIGEST_SCOPES)
+            .map(|i| team(&format!("t{i:03}")))
+            .collect();
+        assert!(SyncMessage::decode(&digest(many[..MAX_DIGEST_SCOPES].to_vec())).is_ok());
+        assert!(SyncMessage::decode(&digest(many)).is_err(), "too many");
+    }
+
+    /// The variants before `Digest` keep their tags: a `Hello` encodes with
+    /// tag 0 as before (an older node's messages still decode).
+    #[test]
+    fn older_variants_keep_their_encoding() {
+        let done = SyncMessage::V1(SyncV1::Done {
+            upto: Watermark {
+                epoch: [0; 16],
+                seq: 1,
+            },
+        })
+        .encode();
+        assert_eq!(&done[..2], &[0, 2], "V1, then Done's tag");
+        let digest = SyncMessage::V1(SyncV1::Digest {
+            scopes: vec![],
+            digest: [0; 32],
+            facts: 0,
+        })
+        .encode();
+        assert_eq!(&digest[..2], &[0, 6], "Digest comes after Welcome");
     }
 
     proptest! {

@@ -19,7 +19,14 @@ impl Digest {
     }
 
     /// `(hex digest, number of distinct facts)`.
-    pub fn finish(mut self) -> (String, usize) {
+    pub fn finish(self) -> (String, usize) {
+        let (d, n) = self.finish_bytes();
+        (to_hex(&d), n)
+    }
+
+    /// `(digest, number of distinct facts)`: the bytes a sync session's
+    /// `Digest` message carries.
+    pub fn finish_bytes(mut self) -> ([u8; 32], usize) {
         self.hashes.sort_unstable();
         self.hashes.dedup();
         let mut h = blake3::Hasher::new();
@@ -27,8 +34,13 @@ impl Digest {
         for x in &self.hashes {
             h.update(x);
         }
-        (h.finalize().to_hex().to_string(), self.hashes.len())
+        (*h.finalize().as_bytes(), self.hashes.len())
     }
+}
+
+/// A digest as `amos digest` prints it (lowercase hex).
+pub fn to_hex(d: &[u8; 32]) -> String {
+    blake3::Hash::from_bytes(*d).to_hex().to_string()
 }
 
 #[cfg(test)]

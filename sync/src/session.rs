@@ -12,10 +12,23 @@
 //!    batches, then `Done { upto }`;
 //! 3. each `Facts` batch received is applied in its own transaction; on the
 //!    other's `Done` — after every batch before it committed — the side
-//!    stores `upto` as its new watermark of the other.
+//!    stores `upto` as its new watermark of the other;
+//! 4. once it sent its `Done` and received the other's, a side knows how
+//!    many facts it sent and received — and so does the other, the same
+//!    numbers crossed. If none moved either way (an idle session), it sends
+//!    `Digest`: its convergence digest over the facts the policy it gives
+//!    the other admits (scopes named in the message); on the other's
+//!    `Digest` it computes its own over the same scopes and records whether
+//!    the two agree. The session is finished when both digests crossed. If
+//!    any fact moved, the session is finished at once, without digests: a
+//!    digest costs a scan of the store (cached only while it does not
+//!    change), which an incremental session must not pay; the next idle
+//!    session compares.
 //!
 //! Invariant: a watermark only moves after everything it covers committed,
-//! so a session cut at any point loses nothing; the next one resumes.
+//! so a session cut at any point loses nothing; the next one resumes. The
+//! digests come after both `Done`s: a session cut before them lost no
+//! facts and moved no watermark wrongly, only the comparison.
 //!
 //! The peer's listen addresses surface as [`Action::PeerListens`], checked
 //! but not interpreted: the driver knows the connection (who the handshake
@@ -24,15 +37,21 @@
 
 use std::net::SocketAddr;
 
-use amos_protocol::wire::{Epoch, MAX_LISTEN, SyncV1, Watermark, parse_listen};
+use amos_protocol::Scope;
+use amos_protocol::wire::{
+    Epoch, MAX_LISTEN, SyncV1, Watermark, check_digest_scopes, parse_listen,
+};
 
 /// What happened.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// A message from the peer.
     Received(SyncV1),
-    /// The driver finished sending our facts (as `Facts` messages) up to `upto`.
-    ExportDone { upto: Watermark },
+    /// The driver finished sending our facts (as `Facts` messages) up to
+    /// `upto`; `sent`: how many facts those messages carried.
+    ExportDone { upto: Watermark, sent: u64 },
+    /// The peer ended its side of the stream (cleanly: no error).
+    PeerEnded,
 }
 
 /// What the driver must do, in order.
@@ -57,6 +76,18 @@ pub enum Action {
     Apply(Vec<Vec<u8>>),
     /// Store our new watermark of the peer.
     SaveWatermark(Watermark),
+    /// Send `Digest`: our convergence digest over the facts the policy we
+    /// give the peer admits now, with that policy's scopes. Only ever over
+    /// what the peer may receive from us.
+    SendDigest,
+    /// The peer's digest over `scopes` (empty: all): compute ours over the
+    /// same scopes and record whether they agree (`facts`: how many the
+    /// peer's covers).
+    CompareDigest {
+        scopes: Vec<Scope>,
+        digest: [u8; 32],
+        facts: u64,
+    },
     /// Both directions are complete.
     Finished,
 }
@@ -80,6 +111,12 @@ pub struct Session {
     their_epoch: Option<Epoch>,
     sent_done: bool,
     received_done: bool,
+    /// Facts that crossed so far, either way (as the messages carried them).
+    moved: u64,
+    /// Both `Done`s crossed with no fact moved: digests are exchanged.
+    compare: bool,
+    sent_digest: bool,
+    received_digest: bool,
     finished: bool,
 }
 
@@ -98,6 +135,10 @@ impl Session {
                 their_epoch: None,
                 sent_done: false,
                 received_done: false,
+                moved: 0,
+                compare: false,
+                sent_digest: false,
+                received_digest: false,
                 finished: false,
             },
             vec![Action::Send(SyncV1::Hello {
@@ -160,6 +201,7 @@ impl Session {
                 if self.received_done {
                     return Err(Protocol("facts after done"));
                 }
+                self.moved = self.moved.saturating_add(facts.len() as u64);
                 out.push(Action::Apply(facts));
             }
             Event::Received(SyncV1::Done { upto }) => {
@@ -178,18 +220,67 @@ impl Session {
             Event::Received(SyncV1::Refused { reason }) => {
                 return Err(SessionError::Refused(reason));
             }
+            Event::Received(SyncV1::Digest {
+                scopes,
+                digest,
+                facts,
+            }) => {
+                // Sent only once both `Done`s crossed: after ours.
+                if !self.received_done || !self.sent_done {
+                    return Err(Protocol("digest before done"));
+                }
+                if self.received_digest {
+                    return Err(Protocol("second digest"));
+                }
+                // Checked again: the driver may feed unchecked messages.
+                check_digest_scopes(&scopes).map_err(|_| Protocol("malformed digest scopes"))?;
+                self.received_digest = true;
+                out.push(Action::CompareDigest {
+                    scopes,
+                    digest,
+                    facts,
+                });
+            }
             Event::Received(SyncV1::Join { .. } | SyncV1::Welcome { .. }) => {
                 return Err(Protocol("pairing message inside a sync session"));
             }
-            Event::ExportDone { upto } => {
+            Event::PeerEnded => {
+                // A node older than `Digest` finishes after both `Done`s and
+                // ends its stream without one (as would a peer that counted
+                // the session otherwise — it cannot, the same facts crossed):
+                // everything was committed and both watermarks are stored;
+                // only the comparison is missing. Any other early end is a
+                // broken session.
+                if !self.sent_digest || self.received_digest {
+                    return Err(Protocol("the peer ended the session before it finished"));
+                }
+                self.received_digest = true;
+            }
+            Event::ExportDone { upto, sent } => {
                 if self.their_epoch.is_none() || self.sent_done {
                     return Err(Protocol("export finished out of turn"));
                 }
                 self.sent_done = true;
+                self.moved = self.moved.saturating_add(sent);
                 out.push(Action::Send(SyncV1::Done { upto }));
             }
         }
-        if self.sent_done && self.received_done {
+        if self.sent_done && self.received_done && !self.sent_digest && !self.finished {
+            if self.moved == 0 {
+                // Idle: both sides counted nothing and both compare. Every
+                // batch of the peer's was applied before its `Done`: our
+                // digest covers what it sent us.
+                self.compare = true;
+                self.sent_digest = true;
+                out.push(Action::SendDigest);
+            } else {
+                // Facts moved: both sides counted them and neither sends a
+                // digest; the last comparison stands until an idle session.
+                self.finished = true;
+                out.push(Action::Finished);
+            }
+        }
+        if self.compare && self.sent_digest && self.received_digest && !self.finished {
             self.finished = true;
             out.push(Action::Finished);
         }
@@ -216,6 +307,12 @@ mod tests {
         watermark: Option<Watermark>,
         listen: Vec<SocketAddr>,
         heard: Vec<Vec<SocketAddr>>,
+        /// Facts this side refuses to apply (as an import gate would).
+        refuses: Vec<Vec<u8>>,
+        /// Every message received, in order.
+        got: Vec<SyncV1>,
+        /// Whether the peer's digest agreed with ours, when compared.
+        agree: Option<bool>,
     }
 
     impl Side {
@@ -227,7 +324,19 @@ mod tests {
                 watermark: None,
                 listen: Vec::new(),
                 heard: Vec::new(),
+                refuses: Vec::new(),
+                got: Vec::new(),
+                agree: None,
             }
+        }
+
+        /// The digest over everything held (a `full` policy: no scopes).
+        fn digest(&self) -> ([u8; 32], usize) {
+            let mut d = crate::digest::Digest::new();
+            for f in self.log.iter().map(|(_, f)| f).chain(&self.applied) {
+                d.add(f);
+            }
+            d.finish_bytes()
         }
     }
 
@@ -253,21 +362,37 @@ mod tests {
                     match act {
                         Action::Send(m) => outbox.push_back(m),
                         Action::Export { since, .. } => {
+                            let mut sent = 0;
                             for (_, f) in side.log.iter().filter(|(s, _)| *s > since) {
                                 outbox.push_back(SyncV1::Facts {
                                     facts: vec![f.clone()],
                                 });
+                                sent += 1;
                             }
                             let upto = Watermark {
                                 epoch: side.epoch,
                                 seq: side.log.last().map_or(0, |l| l.0),
                             };
-                            let next = session.handle(Event::ExportDone { upto }).unwrap();
+                            let next = session.handle(Event::ExportDone { upto, sent }).unwrap();
                             pending.push((is_a, next));
                         }
                         Action::PeerListens(l) => side.heard.push(l),
-                        Action::Apply(fs) => side.applied.extend(fs),
+                        Action::Apply(fs) => side
+                            .applied
+                            .extend(fs.into_iter().filter(|f| !side.refuses.contains(f))),
                         Action::SaveWatermark(w) => side.watermark = Some(w),
+                        Action::SendDigest => {
+                            let (digest, facts) = side.digest();
+                            outbox.push_back(SyncV1::Digest {
+                                scopes: vec![],
+                                digest,
+                                facts: facts as u64,
+                            });
+                        }
+                        Action::CompareDigest { scopes, digest, .. } => {
+                            assert!(scopes.is_empty(), "the simulation is full");
+                            side.agree = Some(side.digest().0 == digest);
+                        }
                         Action::Finished => {
                             if is_a {
                                 finished.0 = true
@@ -283,10 +408,12 @@ mod tests {
             }
             if let Some(m) = to_b.pop_front() {
                 delivered += 1;
+                b.got.push(m.clone());
                 let acts = sb.handle(Event::Received(m)).unwrap();
                 pending.push((false, acts));
             } else if let Some(m) = to_a.pop_front() {
                 delivered += 1;
+                a.got.push(m.clone());
                 let acts = sa.handle(Event::Received(m)).unwrap();
                 pending.push((true, acts));
             } else {
@@ -359,6 +486,253 @@ mod tests {
             assert_eq!(got.len(), 5, "cut after {cut}");
             assert_eq!(b.watermark, Some(wm(1, 5)));
         }
+    }
+
+    /// The kinds of the messages a side received, in order.
+    fn kinds(side: &Side) -> Vec<&'static str> {
+        side.got
+            .iter()
+            .map(|m| match m {
+                SyncV1::Hello { .. } => "hello",
+                SyncV1::Facts { .. } => "facts",
+                SyncV1::Done { .. } => "done",
+                SyncV1::Digest { .. } => "digest",
+                _ => "other",
+            })
+            .collect()
+    }
+
+    #[test]
+    fn digests_cross_only_in_an_idle_session_and_agree_after_a_converging_sync() {
+        let mut a = Side::new(1, 4);
+        let mut b = Side::new(2, 3);
+        // Facts move: both sides finish after the dones, no digest.
+        assert!(run(&mut a, &mut b, None));
+        assert_eq!((a.agree, b.agree), (None, None));
+        for side in [&a, &b] {
+            assert_eq!(kinds(side).last(), Some(&"done"), "{:?}", kinds(side));
+        }
+        // The next session moves nothing: both compare, and agree.
+        a.got.clear();
+        b.got.clear();
+        assert!(run(&mut a, &mut b, None));
+        assert_eq!((a.agree, b.agree), (Some(true), Some(true)));
+        for side in [&a, &b] {
+            assert_eq!(kinds(side), ["hello", "done", "digest"]);
+        }
+        let Some(SyncV1::Digest { facts, .. }) = b.got.last() else {
+            unreachable!()
+        };
+        assert_eq!(*facts, 7, "a's digest covers a's facts and b's it applied");
+    }
+
+    #[test]
+    fn a_session_that_moves_facts_leaves_the_last_comparison() {
+        let mut a = Side::new(1, 4);
+        let mut b = Side::new(2, 3);
+        assert!(run(&mut a, &mut b, None));
+        assert!(run(&mut a, &mut b, None));
+        assert_eq!((a.agree, b.agree), (Some(true), Some(true)));
+        // One new fact on a, one way: neither side compares (b's last
+        // comparison stays, though b now holds a fact more).
+        a.log.push((5, vec![1, 5]));
+        (a.agree, b.agree) = (Some(false), Some(false));
+        a.got.clear();
+        b.got.clear();
+        assert!(run(&mut a, &mut b, None));
+        assert_eq!((a.agree, b.agree), (Some(false), Some(false)), "untouched");
+        assert_eq!(kinds(&a), ["hello", "done"]);
+        assert_eq!(kinds(&b), ["hello", "facts", "done"]);
+        assert_eq!(b.watermark, Some(wm(1, 5)));
+        assert!(run(&mut a, &mut b, None));
+        assert_eq!((a.agree, b.agree), (Some(true), Some(true)));
+    }
+
+    #[test]
+    fn a_refused_fact_shows_as_disagreement_in_the_next_idle_session() {
+        let mut a = Side::new(1, 4);
+        let mut b = Side::new(2, 3);
+        b.refuses = vec![a.log[2].1.clone()];
+        assert!(run(&mut a, &mut b, None));
+        // The watermarks moved all the same: refusing is not failing.
+        assert_eq!(b.watermark, Some(wm(1, 4)));
+        assert_eq!((a.agree, b.agree), (None, None), "facts moved");
+        assert!(run(&mut a, &mut b, None));
+        assert_eq!((a.agree, b.agree), (Some(false), Some(false)));
+        // Once b takes it, the next (idle) session agrees.
+        b.refuses.clear();
+        b.applied.push(a.log[2].1.clone());
+        assert!(run(&mut a, &mut b, None));
+        assert_eq!((a.agree, b.agree), (Some(true), Some(true)));
+    }
+
+    #[test]
+    fn a_session_cut_before_the_digests_kept_every_watermark() {
+        // Hello, done each way (no facts): a cut after the four keeps the
+        // watermarks the dones gave and compares nothing.
+        let mut a = Side::new(1, 0);
+        let mut b = Side::new(2, 0);
+        assert!(!run(&mut a, &mut b, Some(4)));
+        assert_eq!(b.watermark, Some(wm(1, 0)));
+        assert_eq!(a.watermark, Some(wm(2, 0)));
+        assert_eq!((a.agree, b.agree), (None, None));
+    }
+
+    /// The peer's `Hello` (epoch 2, nothing held of us).
+    fn their_hello() -> Event {
+        Event::Received(SyncV1::Hello {
+            epoch: [2; 16],
+            have: None,
+            listen: vec![],
+        })
+    }
+
+    fn digest(scopes: Vec<Scope>) -> Event {
+        Event::Received(SyncV1::Digest {
+            scopes,
+            digest: [0; 32],
+            facts: 0,
+        })
+    }
+
+    #[test]
+    fn digests_out_of_turn_are_errors() {
+        let (mut s, _) = Session::start([1; 16], None, &[]);
+        s.handle(their_hello()).unwrap();
+        assert_eq!(
+            s.handle(digest(vec![])),
+            Err(SessionError::Protocol("digest before done"))
+        );
+        // Its done, not ours: the peer cannot have decided yet.
+        let (mut s, _) = Session::start([1; 16], None, &[]);
+        s.handle(their_hello()).unwrap();
+        s.handle(Event::Received(SyncV1::Done { upto: wm(2, 0) }))
+            .unwrap();
+        assert_eq!(
+            s.handle(digest(vec![])),
+            Err(SessionError::Protocol("digest before done"))
+        );
+        // Our export ends with nothing sent, nothing came: idle, our digest.
+        let (mut s, acts) = after_both_dones(None, 0);
+        assert_eq!(
+            acts,
+            vec![
+                Action::Send(SyncV1::Done { upto: wm(1, 0) }),
+                Action::SendDigest,
+            ]
+        );
+        assert!(
+            s.handle(digest(vec![Scope::Global, Scope::Global]))
+                .is_err(),
+            "unsorted scopes fed around the decoder"
+        );
+        let (mut s, _) = after_both_dones(None, 0);
+        // Both digests crossed: finished.
+        let acts = s.handle(digest(vec![Scope::Global])).unwrap();
+        assert!(
+            matches!(acts[..], [Action::CompareDigest { .. }, Action::Finished]),
+            "{acts:?}"
+        );
+        assert!(s.is_finished());
+        assert!(s.handle(digest(vec![])).is_err(), "after the end");
+    }
+
+    /// Facts that moved either way — counted by what crossed, so both sides
+    /// count the same — end the session at both `Done`s without digests.
+    #[test]
+    fn a_session_that_moved_facts_finishes_without_digests() {
+        // We sent two, received none.
+        let (mut s, _) = Session::start([1; 16], None, &[]);
+        s.handle(their_hello()).unwrap();
+        s.handle(Event::ExportDone {
+            upto: wm(1, 2),
+            sent: 2,
+        })
+        .unwrap();
+        let acts = s
+            .handle(Event::Received(SyncV1::Done { upto: wm(2, 0) }))
+            .unwrap();
+        assert_eq!(
+            acts,
+            vec![Action::SaveWatermark(wm(2, 0)), Action::Finished]
+        );
+        assert!(s.is_finished());
+        assert!(s.handle(digest(vec![])).is_err(), "after the end");
+        // We received one (even one the import gate refuses), sent none.
+        let (_, acts) = after_both_dones(Some(vec![vec![7]]), 0);
+        assert_eq!(
+            acts,
+            vec![
+                Action::Send(SyncV1::Done { upto: wm(1, 0) }),
+                Action::Finished
+            ]
+        );
+        // An empty batch moves nothing.
+        let (_, acts) = after_both_dones(Some(vec![]), 0);
+        assert_eq!(acts[1..], [Action::SendDigest]);
+    }
+
+    /// A session that got the peer's hello, `batch` (if any), its done, and
+    /// then finished its export having sent `sent` facts; the actions of
+    /// that last step.
+    fn after_both_dones(batch: Option<Vec<Vec<u8>>>, sent: u64) -> (Session, Vec<Action>) {
+        let (mut s, _) = Session::start([1; 16], None, &[]);
+        s.handle(their_hello()).unwrap();
+        if let Some(facts) = batch {
+            s.handle(Event::Received(SyncV1::Facts { facts })).unwrap();
+        }
+        s.handle(Event::Received(SyncV1::Done { upto: wm(2, 1) }))
+            .unwrap();
+        let acts = s
+            .handle(Event::ExportDone {
+                upto: wm(1, sent as i64),
+                sent,
+            })
+            .unwrap();
+        (s, acts)
+    }
+
+    /// A node older than `Digest` ends its stream after both `Done`s: the
+    /// session finishes without a comparison. Earlier, the same end is an
+    /// error.
+    #[test]
+    fn an_older_peer_ending_after_both_dones_finishes_the_session() {
+        let hello = Event::Received(SyncV1::Hello {
+            epoch: [2; 16],
+            have: None,
+            listen: vec![],
+        });
+        let (mut s, _) = Session::start([1; 16], None, &[]);
+        s.handle(hello.clone()).unwrap();
+        s.handle(Event::ExportDone {
+            upto: wm(1, 0),
+            sent: 0,
+        })
+        .unwrap();
+        let acts = s
+            .handle(Event::Received(SyncV1::Done { upto: wm(2, 3) }))
+            .unwrap();
+        assert_eq!(
+            acts,
+            vec![Action::SaveWatermark(wm(2, 3)), Action::SendDigest]
+        );
+        assert_eq!(s.handle(Event::PeerEnded), Ok(vec![Action::Finished]));
+        assert!(s.is_finished());
+
+        let (mut s, _) = Session::start([1; 16], None, &[]);
+        assert!(s.handle(Event::PeerEnded).is_err(), "before hello");
+        s.handle(hello.clone()).unwrap();
+        s.handle(Event::ExportDone {
+            upto: wm(1, 0),
+            sent: 0,
+        })
+        .unwrap();
+        assert!(s.handle(Event::PeerEnded).is_err(), "before its done");
+        let (mut s, _) = Session::start([1; 16], None, &[]);
+        s.handle(hello).unwrap();
+        s.handle(Event::Received(SyncV1::Done { upto: wm(2, 3) }))
+            .unwrap();
+        assert!(s.handle(Event::PeerEnded).is_err(), "before our done");
     }
 
     #[test]

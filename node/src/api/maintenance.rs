@@ -144,7 +144,18 @@ impl Node {
         idx.lag(store)
     }
 
+    /// `amos status`: the node at a glance; moves the "new refusals" mark.
     pub fn status(&mut self) -> Result<Status> {
+        self.status_marking(true)
+    }
+
+    /// The same as [`Node::status`] without moving the "new refusals" mark
+    /// (for a page that only looks: the console).
+    pub fn status_peek(&mut self) -> Result<Status> {
+        self.status_marking(false)
+    }
+
+    fn status_marking(&mut self, mark_seen: bool) -> Result<Status> {
         // Refusals since the last status: remember the newest audit entry seen.
         let (newest, seen): (i64, i64) = self.store.conn().query_row(
             "SELECT coalesce((SELECT max(id) FROM audit), 0),
@@ -156,7 +167,7 @@ impl Node {
             self.store.conn(),
             &format!("SELECT count(*) FROM audit WHERE id > {seen}"),
         )?;
-        if newest > seen {
+        if mark_seen && newest > seen {
             self.store.write(|tx| {
                 tx.conn().execute(
                     "INSERT INTO meta(key, value) VALUES ('status_audit_seen', ?1)

@@ -14,6 +14,7 @@
 
 pub(crate) mod bundles;
 pub mod import;
+pub(crate) mod links;
 pub(crate) mod maintenance;
 pub(crate) mod node;
 pub(crate) mod pairing;
@@ -25,6 +26,7 @@ pub(crate) mod text;
 pub(crate) mod time;
 
 pub use bundles::{ExportReport, ImportReport};
+pub use links::LinkView;
 pub use maintenance::{
     BackupReport, CheckReport, DanglingLink, HygieneAction, HygieneReport, RebuildReport,
     RetentionPolicy, Status,

@@ -9,7 +9,7 @@
 //! its policy.
 
 use amos_acl::PeerPolicy;
-use amos_protocol::wire::{Epoch, Watermark};
+use amos_protocol::wire::{Epoch, MAX_DIGEST_SCOPES, Watermark};
 use amos_protocol::{NodeId, Scope, SignedFact, Verified};
 use amos_sync::{ApplyReport, Sender, apply_batch};
 
@@ -98,6 +98,20 @@ impl Node {
             .write(|tx| peers::record_result(tx.conn(), id, result, ok_at))
     }
 
+    /// Record the figures of a session with `id` that just completed
+    /// (`elapsed`: its duration), for `amos peers list` and the console of
+    /// any process on this home.
+    pub fn peer_record_session(
+        &mut self,
+        id: &NodeId,
+        stats: &crate::events::SessionStats,
+        elapsed: std::time::Duration,
+    ) -> Result<()> {
+        let s = peers::LastSession::of(stats, self.now_ms(), elapsed);
+        self.store
+            .write(|tx| peers::record_session(tx.conn(), id, &s))
+    }
+
     pub fn peer_list(&self) -> Result<Vec<PeerInfo>> {
         replica::list_peers(self.store.conn())
     }
@@ -184,6 +198,56 @@ impl Node {
             PeerPolicy::scoped(scopes)?
         };
         replica::digest(self.store.conn(), &policy)
+    }
+
+    /// Our side of a session's digest exchange with `peer`: the scopes of
+    /// the policy we give it (empty: `full`) and our digest over the facts
+    /// that policy admits now (the export filter of `amos digest --scope`:
+    /// never over a fact the peer may not receive, so it tells nothing of
+    /// gated facts), with their number.
+    pub fn session_digest(&self, peer: &NodeId) -> Result<(Vec<Scope>, [u8; 32], u64)> {
+        let policy = self.peer_policy(peer)?.ok_or_else(|| {
+            NodeError::Refused(format!("{} is not a registered peer", peer.short()))
+        })?;
+        let scopes: Vec<Scope> = policy.scopes().cloned().collect();
+        if scopes.len() > MAX_DIGEST_SCOPES {
+            return Err(NodeError::Failed(format!(
+                "the policy of {} names {} scopes: a session digest names at most {MAX_DIGEST_SCOPES}",
+                peer.short(),
+                scopes.len()
+            )));
+        }
+        let (digest, n) = replica::digest_bytes(self.store.conn(), &policy)?;
+        Ok((scopes, digest, n as u64))
+    }
+
+    /// Compare `peer`'s session digest over `scopes` (empty: all) — the
+    /// policy it gives us — with ours over the same scopes, and record the
+    /// outcome in its row. Ours is computed here and never sent. Returns
+    /// whether the two agree.
+    pub fn peer_compare_digest(
+        &mut self,
+        peer: &NodeId,
+        scopes: &[Scope],
+        digest: &[u8; 32],
+        facts: u64,
+    ) -> Result<bool> {
+        let policy = if scopes.is_empty() {
+            PeerPolicy::Full
+        } else {
+            PeerPolicy::scoped(scopes.iter().cloned())?
+        };
+        let (mine, n) = replica::digest_bytes(self.store.conn(), &policy)?;
+        let check = peers::DigestCheck {
+            agree: mine == *digest,
+            at_ms: self.now_ms(),
+            scopes: policy.to_string(),
+            peer_facts: facts,
+            my_facts: n as u64,
+        };
+        self.store
+            .write(|tx| peers::record_digest(tx.conn(), peer, &check))?;
+        Ok(check.agree)
     }
 
     /// Stream, in batches, the wire bytes of every fact that may go to a peer

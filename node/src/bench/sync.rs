@@ -3,11 +3,15 @@
 //! and `amos sync now` run (`net::session::drive_session` on both sides).
 //!
 //! Node A is the bench's loaded home, serving on 127.0.0.1 (an ephemeral
-//! port); node B is a fresh home that dials it (`amos sync now`'s way). Three sessions are timed:
+//! port); node B is a fresh home that dials it (`amos sync now`'s way). Four sessions are timed:
 //! the initial sync (every fact of A to B, signed by A and verified by B),
-//! an incremental sync after A changed some memories, and an idle sync with
-//! nothing to move (its bytes must not grow with the store). Each is timed
-//! from dialling until both sides finished the session.
+//! an incremental sync after A changed some memories (facts move: no
+//! digests are compared), an idle sync with nothing to move (its bytes must
+//! not grow with the store; the digests are compared, each side scanning
+//! what the other's policy admits, as the store changed since the last
+//! comparison), and a second idle sync (the digests come from the cache:
+//! the steady state of `sync auto`). Each is timed from dialling until both
+//! sides finished the session.
 //!
 //! Boundary: this module only sets up the two homes and drives sessions; it
 //! never talks to anything but its own loopback endpoint, and it never
@@ -45,13 +49,22 @@ pub struct SyncReport {
     pub incremental_ms: f64,
     /// Facts B received in the incremental sync.
     pub incremental_facts: u64,
+    /// Whether the incremental sync compared digests: false when correct
+    /// (facts moved).
+    pub incremental_compared: bool,
+    /// The first idle sync after the incremental one: digests computed.
     pub idle_ms: f64,
+    /// Whether B's digest comparison in the first idle sync agreed (null: not
+    /// compared); true when correct.
+    pub idle_digest_agree: Option<bool>,
+    /// A second idle sync: digests read from the cache.
+    pub idle_cached_ms: f64,
     /// Facts moved (both directions) by the idle sync: 0 when correct.
     pub idle_facts: u64,
     /// Frame bytes (both directions) of the idle sync.
     pub idle_bytes: u64,
     /// Correctness: B's convergence digest equals A's after the initial sync
-    /// and again after the incremental one.
+    /// and again after the incremental and idle ones.
     pub digests_equal: bool,
     /// Facts covered by A's digest (all of A's replicated facts).
     pub digest_facts: usize,
@@ -162,9 +175,12 @@ pub fn run(
         a.update(&who, id, &text)?;
     }
     let (incremental, incremental_s) = session(&rt, &b_home, a_id, addr)?;
-    digests_equal &= a.digest(&[])?.0 == b.digest(&[])?.0;
 
+    // The check of the digests waits until after the idle syncs: it would
+    // fill the digest cache the first idle sync is meant to fill itself.
     let (idle, idle_s) = session(&rt, &b_home, a_id, addr)?;
+    let (_, idle_cached_s) = session(&rt, &b_home, a_id, addr)?;
+    digests_equal &= a.digest(&[])?.0 == b.digest(&[])?.0;
     rt.shutdown_timeout(Duration::from_secs(2));
     Ok(SyncReport {
         initial_s,
@@ -173,7 +189,10 @@ pub fn run(
         incremental_changed: changes.len(),
         incremental_ms: incremental_s * 1e3,
         incremental_facts: incremental.facts_in,
+        incremental_compared: incremental.digest_agree.is_some(),
         idle_ms: idle_s * 1e3,
+        idle_digest_agree: idle.digest_agree,
+        idle_cached_ms: idle_cached_s * 1e3,
         idle_facts: idle.facts_in + idle.facts_out,
         idle_bytes: idle.bytes_in + idle.bytes_out,
         digests_equal,

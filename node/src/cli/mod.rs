@@ -370,6 +370,24 @@ enum Cmd {
         /// Serve Prometheus /metrics and /healthz over HTTP on this TCP address
         #[arg(long, value_name = "ADDR")]
         metrics: Option<String>,
+        /// Also serve the web console on this TCP address (loopback unless --allow-remote)
+        #[arg(long, value_name = "ADDR")]
+        console: Option<String>,
+        /// Let --console listen on a non-loopback address (prints a warning)
+        #[arg(long, requires = "console")]
+        allow_remote: bool,
+    },
+    /// The web console: node, peers, memories, org and audit in a browser
+    Console {
+        /// TCP address to listen on (loopback unless --allow-remote)
+        #[arg(long, value_name = "ADDR", default_value = amos_node::front::console::DEFAULT_LISTEN)]
+        listen: String,
+        /// Print the console's URL with its access token and exit
+        #[arg(long)]
+        print_url: bool,
+        /// Let --listen be a non-loopback address (prints a warning)
+        #[arg(long)]
+        allow_remote: bool,
     },
     /// Pair with the node that printed CODE (`amos team invite`), then sync
     Join {
@@ -895,18 +913,7 @@ fn sync_cmd(home: &Home, out: &Out, cmd: SyncCmd) -> Result<()> {
         }
         outcomes
             .iter()
-            .map(|o| match o.result {
-                SyncResult::Ok => format!(
-                    "{}  ok: {} facts in, {} out, {} B in, {} B out, {} ms",
-                    o.peer, o.facts_in, o.facts_out, o.bytes_in, o.bytes_out, o.ms
-                ),
-                r => format!(
-                    "{}  {}: {}",
-                    o.peer,
-                    r.as_str(),
-                    o.error.as_deref().unwrap_or("")
-                ),
-            })
+            .map(amos_node::front::view::outcome_line)
             .collect::<Vec<_>>()
             .join("\n")
     });
@@ -996,6 +1003,53 @@ fn service_cmd(home: Option<&std::path::Path>, out: &Out, cmd: ServiceCmd) -> Re
     Ok(())
 }
 
+/// A console address from the command line.
+fn console_addr(
+    text: &str,
+    flag: &str,
+    allow_remote: bool,
+) -> Result<amos_node::front::console::ConsoleOptions> {
+    let listen = text
+        .parse()
+        .map_err(|_| bad(format!("malformed {flag} {text:?}: use IP:PORT")))?;
+    let opts = amos_node::front::console::ConsoleOptions {
+        listen,
+        allow_remote,
+        serving: None,
+    };
+    amos_node::front::console::check_listen(&opts)?;
+    Ok(opts)
+}
+
+/// `amos console [--listen ADDR] [--print-url]`: print the URL (with the
+/// access token), then serve until SIGINT/SIGTERM unless only asked for it.
+fn console_cmd(
+    home: &Home,
+    out: &Out,
+    listen: &str,
+    print_url: bool,
+    allow_remote: bool,
+) -> Result<()> {
+    let opts = console_addr(listen, "--listen", allow_remote)?;
+    // Validates the home (exit 2 if it is not one).
+    drop(Node::open(home)?);
+    if print_url {
+        let token = amos_node::front::console::token::ensure(home)?;
+        let url = amos_node::front::console::url(opts.listen, &token);
+        out.emit(&json!({"url": url}), || url.clone());
+        return Ok(());
+    }
+    amos_node::front::console::run(home, &opts, |url| {
+        // Always printed (also with -q): the operator needs it to get in.
+        if out.json {
+            println!("{}", json!({"url": url}));
+        } else {
+            println!("{url}");
+        }
+    })?;
+    Ok(())
+}
+
 /// `amos discover`: browse mDNS for a while, one line (or object) per node.
 fn discover_cmd(home: &Home, out: &Out, timeout: &str) -> Result<()> {
     let timeout = humantime::parse_duration(timeout)
@@ -1030,6 +1084,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Init { name } => {
             let r = Node::init(&home, name.as_deref())?;
+            amos_node::front::console::token::ensure(&home)?;
             out.emit(&json!({"node_id": r.node_id, "home": r.home}), || {
                 format!(
                     "{} node {} in {}",
@@ -1051,6 +1106,8 @@ fn run(cli: Cli) -> Result<()> {
             sync_every,
             no_mdns,
             metrics,
+            console,
+            allow_remote,
         } => {
             let metrics = metrics
                 .map(|m| {
@@ -1069,8 +1126,24 @@ fn run(cli: Cli) -> Result<()> {
                         .ok_or_else(|| bad(format!("malformed --sync-every {d:?}: use e.g. 30s")))
                 })
                 .transpose()?;
+            let console = console
+                .map(|c| console_addr(&c, "--console", allow_remote))
+                .transpose()?;
             // Validates the home (exit 2 if it is not one).
             drop(Node::open(&home)?);
+            if let Some(opts) = console {
+                let opts = amos_node::front::console::ConsoleOptions {
+                    serving: Some(amos_node::front::console::Serving { listen, metrics }),
+                    ..opts
+                };
+                let c = amos_node::front::console::start(&home, opts)?;
+                // Always printed (also with -q): the operator needs it to get in.
+                if out.json {
+                    println!("{}", json!({"console": c.url}));
+                } else {
+                    println!("console: {}", c.url);
+                }
+            }
             amos_node::ops::serve(
                 &home,
                 &amos_node::ops::ServeOptions {
@@ -1082,6 +1155,11 @@ fn run(cli: Cli) -> Result<()> {
             )?;
             return Ok(());
         }
+        Cmd::Console {
+            listen,
+            print_url,
+            allow_remote,
+        } => return console_cmd(&home, &out, &listen, print_url, allow_remote),
         Cmd::Sync(cmd) => return sync_cmd(&home, &out, cmd),
         Cmd::Service(cmd) => return service_cmd(cli.home.as_deref(), &out, cmd),
         Cmd::Join {
@@ -1166,6 +1244,7 @@ fn run(cli: Cli) -> Result<()> {
         | Cmd::Eval { .. }
         | Cmd::Bench { .. }
         | Cmd::Serve { .. }
+        | Cmd::Console { .. }
         | Cmd::Sync(_)
         | Cmd::Service(_)
         | Cmd::Mcp

@@ -19,6 +19,32 @@ pub fn rfc3339(ms: u64) -> String {
         .to_string()
 }
 
+/// One peer's line of a sync pass, as `amos sync now` prints it.
+pub fn outcome_line(o: &crate::events::PeerOutcome) -> String {
+    match o.result {
+        crate::events::SyncResult::Ok => format!(
+            "{}  ok: {} facts in, {} out, {} B in, {} B out, {} ms{}",
+            o.peer,
+            o.facts_in,
+            o.facts_out,
+            o.bytes_in,
+            o.bytes_out,
+            o.ms,
+            match o.digest_agree {
+                Some(true) => ", digests agree",
+                Some(false) => ", digests disagree",
+                None => "",
+            }
+        ),
+        r => format!(
+            "{}  {}: {}",
+            o.peer,
+            r.as_str(),
+            o.error.as_deref().unwrap_or("")
+        ),
+    }
+}
+
 /// A memory object: `id, content, owner, type, visibility, tags, importance,
 /// confidence, pinned, created, updated, expires, origin`.
 pub fn memory_json(m: &Visible<MemoryRecord>) -> Value {

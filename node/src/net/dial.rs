@@ -196,6 +196,7 @@ pub async fn sync_with(
         bytes_in: 0,
         bytes_out: 0,
         ms,
+        digest_agree: None,
         error: None,
     };
     match r {
@@ -208,6 +209,7 @@ pub async fn sync_with(
             o.facts_out = s.facts_out;
             o.bytes_in = s.bytes_in;
             o.bytes_out = s.bytes_out;
+            o.digest_agree = s.digest_agree;
         }
         Err((result, e)) => {
             warn!("sync with {}: {} ({e})", peer.node_id, result.as_str());
@@ -225,16 +227,10 @@ pub(crate) async fn record_result(home: &Home, peer: &str, result: SyncResult) {
     let Ok(id) = peer.parse::<NodeId>() else {
         return;
     };
-    let home = home.clone();
-    let r = tokio::task::spawn_blocking(move || {
-        Node::open(&home)?.peer_record_result(&id, result.as_str())
+    super::session::note(home, &format!("the sync result for {peer}"), move |n| {
+        n.peer_record_result(&id, result.as_str())
     })
     .await;
-    match r {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => warn!("cannot record the sync result for {peer}: {e}"),
-        Err(e) => warn!("cannot record the sync result for {peer}: {e}"),
-    }
 }
 
 /// The endpoint's bind address for dialling `addr`.

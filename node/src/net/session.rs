@@ -12,7 +12,7 @@ use amos_protocol::NodeId;
 use amos_protocol::wire::{Epoch, SyncMessage, SyncV1, Watermark};
 use amos_sync::session::{Action, Event, Session, SessionError};
 use tokio::sync::mpsc;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::{AFTER_DONE_TIMEOUT, CHANNEL_DEPTH, EXPORT_BATCH, MeshError, PEER_TIMEOUT};
 use crate::api::node::Node;
@@ -116,13 +116,19 @@ pub(crate) async fn drive(
     observer: Option<Observer>,
     learn_from: Option<SocketAddr>,
 ) -> std::result::Result<SessionStats, MeshError> {
+    let started = std::time::Instant::now();
+    let record_home = home.clone();
     let (in_tx, in_rx) = mpsc::channel::<Input>(CHANNEL_DEPTH);
+    let bytes_in = Arc::new(AtomicU64::new(0));
     if let Some(m) = first {
+        // Read off this stream by the caller: its frame counts (decoding is
+        // canonical, so the re-encoding is the bytes that came).
+        let frame = SyncMessage::V1(m.clone()).encode();
+        bytes_in.fetch_add(frame.len() as u64 + 4, Ordering::Relaxed);
         // The channel is empty and nothing reads it yet: this cannot wait.
         let _ = in_tx.send(Input::Msg(m)).await;
     }
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Outgoing>();
-    let bytes_in = Arc::new(AtomicU64::new(0));
     let bytes_out = Arc::new(AtomicU64::new(0));
 
     let writer = tokio::spawn({
@@ -249,7 +255,7 @@ pub(crate) async fn drive(
         Err(e) => Err(MeshError::Closed(format!("the session thread failed: {e}"))),
     };
     match result {
-        Ok((facts_in, facts_out)) => {
+        Ok((facts_in, facts_out, digest_agree)) => {
             // Our last frames out, and the peer's end of stream (it finished too).
             match writer.await {
                 Ok(Ok(())) => {}
@@ -261,12 +267,19 @@ pub(crate) async fn drive(
                 Ok(Err(e)) => debug!("after the session finished: {e}"),
                 Err(e) => debug!("reader task: {e}"),
             }
-            Ok(SessionStats {
+            let stats = SessionStats {
                 facts_in,
                 facts_out,
                 bytes_in: bytes_in.load(Ordering::Relaxed),
                 bytes_out: bytes_out.load(Ordering::Relaxed),
+                digest_agree,
+            };
+            let elapsed = started.elapsed();
+            note(&record_home, "the session's figures", move |n| {
+                n.peer_record_session(&peer, &stats, elapsed)
             })
+            .await;
+            Ok(stats)
         }
         Err(e) => {
             writer.abort();
@@ -276,7 +289,25 @@ pub(crate) async fn drive(
     }
 }
 
-/// The blocking side of a session: returns (facts in, facts out).
+/// Note something about a session in the store (the peer's row): on a
+/// blocking thread with its own connection; a failure to note it is
+/// logged, never fatal to the session or the pass.
+pub(crate) async fn note(
+    home: &Home,
+    what: &str,
+    f: impl FnOnce(&mut Node) -> crate::error::Result<()> + Send + 'static,
+) {
+    let home = home.clone();
+    let r = tokio::task::spawn_blocking(move || f(&mut Node::open(&home)?)).await;
+    match r {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => warn!("cannot record {what}: {e}"),
+        Err(e) => warn!("cannot record {what}: {e}"),
+    }
+}
+
+/// The blocking side of a session: returns (facts in, facts out, whether
+/// the digests agreed).
 /// `learn_from`: the peer dialled us from there; record where it serves.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn session_thread(
@@ -288,7 +319,7 @@ pub(crate) fn session_thread(
     abort: Arc<AtomicBool>,
     observer: Option<Observer>,
     learn_from: Option<SocketAddr>,
-) -> std::result::Result<(u64, u64), MeshError> {
+) -> std::result::Result<(u64, u64, Option<bool>), MeshError> {
     let mut node = Node::open(home)?;
     let my_epoch = node.epoch_bytes()?;
     // Where `amos serve` last said it listens (none if it never served).
@@ -299,6 +330,7 @@ pub(crate) fn session_thread(
     // so its end (or abort) ends our wait.
     let mut export_tx = Some(export_tx);
     let (mut facts_in, mut facts_out) = (0u64, 0u64);
+    let mut digest_agree = None;
     let send = |m: Outgoing| {
         out.send(m)
             .map_err(|_| MeshError::Closed("the connection to the peer closed".into()))
@@ -351,9 +383,26 @@ pub(crate) fn session_thread(
                     None => debug!("{} serves at {addrs:?}", peer.short()),
                 },
                 Action::SaveWatermark(w) => node.save_watermark(&peer, &w)?,
+                Action::SendDigest => {
+                    let (scopes, digest, facts) = node.session_digest(&peer)?;
+                    send(Outgoing::Msg(SyncV1::Digest {
+                        scopes,
+                        digest,
+                        facts,
+                    }))?;
+                }
+                Action::CompareDigest {
+                    scopes,
+                    digest,
+                    facts,
+                } => {
+                    let agree = node.peer_compare_digest(&peer, &scopes, &digest, facts)?;
+                    debug!(agree, "compared digests with {}", peer.short());
+                    digest_agree = Some(agree);
+                }
                 Action::Finished => {
                     send(Outgoing::Finish)?;
-                    return Ok((facts_in, facts_out));
+                    return Ok((facts_in, facts_out, digest_agree));
                 }
             }
         }
@@ -361,11 +410,15 @@ pub(crate) fn session_thread(
             Some(Input::Msg(m)) => todo.extend(session.handle(Event::Received(m))?),
             Some(Input::ExportDone(Ok((upto, n)))) => {
                 facts_out = n;
-                todo.extend(session.handle(Event::ExportDone { upto })?);
+                todo.extend(session.handle(Event::ExportDone { upto, sent: n })?);
             }
             Some(Input::ExportDone(Err(e))) => return Err(e.into()),
             Some(Input::IoFailed(e)) => return Err(e),
-            Some(Input::Eof) | None => {
+            // An older peer ends its stream after both `Done`s without a
+            // `Digest` (so would a peer that counted the session as one
+            // that moved facts); the session decides whether that is fine.
+            Some(Input::Eof) => todo.extend(session.handle(Event::PeerEnded)?),
+            None => {
                 return Err(MeshError::Closed(
                     "the peer ended the session before it finished".into(),
                 ));

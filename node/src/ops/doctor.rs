@@ -158,19 +158,13 @@ pub fn run(node: &mut Node, probe_network: bool) -> Result<DoctorReport> {
     }
 
     // Clocks.
-    let hlc = node.store().hlc_state()?;
-    let now = node.now_ms();
-    if hlc.wall_ms > now + 10 * 60 * 1000 {
-        c.warn(
+    match clock_ahead_s(node)? {
+        Some(ahead) => c.warn(
             "clock",
-            format!(
-                "the node's clock is {} s ahead of the system clock",
-                (hlc.wall_ms - now) / 1000
-            ),
+            format!("the node's clock is {ahead} s ahead of the system clock"),
             "check the system time (NTP)",
-        );
-    } else {
-        c.ok("clock", "the system clock is not behind the node's clock");
+        ),
+        None => c.ok("clock", "the system clock is not behind the node's clock"),
     }
     let ahead = node.quarantined()?;
     if ahead.is_empty() {
@@ -248,6 +242,14 @@ pub fn run(node: &mut Node, probe_network: bool) -> Result<DoctorReport> {
 
 /// Teams and projects whose records a peer sent with another origin than
 /// ours (`org_origin_conflict` in the audit log): `(register, peer)`.
+/// How far (seconds) the node's clock runs ahead of the system clock, when
+/// more than the ten minutes `amos doctor` tolerates; `None` when healthy.
+pub fn clock_ahead_s(node: &Node) -> Result<Option<u64>> {
+    let hlc = node.store().hlc_state()?;
+    let now = node.now_ms();
+    Ok((hlc.wall_ms > now + 10 * 60 * 1000).then(|| (hlc.wall_ms - now) / 1000))
+}
+
 fn org_conflicts(conn: &rusqlite::Connection) -> Result<Vec<(String, String)>> {
     let mut stmt = conn.prepare(
         "SELECT DISTINCT register, peer FROM audit WHERE code = 'org_origin_conflict'

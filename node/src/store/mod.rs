@@ -17,6 +17,7 @@
 
 pub mod foreign;
 pub mod invites;
+pub mod links;
 pub mod memory;
 pub mod moves;
 pub mod org;

@@ -81,6 +81,124 @@ pub fn record_result(
     Ok(())
 }
 
+/// What one comparison of a peer's session digest with ours found.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DigestCheck {
+    /// Both digests over `scopes` were equal.
+    pub agree: bool,
+    /// When we compared (Unix ms).
+    pub at_ms: u64,
+    /// The scopes compared: the policy the peer gives us (`full`: all).
+    pub scopes: String,
+    /// Facts the peer's digest covers, and ours.
+    pub peer_facts: u64,
+    pub my_facts: u64,
+}
+
+/// Record the last digest comparison with `id`.
+pub fn record_digest(conn: &Connection, id: &NodeId, d: &DigestCheck) -> Result<()> {
+    conn.execute(
+        "UPDATE peers SET digest_agree = ?2, digest_ms = ?3, digest_scopes = ?4,
+            digest_peer_facts = ?5, digest_my_facts = ?6 WHERE node_id = ?1",
+        params![
+            &id.0[..],
+            d.agree,
+            d.at_ms as i64,
+            d.scopes,
+            d.peer_facts as i64,
+            d.my_facts as i64
+        ],
+    )?;
+    Ok(())
+}
+
+/// The digest columns of a `peers` row read from column `first` on
+/// (`digest_agree`, `digest_ms`, `digest_scopes`, `digest_peer_facts`,
+/// `digest_my_facts`): `None` if never compared.
+pub fn digest_check(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Option<DigestCheck>> {
+    let agree: Option<bool> = r.get(first)?;
+    let Some(agree) = agree else {
+        return Ok(None);
+    };
+    let n = |i: usize| -> rusqlite::Result<u64> {
+        Ok(r.get::<_, Option<i64>>(first + i)?.unwrap_or(0).max(0) as u64)
+    };
+    Ok(Some(DigestCheck {
+        agree,
+        at_ms: n(1)?,
+        scopes: r.get::<_, Option<String>>(first + 2)?.unwrap_or_default(),
+        peer_facts: n(3)?,
+        my_facts: n(4)?,
+    }))
+}
+
+/// The figures of the last session with a peer that completed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LastSession {
+    /// When it ended (Unix ms).
+    pub at_ms: u64,
+    /// How long it took.
+    pub ms: u64,
+    pub facts_in: u64,
+    pub facts_out: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+impl LastSession {
+    /// The figures of a session that ended at `at_ms` after `elapsed`.
+    pub fn of(s: &crate::events::SessionStats, at_ms: u64, elapsed: std::time::Duration) -> Self {
+        LastSession {
+            at_ms,
+            ms: elapsed.as_millis() as u64,
+            facts_in: s.facts_in,
+            facts_out: s.facts_out,
+            bytes_in: s.bytes_in,
+            bytes_out: s.bytes_out,
+        }
+    }
+}
+
+/// Record the figures of a session with `id` that just completed.
+pub fn record_session(conn: &Connection, id: &NodeId, s: &LastSession) -> Result<()> {
+    let n = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
+    conn.execute(
+        "UPDATE peers SET session_at_ms = ?2, session_ms = ?3, session_facts_in = ?4,
+            session_facts_out = ?5, session_bytes_in = ?6, session_bytes_out = ?7
+         WHERE node_id = ?1",
+        params![
+            &id.0[..],
+            n(s.at_ms),
+            n(s.ms),
+            n(s.facts_in),
+            n(s.facts_out),
+            n(s.bytes_in),
+            n(s.bytes_out)
+        ],
+    )?;
+    Ok(())
+}
+
+/// The session columns of a `peers` row read from column `first` on
+/// (`session_at_ms`, `session_ms`, `session_facts_in`, `session_facts_out`,
+/// `session_bytes_in`, `session_bytes_out`): `None` if none completed.
+pub fn last_session(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Option<LastSession>> {
+    let n = |i: usize| -> rusqlite::Result<Option<u64>> {
+        Ok(r.get::<_, Option<i64>>(first + i)?.map(|x| x.max(0) as u64))
+    };
+    let Some(at_ms) = n(0)? else {
+        return Ok(None);
+    };
+    Ok(Some(LastSession {
+        at_ms,
+        ms: n(1)?.unwrap_or(0),
+        facts_in: n(2)?.unwrap_or(0),
+        facts_out: n(3)?.unwrap_or(0),
+        bytes_in: n(4)?.unwrap_or(0),
+        bytes_out: n(5)?.unwrap_or(0),
+    }))
+}
+
 /// The `seq` of our last change of `id`'s policy: a watermark of us below
 /// it predates the change.
 pub fn policy_seq(conn: &Connection, id: &NodeId) -> Result<i64> {

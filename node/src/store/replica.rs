@@ -652,6 +652,45 @@ pub fn export_facts(
 
 /// The convergence digest over the facts `policy` admits now (`Full` = all).
 pub fn digest(conn: &Connection, policy: &PeerPolicy) -> Result<(String, usize)> {
+    let (d, n) = digest_bytes(conn, policy)?;
+    Ok((amos_sync::digest::to_hex(&d), n))
+}
+
+/// [`digest`] as the bytes a sync session's `Digest` message carries.
+/// Cached per policy in `digest_cache` while the store's `seq` does not
+/// move (every change an export could see takes a fresh `seq`); an idle
+/// sync reads it instead of scanning the store.
+pub fn digest_bytes(conn: &Connection, policy: &PeerPolicy) -> Result<([u8; 32], usize)> {
+    let key = policy.to_string();
+    let seq = crate::store::max_seq(conn)?;
+    let cached: Option<(i64, Vec<u8>, i64)> = conn
+        .prepare_cached("SELECT seq, digest, facts FROM digest_cache WHERE policy = ?1")?
+        .query_row([&key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    if let Some((at, d, n)) = cached
+        && at == seq
+        && let Ok(d) = <[u8; 32]>::try_from(d.as_slice())
+    {
+        return Ok((d, n.max(0) as usize));
+    }
+    let (d, n) = compute_digest(conn, policy)?;
+    // Only if nothing committed while we read (the scan is not one
+    // snapshot); best effort: a busy store just skips the cache. Rows of
+    // an older `seq` can never match again and go.
+    if crate::store::max_seq(conn)? == seq {
+        let _ = conn.execute(
+            "INSERT INTO digest_cache(policy, seq, digest, facts) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT(policy) DO UPDATE SET seq = excluded.seq, digest = excluded.digest,
+                facts = excluded.facts",
+            params![key, seq, &d[..], n as i64],
+        );
+        let _ = conn.execute("DELETE FROM digest_cache WHERE seq < ?1", [seq]);
+    }
+    Ok((d, n))
+}
+
+/// The digest over what `policy` admits now, read from the store.
+fn compute_digest(conn: &Connection, policy: &PeerPolicy) -> Result<([u8; 32], usize)> {
     let mut d = amos_sync::digest::Digest::new();
     export_facts(
         conn,
@@ -669,7 +708,7 @@ pub fn digest(conn: &Connection, policy: &PeerPolicy) -> Result<(String, usize)>
             Ok(())
         },
     )?;
-    Ok(d.finish())
+    Ok(d.finish_bytes())
 }
 
 // ------------------------------------------------------------------ peers
@@ -683,11 +722,20 @@ pub struct PeerInfo {
     pub policy: String,
     pub last_sync: Option<u64>,
     pub last_result: Option<String>,
+    /// The last comparison of the peer's session digest with ours over the
+    /// scopes it gives us (`None`: never compared).
+    pub digest: Option<crate::store::peers::DigestCheck>,
+    /// The figures of the last session with the peer that completed, run
+    /// by any process on this home (`None`: none yet).
+    pub last_session: Option<crate::store::peers::LastSession>,
 }
 
 pub fn list_peers(conn: &Connection) -> Result<Vec<PeerInfo>> {
     let mut stmt = conn.prepare(
-        "SELECT node_id, name, addr, policy, last_sync_ms, last_result FROM peers ORDER BY added_ms",
+        "SELECT node_id, name, addr, policy, last_sync_ms, last_result, digest_agree, digest_ms,
+            digest_scopes, digest_peer_facts, digest_my_facts, session_at_ms, session_ms,
+            session_facts_in, session_facts_out, session_bytes_in, session_bytes_out
+         FROM peers ORDER BY added_ms",
     )?;
     let rows = stmt.query_map([], |r| {
         let id: Vec<u8> = r.get(0)?;
@@ -700,6 +748,8 @@ pub fn list_peers(conn: &Connection) -> Result<Vec<PeerInfo>> {
             policy: r.get(3)?,
             last_sync: r.get::<_, Option<i64>>(4)?.map(|x| x as u64),
             last_result: r.get(5)?,
+            digest: crate::store::peers::digest_check(r, 6)?,
+            last_session: crate::store::peers::last_session(r, 11)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)

@@ -271,6 +271,42 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX read_audit_memory ON read_audit(memory, time_ms);
     CREATE INDEX read_audit_agent ON read_audit(agent, time_ms);
     "#,
+    // v10: whether the scoped digests agree (docs/design.md §7): the last
+    // comparison of a peer's session digest with ours over the same scopes
+    // (1 agree, 0 disagree, NULL never compared), when, over which scopes
+    // (the policy the peer gives us, as it named it) and both fact counts.
+    r#"
+    ALTER TABLE peers ADD COLUMN digest_agree INTEGER;
+    ALTER TABLE peers ADD COLUMN digest_ms INTEGER;
+    ALTER TABLE peers ADD COLUMN digest_scopes TEXT;
+    ALTER TABLE peers ADD COLUMN digest_peer_facts INTEGER;
+    ALTER TABLE peers ADD COLUMN digest_my_facts INTEGER;
+    "#,
+    // v11: the figures of the last session with a peer that completed,
+    // whichever process ran it (`amos serve`, `amos sync`, the console):
+    // when it ended, its duration, facts and frame bytes each way. NULL:
+    // none completed since v11.
+    r#"
+    ALTER TABLE peers ADD COLUMN session_at_ms INTEGER;
+    ALTER TABLE peers ADD COLUMN session_ms INTEGER;
+    ALTER TABLE peers ADD COLUMN session_facts_in INTEGER;
+    ALTER TABLE peers ADD COLUMN session_facts_out INTEGER;
+    ALTER TABLE peers ADD COLUMN session_bytes_in INTEGER;
+    ALTER TABLE peers ADD COLUMN session_bytes_out INTEGER;
+    "#,
+    // v12: local-only cache of scoped digests (every sync session computes
+    // two): valid while the store's `seq` is the one it was computed at —
+    // every change that can move what an export lets out takes a fresh
+    // `seq` (docs/design.md §7.1). A later migration that rewrites
+    // replicated rows must `DELETE FROM digest_cache`.
+    r#"
+    CREATE TABLE digest_cache (
+        policy TEXT PRIMARY KEY,
+        seq    INTEGER NOT NULL,
+        digest BLOB NOT NULL,
+        facts  INTEGER NOT NULL
+    ) STRICT;
+    "#,
 ];
 
 /// The schema version this binary writes.

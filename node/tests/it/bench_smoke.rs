@@ -192,10 +192,15 @@ fn bench_runs_on_a_generated_workload() {
     // new content fact and its (unchanged) acl fact; nothing else moves.
     assert_eq!(sync["incremental_changed"], 100, "{sync}");
     assert_eq!(sync["incremental_facts"], 200, "{sync}");
-    // Nothing to do: nothing moves, only the session's own messages.
+    // Facts moved: the incremental session compared no digests.
+    assert_eq!(sync["incremental_compared"], false, "{sync}");
+    // Nothing to do: nothing moves, only the session's own messages; the
+    // digests are compared, and agree.
     assert_eq!(sync["idle_facts"], 0, "{sync}");
-    // Two hellos and two dones: a few watermarks, no per-fact or per-row
-    // cost (one signed fact alone is over 200 bytes).
+    assert_eq!(sync["idle_digest_agree"], true, "{sync}");
+    assert!(sync["idle_cached_ms"].as_f64().is_some(), "{sync}");
+    // Two hellos, two dones and two digests: a few watermarks and hashes,
+    // no per-fact or per-row cost (one signed fact alone is over 200 bytes).
     let idle_bytes = sync["idle_bytes"].as_u64().unwrap();
     assert!(idle_bytes > 0 && idle_bytes < 512, "{sync}");
     assert!(sync["initial_bytes"].as_u64().unwrap() > idle_bytes);

@@ -4,7 +4,7 @@
 //! exit 1 only when a check fails.
 
 use crate::common::Home;
-use crate::common::server::{Server, free_port, id};
+use crate::common::server::{Server, free_port, id, pair_serving};
 use serde_json::Value;
 
 fn check<'a>(report: &'a Value, name: &str) -> &'a Value {
@@ -24,23 +24,8 @@ fn a_healthy_node_passes_and_a_broken_one_is_told_what_to_fix() {
     let server_a = Server::start(a.path());
     let server_b = Server::start(b.path());
     let _stranger_server = Server::start(stranger.path());
-    let (ida, idb) = (id(&a), id(&b));
-    a.ok(&[
-        "peers",
-        "add",
-        &idb,
-        &server_b.addr,
-        "--policy",
-        "team:apollo",
-    ]);
-    b.ok(&[
-        "peers",
-        "add",
-        &ida,
-        &server_a.addr,
-        "--policy",
-        "team:apollo",
-    ]);
+    let idb = id(&b);
+    pair_serving(&a, &b, &server_a, &server_b, "team:apollo");
 
     let healthy = a.json(&["doctor"]);
     assert_eq!(healthy["ok"], true, "{healthy}");

@@ -1,7 +1,8 @@
 //! Two real nodes driven through the sans-IO sync session (no network): the
 //! first sync sends what each side's policy admits, an idle sync sends no
 //! facts, a later sync sends only what changed, and watermarks move only at
-//! `Done`. The QUIC transport drives the same `Session`.
+//! `Done`; at the end each side compares the other's digest over the scopes
+//! it was given with its own. The QUIC transport drives the same `Session`.
 
 use std::collections::VecDeque;
 
@@ -14,6 +15,24 @@ fn node(dir: &tempfile::TempDir, name: &str) -> Node {
     let home = Home::new(dir.path().join(name));
     Node::init(&home, Some(name)).unwrap();
     Node::open(&home).unwrap()
+}
+
+/// Nodes `a` and `b`, peers of each other with `team:apollo`; `a` made
+/// `teams` and its agent alice is in all of them (b knows alice too).
+fn apollo_pair(dir: &tempfile::TempDir, teams: &[&str]) -> (Node, Node) {
+    let mut a = node(dir, "a");
+    let mut b = node(dir, "b");
+    a.peer_add(&b.node_id().to_string(), None, "team:apollo")
+        .unwrap();
+    b.peer_add(&a.node_id().to_string(), None, "team:apollo")
+        .unwrap();
+    for t in teams {
+        a.team_create(t, None).unwrap();
+    }
+    let teams: Vec<String> = teams.iter().map(|t| t.to_string()).collect();
+    a.agent_add("alice", "agent", &teams).unwrap();
+    b.agent_add("alice", "agent", &[]).unwrap();
+    (a, b)
 }
 
 /// One complete session between `a` and `b`; returns the facts each side
@@ -40,8 +59,10 @@ fn sync(a: &mut Node, b: &mut Node) -> (usize, usize) {
                 match act {
                     Action::Send(m) => outbox.push_back(m),
                     Action::Export { since, peer_reset } => {
+                        let mut sent = 0;
                         let upto = me
                             .export_for_session(&peer, since, peer_reset, 100, |facts| {
+                                sent += facts.len() as u64;
                                 outbox.push_back(SyncV1::Facts { facts });
                                 Ok(())
                             })
@@ -50,7 +71,10 @@ fn sync(a: &mut Node, b: &mut Node) -> (usize, usize) {
                             epoch: me.epoch_bytes().unwrap(),
                             seq: upto,
                         };
-                        work.push((is_a, session.handle(Event::ExportDone { upto }).unwrap()));
+                        work.push((
+                            is_a,
+                            session.handle(Event::ExportDone { upto, sent }).unwrap(),
+                        ));
                     }
                     Action::Apply(facts) => {
                         if is_a {
@@ -66,6 +90,22 @@ fn sync(a: &mut Node, b: &mut Node) -> (usize, usize) {
                     }
                     Action::PeerListens(_) => unreachable!("neither side serves"),
                     Action::SaveWatermark(w) => me.save_watermark(&peer, &w).unwrap(),
+                    Action::SendDigest => {
+                        let (scopes, digest, facts) = me.session_digest(&peer).unwrap();
+                        outbox.push_back(SyncV1::Digest {
+                            scopes,
+                            digest,
+                            facts,
+                        });
+                    }
+                    Action::CompareDigest {
+                        scopes,
+                        digest,
+                        facts,
+                    } => {
+                        me.peer_compare_digest(&peer, &scopes, &digest, facts)
+                            .unwrap();
+                    }
                     Action::Finished => {
                         if is_a {
                             finished.0 = true;
@@ -91,15 +131,7 @@ fn sync(a: &mut Node, b: &mut Node) -> (usize, usize) {
 #[test]
 fn sessions_converge_resume_and_idle_cheaply() {
     let dir = tempfile::tempdir().unwrap();
-    let mut a = node(&dir, "a");
-    let mut b = node(&dir, "b");
-    a.peer_add(&b.node_id().to_string(), None, "team:apollo")
-        .unwrap();
-    b.peer_add(&a.node_id().to_string(), None, "team:apollo")
-        .unwrap();
-    a.team_create("apollo", None).unwrap();
-    a.agent_add("alice", "agent", &["apollo".into()]).unwrap();
-    b.agent_add("alice", "agent", &[]).unwrap();
+    let (mut a, mut b) = apollo_pair(&dir, &["apollo"]);
     let who = a.requester("alice").unwrap();
     for i in 0..20 {
         let mut m = NewMemory::new(format!("iota shared {i}"));
@@ -116,18 +148,36 @@ fn sessions_converge_resume_and_idle_cheaply() {
     );
     let scope = ["team:apollo".to_string()];
     assert_eq!(a.digest(&scope).unwrap(), b.digest(&scope).unwrap());
+    assert_eq!(
+        (digests(&a), digests(&b)),
+        (None, None),
+        "facts moved: no digest compared"
+    );
     let alice_b = b.requester("alice").unwrap();
     assert_eq!(b.search(&alice_b, "iota", 50).unwrap().len(), 20);
 
-    // Idle: nothing changed, nothing is sent.
+    // Idle: nothing changed, nothing is sent; the digests are compared.
     assert_eq!(sync(&mut a, &mut b), (0, 0));
+    assert_eq!(
+        digests(&a),
+        Some(true),
+        "a compared b's digest with its own"
+    );
+    assert_eq!(
+        digests(&b),
+        Some(true),
+        "b compared a's digest with its own"
+    );
+    let compared = |n: &Node| n.peer_list().unwrap()[0].digest.clone();
+    let (on_a, on_b) = (compared(&a), compared(&b));
 
-    // One new memory: only its facts travel.
+    // One new memory: only its facts travel; the last comparison stays.
     let mut m = NewMemory::new("iota late");
     m.share = vec!["team:apollo".parse().unwrap()];
     a.add(&who, m).unwrap();
     assert_eq!(sync(&mut a, &mut b), (0, 2));
     assert_eq!(a.digest(&scope).unwrap(), b.digest(&scope).unwrap());
+    assert_eq!((compared(&a), compared(&b)), (on_a, on_b), "not compared");
 
     // A policy change resets the watermark: everything admitted is re-sent.
     b.peer_set_policy(&a.node_id().to_string(), "team:apollo,global")
@@ -139,4 +189,85 @@ fn sessions_converge_resume_and_idle_cheaply() {
     let (_, to_b) = sync(&mut a, &mut b);
     assert!(to_b >= 44, "re-sent after the policy change: {to_b}");
     assert_eq!(a.digest(&scope).unwrap(), b.digest(&scope).unwrap());
+    assert_eq!(sync(&mut a, &mut b), (0, 0));
+    assert_eq!((digests(&a), digests(&b)), (Some(true), Some(true)));
+}
+
+/// Sync until a session moves nothing (the one that compares digests).
+fn settle(a: &mut Node, b: &mut Node) {
+    for _ in 0..3 {
+        if sync(a, b) == (0, 0) {
+            return;
+        }
+    }
+    panic!("three sessions in a row moved facts");
+}
+
+/// The last digest comparison recorded for the node's only peer.
+fn digests(n: &Node) -> Option<bool> {
+    n.peer_list().unwrap()[0].digest.as_ref().map(|d| d.agree)
+}
+
+/// The digest a node sends covers only what the policy lets the peer
+/// receive: memories it may not see (private, another team's) leave it
+/// unchanged, so it says nothing of them. A fact the peer lacks in its
+/// scopes shows as disagreement on the peer's side.
+#[test]
+fn a_session_digest_covers_only_what_the_peer_may_receive() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut a, mut b) = apollo_pair(&dir, &["apollo", "hermes"]);
+    let who = a.requester("alice").unwrap();
+    let mut m = NewMemory::new("kappa shared");
+    m.share = vec!["team:apollo".parse().unwrap()];
+    a.add(&who, m).unwrap();
+    settle(&mut a, &mut b);
+    assert_eq!((digests(&a), digests(&b)), (Some(true), Some(true)));
+
+    let before = a.session_digest(&b.node_id()).unwrap();
+    assert_eq!(before.0, vec!["team:apollo".parse().unwrap()]);
+    a.add(&who, NewMemory::new("kappa private")).unwrap();
+    let mut other = NewMemory::new("kappa hermes only");
+    other.share = vec!["team:hermes".parse().unwrap()];
+    a.add(&who, other).unwrap();
+    assert_eq!(
+        a.session_digest(&b.node_id()).unwrap(),
+        before,
+        "gated memories moved the digest b receives"
+    );
+    // (Not a stale cache: what b may receive does move it.)
+    let mut seen = NewMemory::new("kappa shared later");
+    seen.share = vec!["team:apollo".parse().unwrap()];
+    a.add(&who, seen).unwrap();
+    let after = a.session_digest(&b.node_id()).unwrap();
+    assert_ne!(after.1, before.1);
+    assert_eq!(after.2, before.2 + 2, "its content and acl facts");
+    assert_eq!(
+        after.1,
+        a.session_digest(&b.node_id()).unwrap().1,
+        "asked again"
+    );
+    // b receives the one memory it may; the digests still agree.
+    settle(&mut a, &mut b);
+    assert_eq!((digests(&a), digests(&b)), (Some(true), Some(true)));
+
+    // b comes to hold an apollo fact a lacks: b gives a only `global`, so
+    // it never travels; a's digest over apollo (what it gives b) then
+    // differs from b's over the same scope, on b's side.
+    b.peer_set_policy(&a.node_id().to_string(), "global")
+        .unwrap();
+    // (alice is an apollo member on b too: the membership came from a.)
+    let alice_b = b.requester("alice").unwrap();
+    let mut m = NewMemory::new("kappa from b");
+    m.share = vec!["team:apollo".parse().unwrap()];
+    b.add(&alice_b, m).unwrap();
+    settle(&mut a, &mut b);
+    assert_eq!(digests(&b), Some(false), "b holds an apollo fact a lacks");
+    let d = b.peer_list().unwrap()[0].digest.clone().unwrap();
+    assert_eq!(d.scopes, "team:apollo");
+    let apollo = ["team:apollo".to_string()];
+    assert_eq!(d.my_facts as usize, b.digest(&apollo).unwrap().1);
+    assert_eq!(d.peer_facts as usize, a.digest(&apollo).unwrap().1);
+    assert_ne!(a.digest(&apollo).unwrap(), b.digest(&apollo).unwrap());
+    // a compares b's digest over `global` (what b gives a): both hold none.
+    assert_eq!(digests(&a), Some(true));
 }

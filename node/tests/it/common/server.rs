@@ -137,6 +137,13 @@ pub fn id(h: &super::Home) -> String {
     h.json(&["id"])["node_id"].as_str().expect("id").to_owned()
 }
 
+/// Register `a` and `b`, both serving, as peers of each other with `policy`,
+/// each knowing where the other serves: either may dial.
+pub fn pair_serving(a: &super::Home, b: &super::Home, sa: &Server, sb: &Server, policy: &str) {
+    a.ok(&["peers", "add", &id(b), &sb.addr, "--policy", policy]);
+    b.ok(&["peers", "add", &id(a), &sa.addr, "--policy", policy]);
+}
+
 /// Register `a` (serving at `server`) and `b` as peers of each other with
 /// `policy`; `b` knows `a`'s address, so `b` dials.
 pub fn pair(a: &super::Home, b: &super::Home, server: &Server, policy: &str) {

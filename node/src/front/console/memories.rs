@@ -1,0 +1,387 @@
+//! `/memories?as=AGENT[&q=QUERY]` and `/memories/ID?as=AGENT`: memories as
+//! one agent sees them — ranked search (`amos search`) or newest first
+//! (`amos list`), one memory with its grants, edit history and links, and
+//! the changes `amos add`, `update`, `share`/`unshare` and `forget` make.
+//!
+//! Must never: read a memory but through the node API with the chosen
+//! agent's gate; a memory that agent cannot see is "no such memory" (404),
+//! exactly as a missing one.
+
+use std::sync::Arc;
+
+use amos_acl::Visible;
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::response::Response;
+use serde::Deserialize;
+
+use super::App;
+use super::page::{
+    Chrome, FormIn, PageError, QueryIn, as_query, given, html, see, urlencode, with_node,
+};
+use crate::api::Node;
+use crate::front::request::AddRequest;
+use crate::front::view::{one_line, rfc3339};
+use crate::store::memory::MemoryRecord;
+
+/// How many memories a list shows by default, and at most.
+const DEFAULT_LIMIT: usize = 20;
+const MAX_LIMIT: usize = 500;
+
+/// A memory as a list row.
+struct Row {
+    id: String,
+    kind: String,
+    owner: String,
+    visibility: String,
+    updated: String,
+    text: String,
+    score: String,
+}
+
+impl Row {
+    fn of(m: &Visible<MemoryRecord>, score: Option<f32>) -> Row {
+        Row {
+            id: m.id().to_string(),
+            kind: m.kind().as_str().to_owned(),
+            owner: m.owner().to_string(),
+            visibility: m.effective().to_string(),
+            updated: rfc3339(m.updated_ms()),
+            text: one_line(m.content(), 200),
+            score: score.map(|s| format!("{s:.3}")).unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "console/memories.html")]
+struct ListPage {
+    chrome: Chrome,
+    q: String,
+    kind: String,
+    limit: usize,
+    searched: bool,
+    rows: Vec<Row>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct ListQuery {
+    #[serde(rename = "as")]
+    agent: Option<String>,
+    q: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    limit: Option<usize>,
+}
+
+pub(crate) async fn list(
+    State(app): State<Arc<App>>,
+    QueryIn(q): QueryIn<ListQuery>,
+) -> Result<Response, PageError> {
+    let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
+    if limit == 0 || limit > MAX_LIMIT {
+        return Err(PageError::bad(format!(
+            "limit must be between 1 and {MAX_LIMIT}"
+        )));
+    }
+    let p = with_node(&app, move |node, app| {
+        let agent = given(&q.agent).unwrap_or("").to_owned();
+        let query = given(&q.q).unwrap_or("").to_owned();
+        let kind = given(&q.kind).unwrap_or("").to_owned();
+        let mut page = ListPage {
+            chrome: Chrome::new(app, node, "memories", &agent)?,
+            searched: !query.is_empty(),
+            q: query,
+            kind,
+            limit,
+            rows: Vec::new(),
+        };
+        if agent.is_empty() {
+            return Ok(page);
+        }
+        let who = node.requester(&agent)?;
+        if page.searched {
+            let opts = crate::recall::RecallOptions::top(limit);
+            page.rows = node
+                .search_with(&who, &page.q, &opts)?
+                .iter()
+                .map(|h| Row::of(&h.memory, Some(h.score)))
+                .collect();
+        } else {
+            let kind = (!page.kind.is_empty())
+                .then(|| amos_protocol::MemoryType::parse(&page.kind))
+                .transpose()
+                .map_err(crate::NodeError::from)?;
+            page.rows = node
+                .list(&who, kind.as_ref(), limit)?
+                .iter()
+                .map(|m| Row::of(m, None))
+                .collect();
+        }
+        Ok(page)
+    })
+    .await?;
+    html(&p)
+}
+
+/// A link row on the memory page.
+struct LinkRow {
+    direction: &'static str,
+    relation: String,
+    weight: String,
+    other: String,
+    text: String,
+}
+
+/// An edit on the memory page.
+struct EditRow {
+    kind: &'static str,
+    author: String,
+    at: String,
+    size: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/memory.html")]
+struct MemoryPage {
+    chrome: Chrome,
+    id: String,
+    content: String,
+    owner: String,
+    is_owner: bool,
+    kind: String,
+    grants: String,
+    effective: String,
+    tags: String,
+    importance: f32,
+    confidence: f32,
+    pinned: bool,
+    archived: bool,
+    created: String,
+    updated: String,
+    expires: String,
+    valid: String,
+    origin: String,
+    history: Vec<EditRow>,
+    links: Vec<LinkRow>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct AsQuery {
+    #[serde(rename = "as")]
+    agent: Option<String>,
+}
+
+fn need_agent(a: &Option<String>) -> Result<String, PageError> {
+    given(a)
+        .map(str::to_owned)
+        .ok_or_else(|| PageError::bad("choose the agent to act as (?as=AGENT)"))
+}
+
+pub(crate) async fn show(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    QueryIn(q): QueryIn<AsQuery>,
+) -> Result<Response, PageError> {
+    let agent = need_agent(&q.agent)?;
+    let p = with_node(&app, move |node, app| memory_page(node, app, &agent, &id)).await?;
+    html(&p)
+}
+
+fn memory_page(node: &mut Node, app: &App, agent: &str, id: &str) -> Result<MemoryPage, PageError> {
+    let who = node.requester(agent)?;
+    let m = node.get(&who, id)?;
+    let (_, history) = node.history(&who, id)?;
+    let links = node.links(&who, id)?;
+    Ok(MemoryPage {
+        chrome: Chrome::new(app, node, "memories", agent)?,
+        id: m.id().to_string(),
+        content: m.content().to_owned(),
+        owner: m.owner().to_string(),
+        is_owner: m.owner().as_str() == agent,
+        kind: m.kind().as_str().to_owned(),
+        grants: m.grants().to_string(),
+        effective: m.effective().to_string(),
+        tags: m.tags().join(", "),
+        importance: m.importance(),
+        confidence: m.confidence(),
+        pinned: m.pinned(),
+        archived: m.archived(),
+        created: rfc3339(m.created_ms()),
+        updated: rfc3339(m.updated_ms()),
+        expires: m.expires_ms().map_or_else(|| "never".into(), rfc3339),
+        valid: format!(
+            "{} → {}",
+            rfc3339(m.valid_from_ms()),
+            m.validity().to_ms.map_or_else(|| "now".into(), rfc3339)
+        ),
+        origin: m.origin().to_string(),
+        history: history
+            .into_iter()
+            .map(|l| EditRow {
+                kind: l.kind,
+                at: rfc3339(l.wall_ms),
+                size: l
+                    .bytes
+                    .map_or_else(|| "compacted".to_owned(), |b| format!("{b} B")),
+                author: l.author,
+            })
+            .collect(),
+        links: links
+            .iter()
+            .map(|l| LinkRow {
+                direction: if l.outgoing { "→" } else { "←" },
+                relation: l.relation.clone(),
+                weight: format!("{:.2}", l.weight),
+                other: l.other.id().to_string(),
+                text: one_line(l.other.content(), 120),
+            })
+            .collect(),
+    })
+}
+
+#[derive(Deserialize)]
+pub(crate) struct AddForm {
+    #[serde(rename = "as")]
+    agent: Option<String>,
+    content: String,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    /// Scopes, comma- or space-separated.
+    share: Option<String>,
+    tags: Option<String>,
+    importance: Option<String>,
+    pin: Option<String>,
+    expires: Option<String>,
+    /// Valid time (`amos add --valid-from/--valid-to/--supersedes`).
+    valid_from: Option<String>,
+    valid_to: Option<String>,
+    supersedes: Option<String>,
+}
+
+/// `amos add`: then the new memory's page.
+pub(crate) async fn add(
+    State(app): State<Arc<App>>,
+    FormIn(f): FormIn<AddForm>,
+) -> Result<Response, PageError> {
+    let agent = need_agent(&f.agent)?;
+    let importance = given(&f.importance)
+        .map(|i| {
+            i.parse::<f32>().map_err(|_| {
+                PageError::bad(format!(
+                    "malformed importance {i:?}: use a number from 0 to 1"
+                ))
+            })
+        })
+        .transpose()?;
+    let req = AddRequest {
+        content: f.content,
+        kind: given(&f.kind).map(str::to_owned),
+        share: given(&f.share).map(super::page::items).unwrap_or_default(),
+        tags: given(&f.tags).map(super::page::items).unwrap_or_default(),
+        importance,
+        pin: given(&f.pin).is_some(),
+        expires: given(&f.expires).map(str::to_owned),
+        valid_from: given(&f.valid_from).map(str::to_owned),
+        valid_to: given(&f.valid_to).map(str::to_owned),
+        supersedes: given(&f.supersedes).map(str::to_owned),
+    };
+    let a = agent.clone();
+    let id = with_node(&app, move |node, _| {
+        let who = node.requester(&a)?;
+        let new = req.memory(node.now_ms(), str::to_owned)?;
+        Ok(node.add(&who, new)?)
+    })
+    .await?;
+    Ok(see(format!("/memories/{id}?{}", as_query(&agent))))
+}
+
+#[derive(Deserialize)]
+pub(crate) struct GrantForm {
+    #[serde(rename = "as")]
+    agent: Option<String>,
+    scope: String,
+    /// `share` or `unshare`.
+    action: String,
+}
+
+/// Run `f` on memory `id` as `agent`, then back to its page.
+async fn as_agent<F>(app: &Arc<App>, agent: String, id: String, f: F) -> Result<Response, PageError>
+where
+    F: FnOnce(&mut Node, &amos_acl::AuthorizedScopes, &str) -> Result<(), PageError>
+        + Send
+        + 'static,
+{
+    let (a, i) = (agent.clone(), id.clone());
+    with_node(app, move |node, _| {
+        let who = node.requester(&a)?;
+        f(node, &who, &i)
+    })
+    .await?;
+    Ok(see(format!(
+        "/memories/{}?{}",
+        urlencode(&id),
+        as_query(&agent)
+    )))
+}
+
+/// `amos share` / `amos unshare`.
+pub(crate) async fn grant(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    FormIn(f): FormIn<GrantForm>,
+) -> Result<Response, PageError> {
+    let agent = need_agent(&f.agent)?;
+    let share = match f.action.as_str() {
+        "share" => true,
+        "unshare" => false,
+        other => {
+            return Err(PageError::bad(format!(
+                "unknown action {other:?}: share or unshare"
+            )));
+        }
+    };
+    as_agent(&app, agent, id, move |node, who, id| {
+        node.set_grant(who, id, f.scope.trim(), share)?;
+        Ok(())
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+pub(crate) struct EditForm {
+    #[serde(rename = "as")]
+    agent: Option<String>,
+    text: String,
+}
+
+/// `amos update`.
+pub(crate) async fn edit(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    FormIn(f): FormIn<EditForm>,
+) -> Result<Response, PageError> {
+    let agent = need_agent(&f.agent)?;
+    as_agent(&app, agent, id, move |node, who, id| {
+        node.update(who, id, &f.text)?;
+        Ok(())
+    })
+    .await
+}
+
+/// `amos forget`.
+pub(crate) async fn forget(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    FormIn(f): FormIn<AsQuery>,
+) -> Result<Response, PageError> {
+    let agent = need_agent(&f.agent)?;
+    let a = agent.clone();
+    with_node(&app, move |node, _| {
+        let who = node.requester(&a)?;
+        node.forget(&who, &id)?;
+        Ok(())
+    })
+    .await?;
+    Ok(see(format!("/memories?{}", as_query(&agent))))
+}

@@ -1,0 +1,273 @@
+//! `/peers`: one row per peer as Syncthing shows remote devices — policy,
+//! address, last sync and its result, facts and bytes each way of the last
+//! session that completed (run by any process on this home: `amos serve`,
+//! `amos sync`, this console), whether the scoped digests agreed at the end
+//! of the last session that compared them, one that moved no fact (the
+//! peer's over the scopes it gives us, against ours over the same) — with "sync now" per peer and for all, pairing
+//! by code (`amos join`), invites (`amos team invite`: code, QR, expiry) and
+//! removal (`amos peers remove`); and `/events`, the live status stream.
+//!
+//! Must never: sync, pair or invite by any path but the node API and
+//! `crate::net` the CLI uses.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use askama::Template;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures_util::stream::Stream;
+use serde::Deserialize;
+
+use super::App;
+use super::page::{Chrome, FormIn, PageError, given, html, items, see, with_node};
+use crate::api::pairing::Invite;
+use crate::front::view::{outcome_line, rfc3339};
+use crate::store::peers::LastSession;
+
+/// One peer's row.
+struct PeerRow {
+    node_id: String,
+    name: String,
+    addr: String,
+    policy: String,
+    last_sync: String,
+    result: String,
+    /// `agree`, `disagree` or `unknown` (never compared): the peer's
+    /// session digest over the scopes it gives us against ours.
+    digest: String,
+    /// What was compared, when, and both fact counts.
+    digest_note: String,
+    /// The last completed session, whichever process on this home ran it.
+    session: Option<LastSession>,
+    /// When it ended and how long it took.
+    session_note: String,
+}
+
+/// An invite just made.
+struct InviteView {
+    code: String,
+    team: String,
+    policy: String,
+    expires: String,
+    addrs: String,
+    qr: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/peers.html")]
+struct PeersPage {
+    chrome: Chrome,
+    rows: Vec<PeerRow>,
+    teams: Vec<String>,
+    invite: Option<InviteView>,
+}
+
+fn page(node: &crate::api::Node, app: &App, flash: Vec<String>) -> Result<PeersPage, PageError> {
+    let mut chrome = Chrome::new(app, node, "peers", "")?;
+    chrome.flash = flash;
+    let rows = node
+        .peer_list()?
+        .into_iter()
+        .map(|p| PeerRow {
+            session: p.last_session,
+            session_note: p.last_session.map_or_else(
+                || "no session has completed since this node recorded them".into(),
+                |s| {
+                    format!(
+                        "the last session ended at {}, took {} ms",
+                        rfc3339(s.at_ms),
+                        s.ms
+                    )
+                },
+            ),
+            digest: p
+                .digest
+                .as_ref()
+                .map_or("unknown", |d| super::live::digest_word(Some(d.agree)))
+                .into(),
+            digest_note: p.digest.as_ref().map_or_else(
+                || "no session has compared digests yet".into(),
+                |d| {
+                    format!(
+                        "scopes {} at {}: the peer holds {} facts, this node {}",
+                        d.scopes,
+                        rfc3339(d.at_ms),
+                        d.peer_facts,
+                        d.my_facts
+                    )
+                },
+            ),
+            last_sync: p.last_sync.map_or_else(|| "never".into(), rfc3339),
+            result: p.last_result.unwrap_or_else(|| "never synced".into()),
+            addr: p.addr.unwrap_or_else(|| "no address (bundles only)".into()),
+            node_id: p.node_id,
+            name: p.name,
+            policy: p.policy,
+        })
+        .collect();
+    Ok(PeersPage {
+        chrome,
+        rows,
+        teams: node.team_list()?.into_iter().map(|t| t.id).collect(),
+        invite: None,
+    })
+}
+
+pub(crate) async fn show(State(app): State<Arc<App>>) -> Result<Response, PageError> {
+    let p = with_node(&app, |node, app| page(node, app, Vec::new())).await?;
+    html(&p)
+}
+
+#[derive(Deserialize)]
+pub(crate) struct SyncForm {
+    /// One peer (NodeId, prefix or name); every peer with an address if absent.
+    peer: Option<String>,
+}
+
+/// `amos sync now [PEER]`: one pass, a line per peer.
+pub(crate) async fn sync(
+    State(app): State<Arc<App>>,
+    FormIn(f): FormIn<SyncForm>,
+) -> Result<Response, PageError> {
+    let identity = Arc::new(app.home.load_identity()?);
+    let outcomes = crate::net::sync_pass(&app.home, identity, given(&f.peer), None).await?;
+    let mut flash: Vec<String> = outcomes.iter().map(outcome_line).collect();
+    if flash.is_empty() {
+        flash.push("no peers with an address to sync with".into());
+    }
+    let p = with_node(&app, move |node, app| page(node, app, flash)).await?;
+    html(&p)
+}
+
+#[derive(Deserialize)]
+pub(crate) struct JoinForm {
+    code: String,
+    /// This node's agent for the inviter to add (`amos join --as`).
+    agent: Option<String>,
+}
+
+/// `amos join CODE [--as AGENT]`.
+pub(crate) async fn join(
+    State(app): State<Arc<App>>,
+    FormIn(f): FormIn<JoinForm>,
+) -> Result<Response, PageError> {
+    let code = f.code.trim().to_owned();
+    if code.is_empty() {
+        return Err(PageError::bad("paste the pairing code (amos1-…)"));
+    }
+    let agent = match given(&f.agent) {
+        Some(a) => {
+            let a = a.to_owned();
+            with_node(&app, move |node, _| {
+                node.requester(&a)?;
+                Ok(a.parse::<amos_protocol::AgentId>()
+                    .map_err(crate::NodeError::from)?)
+            })
+            .await
+            .map(Some)?
+        }
+        None => None,
+    };
+    let home = app.home.clone();
+    let r = tokio::task::spawn_blocking(move || {
+        crate::net::join_blocking(&home, &code, agent.as_ref(), None)
+    })
+    .await
+    .map_err(|e| PageError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    let mut flash = vec![format!(
+        "paired with {} ({}) at {}, policy {}",
+        r.peer,
+        r.name,
+        r.addr.as_deref().unwrap_or("no address"),
+        r.policy
+    )];
+    if let Some(o) = &r.first_sync {
+        flash.push(format!("first sync: {}", outcome_line(o)));
+    }
+    let p = with_node(&app, move |node, app| page(node, app, flash)).await?;
+    html(&p)
+}
+
+#[derive(Deserialize)]
+pub(crate) struct InviteForm {
+    team: String,
+    policy: Option<String>,
+    /// How long the code stays valid (default 10m).
+    ttl: Option<String>,
+    /// Addresses the joiner dials (HOST:PORT, comma-separated); default:
+    /// where `amos serve` listens.
+    addrs: Option<String>,
+}
+
+/// `amos team invite TEAM [--policy P] [--ttl DUR]`: the page shows the code.
+pub(crate) async fn invite(
+    State(app): State<Arc<App>>,
+    FormIn(f): FormIn<InviteForm>,
+) -> Result<Response, PageError> {
+    let ttl_text = given(&f.ttl).unwrap_or("10m").to_owned();
+    let ttl = humantime::parse_duration(&ttl_text)
+        .map_err(|_| PageError::bad(format!("malformed ttl {ttl_text:?}: use e.g. 10m or 2h")))?;
+    let p = with_node(&app, move |node, app| {
+        let addrs = given(&f.addrs).map(items).unwrap_or_default();
+        let inv: Invite = node.team_invite(f.team.trim(), given(&f.policy), ttl, &addrs)?;
+        let mut p = page(node, app, Vec::new())?;
+        p.invite = Some(InviteView {
+            qr: super::qr::svg(&inv.code).unwrap_or_default(),
+            expires: rfc3339(inv.expires),
+            addrs: inv.addrs.join(", "),
+            code: inv.code,
+            team: inv.team,
+            policy: inv.policy,
+        });
+        Ok(p)
+    })
+    .await?;
+    html(&p)
+}
+
+#[derive(Deserialize)]
+pub(crate) struct RemoveForm {
+    peer: String,
+}
+
+/// `amos peers remove ID`.
+pub(crate) async fn remove(
+    State(app): State<Arc<App>>,
+    FormIn(f): FormIn<RemoveForm>,
+) -> Result<Response, PageError> {
+    with_node(&app, move |node, _| Ok(node.peer_remove(f.peer.trim())?)).await?;
+    Ok(see("/peers".into()))
+}
+
+/// `/events`: a `peer` event (JSON of [`PeerLive`]) after every session.
+pub(crate) async fn events(
+    State(app): State<Arc<App>>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let rx = app.live.subscribe();
+    let stop = app.stopping.subscribe();
+    let stream = futures_util::stream::unfold((rx, stop), |(mut rx, mut stop)| async move {
+        loop {
+            if *stop.borrow() {
+                return None;
+            }
+            tokio::select! {
+                got = rx.recv() => match got {
+                    Ok(p) => {
+                        let data = serde_json::to_string(&p).unwrap_or_default();
+                        let ev = Event::default().event("peer").data(data);
+                        return Some((Ok(ev), (rx, stop)));
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                },
+                // The console is stopping (or gone): end the stream.
+                changed = stop.changed() => if changed.is_err() { return None },
+            }
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}

@@ -1,0 +1,475 @@
+//! The console in a real browser: headless Chromium (Debian's `chromium`
+//! and `chromium-driver`) driven over WebDriver by a minimal client (JSON
+//! over HTTP with ureq). It loads the console with the printed URL, acts
+//! as two agents and checks each sees exactly what the CLI lists, opens a
+//! memory with HTML in it and finds it shown as text (no element made, no
+//! script run), runs "sync now" against a second real node and sees the
+//! peer row turn `ok`, creates an invite and reads its code, and takes a
+//! screenshot of each page into the test's temp dir (or
+//! `$AMOS_CONSOLE_SHOTS` when set, to look at them).
+//!
+//! Without chromium and chromedriver it says so on stderr and skips (CI
+//! installs them: `.ci/run`).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::common::Home;
+use crate::common::console::{Console, cli_list};
+use crate::common::server::{Server, id, pair};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// A chromedriver process and one browser session on it.
+struct Browser {
+    driver: Child,
+    base: String,
+    session: String,
+    http: ureq::Agent,
+}
+
+impl Browser {
+    fn start(profile: &Path) -> Browser {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut driver = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn chromedriver");
+        // Ready once it says so on stdout.
+        let out = driver.stdout.take().unwrap();
+        let mut lines = BufReader::new(out).lines();
+        loop {
+            match lines.next() {
+                Some(Ok(l)) if l.contains("started successfully") => break,
+                Some(Ok(_)) => continue,
+                other => panic!("chromedriver did not start: {other:?}"),
+            }
+        }
+        std::thread::spawn(move || for _ in lines {});
+        let http: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(120)))
+            .build()
+            .into();
+        let base = format!("http://127.0.0.1:{port}");
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    "--window-size=1280,1000", "--no-first-run", "--no-default-browser-check",
+                    "--disable-background-networking", "--disable-component-update",
+                    "--disable-sync", "--disable-extensions", "--disable-default-apps",
+                    "--disable-domain-reliability", "--metrics-recording-only",
+                    format!("--user-data-dir={}", profile.display()),
+                ],
+            },
+        }}});
+        let mut b = Browser {
+            driver,
+            base,
+            session: String::new(),
+            http,
+        };
+        let v = b.call("POST", "/session", Some(caps));
+        b.session = v["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {v}"))
+            .to_owned();
+        // Finding an element waits for it (a page a click is loading).
+        b.call(
+            "POST",
+            &b.s("/timeouts"),
+            Some(json!({"implicit": 30_000, "pageLoad": 60_000, "script": 60_000})),
+        );
+        b
+    }
+
+    /// One WebDriver command; returns its `value`.
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let url = format!("{}{path}", self.base);
+        let r = match method {
+            "GET" => self.http.get(&url).call(),
+            "DELETE" => self.http.delete(&url).call(),
+            _ => self
+                .http
+                .post(&url)
+                .header("Content-Type", "application/json")
+                .send(body.unwrap_or(json!({})).to_string()),
+        };
+        let mut r = r.expect("WebDriver request");
+        let status = r.status().as_u16();
+        let text = r.body_mut().read_to_string().expect("WebDriver body");
+        let v: Value = serde_json::from_str(&text).expect("WebDriver JSON");
+        assert!(status < 300, "WebDriver {method} {path}: {status} {v}");
+        v["value"].clone()
+    }
+
+    fn s(&self, rest: &str) -> String {
+        format!("/session/{}{rest}", self.session)
+    }
+
+    fn goto(&self, url: &str) {
+        self.call("POST", &self.s("/url"), Some(json!({ "url": url })));
+    }
+
+    fn find_all(&self, css: &str) -> Vec<String> {
+        let v = self.call(
+            "POST",
+            &self.s("/elements"),
+            Some(json!({"using": "css selector", "value": css})),
+        );
+        v.as_array()
+            .unwrap()
+            .iter()
+            // An element reference: an object with one (W3C-named) key.
+            .map(|e| {
+                let obj = e.as_object().expect("an element reference");
+                obj.values().next().unwrap().as_str().unwrap().to_owned()
+            })
+            .collect()
+    }
+
+    fn find(&self, css: &str) -> String {
+        let all = self.find_all(css);
+        if all.len() != 1 {
+            let url = self.call("GET", &self.s("/url"), None);
+            let src = self.call("GET", &self.s("/source"), None);
+            let src = src.as_str().unwrap_or("");
+            panic!(
+                "one element for {css:?}, found {} at {url}: {}",
+                all.len(),
+                &src[..src.len().min(3000)]
+            );
+        }
+        all[0].clone()
+    }
+
+    fn text(&self, css: &str) -> String {
+        let e = self.find(css);
+        self.call("GET", &self.s(&format!("/element/{e}/text")), None)
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    fn click(&self, css: &str) {
+        let e = self.find(css);
+        self.call(
+            "POST",
+            &self.s(&format!("/element/{e}/click")),
+            Some(json!({})),
+        );
+    }
+
+    /// Click what submits a form and wait until the answer page is loaded:
+    /// reading the old page meanwhile could find an element that goes stale.
+    fn click_to_page(&self, css: &str) {
+        self.script("window.__old_page = true; return null;");
+        self.click(css);
+        for _ in 0..100_000 {
+            let now = self.script(
+                "return window.__old_page === undefined && document.readyState === 'complete';",
+            );
+            if now == json!(true) {
+                return;
+            }
+        }
+        panic!("clicking {css} led to no new page");
+    }
+
+    fn type_into(&self, css: &str, text: &str) {
+        let e = self.find(css);
+        self.call(
+            "POST",
+            &self.s(&format!("/element/{e}/value")),
+            Some(json!({ "text": text })),
+        );
+    }
+
+    /// An async script: its last argument is the callback; the answer is
+    /// what it was called with (bounded by the session's script timeout).
+    fn script_async(&self, js: &str, args: Value) -> Value {
+        self.call(
+            "POST",
+            &self.s("/execute/async"),
+            Some(json!({"script": js, "args": args})),
+        )
+    }
+
+    fn script(&self, js: &str) -> Value {
+        self.call(
+            "POST",
+            &self.s("/execute/sync"),
+            Some(json!({"script": js, "args": []})),
+        )
+    }
+
+    /// The memory ids the page lists, in order (none is an answer too:
+    /// read at once, not waited for).
+    fn listed(&self) -> Vec<String> {
+        let v = self.script(
+            "return Array.from(document.querySelectorAll('#memories tbody tr'))
+                 .map(function (r) { return r.getAttribute('data-id'); });",
+        );
+        v.as_array()
+            .expect("ids")
+            .iter()
+            .map(|i| i.as_str().expect("an id").to_owned())
+            .collect()
+    }
+
+    fn shot(&self, dir: &Path, name: &str) -> PathBuf {
+        let b64 = self.call("GET", &self.s("/screenshot"), None);
+        let png = data_encoding::BASE64
+            .decode(b64.as_str().unwrap().as_bytes())
+            .expect("base64 PNG");
+        assert!(png.starts_with(b"\x89PNG"), "a PNG");
+        let p = dir.join(format!("{name}.png"));
+        std::fs::write(&p, png).unwrap();
+        p
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if !self.session.is_empty() {
+            let _ = self
+                .http
+                .delete(format!("{}/session/{}", self.base, self.session))
+                .call();
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+#[test]
+fn the_console_in_a_real_browser() {
+    let missing: Vec<&str> = [CHROMIUM, CHROMEDRIVER]
+        .into_iter()
+        .filter(|p| !Path::new(p).exists())
+        .collect();
+    if !missing.is_empty() {
+        eprintln!(
+            "SKIPPED console_browser::the_console_in_a_real_browser: {} not installed \
+             (apt-get install chromium chromium-driver; .ci/run does)",
+            missing.join(" and ")
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let shots = std::env::var_os("AMOS_CONSOLE_SHOTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| tmp.path().join("shots"));
+    std::fs::create_dir_all(&shots).unwrap();
+
+    // Node A (the console's) and node B, served, a full peer of A.
+    let a = Home::apollo();
+    a.ok(&["agent", "add", "bob"]);
+    a.add("alice", "launch window opens tuesday", &["team:apollo"]);
+    a.add("alice", "alice keeps the launch codes", &[]);
+    a.add("bob", "bob watches the weather", &[]);
+    let html = "<b id=\"injected\">bold?</b><script>window.pwned = 1</script>";
+    let html_id = a.add("alice", html, &["team:apollo"]);
+    let b = Home::new();
+    // B claims a team A made too: A's gate refuses that record (audit).
+    b.ok(&["team", "create", "apollo"]);
+    b.ok(&["team", "create", "hermes"]);
+    b.ok(&["agent", "add", "zed", "--team", "hermes"]);
+    b.add("zed", "from the other node", &["global"]);
+    let server = Server::start(b.path());
+    pair(&b, &a, &server, "full");
+
+    let console = Console::start(a.path());
+    let browser = Browser::start(&tmp.path().join("profile"));
+
+    // Node page, reached with the printed URL (the cookie is set there).
+    browser.goto(&console.url());
+    assert_eq!(browser.text("#node-id"), id(&a));
+    browser.shot(&shots, "1-node");
+
+    // Two agents: each sees exactly what the CLI lists.
+    for agent in ["alice", "bob"] {
+        browser.goto(&format!("{}/memories?as={agent}", console.base));
+        assert_eq!(browser.listed(), cli_list(&a, agent), "as {agent}");
+        browser.shot(&shots, &format!("2-memories-{agent}"));
+        // The search form's answer: the ids `amos search` ranks, in order.
+        browser.goto(&format!("{}/memories?as={agent}&q=launch", console.base));
+        assert_eq!(
+            browser.listed(),
+            a.search_ids(agent, "launch", 20),
+            "search as {agent}"
+        );
+    }
+
+    // HTML in a memory is text.
+    browser.goto(&format!("{}/memories/{html_id}?as=alice", console.base));
+    assert_eq!(browser.text("#content"), html);
+    assert_eq!(
+        browser.script("return document.querySelectorAll('#injected').length;"),
+        json!(0),
+        "no element was made"
+    );
+    assert_eq!(
+        browser.script("return window.pwned === undefined;"),
+        json!(true)
+    );
+    browser.shot(&shots, "3-memory-html");
+
+    // Sync now against node B: the row turns ok.
+    browser.goto(&format!("{}/peers", console.base));
+    let row = format!("tr[data-peer=\"{}\"]", id(&b));
+    assert_eq!(browser.text(&format!("{row} .result")), "never synced");
+    browser.click_to_page(&format!("{row} .sync-one"));
+    // The answer page is the one with the pass's report (#flash).
+    assert!(browser.text("#flash").contains(" ok: "));
+    assert_eq!(browser.text(&format!("{row} .result")), "ok");
+    // Facts moved: no digests were compared.
+    assert_eq!(browser.text(&format!("{row} .digest")), "unknown");
+    // Once more: nothing moves, the digests are compared. A refused B's
+    // record of team apollo (audit below): B holds a fact in what it gives
+    // A (`full`) that A lacks, so the digests disagree.
+    browser.click_to_page(&format!("{row} .sync-one"));
+    assert!(browser.text("#flash").contains(" ok: 0 facts in, 0 out"));
+    assert_eq!(browser.text(&format!("{row} .digest")), "disagree");
+    assert!(
+        a.ok(&["list", "--as", "alice"])
+            .stdout
+            .contains("from the other node")
+    );
+    browser.shot(&shots, "4-peers-synced");
+
+    // An invite: the code is on the page.
+    browser.type_into("#invite-form input[name=addrs]", "127.0.0.1:4747");
+    browser.click("#create-invite");
+    let code = browser.text("#invite-code");
+    assert!(code.starts_with("amos1-"), "{code}");
+    browser.shot(&shots, "5-peers-invite");
+
+    browser.goto(&format!("{}/org", console.base));
+    assert!(browser.text("#agents").contains("alice"));
+    browser.shot(&shots, "6-org");
+    browser.goto(&format!("{}/audit", console.base));
+    let refused = browser.text("#refused");
+    assert!(
+        refused.contains("org_origin_conflict") && refused.contains("team:apollo"),
+        "{refused}"
+    );
+    browser.shot(&shots, "7-audit");
+
+    // Live: A serves with its console; B dials A from its own process; the
+    // open page hears of the session over /events without a reload.
+    let (serving, serve_url) = serve_with_console(a.path());
+    let a_addr = serving.addr.clone();
+    b.ok(&["peers", "add", &id(&a), &a_addr, "--policy", "full"]);
+    browser.goto(&serve_url);
+    browser.goto(&format!(
+        "{}/peers",
+        serve_url.split("/?token=").next().unwrap()
+    ));
+    let facts = format!("{row} .facts");
+    // The figures of the session the other console process ran, from the
+    // peer's row in the store.
+    let last = &a.json(&["peers", "list"])["peers"][0]["last_session"];
+    assert_eq!(
+        browser.text(&facts),
+        format!("{} / {}", last["facts_in"], last["facts_out"]),
+        "the last completed session, whichever process ran it"
+    );
+    assert_eq!(
+        (&last["facts_in"], &last["facts_out"]),
+        (&json!(0), &json!(0)),
+        "the second sync moved nothing"
+    );
+    // Something new on B for the live session to bring.
+    b.add("zed", "later from the other node", &["global"]);
+    // Wait until the stream is open, then watch the cell.
+    browser.script_async(
+        "var done = arguments[arguments.length - 1];
+         var row = document.querySelector(arguments[0]);
+         var cell = row.querySelector('.facts');
+         new MutationObserver(function () { window.__changed = cell.textContent; })
+           .observe(cell, {childList: true, characterData: true, subtree: true});
+         (function wait() { if (document.body.dataset.live === 'on') done(true); else setTimeout(wait, 20); })();",
+        json!([row]),
+    );
+    let (code, outcomes) = b.sync(&["now", &id(&a)]);
+    assert_eq!(code, 0, "{outcomes:?}");
+    let changed = browser.script_async(
+        "var done = arguments[arguments.length - 1];
+         (function wait() { if (window.__changed) done(window.__changed); else setTimeout(wait, 20); })();",
+        json!([]),
+    );
+    assert!(
+        changed
+            .as_str()
+            .is_some_and(|t| t.contains(" / ") && !t.starts_with("0 ")),
+        "{changed}"
+    );
+    assert_eq!(browser.text(&format!("{row} .result")), "ok");
+    browser.shot(&shots, "8-peers-live");
+    drop(serving);
+    eprintln!("console screenshots in {}", shots.display());
+}
+
+/// A child process killed when dropped, and the address it serves on.
+struct Serving {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `amos serve --no-mdns --listen 127.0.0.1:PORT --console 127.0.0.1:0` on
+/// `home`, and the console URL it printed.
+fn serve_with_console(home: &Path) -> (Serving, String) {
+    let addr = format!("127.0.0.1:{}", crate::common::server::free_port());
+    let mut child = Command::new(crate::common::amos_bin())
+        .env("AMOS_HOME", home)
+        .env_remove("AMOS_AGENT")
+        .env("AMOS_LOG", "warn")
+        .args([
+            "serve",
+            "--no-mdns",
+            "--listen",
+            &addr,
+            "--console",
+            "127.0.0.1:0",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn amos serve --console");
+    let stdout = child.stdout.take().unwrap();
+    let serving = Serving { child, addr };
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("the console line");
+    let url = line
+        .trim()
+        .strip_prefix("console: ")
+        .unwrap_or_else(|| panic!("serve printed {line:?}"))
+        .to_owned();
+    (serving, url)
+}

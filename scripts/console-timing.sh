@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Server time of every console page on a generated store: the median of
+# RUNS requests per page, as the console reports it in `Server-Timing`
+# (the time from the request reaching the console to the page being
+# rendered; the network and the browser are not in it).
+#
+#   scripts/console-timing.sh [N [RUNS]]     (N memories, default 10000; RUNS default 7)
+#
+# AMOS (default: `amos` on PATH) is the binary to measure; use a release
+# build for figures. Needs curl and jq. Everything lives in a temp dir that
+# is removed afterwards; the console listens on 127.0.0.1 only.
+set -euo pipefail
+N=${1:-10000}
+RUNS=${2:-7}
+AMOS=${AMOS:-amos}
+work=$(mktemp -d)
+console_pid=
+cleanup() {
+  if [ -n "$console_pid" ]; then kill "$console_pid" 2>/dev/null || true; wait "$console_pid" 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+"$AMOS" -q bench --generate "$N" "$work/wl"
+mkdir -p "$work/bench"
+"$AMOS" --json bench --corpus "$work/wl" --keep --no-sync --passes 1 --adds 0 \
+  --workdir "$work/bench" >"$work/report.json"
+home="$(jq -r .kept "$work/report.json")/home"
+export AMOS_HOME="$home"
+
+agent=$(head -1 "$work/wl/queries.jsonl" | jq -r .as)
+query=$(head -1 "$work/wl/queries.jsonl" | jq -r .query)
+id=$("$AMOS" --json list --as "$agent" --limit 1 | jq -r '.memories[0].id')
+memories=$("$AMOS" --json status | jq -r .memories)
+
+"$AMOS" console --listen 127.0.0.1:0 >"$work/url" &
+console_pid=$!
+for _ in $(seq 1 100); do [ -s "$work/url" ] && break; sleep 0.1; done
+url=$(head -1 "$work/url")
+base=${url%%/\?token=*}
+token=${url##*token=}
+
+enc() { jq -rn --arg v "$1" '$v|@uri'; }
+pages=(
+  "/"
+  "/peers"
+  "/memories?as=$(enc "$agent")"
+  "/memories?as=$(enc "$agent")&q=$(enc "$query")"
+  "/memories/$id?as=$(enc "$agent")"
+  "/org"
+  "/audit"
+)
+echo "store: $memories memories; agent $agent; query \"$query\"; $RUNS requests per page (the first warms the index)"
+printf '%-60s %10s %10s\n' page median_ms max_ms
+for p in "${pages[@]}"; do
+  times=()
+  for _ in $(seq 1 "$RUNS"); do
+    t=$(curl -sS -o /dev/null -D - -H "Cookie: amos_console_${base##*:}=$token" "$base$p" |
+      tr -d '\r' | sed -n 's/^server-timing: app;dur=//Ip')
+    times+=("$t")
+  done
+  sorted=$(printf '%s\n' "${times[@]}" | sort -n)
+  median=$(echo "$sorted" | sed -n "$(( (RUNS + 1) / 2 ))p")
+  max=$(echo "$sorted" | tail -1)
+  printf '%-60s %10s %10s\n' "${p:0:60}" "$median" "$max"
+done
