@@ -18,7 +18,7 @@ use crate::recall::pack::{
 };
 use crate::recall::rank::{self, RecallOptions};
 use crate::recall::text::{self};
-use crate::recall::time::{self, TimeQuery};
+use crate::recall::time;
 use crate::recall::{
     ASSOCIATION_MIN, ASSOCIATION_START, FEEDBACK_FACTOR, FeedbackReport, Hit, LINK_FEEDBACK_FACTOR,
     LINK_STRENGTH_RANGE, MAX_K, REINFORCEMENT_RANGE, RecallKind, bookkeeping, hit, resonance,
@@ -109,22 +109,20 @@ impl Node {
                 .chain(std::iter::once(owner_term(r.as_str())))
                 .collect()
         });
+        // The index holds today's text: under --known-at, a memory whose
+        // text changed since may have matched then, so it is a candidate too
+        // (the gate below still decides; its text then is matched below).
+        let changed = match opts.time.known_at_ms {
+            Some(t) => changed_since(store.conn(), t)?,
+            None => Vec::new(),
+        };
         let mut limit = (4 * k).max(50);
         let mut hits: Vec<Hit> = loop {
             let candidates = index.search(&terms, access.as_deref(), limit)?;
             let exhausted = candidates.len() < limit;
             let relevance: HashMap<MemoryId, f32> = candidates.iter().copied().collect();
             let mut ids: Vec<MemoryId> = candidates.iter().map(|c| c.0).collect();
-            // The index holds today's text: under --known-at, a memory whose
-            // text changed since may have matched then, so it is a candidate
-            // too (the gate below still decides; still_matches judges its text).
-            if let Some(t) = opts.time.known_at_ms {
-                ids.extend(
-                    changed_since(store.conn(), t)?
-                        .into_iter()
-                        .filter(|id| !relevance.contains_key(id)),
-                );
-            }
+            ids.extend(changed.iter().filter(|id| !relevance.contains_key(id)));
             let top = candidates.iter().map(|c| c.1).fold(0.0f32, f32::max);
             let visible: Vec<_> = store
                 .visible(who, &ids, now)?
@@ -133,15 +131,19 @@ impl Node {
                 .collect();
             let hits: Vec<Hit> = time::view(store.conn(), who, visible, &opts.time, now)?
                 .into_iter()
-                .filter(|(m, _)| still_matches(&opts.time, m, &terms))
-                .map(|(m, vt)| {
+                .filter_map(|(m, vt)| {
+                    // Under --known-at a memory answers by its text then.
+                    let then = match opts.time.known_at_ms {
+                        Some(_) => Some(overlap(&m.content, &terms)).filter(|o| *o > 0.0)?,
+                        None => 0.0,
+                    };
                     let bm25 = match relevance.get(&m.id) {
                         Some(r) => *r,
-                        None => overlap(&m.content, &terms) * top.max(1.0),
+                        None => then * top.max(1.0),
                     };
                     let mut explain = rank::score(&m, bm25, None, now, opts.half_life_ms, &profile);
                     rank::supersede(&mut explain, time::superseded_at(&vt, time_at));
-                    hit(m, explain)
+                    Some(hit(m, explain))
                 })
                 .collect();
             if hits.len() >= k || exhausted || limit >= 100_000 {
@@ -473,16 +475,6 @@ impl Node {
         }
         Ok(out)
     }
-}
-
-/// Under `--known-at`, a memory whose text then shared no query term is no
-/// answer (the index matched today's text).
-fn still_matches(
-    q: &TimeQuery,
-    m: &amos_acl::Visible<crate::store::memory::MemoryRecord>,
-    terms: &[String],
-) -> bool {
-    q.known_at_ms.is_none() || overlap(&m.content, terms) > 0.0
 }
 
 /// The share of the query's terms that `text` holds, both through the

@@ -31,17 +31,13 @@ pub enum TimelineEvent {
 pub struct TimelineEntry {
     pub at_ms: u64,
     pub event: TimelineEvent,
-    #[serde(serialize_with = "as_string")]
+    #[serde(serialize_with = "crate::recall::time::as_string")]
     pub memory: amos_protocol::MemoryId,
     pub owner: String,
     pub text: String,
     /// The memory that replaced it (`superseded` events).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
-}
-
-fn as_string<S: serde::Serializer>(id: &amos_protocol::MemoryId, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(id)
 }
 
 /// Most memories a timeline looks at.

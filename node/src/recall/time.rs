@@ -59,7 +59,8 @@ pub struct Superseder {
     pub created_ms: u64,
 }
 
-fn as_string<S: serde::Serializer>(id: &MemoryId, s: S) -> Result<S::Ok, S::Error> {
+/// A memory id as its text, for serde's `serialize_with`.
+pub(crate) fn as_string<S: serde::Serializer>(id: &MemoryId, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(id)
 }
 

@@ -10,69 +10,32 @@
 
 use std::path::Path;
 
-use amos_protocol::{AgentId, MemoryType, Scope};
+use amos_protocol::{AgentId, Scope};
 use serde_json::Value;
 
 use super::mem0::{first, read_json};
-use super::{Plan, PlanMemory, Source, parse_time};
+use super::{Plan, PlanMemory, Source, export_files, parse_time};
 use crate::error::{NodeError, Result};
 
 pub fn read(path: &Path, owner: &AgentId, share: &[Scope]) -> Result<Plan> {
     let mut plan = Plan::new(Source::Chatgpt);
-    let files: Vec<std::path::PathBuf> = if path.is_dir() {
-        let found: Vec<_> = ["conversations.json", "memory.json"]
-            .iter()
-            .map(|f| path.join(f))
-            .filter(|p| p.is_file())
-            .collect();
-        if found.is_empty() {
-            return Err(NodeError::BadInput(format!(
-                "{} is not a ChatGPT export: no conversations.json or memory.json in it",
-                path.display()
-            )));
-        }
-        found
-    } else {
-        let mut v = vec![path.to_path_buf()];
-        // conversations.json with a memory.json beside it: both.
-        if path.file_name().is_some_and(|n| n == "conversations.json")
-            && let Some(m) = path.parent().map(|d| d.join("memory.json"))
-            && m.is_file()
-        {
-            v.push(m);
-        }
-        v
-    };
+    let mut files = export_files(
+        path,
+        &["conversations.json", "memory.json"],
+        "a ChatGPT export",
+    )?;
+    // conversations.json with a memory.json beside it: both.
+    if !path.is_dir()
+        && path.file_name().is_some_and(|n| n == "conversations.json")
+        && let Some(m) = path.parent().map(|d| d.join("memory.json"))
+        && m.is_file()
+    {
+        files.push(m);
+    }
     for f in files {
         read_one(&f, owner, share, &mut plan)?;
     }
     Ok(plan)
-}
-
-fn memory(
-    key: String,
-    text: &str,
-    owner: &AgentId,
-    share: &[Scope],
-    tags: Vec<String>,
-    created_ms: Option<u64>,
-) -> PlanMemory {
-    PlanMemory {
-        // The same file imported for two agents makes two sets.
-        source_id: format!("{owner}\u{0}{key}"),
-        owner: owner.clone(),
-        text: text.trim().to_owned(),
-        kind: MemoryType::default(),
-        grants: share.to_vec(),
-        tags,
-        importance: 0.5,
-        confidence: 1.0,
-        pinned: false,
-        created_ms,
-        valid_to_ms: None,
-        expires_ms: None,
-        archived: false,
-    }
 }
 
 fn time(v: Option<&Value>) -> Option<u64> {
@@ -117,10 +80,10 @@ fn read_one(path: &Path, owner: &AgentId, share: &[Scope], plan: &mut Plan) -> R
                 .map(|id| format!("memory:{id}"))
                 .unwrap_or_else(|| format!("memory-text:{text}"));
             let created = time(first(row, &["created_at", "create_time", "updated_at"]));
-            plan.memories.push(memory(
-                key,
-                text,
+            plan.memories.push(PlanMemory::of_agent(
                 owner,
+                &key,
+                text.trim().to_owned(),
                 share,
                 vec!["chatgpt-memory".into()],
                 created,
@@ -180,8 +143,14 @@ fn read_one(path: &Path, owner: &AgentId, share: &[Scope], plan: &mut Plan) -> R
                 tags.push(format!("chat:{title}"));
             }
             let created = time(msg.get("create_time")).or_else(|| time(conv.get("create_time")));
-            plan.memories
-                .push(memory(key, &parts, owner, share, tags, created));
+            plan.memories.push(PlanMemory::of_agent(
+                owner,
+                &key,
+                parts.trim().to_owned(),
+                share,
+                tags,
+                created,
+            ));
         }
     }
     Ok(())

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use amos_protocol::{AgentId, MemoryType, Scope};
 
-use super::{Plan, PlanMemory, Source, bad_line};
+use super::{Plan, PlanMemory, Source, bad_line, export_files};
 use crate::error::{NodeError, Result};
 
 /// The entries of a Hermes memory file.
@@ -37,22 +37,7 @@ pub fn sections(text: &str) -> Vec<String> {
 }
 
 pub fn read(path: &Path, owner: &AgentId, share: &[Scope]) -> Result<Plan> {
-    let files: Vec<std::path::PathBuf> = if path.is_dir() {
-        let found: Vec<_> = ["MEMORY.md", "USER.md"]
-            .iter()
-            .map(|f| path.join(f))
-            .filter(|p| p.is_file())
-            .collect();
-        if found.is_empty() {
-            return Err(NodeError::BadInput(format!(
-                "{}: no MEMORY.md or USER.md in it",
-                path.display()
-            )));
-        }
-        found
-    } else {
-        vec![path.to_path_buf()]
-    };
+    let files = export_files(path, &["MEMORY.md", "USER.md"], "a Hermes memory directory")?;
     let mut plan = Plan::new(Source::Hermes);
     for f in files {
         let name = f.display().to_string();
@@ -84,20 +69,15 @@ pub fn read(path: &Path, owner: &AgentId, share: &[Scope]) -> Result<Plan> {
         };
         for s in sections(&text) {
             plan.memories.push(PlanMemory {
-                // The same file imported for two agents makes two sets.
-                source_id: format!("{owner}\u{0}{file_kind}:{s}"),
-                owner: owner.clone(),
-                text: s,
                 kind: kind.clone(),
-                grants: share.to_vec(),
-                tags: vec!["hermes".into(), format!("hermes-{file_kind}")],
-                importance: 0.5,
-                confidence: 1.0,
-                pinned: false,
-                created_ms: None,
-                valid_to_ms: None,
-                expires_ms: None,
-                archived: false,
+                ..PlanMemory::of_agent(
+                    owner,
+                    &format!("{file_kind}:{s}"),
+                    s.clone(),
+                    share,
+                    vec!["hermes".into(), format!("hermes-{file_kind}")],
+                    None,
+                )
             });
         }
     }

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use amos_protocol::{AgentId, MemoryType, Scope};
+use amos_protocol::{AgentId, Scope};
 use serde_json::Value;
 
 use super::{Plan, PlanMemory, Source, bad_line, parse_time};
@@ -92,22 +92,14 @@ pub fn read(path: &Path, owner: &AgentId, share: &[Scope]) -> Result<Plan> {
                 }
             }
         };
-        plan.memories.push(PlanMemory {
-            // The same file imported for two agents makes two sets.
-            source_id: format!("{owner}\u{0}{key}"),
-            owner: owner.clone(),
-            text: text.to_owned(),
-            kind: MemoryType::default(),
-            grants: share.to_vec(),
+        plan.memories.push(PlanMemory::of_agent(
+            owner,
+            &key,
+            text.to_owned(),
+            share,
             tags,
-            importance: 0.5,
-            confidence: 1.0,
-            pinned: false,
             created_ms,
-            valid_to_ms: None,
-            expires_ms: None,
-            archived: false,
-        });
+        ));
     }
     Ok(plan)
 }

@@ -25,6 +25,7 @@ pub mod hermes;
 pub mod mem0;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
 
 use amos_protocol::{
     AgentFact, AgentId, Fact, FactBody, Grants, LinkFact, MembershipFact, MemoryAcl, MemoryContent,
@@ -89,6 +90,59 @@ pub struct PlanMemory {
     pub expires_ms: Option<u64>,
     /// Archived in the source: imported archived (local-only state here).
     pub archived: bool,
+}
+
+impl PlanMemory {
+    /// A note of one agent's own export (`import mem0|chatgpt|hermes --as
+    /// AGENT`): owned by `owner`, shared with `share`, defaults otherwise.
+    /// The same file imported for two agents makes two sets: the source id
+    /// is the agent's and the item's `key`.
+    pub fn of_agent(
+        owner: &AgentId,
+        key: &str,
+        text: String,
+        share: &[Scope],
+        tags: Vec<String>,
+        created_ms: Option<u64>,
+    ) -> PlanMemory {
+        PlanMemory {
+            source_id: format!("{owner}\u{0}{key}"),
+            owner: owner.clone(),
+            text,
+            kind: MemoryType::default(),
+            grants: share.to_vec(),
+            tags,
+            importance: 0.5,
+            confidence: 1.0,
+            pinned: false,
+            created_ms,
+            valid_to_ms: None,
+            expires_ms: None,
+            archived: false,
+        }
+    }
+}
+
+/// The files an export given as `path` is made of: `path` itself, or the
+/// files of `names` found in it when it is a directory (`what` names the
+/// export in the error when none is).
+pub fn export_files(path: &Path, names: &[&str], what: &str) -> Result<Vec<PathBuf>> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let found: Vec<PathBuf> = names
+        .iter()
+        .map(|f| path.join(f))
+        .filter(|p| p.is_file())
+        .collect();
+    if found.is_empty() {
+        return Err(NodeError::BadInput(format!(
+            "{} is not {what}: no {} in it",
+            path.display(),
+            names.join(" or ")
+        )));
+    }
+    Ok(found)
 }
 
 /// A team with members, as the source has it.
