@@ -38,6 +38,8 @@ mod builtin {
         include_bytes!(concat!(env!("OUT_DIR"), "/tokenizer-settings.json"));
     pub const VOCAB: &str = include_str!(concat!(env!("OUT_DIR"), "/vocab.txt"));
     pub const CONFIG: &[u8] = include_bytes!("../../models/minilm-l6-static/config.json");
+    /// The checksums of the built-in files: they name this model's version.
+    pub const SUMS: &str = include_str!("../../models/minilm-l6-static/SHA256SUMS");
 }
 
 /// Why a model could not be loaded. Each renders as one line.
@@ -77,6 +79,8 @@ impl ModelError {
 #[derive(Clone, Debug)]
 pub struct StaticModel {
     name: String,
+    /// What identifies this model's vectors (see [`StaticModel::fingerprint`]).
+    fingerprint: String,
     tokenizer: WordPiece,
     /// The safetensors file, borrowed from the binary or owned when read.
     bytes: Cow<'static, [u8]>,
@@ -235,8 +239,21 @@ impl StaticModel {
                 Some(w)
             }
         };
+        let fingerprint = if std::ptr::eq(tensors.as_ptr(), builtin::TENSORS.as_ptr()) {
+            // The built-in files are named by their checksums; no need to
+            // hash 15 MB on every start.
+            let sums = blake3::hash(builtin::SUMS.as_bytes()).to_hex();
+            format!("builtin:{}:{}", builtin::NAME, &sums[..16])
+        } else {
+            let mut h = blake3::Hasher::new();
+            h.update(&tensors);
+            h.update(&tokenizer.max_id().unwrap_or(0).to_le_bytes());
+            h.update(&[u8::from(normalize)]);
+            format!("blake3:{}", &h.finalize().to_hex()[..32])
+        };
         Ok(StaticModel {
             name: name.to_string(),
+            fingerprint,
             tokenizer,
             bytes: tensors,
             table,
@@ -251,6 +268,13 @@ impl StaticModel {
     /// Where the model came from: the built-in name or the directory.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// What identifies the vectors this model makes: the built-in model's
+    /// checksums, or a hash of a loaded model's table and vocabulary. A
+    /// derived vector index built under another fingerprint is rebuilt.
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
     }
 
     /// Dimensions of a vector.

@@ -7,6 +7,7 @@
 //! <home>/amos.db        authoritative SQLite store (WAL)
 //! <home>/mesh.key       the mesh key that encrypts bundles, mode 0600 (optional)
 //! <home>/index/         disposable tantivy index
+//! <home>/vectors/       disposable vector index (LMDB, hannoy HNSW)
 //! <home>/index.lock     serialises index catch-up between processes
 //! ```
 //!
@@ -37,11 +38,28 @@ pub struct NodeInfo {
 #[derive(Debug, Clone)]
 pub struct Home {
     root: PathBuf,
+    /// A model2vec directory to embed with (`--model`), else `AMOS_MODEL`,
+    /// else the built-in model.
+    model: Option<PathBuf>,
 }
 
 impl Home {
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Home { root: root.into() }
+        Home {
+            root: root.into(),
+            model: None,
+        }
+    }
+
+    /// Embed with the model2vec directory `dir` (`--model`).
+    pub fn with_model(mut self, dir: Option<PathBuf>) -> Self {
+        self.model = dir;
+        self
+    }
+
+    /// The model directory `--model` named, if any.
+    pub fn model_dir(&self) -> Option<&Path> {
+        self.model.as_deref()
     }
 
     /// `--home`, else `$AMOS_HOME` (handled by the CLI), else the platform data dir.
@@ -68,6 +86,10 @@ impl Home {
     }
     pub fn index_dir(&self) -> PathBuf {
         self.root.join("index")
+    }
+    /// The disposable vector index (`index::vectors`).
+    pub fn vectors_dir(&self) -> PathBuf {
+        self.root.join("vectors")
     }
     pub fn index_lock_path(&self) -> PathBuf {
         self.root.join("index.lock")

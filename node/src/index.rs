@@ -40,6 +40,7 @@ use tantivy::{
 };
 
 mod analyzer;
+pub mod vectors;
 
 pub use analyzer::{ANALYZER_NAME, analyze, analyzer};
 
@@ -195,28 +196,7 @@ impl RecallIndex {
                 0
             }
         };
-        let (rows, high) = store.read(|conn| {
-            let high = store::max_seq(conn)?;
-            let mut stmt = conn.prepare(
-                "SELECT id, content, tags, kind, CASE WHEN owner_trusted = 1 THEN owner END, effective,
-                        content_fact IS NOT NULL AND tombstone_fact IS NULL AND archived = 0
-                 FROM memories WHERE touched > ?1 AND touched <= ?2",
-            )?;
-            let rows = stmt
-                .query_map(params![from, high], |r| {
-                    Ok((
-                        r.get::<_, Vec<u8>>(0)?,
-                        r.get::<_, Option<String>>(1)?,
-                        r.get::<_, Option<String>>(2)?,
-                        r.get::<_, Option<String>>(3)?,
-                        r.get::<_, Option<String>>(4)?,
-                        r.get::<_, String>(5)?,
-                        r.get::<_, bool>(6)?,
-                    ))
-                })?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            Ok((rows, high))
-        })?;
+        let (rows, high) = changed_rows(store, from)?;
         if rows.is_empty() && !out.rebuilt {
             // Someone else caught up meanwhile.
             self.reload()?;
@@ -230,34 +210,17 @@ impl RecallIndex {
             writer.delete_all_documents()?;
         }
         progress.set_len(rows.len() as u64);
-        for (id, content, tags, kind, owner, effective, live) in rows {
+        for row in rows {
             progress.inc(1);
-            let Some(id) = MemoryId::from_slice(&id) else {
-                continue;
-            };
-            let key = id_key(&id);
+            let key = id_key(&row.id);
             writer.delete_term(Term::from_field_text(self.fields.id, &key));
-            if !live {
+            if !row.live {
                 out.removed += 1;
                 continue;
             }
-            let tags: Vec<String> = tags
-                .and_then(|t| serde_json::from_str(&t).ok())
-                .unwrap_or_default();
-            let text = format!(
-                "{} {} {}",
-                content.unwrap_or_default(),
-                tags.join(" "),
-                kind.unwrap_or_default()
-            );
-            let mut d = doc!(self.fields.id => key, self.fields.text => text);
-            // The owner rule holds only where the memory's origin is trusted
-            // (this node or a full peer); elsewhere the owner is just a name.
-            if let Some(owner) = owner {
-                d.add_text(self.fields.access, owner_term(&owner));
-            }
-            for g in effective.split(',').filter(|g| !g.is_empty()) {
-                d.add_text(self.fields.access, g);
+            let mut d = doc!(self.fields.id => key, self.fields.text => row.text);
+            for term in row.access {
+                d.add_text(self.fields.access, term);
             }
             writer.add_document(d)?;
             out.indexed += 1;
@@ -608,6 +571,70 @@ impl Bm25StatisticsProvider for CachedStats<'_, '_> {
     }
 }
 
+/// One memory row as the derived indexes (this one and [`vectors`]) see it.
+#[derive(Debug, Clone)]
+pub(crate) struct IndexRow {
+    pub id: MemoryId,
+    /// What is searched: content, tags and type.
+    pub text: String,
+    /// The access terms it is found under: its owner (where the owner rule
+    /// holds) and its effective grants.
+    pub access: Vec<String>,
+    /// Live and not archived: indexed; otherwise removed.
+    pub live: bool,
+}
+
+/// Every memory row touched after `from`, and the store's high-water mark
+/// they were read at.
+pub(crate) fn changed_rows(store: &mut Store, from: i64) -> Result<(Vec<IndexRow>, i64)> {
+    store.read(|conn| {
+        let high = store::max_seq(conn)?;
+        let mut stmt = conn.prepare(
+            "SELECT id, content, tags, kind, CASE WHEN owner_trusted = 1 THEN owner END, effective,
+                    content_fact IS NOT NULL AND tombstone_fact IS NULL AND archived = 0
+             FROM memories WHERE touched > ?1 AND touched <= ?2",
+        )?;
+        let mut rows = stmt.query(params![from, high])?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            let Some(id) = MemoryId::from_slice(&r.get::<_, Vec<u8>>(0)?) else {
+                continue;
+            };
+            let tags: Vec<String> = r
+                .get::<_, Option<String>>(2)?
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or_default();
+            let text = format!(
+                "{} {} {}",
+                r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                tags.join(" "),
+                r.get::<_, Option<String>>(3)?.unwrap_or_default()
+            );
+            // The owner rule holds only where the memory's origin is trusted
+            // (this node or a full peer); elsewhere the owner is just a name.
+            let mut access: Vec<String> = r
+                .get::<_, Option<String>>(4)?
+                .iter()
+                .map(|o| owner_term(o))
+                .collect();
+            let effective: String = r.get(5)?;
+            access.extend(
+                effective
+                    .split(',')
+                    .filter(|g| !g.is_empty())
+                    .map(str::to_owned),
+            );
+            out.push(IndexRow {
+                id,
+                text,
+                access,
+                live: r.get(6)?,
+            });
+        }
+        Ok((out, high))
+    })
+}
+
 /// `(epoch, watermark)` from a commit's payload, if any.
 fn payload_watermark(metas: &tantivy::IndexMeta) -> Option<(String, i64)> {
     let rest = metas
@@ -656,7 +683,7 @@ fn parse_id_key(s: &str) -> Option<MemoryId> {
     Some(MemoryId(out))
 }
 
-fn lock(path: &std::path::Path) -> Result<File> {
+pub(crate) fn lock(path: &std::path::Path) -> Result<File> {
     let f = fs::OpenOptions::new()
         .create(true)
         .truncate(false)

@@ -66,6 +66,10 @@ pub struct RebuildReport {
     pub indexed: usize,
     pub docs: u64,
     pub index_bytes: u64,
+    /// Vectors made by the embedding model (memories with no token it knows
+    /// get none).
+    pub vectors: u64,
+    pub vector_bytes: u64,
 }
 
 /// What a hygiene job did or would do to one memory.
@@ -275,10 +279,15 @@ impl Node {
         let progress = Progress::bar(feedback, "index", "memories", 0);
         let (CatchUp { indexed, .. }, (docs, index_bytes)) = self.rebuild_index(&progress)?;
         drop(progress);
+        let progress = Progress::bar(feedback, "vectors", "memories", 0);
+        let (_, (vectors, vector_bytes)) = self.rebuild_vectors(&progress)?;
+        drop(progress);
         Ok(RebuildReport {
             indexed,
             docs,
             index_bytes,
+            vectors,
+            vector_bytes,
         })
     }
 

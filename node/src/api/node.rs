@@ -11,6 +11,7 @@
 //! that does not exist ([`NodeError::NoSuchMemory`]); owner-only operations
 //! on a visible memory refuse others with [`NodeError::Refused`].
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use amos_acl::{AuthorizedScopes, Visible};
@@ -26,10 +27,13 @@ use crate::clock::{SystemClock, WallClock};
 use crate::error::{NodeError, Result};
 use crate::home::Home;
 use crate::index::RecallIndex;
+use crate::index::vectors::VectorIndex;
+use crate::recall::RecallMode;
 use crate::recall::time::{self, TimeQuery, ValidTime};
 use crate::store::memory::MemoryRecord;
 use crate::store::org::{self, AgentInfo, ProjectInfo, StoredOrg, TeamInfo};
 use crate::store::{Store, Tx};
+use amos_embed::StaticModel;
 
 /// A new memory as a caller describes it.
 #[derive(Debug, Clone)]
@@ -137,6 +141,13 @@ pub struct InitReport {
     pub created: bool,
 }
 
+/// What one recall reads, caught up: see [`Node::recall_parts`].
+pub(crate) struct RecallParts<'a> {
+    pub index: &'a RecallIndex,
+    pub vectors: Option<(&'a VectorIndex, &'a StaticModel)>,
+    pub store: &'a mut Store,
+}
+
 /// An open node: identity, store and (lazily) the index.
 pub struct Node {
     home: Home,
@@ -144,6 +155,8 @@ pub struct Node {
     name: String,
     pub(crate) store: Store,
     index: Option<RecallIndex>,
+    /// The vector index and the model that fills it, opened on first use.
+    vectors: Option<(VectorIndex, Cow<'static, StaticModel>)>,
     pub(crate) clock: Arc<dyn WallClock>,
     /// The front end reads come through, for the read audit (`api::reads`).
     pub(crate) front: &'static str,
@@ -187,6 +200,7 @@ impl Node {
             name: info.name,
             store,
             index: None,
+            vectors: None,
             clock,
             front: "cli",
         })
@@ -220,6 +234,77 @@ impl Node {
         self.index
             .as_mut()
             .ok_or_else(|| NodeError::Index("index not open".into()))
+    }
+
+    /// The embedding model: `--model`, else `AMOS_MODEL`, else the built-in
+    /// one. A directory that is not a model is bad input.
+    fn load_model(&self) -> Result<Cow<'static, StaticModel>> {
+        let model = match self.home.model_dir() {
+            Some(dir) => StaticModel::from_dir(dir).map(Cow::Owned),
+            None => StaticModel::from_env(),
+        };
+        model.map_err(|e| NodeError::BadInput(format!("embedding model: {e}")))
+    }
+
+    /// The vector index, its model and the store, opened on first use.
+    fn vector_parts(&mut self) -> Result<(&mut VectorIndex, &StaticModel, &mut Store)> {
+        if self.vectors.is_none() {
+            let model = self.load_model()?;
+            self.vectors = Some((VectorIndex::open(&self.home)?, model));
+        }
+        let Node { vectors, store, .. } = self;
+        let (vectors, model) = vectors
+            .as_mut()
+            .ok_or_else(|| NodeError::Index("vector index not open".into()))?;
+        Ok((vectors, model, store))
+    }
+
+    /// Catch up what a recall in `mode` reads — the full-text index (even
+    /// in semantic mode: resonance and `--known-at` use its analyzer) and,
+    /// unless lexical, the vector index — and hand them out with the store.
+    pub(crate) fn recall_parts(&mut self, mode: RecallMode) -> Result<RecallParts<'_>> {
+        self.index()?;
+        if mode.semantic() {
+            self.vector_parts()?;
+        }
+        let Node {
+            index,
+            vectors,
+            store,
+            ..
+        } = self;
+        let index = index
+            .as_mut()
+            .ok_or_else(|| NodeError::Index("index not open".into()))?;
+        index.catch_up(store)?;
+        let vectors = match vectors.as_mut() {
+            Some((v, model)) if mode.semantic() => {
+                v.catch_up(store, model)?;
+                Some((&*v, &**model))
+            }
+            _ => None,
+        };
+        Ok(RecallParts {
+            index,
+            vectors,
+            store,
+        })
+    }
+
+    /// Catch the vector index up (and the full-text one): what the next
+    /// hybrid search would otherwise do first.
+    pub(crate) fn caught_up_vectors(&mut self) -> Result<()> {
+        self.recall_parts(RecallMode::Semantic).map(|_| ())
+    }
+
+    /// Drop and rebuild the vector index; returns what it did and `(vectors, bytes)`.
+    pub(crate) fn rebuild_vectors(
+        &mut self,
+        progress: &crate::progress::Progress,
+    ) -> Result<(crate::index::CatchUp, (u64, u64))> {
+        let (vectors, model, store) = self.vector_parts()?;
+        let done = vectors.rebuild(store, model, progress)?;
+        Ok((done, vectors.stats()?))
     }
 
     /// Catch the index up and hand out both it and the store.

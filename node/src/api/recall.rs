@@ -10,8 +10,10 @@ use amos_acl::AuthorizedScopes;
 use amos_protocol::MemoryId;
 
 use crate::api::node::Node;
+use crate::api::node::RecallParts;
 use crate::error::{NodeError, Result};
 use crate::index::{analyze, owner_term};
+use crate::recall::fuse::{Direct, RecallMode, fuse};
 use crate::recall::pack::{
     Conflict, Included, PACK_CORE, Pack, PackDecision, PackOptions, decision, duplicate,
     estimate_tokens, included_of,
@@ -98,9 +100,18 @@ impl Node {
         };
         // The time a superseder must have started by to down-weight.
         let time_at = opts.time.valid_at_ms.unwrap_or(now);
-        let (index, store) = self.caught_up_index()?;
+        let RecallParts {
+            index,
+            vectors,
+            store,
+        } = self.recall_parts(opts.mode)?;
         let terms = index.terms(query)?;
-        if terms.is_empty() {
+        let query_vector = match vectors {
+            Some((_, model)) => model.embed(query),
+            None => Vec::new(),
+        };
+        let semantic_only = opts.mode == RecallMode::Semantic;
+        if terms.is_empty() && (query_vector.iter().all(|x| *x == 0.0) || !opts.mode.semantic()) {
             return Ok(Vec::new());
         }
         let access: Option<Vec<String>> = who.requester().map(|r| {
@@ -118,30 +129,71 @@ impl Node {
         };
         let mut limit = (4 * k).max(50);
         let mut hits: Vec<Hit> = loop {
-            let candidates = index.search(&terms, access.as_deref(), limit)?;
-            let exhausted = candidates.len() < limit;
-            let relevance: HashMap<MemoryId, f32> = candidates.iter().copied().collect();
-            let mut ids: Vec<MemoryId> = candidates.iter().map(|c| c.0).collect();
-            ids.extend(changed.iter().filter(|id| !relevance.contains_key(id)));
-            let top = candidates.iter().map(|c| c.1).fold(0.0f32, f32::max);
+            // Both lists are pre-filtered by the requester's access terms
+            // before a candidate takes a slot; the gate below decides.
+            let lexical = match semantic_only {
+                true => Vec::new(),
+                false => index.search(&terms, access.as_deref(), limit)?,
+            };
+            let semantic = match vectors {
+                Some((v, _)) => v.search(&query_vector, access.as_deref(), limit)?,
+                None => Vec::new(),
+            };
+            let exhausted = lexical.len() < limit && semantic.len() < limit;
+            let top_bm25 = lexical.iter().map(|c| c.1).fold(0.0f32, f32::max);
+            let bm25: HashMap<MemoryId, f32> = lexical.iter().copied().collect();
+            let cosine: HashMap<MemoryId, f32> = semantic.iter().copied().collect();
+            let mut ids: Vec<MemoryId> = lexical.iter().map(|c| c.0).collect();
+            ids.extend(semantic.iter().map(|c| c.0));
+            ids.extend(changed.iter().copied());
+            ids.sort_unstable();
+            ids.dedup();
             let visible: Vec<_> = store
                 .visible(who, &ids, now)?
                 .into_iter()
                 .filter(|m| !m.archived)
                 .collect();
-            let hits: Vec<Hit> = time::view(store.conn(), who, visible, &opts.time, now)?
+            let in_time = time::view(store.conn(), who, visible, &opts.time, now)?;
+            // Each visible candidate's two scores, as of the query's time:
+            // under --known-at a memory answers by its text then (the
+            // indexes hold today's), so a memory edited since is scored
+            // from that text: its words by overlap, its meaning by a vector
+            // made now.
+            let mut lexical_now = Vec::new();
+            let mut semantic_now = Vec::new();
+            for (m, _) in &in_time {
+                let edited = opts.time.known_at_ms.is_some() && changed.contains(&m.id);
+                if opts.mode.lexical() {
+                    let score = match opts.time.known_at_ms {
+                        None => bm25.get(&m.id).copied(),
+                        Some(_) => {
+                            let then = overlap(&m.content, &terms);
+                            match (edited, bm25.get(&m.id)) {
+                                _ if then <= 0.0 => None,
+                                (false, Some(b)) => Some(*b),
+                                _ => Some(then * top_bm25.max(1.0)),
+                            }
+                        }
+                    };
+                    lexical_now.extend(score.map(|s| (m.id, s)));
+                }
+                if let Some((_, model)) = vectors {
+                    let score = match edited {
+                        false => cosine.get(&m.id).copied(),
+                        true => Some(amos_embed::cosine(&model.embed(&m.content), &query_vector)),
+                    };
+                    semantic_now.extend(score.map(|s| (m.id, s)));
+                }
+            }
+            for list in [&mut lexical_now, &mut semantic_now] {
+                list.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            }
+            let direct = fuse(opts.mode, &lexical_now, &semantic_now, |_| true);
+            let hits: Vec<Hit> = in_time
                 .into_iter()
                 .filter_map(|(m, vt)| {
-                    // Under --known-at a memory answers by its text then.
-                    let then = match opts.time.known_at_ms {
-                        Some(_) => Some(overlap(&m.content, &terms)).filter(|o| *o > 0.0)?,
-                        None => 0.0,
-                    };
-                    let bm25 = match relevance.get(&m.id) {
-                        Some(r) => *r,
-                        None => then * top.max(1.0),
-                    };
-                    let mut explain = rank::score(&m, bm25, None, now, opts.half_life_ms, &profile);
+                    let d = direct.get(&m.id)?;
+                    let mut explain = rank::score(&m, d, None, now, opts.half_life_ms, &profile);
                     rank::supersede(&mut explain, time::superseded_at(&vt, time_at));
                     Some(hit(m, explain))
                 })
@@ -162,6 +214,10 @@ impl Node {
         if !seeds.is_empty() && opts.resonance.hops > 0 {
             let known: HashMap<MemoryId, f32> =
                 hits.iter().map(|h| (h.memory.id, h.relevance)).collect();
+            let direct_of: HashMap<MemoryId, Direct> = hits
+                .iter()
+                .map(|h| (h.memory.id, h.explain.direct_part()))
+                .collect();
             let at: HashMap<MemoryId, usize> = hits
                 .iter()
                 .enumerate()
@@ -183,10 +239,10 @@ impl Node {
                 let Some(vt) = in_time.get(&r.memory.id) else {
                     continue;
                 };
-                let bm25 = known.get(&r.memory.id).copied().unwrap_or(0.0);
+                let direct = direct_of.get(&r.memory.id).copied().unwrap_or_default();
                 let mut explain = rank::score(
                     &r.memory,
-                    bm25,
+                    &direct,
                     Some((r.relevance, r.path)),
                     now,
                     opts.half_life_ms,
@@ -469,7 +525,14 @@ impl Node {
         let at = opts.recall.time.valid_at_ms.unwrap_or(now);
         let mut out = Vec::new();
         for (v, vt) in time::view(self.store.conn(), who, pinned, &opts.recall.time, now)? {
-            let mut explain = rank::score(&v, 0.0, None, now, opts.recall.half_life_ms, &profile);
+            let mut explain = rank::score(
+                &v,
+                &Direct::default(),
+                None,
+                now,
+                opts.recall.half_life_ms,
+                &profile,
+            );
             rank::supersede(&mut explain, time::superseded_at(&vt, at));
             out.push(hit(v, explain));
         }

@@ -16,7 +16,7 @@ use std::time::Instant;
 use amos_acl::AuthorizedScopes;
 use serde::{Deserialize, Serialize};
 
-use super::stats::{Millis, millis, peak_rss_bytes};
+use super::stats::{Millis, PhaseMemory, millis, peak_rss_bytes, reset_peak_rss};
 use super::sync::{self, SyncReport};
 use super::text::{self, TextReport};
 use super::workload::{Org, WorkloadMemory, WorkloadQuery};
@@ -25,7 +25,7 @@ use crate::error::{NodeError, Result};
 use crate::home::Home;
 use crate::index::dir_size;
 use crate::progress::{Feedback, Progress};
-use crate::recall::{RecallOptions, TimeQuery};
+use crate::recall::{PackOptions, RecallMode, RecallOptions, TimeQuery};
 
 /// Memories per `add_many` transaction while loading.
 const LOAD_BATCH: usize = 1000;
@@ -68,8 +68,25 @@ pub struct BenchReport {
     /// order.
     pub search_warm_ms: Millis,
     pub search_valid_at_ms: Millis,
+    /// The default mode is hybrid (`search_ms`, `search_warm_ms`,
+    /// `pack_ms`); the same searches and packs warm in lexical mode alone,
+    /// interleaved with `search_warm_ms`.
+    pub search_lexical_ms: Millis,
+    pub pack_lexical_ms: Millis,
     pub pack_ms: Millis,
+    /// A single add and then the vector catch-up that embeds it and links
+    /// it into the graph (what the next hybrid search would pay for it).
+    pub add_embed_ms: Millis,
     pub index_build_s: f64,
+    /// The first vector catch-up: embed every memory, build the HNSW graph.
+    pub vectors_build_s: f64,
+    pub vector_bytes: u64,
+    /// Memories per second including their vectors:
+    /// `memories / (load_s + vectors_build_s)`.
+    pub load_with_vectors_per_s: f64,
+    /// Memory per phase (Linux): each phase's own peak RSS and the RSS left
+    /// after it (`load`, `index`, `vectors`, `search`, `export`, `import`).
+    pub rss: std::collections::BTreeMap<&'static str, PhaseMemory>,
     pub index_rebuild_s: f64,
     pub db_bytes: u64,
     pub index_bytes: u64,
@@ -208,6 +225,8 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
     let home = Home::new(tmp.path().join("home"));
     Node::init(&home, Some("bench"))?;
     let mut node = Node::open(&home)?;
+    let mut rss = std::collections::BTreeMap::new();
+    reset_peak_rss();
 
     // Load, in batches of 1000 per transaction, through the normal write path.
     let requesters = build_org(&mut node, &org)?;
@@ -249,23 +268,38 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
     let memories = first;
     drop(pb);
 
+    rss.insert("load", PhaseMemory::end_phase());
+
     // First catch-up builds the index.
     let t0 = Instant::now();
     node.index()?;
     node.caught_up_index()?;
     let index_build_s = t0.elapsed().as_secs_f64();
+    rss.insert("index", PhaseMemory::end_phase());
+    let t0 = Instant::now();
+    node.caught_up_vectors()?;
+    let vectors_build_s = t0.elapsed().as_secs_f64();
+    rss.insert("vectors", PhaseMemory::end_phase());
 
     // Queries, each as its own requester (the gate is rebuilt per query).
     let pb = Progress::bar(
         cfg.feedback,
         "queries",
         "recalls",
-        (queries.len() * cfg.passes * 3) as u64,
+        (queries.len() * cfg.passes * 4) as u64,
     );
     let mut search = Vec::new();
     let mut search_valid_at = Vec::new();
     let mut search_warm = Vec::new();
+    let mut search_lexical = Vec::new();
+    let mut pack_lexical = Vec::new();
     let plain = RecallOptions::top(10);
+    let lexical = RecallOptions {
+        mode: RecallMode::Lexical,
+        ..RecallOptions::top(10)
+    };
+    let mut lexical_pack = PackOptions::new(1200);
+    lexical_pack.recall.mode = RecallMode::Lexical;
     let valid_at = RecallOptions {
         time: TimeQuery {
             valid_at_ms: Some(node.now_ms()),
@@ -312,9 +346,18 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
                 false => search_warm.push(ms),
             }
         }
+        let t0 = Instant::now();
+        let who = node.requester(&q.agent)?;
+        node.search_with(&who, &q.query, &lexical)?;
+        search_lexical.push(t0.elapsed().as_secs_f64() * 1e3);
+        let t0 = Instant::now();
+        let who = node.requester(&q.agent)?;
+        node.pack_with(&who, &q.query, &lexical_pack)?;
+        pack_lexical.push(t0.elapsed().as_secs_f64() * 1e3);
         pb.inc(1);
     }
     drop(pb);
+    rss.insert("search", PhaseMemory::end_phase());
 
     // Single durable adds after the load.
     let mut adds = Vec::new();
@@ -326,6 +369,18 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         let t0 = Instant::now();
         node.add(who, new)?;
         adds.push(t0.elapsed().as_secs_f64() * 1e3);
+    }
+    // Single adds again, each embedded and linked into the graph at once.
+    let mut adds_embedded = Vec::new();
+    for m in memories.iter().cycle().take(cfg.single_adds) {
+        let who = requesters
+            .get(&m.owner)
+            .ok_or_else(|| NodeError::BadInput(format!("unknown owner {}", m.owner)))?;
+        let new = m.to_new()?;
+        let t0 = Instant::now();
+        node.add(who, new)?;
+        node.caught_up_vectors()?;
+        adds_embedded.push(t0.elapsed().as_secs_f64() * 1e3);
     }
 
     let t0 = Instant::now();
@@ -342,11 +397,14 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
     peer.mesh_key_set(&key.to_string())?;
     let bundle_path = tmp.path().join("bench.bndl");
     let t0 = Instant::now();
+    reset_peak_rss();
     let exported = node.bundle_export(&bundle_path, &[], None, cfg.feedback)?;
     let export_s = t0.elapsed().as_secs_f64();
+    rss.insert("export", PhaseMemory::end_phase());
     let t0 = Instant::now();
     let imported = peer.bundle_import(&bundle_path, cfg.feedback)?;
     let import_s = t0.elapsed().as_secs_f64();
+    rss.insert("import", PhaseMemory::end_phase());
     if node.digest(&[])? != peer.digest(&[])? {
         return Err(NodeError::Failed(
             "bench: the imported peer's digest differs from the exporter's".into(),
@@ -374,6 +432,14 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         .sum();
     let searches = search.len();
     let index_bytes = dir_size(&home.index_dir());
+    let vector_bytes = dir_size(&home.vectors_dir());
+    // The peak of the whole run: the phases' own peaks and what came after.
+    let peak_rss_bytes = rss
+        .values()
+        .map(|p: &PhaseMemory| p.peak_bytes)
+        .chain([peak_rss_bytes()])
+        .max()
+        .unwrap_or(0);
     // Keep the homes for inspection, or let `tmp` delete them on return.
     let (kept, _tmp) = if cfg.keep {
         (Some(tmp.keep().display().to_string()), None)
@@ -390,12 +456,19 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         search_ms: millis(search),
         search_warm_ms: millis(search_warm),
         search_valid_at_ms: millis(search_valid_at),
+        search_lexical_ms: millis(search_lexical),
+        pack_lexical_ms: millis(pack_lexical),
         pack_ms: millis(pack),
+        add_embed_ms: millis(adds_embedded),
         index_build_s,
+        vectors_build_s,
+        vector_bytes,
+        load_with_vectors_per_s: loaded as f64 / (load_s + vectors_build_s).max(1e-9),
+        rss,
         index_rebuild_s,
         db_bytes,
         index_bytes,
-        peak_rss_bytes: peak_rss_bytes(),
+        peak_rss_bytes,
         export_s,
         import_s,
         bundle_bytes: exported.bytes,

@@ -27,6 +27,7 @@ use super::workload::{Org, WorkloadMemory};
 use crate::api::node::Node;
 use crate::error::{NodeError, Result};
 use crate::home::Home;
+use crate::recall::{RecallMode, RecallOptions};
 
 /// Hits asked for per question (the MRR cut-off).
 pub const EVAL_K: usize = 10;
@@ -77,22 +78,12 @@ enum Line {
     Query(GoldenQuery),
 }
 
-/// How recall is asked. Only lexical exists today; hybrid and semantic
-/// slot in here, and each gets its own entry under `modes`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Lexical,
-}
-
-impl Mode {
-    pub const ALL: &[Mode] = &[Mode::Lexical];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Lexical => "lexical",
-        }
-    }
-}
+/// The modes an eval runs, each with its own entry under `modes`.
+pub const MODES: [RecallMode; 3] = [
+    RecallMode::Lexical,
+    RecallMode::Semantic,
+    RecallMode::Hybrid,
+];
 
 /// hit@1, hit@5 and MRR over some questions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -202,19 +193,20 @@ pub fn load(path: &Path) -> Result<GoldenSet> {
     })
 }
 
-/// Load `file` and run every mode on it.
-pub fn run(file: &Path) -> Result<EvalReport> {
+/// Load `file` and run every mode on it, embedding with the model in
+/// `model` (else `AMOS_MODEL`, else the built-in one).
+pub fn run(file: &Path, model: Option<&Path>) -> Result<EvalReport> {
     let set = load(file)?;
-    run_set(&set, file.to_path_buf())
+    run_set(&set, file.to_path_buf(), model)
 }
 
 /// Run every mode on `set` in a throw-away home.
-pub fn run_set(set: &GoldenSet, file: PathBuf) -> Result<EvalReport> {
+pub fn run_set(set: &GoldenSet, file: PathBuf, model: Option<&Path>) -> Result<EvalReport> {
     if set.queries.is_empty() {
         return Err(NodeError::BadInput("the golden set has no queries".into()));
     }
     let tmp = tempfile::tempdir().map_err(NodeError::io("creating a temporary home"))?;
-    let home = Home::new(tmp.path().join("home"));
+    let home = Home::new(tmp.path().join("home")).with_model(model.map(Path::to_path_buf));
     Node::init(&home, Some("eval"))?;
     let mut node = Node::open(&home)?;
     let requesters = build_org(&mut node, &set.org)?;
@@ -281,13 +273,17 @@ pub fn run_set(set: &GoldenSet, file: PathBuf) -> Result<EvalReport> {
     }
 
     let mut modes = BTreeMap::new();
-    for &mode in Mode::ALL {
+    for mode in MODES {
         let mut results = Vec::with_capacity(set.queries.len());
         for q in &set.queries {
             let who = requester(&q.agent)?;
-            let hits = match mode {
-                Mode::Lexical => node.search(who, &q.query, EVAL_K)?,
+            let opts = RecallOptions {
+                k: EVAL_K,
+                mode,
+                note_recall: false,
+                ..RecallOptions::default()
             };
+            let hits = node.search_with(who, &q.query, &opts)?;
             let scored: Vec<(String, f32)> = hits
                 .iter()
                 .filter_map(|h| key_of.get(&h.memory.id).map(|k| ((*k).to_owned(), h.score)))

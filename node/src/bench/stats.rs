@@ -27,18 +27,54 @@ pub(crate) fn millis(mut xs: Vec<f64>) -> Millis {
     }
 }
 
-/// Peak resident set size of this process (Linux `VmHWM`), 0 elsewhere.
+/// Peak resident set size of this process (Linux `VmHWM`: since start, or
+/// since the last [`reset_peak_rss`]), 0 elsewhere.
 pub fn peak_rss_bytes() -> u64 {
+    status_bytes("VmHWM:")
+}
+
+/// Resident set size of this process now (Linux `VmRSS`), 0 elsewhere.
+pub fn rss_bytes() -> u64 {
+    status_bytes("VmRSS:")
+}
+
+fn status_bytes(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|kb| kb.parse::<u64>().ok())
         })
         .map(|kb| kb * 1024)
         .unwrap_or(0)
+}
+
+/// Start a new peak: Linux resets `VmHWM` to the present RSS when "5" is
+/// written to `/proc/self/clear_refs`. Elsewhere (or when refused) the peak
+/// stays cumulative.
+pub fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// One bench phase's memory: its peak and what stayed resident after it.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PhaseMemory {
+    pub peak_bytes: u64,
+    pub after_bytes: u64,
+}
+
+impl PhaseMemory {
+    /// The phase that just ended; the next one starts its own peak.
+    pub fn end_phase() -> PhaseMemory {
+        let m = PhaseMemory {
+            peak_bytes: peak_rss_bytes(),
+            after_bytes: rss_bytes(),
+        };
+        reset_peak_rss();
+        m
+    }
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@ use anyhow::Result;
 
 use super::output::Out;
 
-pub fn run(out: &Out, file: &Path) -> Result<()> {
-    let r = eval::run(file)?;
+pub fn run(out: &Out, file: &Path, model: Option<&Path>) -> Result<()> {
+    let r = eval::run(file, model)?;
     out.emit(&r, || {
         let row = |name: &str, m: &Metrics| {
             format!(

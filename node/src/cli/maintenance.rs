@@ -86,7 +86,10 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
         Cmd::Index(IndexCmd::Rebuild) => {
             let r = node.index_rebuild(out.feedback())?;
             out.emit(&r, || {
-                format!("indexed {} memories ({} bytes)", r.indexed, r.index_bytes)
+                format!(
+                    "indexed {} memories ({} bytes), {} vectors ({} bytes)",
+                    r.indexed, r.index_bytes, r.vectors, r.vector_bytes
+                )
             });
         }
         Cmd::Backup { file, keep } => {

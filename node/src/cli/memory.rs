@@ -104,6 +104,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                 k,
                 half_life_ms: ranking.half_life_ms()?,
                 time: time.query(node.now_ms())?,
+                mode: ranking.mode.into(),
                 ..Default::default()
             };
             let hits = node.search_with(&who, &query, &opts)?;
@@ -124,6 +125,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
             let who = who(node, &w)?;
             let mut opts = amos_node::recall::PackOptions::new(budget);
             opts.recall.half_life_ms = ranking.half_life_ms()?;
+            opts.recall.mode = ranking.mode.into();
             opts.recall.time = time.query(node.now_ms())?;
             opts.reinforce = reinforce;
             let p = node.pack_with(&who, &query, &opts)?;

@@ -31,6 +31,9 @@ struct Cli {
     /// Node home directory [default: $AMOS_HOME, else the platform data dir]
     #[arg(long, global = true, env = "AMOS_HOME")]
     home: Option<PathBuf>,
+    /// Embedding model: a model2vec directory [default: $AMOS_MODEL, else the built-in model]
+    #[arg(long, global = true, value_name = "DIR", env = "AMOS_MODEL")]
+    model: Option<PathBuf>,
     /// Machine-readable output on stdout
     #[arg(long, global = true)]
     json: bool,
@@ -502,6 +505,26 @@ struct Ranking {
         env = "AMOS_HALF_LIFE"
     )]
     half_life: String,
+    /// Candidates: hybrid (words and meaning, fused), lexical (words) or semantic (meaning)
+    #[arg(long, value_enum, default_value = "hybrid", env = "AMOS_RECALL_MODE")]
+    mode: ModeArg,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum ModeArg {
+    Hybrid,
+    Lexical,
+    Semantic,
+}
+
+impl From<ModeArg> for amos_node::recall::RecallMode {
+    fn from(m: ModeArg) -> Self {
+        match m {
+            ModeArg::Hybrid => Self::Hybrid,
+            ModeArg::Lexical => Self::Lexical,
+            ModeArg::Semantic => Self::Semantic,
+        }
+    }
 }
 
 /// A memory's valid time (`amos add`, `update`, `supersede`).
@@ -1080,7 +1103,8 @@ fn run(cli: Cli) -> Result<()> {
         json: cli.json,
         quiet: cli.quiet,
     };
-    let home = Home::new(cli.home.clone().unwrap_or_else(Home::default_root));
+    let home = Home::new(cli.home.clone().unwrap_or_else(Home::default_root))
+        .with_model(cli.model.clone());
     match cli.cmd {
         Cmd::Init { name } => {
             let r = Node::init(&home, name.as_deref())?;
@@ -1100,7 +1124,7 @@ fn run(cli: Cli) -> Result<()> {
             return Ok(());
         }
         Cmd::Demo => return demo::run(&out),
-        Cmd::Eval { file } => return eval::run(&out, &file),
+        Cmd::Eval { file } => return eval::run(&out, &file, cli.model.as_deref()),
         Cmd::Serve {
             listen,
             sync_every,

@@ -76,10 +76,18 @@ pub fn hits_text(hits: &[Hit], explain: bool) -> String {
                     )
                 })
                 .unwrap_or_default();
-            lines.push(format!(
-                "         relevance {:.4}{via} [bm25 {:.4}] × importance {:.2} × confidence {:.2} × freshness {:.4} (age {:.1}d, half-life {:.1}d{}) × reinforcement {:.3} × profile {:.2}{superseded} = {:.6}",
-                e.relevance,
+            let place = |r: Option<usize>| r.map_or_else(|| "-".to_owned(), |r| format!("#{r}"));
+            let parts = format!(
+                "lexical {} bm25 {:.4}; semantic {} cosine {}",
+                place(e.lexical_rank),
                 e.bm25,
+                place(e.semantic_rank),
+                e.semantic
+                    .map_or_else(|| "-".to_owned(), |c| format!("{c:.4}"))
+            );
+            lines.push(format!(
+                "         relevance {:.4}{via} [{parts}] × importance {:.2} × confidence {:.2} × freshness {:.4} (age {:.1}d, half-life {:.1}d{}) × reinforcement {:.3} × profile {:.2}{superseded} = {:.6}",
+                e.relevance,
                 e.importance,
                 e.confidence,
                 e.freshness,

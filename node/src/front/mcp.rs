@@ -27,7 +27,7 @@ use crate::error::{NodeError, Result};
 use crate::front::request::{self, AddRequest, TimeRequest};
 use crate::front::view;
 use crate::home::Home;
-use crate::recall::{DEFAULT_BUDGET, DEFAULT_K, PackOptions, RecallOptions};
+use crate::recall::{DEFAULT_BUDGET, DEFAULT_K, PackOptions, RecallMode, RecallOptions};
 
 /// The MCP server: one node, one agent.
 pub struct MemoryServer {
@@ -198,7 +198,8 @@ const TOOLS: &[ToolSpec] = &[
                     "since": {"type": "string", "description": "only memories whose valid time starts at/after this (RFC 3339, date, or offset like -7d)"},
                     "until": {"type": "string", "description": "only memories whose valid time starts at/before this"},
                     "valid_at": {"type": "string", "description": "what was true then: superseded and ended memories drop out"},
-                    "known_at": {"type": "string", "description": "answer with what was on record then"}
+                    "known_at": {"type": "string", "description": "answer with what was on record then"},
+                    "mode": {"type": "string", "enum": ["hybrid", "lexical", "semantic"], "description": "candidates: hybrid (default: words and meaning), lexical (words) or semantic (meaning)"}
                 }),
                 &["query"],
             )
@@ -227,7 +228,8 @@ const TOOLS: &[ToolSpec] = &[
                     "since": {"type": "string", "description": "only memories whose valid time starts at/after this (RFC 3339, date, or offset like -7d)"},
                     "until": {"type": "string", "description": "only memories whose valid time starts at/before this"},
                     "valid_at": {"type": "string", "description": "what was true then: superseded and ended memories drop out"},
-                    "known_at": {"type": "string", "description": "answer with what was on record then"}
+                    "known_at": {"type": "string", "description": "answer with what was on record then"},
+                    "mode": {"type": "string", "enum": ["hybrid", "lexical", "semantic"], "description": "candidates: hybrid (default: words and meaning), lexical (words) or semantic (meaning)"}
                 }),
                 &["query"],
             )
@@ -361,6 +363,7 @@ struct SearchArgs {
     until: Option<String>,
     valid_at: Option<String>,
     known_at: Option<String>,
+    mode: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -389,6 +392,7 @@ struct PackArgs {
     until: Option<String>,
     valid_at: Option<String>,
     known_at: Option<String>,
+    mode: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -453,6 +457,18 @@ fn parse<T: DeserializeOwned>(tool: &str, args: Map<String, Value>) -> Result<T>
     })
 }
 
+/// The `mode` argument: hybrid when absent.
+fn mode_of(mode: Option<&str>) -> Result<RecallMode> {
+    match mode {
+        None => Ok(RecallMode::default()),
+        Some(m) => RecallMode::parse(m).ok_or_else(|| {
+            NodeError::BadInput(format!(
+                "mode must be hybrid, lexical or semantic, not {m:?}"
+            ))
+        }),
+    }
+}
+
 fn dispatch(
     node: &mut Node,
     who: &amos_acl::AuthorizedScopes,
@@ -471,6 +487,7 @@ fn dispatch(
             let opts = RecallOptions {
                 k: a.k.unwrap_or(DEFAULT_K),
                 time: time_of(a.since, a.until, a.valid_at, a.known_at, node.now_ms())?,
+                mode: mode_of(a.mode.as_deref())?,
                 ..RecallOptions::default()
             };
             let hits = node.search_with(who, &a.query, &opts)?;
@@ -504,6 +521,7 @@ fn dispatch(
             let a: PackArgs = parse(tool, args)?;
             let mut opts = PackOptions::new(a.budget.unwrap_or(DEFAULT_BUDGET));
             opts.recall.time = time_of(a.since, a.until, a.valid_at, a.known_at, node.now_ms())?;
+            opts.recall.mode = mode_of(a.mode.as_deref())?;
             let p = node.pack_with(who, &a.query, &opts)?;
             let mut lines: Vec<String> = p
                 .items

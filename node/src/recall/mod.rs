@@ -1,4 +1,5 @@
-//! Recall (docs/design.md §9): candidates from the index and from resonance over
+//! Recall (docs/design.md §9): candidates from the full-text index and the
+//! vector index ([`fuse`]: lexical, semantic or hybrid) and from resonance over
 //! links → rows re-read from SQLite → the gate → score (with the requester's
 //! profile weights) → top k. Context packs ([`pack`]) fill a token budget from
 //! the same hits; feedback reinforces what helped.
@@ -14,11 +15,13 @@
 //! `recall_latency`); it never writes a replicated fact, so `amos digest`
 //! does not move.
 //!
-//! Submodules: [`rank`] (the score and its explanation), [`resonance`]
+//! Submodules: [`fuse`] (modes and the fusion of lexical and semantic
+//! candidates), [`rank`] (the score and its explanation), [`resonance`]
 //! (spreading over links), [`pack`] (context packs), [`text`] (duplicate and
 //! contradiction heuristics), [`latency`] (the recall latency histogram),
 //! [`time`] (valid time, supersession and the time filters).
 
+pub mod fuse;
 pub mod latency;
 pub mod pack;
 pub mod rank;
@@ -33,6 +36,7 @@ use amos_protocol::MemoryId;
 use rusqlite::params;
 use serde::Serialize;
 
+pub use fuse::{Direct, RecallMode};
 pub use latency::RecallKind;
 pub use pack::{DEFAULT_BUDGET, DEFAULT_K, Pack, PackDecision, PackOptions, estimate_tokens};
 pub use rank::{Explain, RecallOptions, ResonanceConfig};

@@ -13,6 +13,7 @@
 use amos_acl::Visible;
 use serde::Serialize;
 
+use crate::recall::fuse::{Direct, RecallMode};
 use crate::store::memory::MemoryRecord;
 use crate::store::profile::ProfileWeights;
 
@@ -60,6 +61,8 @@ pub struct RecallOptions {
     pub note_recall: bool,
     /// Time filters (`--since`, `--until`, `--valid-at`, `--known-at`).
     pub time: crate::recall::time::TimeQuery,
+    /// Which candidates to draw on (`--mode`).
+    pub mode: RecallMode,
 }
 
 impl RecallOptions {
@@ -79,6 +82,7 @@ impl Default for RecallOptions {
             resonance: ResonanceConfig::default(),
             note_recall: true,
             time: Default::default(),
+            mode: RecallMode::default(),
         }
     }
 }
@@ -98,6 +102,18 @@ pub struct ResonancePath {
 pub struct Explain {
     /// BM25 relevance from the index (0 when only resonance found it).
     pub bm25: f32,
+    /// The memory's place among the visible lexical candidates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lexical_rank: Option<usize>,
+    /// Cosine similarity of its vector and the query's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub semantic: Option<f32>,
+    /// Its place among the visible semantic candidates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub semantic_rank: Option<usize>,
+    /// The direct relevance of the mode: BM25 (lexical), cosine (semantic)
+    /// or the reciprocal-rank fusion of both places (hybrid).
+    pub direct: f32,
     /// Set when resonance gave more relevance than the index.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resonance: Option<ResonancePath>,
@@ -115,6 +131,19 @@ pub struct Explain {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub superseded_by: Option<String>,
     pub score: f32,
+}
+
+impl Explain {
+    /// The direct relevance this score was built from (without resonance).
+    pub fn direct_part(&self) -> Direct {
+        Direct {
+            relevance: self.direct,
+            bm25: self.bm25,
+            lexical_rank: self.lexical_rank,
+            semantic: self.semantic,
+            semantic_rank: self.semantic_rank,
+        }
+    }
 }
 
 /// Down-weight a memory that `by` replaced (docs/design.md §12).
@@ -141,15 +170,15 @@ pub const DECAY_STEP_MS: u64 = 60 * 60 * 1000;
 
 pub fn score(
     m: &Visible<MemoryRecord>,
-    bm25: f32,
+    direct: &Direct,
     resonance: Option<(f32, ResonancePath)>,
     now_ms: u64,
     half_life_ms: u64,
     profile: &ProfileWeights,
 ) -> Explain {
     let (relevance, resonance) = match resonance {
-        Some((r, path)) if r > bm25 => (r, Some(path)),
-        _ => (bm25, None),
+        Some((r, path)) if r > direct.relevance => (r, Some(path)),
+        _ => (direct.relevance, None),
     };
     let age_ms = now_ms.saturating_sub(m.updated_ms.max(m.created_ms));
     // Decay by whole hours: a half-life of days needs no finer grain, and
@@ -160,7 +189,11 @@ pub fn score(
     let weight = profile.weight(&m.kind);
     let score = relevance * m.importance * m.confidence * fresh * m.reinforcement * weight;
     Explain {
-        bm25,
+        bm25: direct.bm25,
+        lexical_rank: direct.lexical_rank,
+        semantic: direct.semantic,
+        semantic_rank: direct.semantic_rank,
+        direct: direct.relevance,
         resonance,
         relevance,
         importance: m.importance,

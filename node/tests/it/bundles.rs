@@ -99,9 +99,12 @@ fn u64_of(v: &Value, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("{field} in {v}"))
 }
 
-/// Contents of the hits of `amos search QUERY --as AGENT`.
+/// Contents of the hits of `amos search QUERY --as AGENT`, a word probe
+/// (lexical mode).
 fn search_texts(h: &Home, agent: &str, query: &str) -> Vec<String> {
-    h.json(&["search", query, "--as", agent, "-k", "50"])["hits"]
+    h.json(&[
+        "search", query, "--as", agent, "-k", "50", "--mode", "lexical",
+    ])["hits"]
         .as_array()
         .expect("hits")
         .iter()

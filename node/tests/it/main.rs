@@ -30,6 +30,7 @@ mod readme;
 mod recall_engine;
 mod replication;
 mod revocation_mesh;
+mod semantic;
 mod sync_session;
 mod text_edits;
 mod time_travel;

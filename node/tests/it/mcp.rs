@@ -28,7 +28,7 @@ const TOOLS: [&str; 11] = [
 ];
 
 /// One `amos mcp` child and its JSON-RPC conversation.
-struct Client {
+pub(crate) struct Client {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<String>,
@@ -36,7 +36,7 @@ struct Client {
 }
 
 impl Client {
-    fn start(home: &Home, agent: &str) -> Client {
+    pub(crate) fn start(home: &Home, agent: &str) -> Client {
         let mut child = home
             .cmd()
             .env("AMOS_AGENT", agent)
@@ -110,14 +110,14 @@ impl Client {
     }
 
     /// `tools/call`; returns the result object (panics on a protocol error).
-    fn call(&mut self, tool: &str, args: Value) -> Value {
+    pub(crate) fn call(&mut self, tool: &str, args: Value) -> Value {
         let r = self.request("tools/call", json!({"name": tool, "arguments": args}));
         assert!(r.get("error").is_none(), "{tool}: protocol error {r}");
         r["result"].clone()
     }
 
     /// A call that must succeed; returns its structured content.
-    fn ok(&mut self, tool: &str, args: Value) -> Value {
+    pub(crate) fn ok(&mut self, tool: &str, args: Value) -> Value {
         let r = self.call(tool, args.clone());
         assert_eq!(r["isError"], false, "{tool} {args}: {r}");
         assert!(

@@ -90,9 +90,16 @@ fn resonance_never_bridges_through_an_invisible_memory() {
 
     // bob: X is invisible, so it neither shows nor bridges to B.
     let mut out = String::new();
-    let bob = h.json(&["search", "quokka", "--as", "bob", "-k", "50"]);
+    let bob = h.json(&[
+        "search", "quokka", "--as", "bob", "-k", "50", "--mode", "lexical",
+    ]);
     assert_eq!(ids_of(&bob, "hits"), vec![a.clone()], "{bob}");
     out += &bob.to_string();
+    // By meaning too, neither X nor what only X links to.
+    let hybrid = h.json(&["search", "quokka", "--as", "bob", "-k", "50"]);
+    let got = ids_of(&hybrid, "hits");
+    assert!(!got.contains(&x) && !got.contains(&b), "{hybrid}");
+    out += &hybrid.to_string();
     out += &h
         .ok(&["search", "quokka", "--as", "bob", "--explain"])
         .stdout;
@@ -220,7 +227,18 @@ fn explain_carries_every_factor_and_their_product_is_the_score() {
     assert!((f("score") - hit(&v, &id)["score"].as_f64().expect("score")).abs() < 1e-6);
     assert_eq!(f("profile_weight"), 2.0);
     assert_eq!(f("half_life_days"), 7.0);
-    assert!(f("bm25") > 0.0 && f("relevance") == f("bm25"));
+    // Hybrid (the default): relevance is the fused direct relevance, and
+    // both parts are shown.
+    assert!(f("bm25") > 0.0 && f("relevance") == f("direct"));
+    assert_eq!(e["lexical_rank"], 1, "{e}");
+    assert!(f("semantic") > 0.3 && e["semantic_rank"] == 1, "{e}");
+    let lexical = h.json(&["search", "narwhal", "--as", "alice", "--mode", "lexical"]);
+    let e = &hit(&lexical, &id)["explain"];
+    assert!(
+        e["bm25"].as_f64().expect("bm25") > 0.0 && e["relevance"] == e["bm25"],
+        "{e}"
+    );
+    assert!(e.get("semantic").is_none(), "{e}");
     let text = h
         .ok(&["search", "narwhal", "--as", "alice", "--explain"])
         .stdout;
@@ -232,6 +250,8 @@ fn explain_carries_every_factor_and_their_product_is_the_score() {
         "half-life 30.0d",
         "reinforcement",
         "profile 2.00",
+        "lexical #1 bm25",
+        "semantic #1 cosine",
     ] {
         assert!(text.contains(factor), "{factor} missing: {text}");
     }
@@ -659,7 +679,11 @@ fn retention_archives_expired_and_idle_memories_but_never_pinned_ones() {
     {
         let mut node = open_at(&h, t0 + 60 * DAY_MS);
         let bob = node.requester("bob").expect("bob");
-        node.search(&bob, "three", 5).expect("search");
+        let words = amos_node::recall::RecallOptions {
+            mode: amos_node::recall::RecallMode::Lexical,
+            ..amos_node::recall::RecallOptions::top(5)
+        };
+        node.search_with(&bob, "three", &words).expect("search");
     }
     let mut node = open_at(&h, t0 + 100 * DAY_MS);
     let policy = RetentionPolicy::default();

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use amos_node::clock::WallClock;
-use amos_node::recall::{RecallOptions, TimeQuery};
+use amos_node::recall::{RecallMode, RecallOptions, TimeQuery};
 use amos_node::{Home, NewMemory, Node};
 use amos_protocol::{MemoryId, Scope, SignedFact, Validity};
 use proptest::prelude::*;
@@ -517,13 +517,25 @@ fn node_known_at(n: &Node, agent: &str, t: u64) -> BTreeMap<MemoryId, String> {
     listed(n, agent, q)
 }
 
-/// What a search for `word` returns under `q`.
+/// What a search for `word` returns under `q`, by words alone.
 fn node_search(n: &mut Node, agent: &str, word: &str, q: TimeQuery) -> BTreeSet<MemoryId> {
+    node_search_in(n, agent, word, q, RecallMode::Lexical)
+}
+
+/// What a search for `word` returns under `q` in `mode`.
+fn node_search_in(
+    n: &mut Node,
+    agent: &str,
+    word: &str,
+    q: TimeQuery,
+    mode: RecallMode,
+) -> BTreeSet<MemoryId> {
     let who = n.requester(agent).unwrap();
     let opts = RecallOptions {
         k: 1000,
         time: q,
         note_recall: false,
+        mode,
         ..RecallOptions::default()
     };
     n.search_with(&who, word, &opts)
@@ -581,14 +593,20 @@ fn check(ops: &[Op]) -> Result<(), TestCaseError> {
                 // The search path (index candidates, and under known-at the
                 // memories whose text changed since) agrees with the list.
                 let word = WORDS[(t / STEP_MS) as usize % WORDS.len()];
-                let found = node_search(
-                    n,
+                let known_at = TimeQuery {
+                    known_at_ms: Some(t),
+                    ..TimeQuery::default()
+                };
+                let found = node_search(n, agent, word, known_at);
+                // By meaning too (hybrid): everything the words found, and
+                // nothing the agent could not see on record then.
+                let hybrid = node_search_in(n, agent, word, known_at, RecallMode::Hybrid);
+                prop_assert!(found.is_subset(&hybrid), "hybrid lost a word match");
+                prop_assert!(
+                    hybrid.iter().all(|id| want_known.contains_key(id)),
+                    "hybrid found a memory not on record for {} at {}",
                     agent,
-                    word,
-                    TimeQuery {
-                        known_at_ms: Some(t),
-                        ..TimeQuery::default()
-                    },
+                    t
                 );
                 let want: BTreeSet<MemoryId> = want_known
                     .iter()

@@ -187,9 +187,12 @@ fn content(h: &Home, agent: &str, m: &str) -> Option<String> {
     }
 }
 
-/// The search hits of `amos --json search QUERY --as AGENT`.
+/// The search hits of `amos --json search QUERY --as AGENT`, a word probe
+/// (lexical mode).
 fn hits(h: &Home, agent: &str, query: &str) -> Vec<Value> {
-    h.json(&["search", query, "--as", agent, "-k", "20"])["hits"]
+    h.json(&[
+        "search", query, "--as", agent, "-k", "20", "--mode", "lexical",
+    ])["hits"]
         .as_array()
         .expect("hits")
         .clone()

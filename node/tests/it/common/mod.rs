@@ -99,15 +99,22 @@ impl Home {
         self.json(&a)["id"].as_str().expect("id").to_owned()
     }
 
-    /// Ids returned by `amos search QUERY --as AGENT -k K`.
+    /// Ids a word probe finds: `amos search QUERY --as AGENT -k K` in
+    /// lexical mode — which memories carrying these words the agent gets.
+    /// (Hybrid and semantic recall, which also find memories by meaning,
+    /// are tested in `semantic.rs`.)
     pub fn search_ids(&self, agent: &str, query: &str, k: usize) -> Vec<String> {
         let k = k.to_string();
         self.search_ids_with(agent, query, &["-k", &k])
     }
 
-    /// Ids returned by `amos search QUERY --as AGENT EXTRA...`.
+    /// Ids returned by `amos search QUERY --as AGENT EXTRA...`, lexical
+    /// unless `EXTRA` names a `--mode`.
     pub fn search_ids_with(&self, agent: &str, query: &str, extra: &[&str]) -> Vec<String> {
         let mut a = vec!["search", query, "--as", agent];
+        if !extra.contains(&"--mode") {
+            a.extend_from_slice(&["--mode", "lexical"]);
+        }
         a.extend_from_slice(extra);
         self.json(&a)["hits"]
             .as_array()

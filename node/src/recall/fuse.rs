@@ -1,0 +1,233 @@
+//! Which candidates a recall draws on, and how the lexical and semantic
+//! lists become one relevance (docs/recall.md, "Modes").
+//!
+//! * `lexical`: BM25 from the full-text index; relevance = BM25.
+//! * `semantic`: the nearest vectors; relevance = cosine similarity.
+//! * `hybrid` (the default): both lists, fused by a convex combination of
+//!   the scores, each scaled to the list's best visible candidate:
+//!   `0.4 × bm25 / best_bm25 + 0.6 × (cos − 0.3) / (best_cos − 0.3)`
+//!   ([`LEXICAL_WEIGHT`], [`MIN_SIMILARITY`]). So relevance is in [0, 1],
+//!   1 only for a memory best in both lists. (Reciprocal-rank fusion was
+//!   tried first and measured worse on the golden set: a long tail of weak
+//!   matches in both lists outranked a strong match in one; see
+//!   docs/recall.md.)
+//!
+//! Invariant: ranks are counted over *visible* candidates only — the
+//! caller passes the gate's verdict — so a memory the requester cannot see
+//! never moves another one's rank, let alone its own into the output.
+//!
+//! Boundary: pure arithmetic over ids and scores; no store, no index.
+
+use std::collections::HashMap;
+
+use amos_protocol::MemoryId;
+use serde::Serialize;
+
+/// The lexical share of a hybrid relevance (the semantic share is the rest).
+pub const LEXICAL_WEIGHT: f32 = 0.4;
+
+/// A semantic candidate below this cosine is not a candidate at all: the
+/// nearest vectors of a store always exist, but an unrelated memory should
+/// not answer a query just because nothing closer was there.
+pub const MIN_SIMILARITY: f32 = 0.3;
+
+/// Which candidates a recall draws on (`--mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecallMode {
+    #[default]
+    Hybrid,
+    Lexical,
+    Semantic,
+}
+
+impl RecallMode {
+    pub const ALL: [RecallMode; 3] = [
+        RecallMode::Hybrid,
+        RecallMode::Lexical,
+        RecallMode::Semantic,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecallMode::Hybrid => "hybrid",
+            RecallMode::Lexical => "lexical",
+            RecallMode::Semantic => "semantic",
+        }
+    }
+
+    /// Parse `hybrid`, `lexical` or `semantic`.
+    pub fn parse(s: &str) -> Option<RecallMode> {
+        RecallMode::ALL.into_iter().find(|m| m.as_str() == s)
+    }
+
+    pub fn lexical(self) -> bool {
+        self != RecallMode::Semantic
+    }
+
+    pub fn semantic(self) -> bool {
+        self != RecallMode::Lexical
+    }
+}
+
+impl std::fmt::Display for RecallMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A memory's direct relevance to the query, with its parts (what
+/// `--explain` shows).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct Direct {
+    /// What the score uses.
+    pub relevance: f32,
+    /// BM25 from the index (0 when the index did not find it).
+    pub bm25: f32,
+    /// Its place among the visible lexical candidates (1 = first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lexical_rank: Option<usize>,
+    /// Cosine similarity of its vector and the query's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub semantic: Option<f32>,
+    /// Its place among the visible semantic candidates (1 = first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub semantic_rank: Option<usize>,
+}
+
+impl Direct {
+    /// Relevance from a list alone (a resonance hop, a pinned memory).
+    pub fn of(relevance: f32) -> Direct {
+        Direct {
+            relevance,
+            bm25: relevance,
+            ..Direct::default()
+        }
+    }
+}
+
+/// Fuse the `lexical` (BM25) and `semantic` (cosine) candidate lists, each
+/// best first, into each visible candidate's [`Direct`] relevance under
+/// `mode`. Candidates `visible` refuses are skipped before ranks are
+/// counted; semantic ones below [`MIN_SIMILARITY`] are no candidates.
+pub fn fuse(
+    mode: RecallMode,
+    lexical: &[(MemoryId, f32)],
+    semantic: &[(MemoryId, f32)],
+    visible: impl Fn(&MemoryId) -> bool,
+) -> HashMap<MemoryId, Direct> {
+    let mut out: HashMap<MemoryId, Direct> = HashMap::new();
+    if mode.lexical() {
+        for (rank, (id, bm25)) in lexical.iter().filter(|(id, _)| visible(id)).enumerate() {
+            let d = out.entry(*id).or_default();
+            d.bm25 = *bm25;
+            d.lexical_rank = Some(rank + 1);
+        }
+    }
+    if mode.semantic() {
+        let near = semantic
+            .iter()
+            .filter(|(id, sim)| *sim >= MIN_SIMILARITY && visible(id));
+        for (rank, (id, sim)) in near.enumerate() {
+            let d = out.entry(*id).or_default();
+            d.semantic = Some(*sim);
+            d.semantic_rank = Some(rank + 1);
+        }
+    }
+    // Each list's scores scaled to its best visible candidate, then mixed.
+    let top_bm25 = out.values().map(|d| d.bm25).fold(0.0f32, f32::max);
+    let top_cosine = out
+        .values()
+        .filter_map(|d| d.semantic)
+        .fold(MIN_SIMILARITY, f32::max);
+    for d in out.values_mut() {
+        let lexical = match top_bm25 > 0.0 {
+            true => d.bm25 / top_bm25,
+            false => 0.0,
+        };
+        let semantic = d.semantic.map_or(0.0, |c| {
+            ((c - MIN_SIMILARITY) / (top_cosine - MIN_SIMILARITY).max(f32::EPSILON)).max(0.0)
+        });
+        d.relevance = match mode {
+            RecallMode::Lexical => d.bm25,
+            RecallMode::Semantic => d.semantic.unwrap_or(0.0).max(0.0),
+            RecallMode::Hybrid => LEXICAL_WEIGHT * lexical + (1.0 - LEXICAL_WEIGHT) * semantic,
+        };
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u8) -> MemoryId {
+        MemoryId([n; 16])
+    }
+
+    #[test]
+    fn hybrid_rewards_agreement_and_lexical_keeps_bm25() {
+        let lex = [(id(1), 9.0), (id(2), 5.0)];
+        let sem = [(id(2), 0.9), (id(3), 0.8)];
+        let h = fuse(RecallMode::Hybrid, &lex, &sem, |_| true);
+        assert!((h[&id(1)].relevance - LEXICAL_WEIGHT).abs() < 1e-6);
+        assert!(
+            h[&id(2)].relevance > h[&id(1)].relevance,
+            "in both lists beats first in one"
+        );
+        assert!(h[&id(2)].relevance <= 1.0);
+        assert_eq!(h[&id(3)].semantic_rank, Some(2));
+        let l = fuse(RecallMode::Lexical, &lex, &sem, |_| true);
+        assert_eq!(l.len(), 2);
+        assert_eq!(l[&id(1)].relevance, 9.0);
+        let s = fuse(RecallMode::Semantic, &lex, &sem, |_| true);
+        assert_eq!(s.len(), 2);
+        assert!((s[&id(2)].relevance - 0.9).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_hidden_candidate_moves_no_rank() {
+        let hidden = id(9);
+        let lex = [(hidden, 20.0), (id(1), 9.0), (id(2), 5.0)];
+        let sem = [(hidden, 0.99), (id(2), 0.9)];
+        let with = fuse(RecallMode::Hybrid, &lex, &sem, |m| *m != hidden);
+        let without = fuse(RecallMode::Hybrid, &lex[1..], &sem[1..], |_| true);
+        assert_eq!(with, without);
+        assert!(!with.contains_key(&hidden));
+    }
+
+    proptest::proptest! {
+        /// The gate's half of fusion: whatever hidden candidates either list
+        /// holds, and wherever they sit, the visible ones fuse exactly as if
+        /// the hidden ones had never been there, in every mode.
+        #[test]
+        fn hidden_candidates_never_shift_the_visible_ones(
+            lexical in proptest::collection::vec((0u8..40, 0.0f32..30.0), 0..30),
+            semantic in proptest::collection::vec((0u8..40, -1.0f32..1.0), 0..30),
+            hidden in proptest::collection::btree_set(0u8..40, 0..20),
+        ) {
+            let sorted = |mut l: Vec<(u8, f32)>| {
+                l.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                l.dedup_by_key(|x| x.0);
+                l.into_iter().map(|(n, s)| (id(n), s)).collect::<Vec<_>>()
+            };
+            let (lexical, semantic) = (sorted(lexical), sorted(semantic));
+            let is_hidden = |m: &MemoryId| hidden.contains(&m.0[0]);
+            for mode in RecallMode::ALL {
+                let gated = fuse(mode, &lexical, &semantic, |m| !is_hidden(m));
+                let keep = |l: &[(MemoryId, f32)]| {
+                    l.iter().copied().filter(|(m, _)| !is_hidden(m)).collect::<Vec<_>>()
+                };
+                let never_there = fuse(mode, &keep(&lexical), &keep(&semantic), |_| true);
+                proptest::prop_assert_eq!(&gated, &never_there);
+                proptest::prop_assert!(gated.keys().all(|m| !is_hidden(m)));
+            }
+        }
+    }
+
+    #[test]
+    fn far_vectors_are_no_candidates() {
+        let sem = [(id(1), MIN_SIMILARITY - 0.01)];
+        assert!(fuse(RecallMode::Semantic, &[], &sem, |_| true).is_empty());
+    }
+}
