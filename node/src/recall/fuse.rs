@@ -5,7 +5,7 @@
 //! * `semantic`: the nearest vectors; relevance = cosine similarity.
 //! * `hybrid` (the default): both lists, fused by a convex combination of
 //!   the scores, each scaled to the list's best visible candidate:
-//!   `0.4 × bm25 / best_bm25 + 0.6 × (cos − 0.3) / (best_cos − 0.3)`
+//!   `0.4 × bm25 / best_bm25 + 0.6 × (cos − 0.25) / (best_cos − 0.25)`
 //!   ([`LEXICAL_WEIGHT`], [`MIN_SIMILARITY`]). So relevance is in [0, 1],
 //!   1 only for a memory best in both lists. (Reciprocal-rank fusion was
 //!   tried first and measured worse on the golden set: a long tail of weak
@@ -29,7 +29,7 @@ pub const LEXICAL_WEIGHT: f32 = 0.4;
 /// A semantic candidate below this cosine is not a candidate at all: the
 /// nearest vectors of a store always exist, but an unrelated memory should
 /// not answer a query just because nothing closer was there.
-pub const MIN_SIMILARITY: f32 = 0.3;
+pub const MIN_SIMILARITY: f32 = 0.25;
 
 /// Which candidates a recall draws on (`--mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
