@@ -113,7 +113,7 @@ pub enum SyncV1 {
         digest: [u8; 32],
         facts: u64,
     },
-    /// Range-based repair (docs/design.md §7.4), the initiator's first
+    /// Range-based repair (docs/design.md §7.9), the initiator's first
     /// message: "reconcile the facts we may send each other", with its
     /// first negentropy round (at most [`MAX_REPAIR_ROUND`] bytes) over
     /// the facts the policy it gives the receiver admits. Sent before the

@@ -1,4 +1,4 @@
-//! Range-based repair (docs/design.md §7.4): set reconciliation of the facts
+//! Range-based repair (docs/design.md §7.9): set reconciliation of the facts
 //! one side may send the other, with negentropy (range fingerprints over
 //! items sorted by time, then id), for when a watermark cannot be trusted —
 //! a peer restored from a backup, a digest that disagreed, periodic

@@ -23,7 +23,7 @@
 //!    digest costs a scan of the store (cached only while it does not
 //!    change), which an incremental session must not pay; the next idle
 //!    session compares.
-//! 5. **Repair** (docs/design.md §7.4) replaces both exports when a side
+//! 5. **Repair** (docs/design.md §7.9) replaces both exports when a side
 //!    cannot trust a watermark — either hello names a watermark of another
 //!    epoch than the other's (a log was restored: both sides see this
 //!    alike) — or asks for one ([`Session::request_repair`]: a digest that
@@ -180,6 +180,9 @@ struct Repair {
     their_done: Option<Watermark>,
     /// The `seq` of the peer's log we saved from its `Done`.
     saved_seq: Option<i64>,
+    /// Ids of the facts the peer sent in this session: an initiator does
+    /// not ask again for what its export already brought.
+    arrived: std::collections::HashSet<ItemId>,
 }
 
 impl Repair {
@@ -336,6 +339,9 @@ impl Session {
                     return Err(Protocol("facts after done"));
                 }
                 self.moved = self.moved.saturating_add(facts.len() as u64);
+                if let Some(r) = self.repair.as_mut().filter(|r| r.initiating) {
+                    r.arrived.extend(facts.iter().map(|f| repair::fact_id(f)));
+                }
                 out.push(Action::Apply(facts));
             }
             Event::Received(SyncV1::Done { upto }) => {
@@ -446,7 +452,13 @@ impl Session {
                         Step::Done(outcome) => {
                             r.initiator = None;
                             r.reconciled = true;
-                            for ids in outcome.request.chunks(MAX_REPAIR_IDS) {
+                            let arrived = std::mem::take(&mut r.arrived);
+                            let request: Vec<ItemId> = outcome
+                                .request
+                                .into_iter()
+                                .filter(|id| !arrived.contains(id))
+                                .collect();
+                            for ids in request.chunks(MAX_REPAIR_IDS) {
                                 out.push(Action::Send(SyncV1::RepairNeed { ids: ids.to_vec() }));
                             }
                             if !outcome.send.is_empty() {

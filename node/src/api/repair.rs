@@ -1,4 +1,4 @@
-//! The node API for range-based repair (docs/design.md §7.4): a peer's
+//! The node API for range-based repair (docs/design.md §7.9): a peer's
 //! repair set and the facts of it that a reconciliation asks for, whether
 //! the next session with a peer repairs (and why), and recording that one
 //! did.

@@ -325,7 +325,7 @@ pub(crate) fn session_thread(
     // Where `amos serve` last said it listens (none if it never served).
     let listen: Vec<SocketAddr> = pairing::recorded_listen(home).into_iter().collect();
     let (mut session, first) = Session::start(my_epoch, node.watermark_of(&peer)?, &listen);
-    // Repair (docs/design.md §7.4) when asked, after a digest disagreed, or
+    // Repair (docs/design.md §7.9) when asked, after a digest disagreed, or
     // periodically; an untrusted watermark the session sees by itself.
     if let Some(why) = node.repair_wanted(&peer)? {
         debug!(?why, "asking {} for a repair", peer.short());

@@ -267,7 +267,7 @@ pub fn join_proof(conn: &Connection, id: &NodeId) -> Result<Option<Vec<u8>>> {
         .flatten())
 }
 
-/// What decides whether a session with a peer repairs (docs/design.md §7.4).
+/// What decides whether a session with a peer repairs (docs/design.md §7.9).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RepairState {
     /// The operator asked for a repair that has not completed yet.

@@ -1,4 +1,4 @@
-//! The store's side of a range-based repair (docs/design.md §7.4): the
+//! The store's side of a range-based repair (docs/design.md §7.9): the
 //! repair set — the facts a peer may receive from us, as `(clock, id)`
 //! items — and the facts of that set a reconciliation found the peer
 //! lacks, fetched by id.

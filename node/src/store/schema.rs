@@ -307,7 +307,7 @@ const MIGRATIONS: &[&str] = &[
         facts  INTEGER NOT NULL
     ) STRICT;
     "#,
-    // v13: range-based repair (docs/design.md §7.4), per peer: the operator
+    // v13: range-based repair (docs/design.md §7.9), per peer: the operator
     // asked for one (`amos sync now --repair`; cleared when one completes),
     // when the last completed, and sessions since (periodic anti-entropy).
     r#"
