@@ -27,7 +27,9 @@ pub const REPAIR_EVERY: u64 = 20;
 pub enum RepairReason {
     /// The operator asked (`amos sync now --repair`).
     Asked,
-    /// The last digest comparison with the peer disagreed, after the last repair.
+    /// The digests with the peer disagree, and no repair ran since they
+    /// began to (one repair per disagreement: if it could not help — one
+    /// side refuses what the other offers — the next is the periodic one).
     DigestDisagreed,
     /// [`REPAIR_EVERY`] sessions since the last repair.
     Periodic,
@@ -296,6 +298,22 @@ mod tests {
             Some(RepairReason::DigestDisagreed)
         );
         let mut a = at(3_000);
+        a.peer_record_repair(&peer, true).unwrap();
+        assert_eq!(a.repair_wanted(&peer).unwrap(), None, "repaired since");
+        // Still disagreeing after the repair (it could not help): no repair
+        // per session, until the digests agree and disagree again.
+        let mut a = at(4_000);
+        a.peer_compare_digest(&peer, &[], &[7; 32], 1).unwrap();
+        assert_eq!(a.repair_wanted(&peer).unwrap(), None, "same disagreement");
+        let mine = a.session_digest(&peer).unwrap().1;
+        a.peer_compare_digest(&peer, &[], &mine, 0).unwrap();
+        let mut a = at(5_000);
+        a.peer_compare_digest(&peer, &[], &[7; 32], 1).unwrap();
+        assert_eq!(
+            a.repair_wanted(&peer).unwrap(),
+            Some(RepairReason::DigestDisagreed),
+            "a new disagreement"
+        );
         a.peer_record_repair(&peer, true).unwrap();
         assert_eq!(a.repair_wanted(&peer).unwrap(), None, "repaired since");
     }

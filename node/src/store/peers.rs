@@ -99,7 +99,9 @@ pub struct DigestCheck {
 pub fn record_digest(conn: &Connection, id: &NodeId, d: &DigestCheck) -> Result<()> {
     conn.execute(
         "UPDATE peers SET digest_agree = ?2, digest_ms = ?3, digest_scopes = ?4,
-            digest_peer_facts = ?5, digest_my_facts = ?6 WHERE node_id = ?1",
+            digest_peer_facts = ?5, digest_my_facts = ?6,
+            disagree_since_ms = CASE WHEN ?2 THEN NULL ELSE COALESCE(disagree_since_ms, ?3) END
+         WHERE node_id = ?1",
         params![
             &id.0[..],
             d.agree,
@@ -276,7 +278,8 @@ pub struct RepairState {
     pub last_ms: Option<u64>,
     /// Sessions completed since then (or since v13).
     pub sessions_since: u64,
-    /// The last digest comparison disagreed, at that time (Unix ms).
+    /// The digests disagree, since then (Unix ms): the first of the
+    /// comparisons in a row that disagreed.
     pub disagreed_ms: Option<u64>,
 }
 
@@ -284,7 +287,8 @@ pub struct RepairState {
 pub fn repair_state(conn: &Connection, id: &NodeId) -> Result<Option<RepairState>> {
     Ok(conn
         .query_row(
-            "SELECT repair_asked, repair_ms, sessions_since_repair, digest_agree, digest_ms
+            "SELECT repair_asked, repair_ms, sessions_since_repair, digest_agree,
+                disagree_since_ms
              FROM peers WHERE node_id = ?1",
             [&id.0[..]],
             |r| {
