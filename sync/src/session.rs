@@ -1063,6 +1063,60 @@ mod tests {
         assert!(b.held().contains(&vec![1, 16]));
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// Two sides that synced, then lost random facts (with or without a
+        /// restore, which changes the epoch), and a repair asked by either,
+        /// both or none: one session later both hold the union, and each
+        /// received exactly what it lacked.
+        #[test]
+        fn a_repair_session_converges_to_the_union(
+            na in 0i64..60,
+            nb in 0i64..60,
+            lost_a in proptest::collection::vec(0usize..120, 0..10),
+            lost_b in proptest::collection::vec(0usize..120, 0..10),
+            restore_a in proptest::prelude::any::<bool>(),
+            restore_b in proptest::prelude::any::<bool>(),
+            want in 1u8..4,
+        ) {
+            let mut a = Side::new(1, na);
+            let mut b = Side::new(2, nb);
+            proptest::prop_assert!(run(&mut a, &mut b, None));
+            let union = a.held();
+            proptest::prop_assert_eq!(&union, &b.held());
+            // Losses of what each received from the other.
+            let lose = |s: &mut Side, lost: &[usize]| {
+                let gone: Vec<Vec<u8>> = lost
+                    .iter()
+                    .filter_map(|i| s.applied.get(i % s.applied.len().max(1)).cloned())
+                    .collect();
+                s.applied.retain(|f| !gone.contains(f));
+            };
+            lose(&mut a, &lost_a);
+            lose(&mut b, &lost_b);
+            let (miss_a, miss_b) = (
+                union.difference(&a.held()).count(),
+                union.difference(&b.held()).count(),
+            );
+            if restore_a {
+                a.epoch = [5; 16];
+            }
+            if restore_b {
+                b.epoch = [6; 16];
+            }
+            a.want_repair = want & 1 != 0;
+            b.want_repair = want & 2 != 0;
+            a.got.clear();
+            b.got.clear();
+            proptest::prop_assert!(run(&mut a, &mut b, None));
+            proptest::prop_assert!(a.repaired && b.repaired);
+            proptest::prop_assert_eq!(&a.held(), &union);
+            proptest::prop_assert_eq!(&b.held(), &union);
+            proptest::prop_assert_eq!(facts_got(&a), miss_a);
+            proptest::prop_assert_eq!(facts_got(&b), miss_b);
+        }
+    }
+
     #[test]
     fn repair_messages_out_of_turn_are_errors() {
         let open = || {
