@@ -210,6 +210,9 @@ pub struct Session {
     finished: bool,
     /// We ask for a repair whatever the watermarks say.
     want_repair: bool,
+    /// We neither open nor skip our export for a repair (the last one we
+    /// tried with this peer never completed: it may be older than repair).
+    no_repair: bool,
     /// The repair phase, if this session repairs.
     repair: Option<Repair>,
     /// We skipped our export (a repair sends instead).
@@ -239,6 +242,7 @@ impl Session {
                 received_digest: false,
                 finished: false,
                 want_repair: false,
+                no_repair: false,
                 repair: None,
                 skipped_export: false,
                 held_done: None,
@@ -260,6 +264,15 @@ impl Session {
     /// before feeding the peer's `Hello`; later it changes nothing.
     pub fn request_repair(&mut self) {
         self.want_repair = true;
+    }
+
+    /// Run this session the way a node without repair would: neither open
+    /// a repair nor skip our export, even for an untrusted watermark (we
+    /// still answer a repair the peer opens). For a peer that may not speak
+    /// repair: the driver calls it when the last repair it tried with that
+    /// peer never completed. Call it before feeding the peer's `Hello`.
+    pub fn forbid_repair(&mut self) {
+        self.no_repair = true;
     }
 
     pub fn is_finished(&self) -> bool {
@@ -308,9 +321,9 @@ impl Session {
                 // this alike; the lower epoch opens the repair.
                 let mine_restarted = have.is_some_and(|w| w.epoch != self.my_epoch);
                 let theirs_restarted = self.have.is_some_and(|w| w.epoch != epoch);
-                let by_epoch = mine_restarted || theirs_restarted;
+                let by_epoch = (mine_restarted || theirs_restarted) && !self.no_repair;
                 let peer_reset = self.have.is_none_or(|w| w.epoch != epoch);
-                if self.want_repair || by_epoch {
+                if (self.want_repair && !self.no_repair) || by_epoch {
                     self.repair = Some(Repair {
                         initiating: !(by_epoch && self.my_epoch > epoch),
                         requested: true,
@@ -741,8 +754,28 @@ mod tests {
     /// `cut_after` drops the link after that many delivered messages.
     /// Returns whether both sides finished.
     fn run(a: &mut Side, b: &mut Side, cut_after: Option<usize>) -> bool {
+        run_full(a, b, cut_after, (false, false))
+    }
+
+    /// [`run`] with `forbid_repair` on a's and/or b's session.
+    fn run_with(a: &mut Side, b: &mut Side, forbid_a: bool, forbid_b: bool) -> bool {
+        run_full(a, b, None, (forbid_a, forbid_b))
+    }
+
+    fn run_full(
+        a: &mut Side,
+        b: &mut Side,
+        cut_after: Option<usize>,
+        forbid: (bool, bool),
+    ) -> bool {
         let (mut sa, acts_a) = Session::start(a.epoch, a.watermark, &a.listen);
         let (mut sb, acts_b) = Session::start(b.epoch, b.watermark, &b.listen);
+        if forbid.0 {
+            sa.forbid_repair();
+        }
+        if forbid.1 {
+            sb.forbid_repair();
+        }
         if a.want_repair {
             sa.request_repair();
         }
@@ -1114,6 +1147,25 @@ mod tests {
             proptest::prop_assert_eq!(&b.held(), &union);
             proptest::prop_assert_eq!(facts_got(&a), miss_a);
             proptest::prop_assert_eq!(facts_got(&b), miss_b);
+        }
+    }
+
+    /// A side that forbids repair (its last attempt with the peer never
+    /// completed) runs the session a node without repair would: a restore
+    /// means a re-send from 0, and nothing is lost whichever side it is.
+    #[test]
+    fn a_side_that_forbids_repair_falls_back_to_resending() {
+        for forbid_on_a in [true, false] {
+            let (mut a, mut b) = restored_pair();
+            // Driven by the simulation with the flag set on one side.
+            a.got.clear();
+            b.got.clear();
+            assert!(run_with(&mut a, &mut b, forbid_on_a, !forbid_on_a));
+            assert_eq!(a.held(), b.held(), "forbid on a: {forbid_on_a}");
+            // The next session is ordinary and idle.
+            assert!(run(&mut a, &mut b, None));
+            assert!(run(&mut a, &mut b, None));
+            assert_eq!((a.agree, b.agree), (Some(true), Some(true)));
         }
     }
 

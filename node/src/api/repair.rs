@@ -35,6 +35,18 @@ pub enum RepairReason {
     Periodic,
 }
 
+/// How a session with a peer treats repair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RepairPlan {
+    /// Ask for one, for this reason.
+    Ask(RepairReason),
+    /// Repair only if the watermarks call for it or the peer opens one.
+    AsNeeded,
+    /// Neither open one nor skip the export (the last repair tried with
+    /// this peer never completed).
+    Forbid,
+}
+
 impl Node {
     fn policy_of(&self, peer: &NodeId) -> Result<PeerPolicy> {
         self.peer_policy(peer)?
@@ -62,6 +74,32 @@ impl Node {
         let policy = self.policy_of(peer)?;
         self.store
             .read(|conn| repair::repair_facts(conn, &policy, ids, batch, emit))
+    }
+
+    /// How the next session with `peer` treats repair: `Forbid` after a
+    /// repair that never completed (the peer may be older than repair: this
+    /// one runs as an older node would, and the one after may repair
+    /// again), else whether to ask for one and why.
+    pub fn repair_plan(&mut self, peer: &NodeId) -> Result<RepairPlan> {
+        let tried =
+            peers::repair_state(self.store.conn(), peer)?.is_some_and(|s| s.tried_unfinished);
+        if tried {
+            self.store
+                .write(|tx| peers::clear_repair_tried(tx.conn(), peer))?;
+            return Ok(RepairPlan::Forbid);
+        }
+        Ok(match self.repair_wanted(peer)? {
+            Some(why) => RepairPlan::Ask(why),
+            None => RepairPlan::AsNeeded,
+        })
+    }
+
+    /// A session with `peer` begins a repair: it answers what asked for
+    /// one, and counts as unfinished until [`Node::peer_record_repair`].
+    pub fn peer_repair_tried(&mut self, peer: &NodeId) -> Result<()> {
+        let now = self.now_ms();
+        self.store
+            .write(|tx| peers::record_repair_tried(tx.conn(), peer, now))
     }
 
     /// Whether the next session with `peer` should ask for a repair.
@@ -316,5 +354,23 @@ mod tests {
         );
         a.peer_record_repair(&peer, true).unwrap();
         assert_eq!(a.repair_wanted(&peer).unwrap(), None, "repaired since");
+        // A repair tried that never completed: the next session forbids
+        // one (the peer may be older), the one after plans as usual.
+        a.ask_repair(&peer).unwrap();
+        assert_eq!(
+            a.repair_plan(&peer).unwrap(),
+            RepairPlan::Ask(RepairReason::Asked)
+        );
+        a.peer_repair_tried(&peer).unwrap();
+        assert_eq!(a.repair_wanted(&peer).unwrap(), None, "the ask is answered");
+        assert_eq!(a.repair_plan(&peer).unwrap(), RepairPlan::Forbid);
+        assert_eq!(a.repair_plan(&peer).unwrap(), RepairPlan::AsNeeded);
+        a.peer_repair_tried(&peer).unwrap();
+        a.peer_record_repair(&peer, true).unwrap();
+        assert_eq!(
+            a.repair_plan(&peer).unwrap(),
+            RepairPlan::AsNeeded,
+            "it completed"
+        );
     }
 }
