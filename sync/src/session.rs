@@ -40,7 +40,11 @@
 //!    set, through the ordinary `Facts` (allowed after `Done` in a
 //!    repair), then `RepairDone { upto }` — the initiator once its facts
 //!    are queued, the responder after the initiator's (every `RepairNeed`
-//!    came before it). A repair session compares no digest.
+//!    came before it). A repair session compares no digest. A side told to
+//!    [`Session::forbid_repair`] (its last repair with the peer never
+//!    completed: the peer may not speak it) neither opens nor skips its
+//!    export — the session a node without repair runs — but still answers
+//!    a repair the peer opens.
 //!
 //! Invariant: a watermark only moves after everything it covers committed,
 //! so a session cut at any point loses nothing; the next one resumes. The
