@@ -174,6 +174,8 @@ struct Repair {
     heard_open: bool,
     /// Rounds to answer once our set is built.
     queued: Vec<Vec<u8>>,
+    /// Rounds answered (a responder answers at most `MAX_ROUNDS + 1`).
+    answered: u32,
     /// Initiator: the rounds are over.
     reconciled: bool,
     /// [`Action::SendRepairFacts`] not yet reported.
@@ -652,6 +654,11 @@ impl Session {
 fn answer(r: &mut Repair, round: Vec<u8>, out: &mut Vec<Action>) -> Result<(), SessionError> {
     match &r.set {
         Some(set) => {
+            // The opening round and each the initiator may send after a reply.
+            r.answered += 1;
+            if r.answered > repair::MAX_ROUNDS + 1 {
+                return Err(SessionError::Repair(RepairError::TooManyRounds));
+            }
             let reply = repair::respond(set, &round)?;
             out.push(Action::Send(SyncV1::RepairRange { round: reply }));
         }
@@ -1217,6 +1224,26 @@ mod tests {
             [Action::Send(SyncV1::RepairRange { .. })]
         ));
         assert!(s.handle(open()).is_err(), "second open");
+        // A chatty initiator is cut off after MAX_ROUNDS rounds.
+        let round = crate::repair::Initiator::open(ItemSet::default())
+            .unwrap()
+            .1;
+        let mut cut = None;
+        for i in 0..crate::repair::MAX_ROUNDS + 2 {
+            if let Err(e) = s.handle(Event::Received(SyncV1::RepairRange {
+                round: round.clone(),
+            })) {
+                cut = Some((i, e));
+                break;
+            }
+        }
+        assert_eq!(
+            cut,
+            Some((
+                crate::repair::MAX_ROUNDS,
+                SessionError::Repair(RepairError::TooManyRounds)
+            ))
+        );
         let (mut s, _) = Session::start([1; 16], None, &[]);
         s.handle(their_hello()).unwrap();
         s.handle(open()).unwrap();
