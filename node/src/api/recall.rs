@@ -216,7 +216,7 @@ impl Node {
                 hits.iter().map(|h| (h.memory.id, h.relevance)).collect();
             let direct_of: HashMap<MemoryId, Direct> = hits
                 .iter()
-                .map(|h| (h.memory.id, h.explain.direct_part()))
+                .map(|h| (h.memory.id, h.explain.direct))
                 .collect();
             let at: HashMap<MemoryId, usize> = hits
                 .iter()

@@ -79,10 +79,11 @@ pub fn hits_text(hits: &[Hit], explain: bool) -> String {
             let place = |r: Option<usize>| r.map_or_else(|| "-".to_owned(), |r| format!("#{r}"));
             let parts = format!(
                 "lexical {} bm25 {:.4}; semantic {} cosine {}",
-                place(e.lexical_rank),
-                e.bm25,
-                place(e.semantic_rank),
-                e.semantic
+                place(e.direct.lexical_rank),
+                e.direct.bm25,
+                place(e.direct.semantic_rank),
+                e.direct
+                    .semantic
                     .map_or_else(|| "-".to_owned(), |c| format!("{c:.4}"))
             );
             lines.push(format!(

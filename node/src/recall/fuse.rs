@@ -80,9 +80,12 @@ impl std::fmt::Display for RecallMode {
 /// `--explain` shows).
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct Direct {
-    /// What the score uses.
+    /// What the score uses: BM25 (lexical), cosine (semantic) or the
+    /// fusion of both (hybrid).
+    #[serde(rename = "direct")]
     pub relevance: f32,
-    /// BM25 from the index (0 when the index did not find it).
+    /// BM25 from the index (0 when the index did not find it, or only
+    /// resonance did).
     pub bm25: f32,
     /// Its place among the visible lexical candidates (1 = first).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -93,17 +96,6 @@ pub struct Direct {
     /// Its place among the visible semantic candidates (1 = first).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub semantic_rank: Option<usize>,
-}
-
-impl Direct {
-    /// Relevance from a list alone (a resonance hop, a pinned memory).
-    pub fn of(relevance: f32) -> Direct {
-        Direct {
-            relevance,
-            bm25: relevance,
-            ..Direct::default()
-        }
-    }
 }
 
 /// Fuse the `lexical` (BM25) and `semantic` (cosine) candidate lists, each

@@ -100,20 +100,10 @@ pub struct ResonancePath {
 /// Every factor of a score, as `amos search --explain` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Explain {
-    /// BM25 relevance from the index (0 when only resonance found it).
-    pub bm25: f32,
-    /// The memory's place among the visible lexical candidates.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub lexical_rank: Option<usize>,
-    /// Cosine similarity of its vector and the query's.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub semantic: Option<f32>,
-    /// Its place among the visible semantic candidates.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub semantic_rank: Option<usize>,
-    /// The direct relevance of the mode: BM25 (lexical), cosine (semantic)
-    /// or the reciprocal-rank fusion of both places (hybrid).
-    pub direct: f32,
+    /// The mode's direct relevance and its lexical and semantic parts
+    /// (`direct`, `bm25`, `lexical_rank`, `semantic`, `semantic_rank`).
+    #[serde(flatten)]
+    pub direct: Direct,
     /// Set when resonance gave more relevance than the index.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resonance: Option<ResonancePath>,
@@ -131,19 +121,6 @@ pub struct Explain {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub superseded_by: Option<String>,
     pub score: f32,
-}
-
-impl Explain {
-    /// The direct relevance this score was built from (without resonance).
-    pub fn direct_part(&self) -> Direct {
-        Direct {
-            relevance: self.direct,
-            bm25: self.bm25,
-            lexical_rank: self.lexical_rank,
-            semantic: self.semantic,
-            semantic_rank: self.semantic_rank,
-        }
-    }
 }
 
 /// Down-weight a memory that `by` replaced (docs/design.md §12).
@@ -189,11 +166,7 @@ pub fn score(
     let weight = profile.weight(&m.kind);
     let score = relevance * m.importance * m.confidence * fresh * m.reinforcement * weight;
     Explain {
-        bm25: direct.bm25,
-        lexical_rank: direct.lexical_rank,
-        semantic: direct.semantic,
-        semantic_rank: direct.semantic_rank,
-        direct: direct.relevance,
+        direct: *direct,
         resonance,
         relevance,
         importance: m.importance,

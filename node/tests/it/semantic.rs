@@ -243,7 +243,7 @@ fn the_built_in_model_needs_no_network() {
         .arg(crate::common::amos_bin())
         .args(["--home", h.path().to_str().unwrap(), "--json", "search"])
         .args([
-            "how should I store API tokens",
+            "where are passwords and keys stored",
             "--as",
             "bob",
             "--mode",
@@ -337,19 +337,23 @@ fn nearest_vectors_past_the_exact_threshold_honour_the_scope() {
     let alice_hits = node.search_with(&alice, query, &opts).unwrap();
     assert!(private_ids.contains(&alice_hits[0].memory.id()));
 
-    // The exact top 10 among bob's memories, by the same model.
+    // The exact top 10 among bob's memories, by the same model. The
+    // generated notes tie often, so a hit counts when it is as near as the
+    // exact 10th (any of the tied ones is a right answer).
     let model = StaticModel::default_model();
     let q = model.embed(query);
-    let mut exact: Vec<(f32, usize)> = texts
+    let cosine_of: std::collections::HashMap<_, f32> = shared_ids
         .iter()
-        .enumerate()
-        .map(|(i, t)| (cosine(&model.embed(t), &q), i))
+        .zip(&texts)
+        // What the index embeds: content, tags (none) and type.
+        .map(|(id, t)| (*id, cosine(&model.embed(&format!("{t}  note")), &q)))
         .collect();
-    exact.sort_by(|a, b| b.0.total_cmp(&a.0));
-    let best_exact: HashSet<_> = exact[..10].iter().map(|(_, i)| shared_ids[*i]).collect();
+    let mut exact: Vec<f32> = cosine_of.values().copied().collect();
+    exact.sort_by(|a, b| b.total_cmp(a));
+    let tenth = exact[9];
     let found = hits
         .iter()
-        .filter(|h| best_exact.contains(&h.memory.id()))
+        .filter(|h| cosine_of[&h.memory.id()] >= tenth - 1e-4)
         .count();
-    assert!(found >= 8, "the graph found {found} of the exact top 10");
+    assert!(found >= 9, "the graph found {found} of the exact top 10");
 }
