@@ -111,7 +111,8 @@ pub struct MeshReport {
     pub idle_sessions: u64,
     pub revocation_periods: u64,
     pub revocation_s: f64,
-    pub push_apply_s: f64,
+    /// `None`: some node never applied the change.
+    pub push_apply_s: Option<f64>,
     pub push: PushFigures,
     pub repair: Repair,
     pub virtual_s: f64,
@@ -249,11 +250,11 @@ pub fn run(b: &MeshBench) -> MeshReport {
         sessions: (mesh.records.len() - from) as u64,
         bytes: mesh.stats.bytes - bytes_before,
     };
-    let push_apply_s = if mesh.arrivals().iter().all(Option::is_some) {
-        secs(push_last - t_write)
-    } else {
-        f64::INFINITY
-    };
+    let push_apply_s = mesh
+        .arrivals()
+        .iter()
+        .all(Option::is_some)
+        .then(|| secs(push_last - t_write));
 
     // 5. Restore from the backup; only the restored node dials.
     mesh.set_schedule(None, None);
