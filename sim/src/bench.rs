@@ -81,6 +81,10 @@ pub struct Repair {
     /// resend everything it may send, and the restored node everything it
     /// holds.
     pub full_resend_bytes: u64,
+    /// The same, computed from the exports without sending (what the
+    /// protocol before repair sends; equal to the measured figure when
+    /// the session still resends).
+    pub full_resend_computed_bytes: u64,
     pub full_resend_round_trips: u32,
     /// Passes of the restored node until the mesh converged again.
     pub passes: u32,
@@ -262,6 +266,7 @@ pub fn run(b: &MeshBench) -> MeshReport {
     let held = mesh.nodes[restored].replica.store.facts.len();
     mesh.restore(restored, &backup);
     let lost = held.saturating_sub(mesh.nodes[restored].replica.store.facts.len());
+    let full_resend_computed = mesh.full_resend_bytes(restored);
     let mut resend_bytes = 0;
     let mut resend_rt = 0;
     let mut passes = 0;
@@ -283,6 +288,7 @@ pub fn run(b: &MeshBench) -> MeshReport {
         round_trips: None,
         bytes: None,
         full_resend_bytes: resend_bytes,
+        full_resend_computed_bytes: full_resend_computed,
         full_resend_round_trips: resend_rt,
         passes,
         converged: repaired,

@@ -926,6 +926,51 @@ impl Mesh {
         }
     }
 
+    /// The bytes a session of the protocol before repair (every export
+    /// from 0 once an epoch changed; `main` before range reconciliation)
+    /// would move between node `r` and each neighbour it can reach now:
+    /// both hellos, both exports as `Facts` frames, both dones — encoded,
+    /// not sent. What a restore cost before `amos_sync::repair`.
+    pub fn full_resend_bytes(&self, r: usize) -> u64 {
+        let frame = |m: SyncV1| SyncMessage::V1(m).encode().len() as u64 + 4;
+        let mut total = 0;
+        for j in self.graph.neighbours(r) {
+            if !self.reachable(r, j) {
+                continue;
+            }
+            let side = |me: usize, peer: usize| {
+                let (a, b) = (&self.nodes[me].replica, &self.nodes[peer].replica);
+                let mine = a.watermarks.get(&self.node_id(peer)).copied();
+                let theirs = b.watermarks.get(&self.node_id(me)).copied();
+                let since = match theirs {
+                    Some(w) if w.epoch == a.epoch && w.seq >= 0 => w.seq,
+                    _ => 0,
+                };
+                let peer_reset = mine.is_none_or(|w| w.epoch != b.epoch);
+                let (facts, high) = a.export_for(&self.node_id(peer), since, peer_reset);
+                let mut bytes = frame(SyncV1::Hello {
+                    epoch: a.epoch,
+                    have: mine,
+                    listen: Vec::new(),
+                });
+                for chunk in facts.chunks(EXPORT_BATCH) {
+                    bytes += frame(SyncV1::Facts {
+                        facts: chunk.to_vec(),
+                    });
+                }
+                bytes
+                    + frame(SyncV1::Done {
+                        upto: Watermark {
+                            epoch: a.epoch,
+                            seq: high,
+                        },
+                    })
+            };
+            total += side(r, j) + side(j, r);
+        }
+        total
+    }
+
     /// The node with this id.
     pub fn index_of(&self, id: &NodeId) -> Option<usize> {
         self.by_id.get(id).copied()
