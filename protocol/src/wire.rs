@@ -39,6 +39,10 @@ pub const MAX_LISTEN_LEN: usize = 64;
 pub const MAX_MEMBER_OF: usize = 16;
 /// At most this many scopes in a `Digest`.
 pub const MAX_DIGEST_SCOPES: usize = 256;
+/// The largest negentropy round a `RepairOpen` or `RepairRange` carries.
+pub const MAX_REPAIR_ROUND: usize = 512 * 1024;
+/// At most this many ids in one `RepairNeed`.
+pub const MAX_REPAIR_IDS: usize = 8192;
 
 /// A log epoch: random, changes when a store is restored or reset.
 pub type Epoch = [u8; 16];
@@ -109,6 +113,23 @@ pub enum SyncV1 {
         digest: [u8; 32],
         facts: u64,
     },
+    /// Range-based repair (docs/design.md §7.9), the initiator's first
+    /// message: "reconcile the facts we may send each other", with its
+    /// first negentropy round (at most [`MAX_REPAIR_ROUND`] bytes) over
+    /// the facts the policy it gives the receiver admits. Sent before the
+    /// sender's `Done`. Appended after `Digest`: an older node cannot
+    /// decode this or the three that follow.
+    RepairOpen { round: Vec<u8> },
+    /// A further negentropy round, either way (at most [`MAX_REPAIR_ROUND`]).
+    RepairRange { round: Vec<u8> },
+    /// From the initiator once reconciled: send me the facts with these
+    /// ids (BLAKE3 of their wire encoding; at most [`MAX_REPAIR_IDS`], strictly
+    /// ascending). The receiver sends only those its export filter lets out.
+    RepairNeed { ids: Vec<[u8; 32]> },
+    /// After the sender's `Done`: every fact of its repair set up to `upto`
+    /// that the reconciliation found the receiver lacks was sent; store it
+    /// as your watermark of me.
+    RepairDone { upto: Watermark },
 }
 
 impl SyncV1 {
@@ -153,6 +174,15 @@ impl SyncV1 {
                 }
             }
             SyncV1::Digest { scopes, .. } => check_digest_scopes(scopes)?,
+            SyncV1::RepairOpen { round } | SyncV1::RepairRange { round }
+                if round.len() > MAX_REPAIR_ROUND =>
+            {
+                return Err(ProtocolError::malformed(format!(
+                    "a repair round of {} bytes (at most {MAX_REPAIR_ROUND})",
+                    round.len()
+                )));
+            }
+            SyncV1::RepairNeed { ids } => check_repair_ids(ids)?,
             _ => {}
         }
         Ok(())
@@ -183,6 +213,23 @@ pub fn check_digest_scopes(scopes: &[Scope]) -> Result<(), ProtocolError> {
     if !scopes.windows(2).all(|w| w[0] < w[1]) {
         return Err(ProtocolError::malformed(
             "a digest's scopes are not in ascending order",
+        ));
+    }
+    Ok(())
+}
+
+/// A `RepairNeed`'s ids: at most [`MAX_REPAIR_IDS`], strictly ascending
+/// (one spelling of a set).
+pub fn check_repair_ids(ids: &[[u8; 32]]) -> Result<(), ProtocolError> {
+    if ids.len() > MAX_REPAIR_IDS {
+        return Err(ProtocolError::malformed(format!(
+            "a repair asks for {} facts in one message (at most {MAX_REPAIR_IDS})",
+            ids.len()
+        )));
+    }
+    if !ids.windows(2).all(|w| w[0] < w[1]) {
+        return Err(ProtocolError::malformed(
+            "a repair's ids are not in ascending order",
         ));
     }
     Ok(())
@@ -282,6 +329,15 @@ mod tests {
                 digest: [3; 32],
                 facts: 1234,
             },
+            SyncV1::RepairOpen {
+                round: vec![0x61, 0, 0],
+            },
+            SyncV1::RepairRange { round: vec![] },
+            SyncV1::RepairNeed {
+                ids: vec![[1; 32], [2; 32]],
+            },
+            SyncV1::RepairNeed { ids: vec![] },
+            SyncV1::RepairDone { upto: w },
         ] {
             let m = SyncMessage::V1(m);
             assert_eq!(SyncMessage::decode(&m.encode()).unwrap(), m);
@@ -417,6 +473,48 @@ mod tests {
         })
         .encode();
         assert_eq!(&digest[..2], &[0, 6], "Digest comes after Welcome");
+    }
+
+    #[test]
+    fn repair_messages_are_bounded_and_canonical() {
+        let enc = |m: SyncV1| SyncMessage::V1(m).encode();
+        let round = |n: usize| SyncV1::RepairRange { round: vec![7; n] };
+        assert!(SyncMessage::decode(&enc(round(MAX_REPAIR_ROUND))).is_ok());
+        assert!(SyncMessage::decode(&enc(round(MAX_REPAIR_ROUND + 1))).is_err());
+        let open = SyncV1::RepairOpen {
+            round: vec![7; MAX_REPAIR_ROUND + 1],
+        };
+        assert!(SyncMessage::decode(&enc(open)).is_err());
+        let need = |ids: Vec<[u8; 32]>| enc(SyncV1::RepairNeed { ids });
+        assert!(SyncMessage::decode(&need(vec![[1; 32], [2; 32]])).is_ok());
+        assert!(
+            SyncMessage::decode(&need(vec![[2; 32], [1; 32]])).is_err(),
+            "order"
+        );
+        assert!(
+            SyncMessage::decode(&need(vec![[1; 32], [1; 32]])).is_err(),
+            "twice"
+        );
+        let many: Vec<[u8; 32]> = (0..=MAX_REPAIR_IDS as u32)
+            .map(|i| {
+                let mut id = [0u8; 32];
+                id[..4].copy_from_slice(&i.to_be_bytes());
+                id
+            })
+            .collect();
+        assert!(SyncMessage::decode(&need(many[..MAX_REPAIR_IDS].to_vec())).is_ok());
+        assert!(SyncMessage::decode(&need(many)).is_err(), "too many");
+        // Appended after `Digest`: the older tags are unchanged.
+        assert_eq!(&enc(SyncV1::RepairOpen { round: vec![] })[..2], &[0, 7]);
+        assert_eq!(&enc(SyncV1::RepairRange { round: vec![] })[..2], &[0, 8]);
+        assert_eq!(&enc(SyncV1::RepairNeed { ids: vec![] })[..2], &[0, 9]);
+        let done = enc(SyncV1::RepairDone {
+            upto: Watermark {
+                epoch: [0; 16],
+                seq: 1,
+            },
+        });
+        assert_eq!(&done[..2], &[0, 10]);
     }
 
     proptest! {

@@ -8,8 +8,9 @@
 //! tombstones, fixed fields), applying a batch of verified facts through
 //! both ([`apply::apply_batch`]), edited text as automerge documents
 //! ([`text`]), export selection ([`export`]: what may leave for a peer,
-//! including retractions), the convergence digest ([`digest`]) and the sync
-//! session state machine ([`session`]). Storage is reached only through
+//! including retractions), the convergence digest ([`digest`]), range-based repair
+//! ([`repair`]: negentropy set reconciliation over what a peer may
+//! receive) and the sync session state machine ([`session`]). Storage is reached only through
 //! [`ReplicaStore`], which `amos-node` implements over SQLite; the
 //! in-memory twin `memstore::MemStore` (feature `twin`, for tests)
 //! implements it in memory.
@@ -33,6 +34,7 @@ pub mod gate;
 #[cfg(any(test, feature = "twin"))]
 pub mod memstore;
 pub mod merge;
+pub mod repair;
 pub mod replica;
 pub mod session;
 pub mod text;

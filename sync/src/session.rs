@@ -7,9 +7,8 @@
 //! 1. each side sends `Hello { epoch, have, listen }` — its log epoch, the
 //!    watermark it holds of the other, and where it serves (if it does);
 //! 2. on the other's `Hello`, a side exports its facts changed after that
-//!    watermark (from 0 if the epochs differ: a restored store starts over;
-//!    last-writer-wins makes the resend harmless), sends them as `Facts`
-//!    batches, then `Done { upto }`;
+//!    watermark (from 0 if it has none), sends them as `Facts` batches,
+//!    then `Done { upto }` — unless the session repairs (step 5);
 //! 3. each `Facts` batch received is applied in its own transaction; on the
 //!    other's `Done` — after every batch before it committed — the side
 //!    stores `upto` as its new watermark of the other;
@@ -24,11 +23,35 @@
 //!    digest costs a scan of the store (cached only while it does not
 //!    change), which an incremental session must not pay; the next idle
 //!    session compares.
+//! 5. **Repair** (docs/design.md §7.9) replaces both exports when a side
+//!    cannot trust a watermark — either hello names a watermark of another
+//!    epoch than the other's (a log was restored: both sides see this
+//!    alike) — or asks for one ([`Session::request_repair`]: a digest that
+//!    disagreed, periodic anti-entropy, the operator). A side that repairs
+//!    skips its export (its `Done` names `seq` 0: a claim of nothing) and
+//!    sends `RepairOpen` before its `Done`, so the other knows by that
+//!    `Done` that a repair follows; if both open, the lower epoch leads and
+//!    the other answers. The initiator drives negentropy rounds
+//!    (`RepairOpen`, then `RepairRange` each way) over its repair set, the
+//!    responder answers over its own — each set only the facts the policy
+//!    its owner gives the other lets out ([`crate::repair`]). Reconciled,
+//!    the initiator sends the facts the responder lacks and asks for the
+//!    ones it lacks (`RepairNeed`); each side sends only ids in its own
+//!    set, through the ordinary `Facts` (allowed after `Done` in a
+//!    repair), then `RepairDone { upto }` — the initiator once its facts
+//!    are queued, the responder after the initiator's (every `RepairNeed`
+//!    came before it). A repair session compares no digest.
 //!
 //! Invariant: a watermark only moves after everything it covers committed,
 //! so a session cut at any point loses nothing; the next one resumes. The
 //! digests come after both `Done`s: a session cut before them lost no
-//! facts and moved no watermark wrongly, only the comparison.
+//! facts and moved no watermark wrongly, only the comparison. In a repair,
+//! a `Done` of `seq` 0 moves nothing and the watermark moves on the
+//! peer's `RepairDone`, after every batch before it committed: a repair
+//! cut short leaves the old (untrusted) watermark, and the next session
+//! repairs again instead of resending everything. Neither side's repair
+//! set, rounds or facts ever cover a fact its export filter keeps from the
+//! other.
 //!
 //! The peer's listen addresses surface as [`Action::PeerListens`], checked
 //! but not interpreted: the driver knows the connection (who the handshake
@@ -39,8 +62,17 @@ use std::net::SocketAddr;
 
 use amos_protocol::Scope;
 use amos_protocol::wire::{
-    Epoch, MAX_LISTEN, SyncV1, Watermark, check_digest_scopes, parse_listen,
+    Epoch, MAX_LISTEN, MAX_REPAIR_IDS, SyncV1, Watermark, check_digest_scopes, check_repair_ids,
+    parse_listen,
 };
+
+use crate::repair::{self, Initiator, ItemId, ItemSet, RepairError, Step};
+
+/// The `since` of an [`Action::Export`] that sends nothing: the repair
+/// sends what the peer lacks instead. The driver reports
+/// [`Event::ExportDone`] with `sent: 0` as usual (its `upto` is not used:
+/// the `Done` then names `seq` 0, a claim of nothing).
+pub const SKIP_EXPORT: i64 = i64::MAX;
 
 /// What happened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +84,14 @@ pub enum Event {
     ExportDone { upto: Watermark, sent: u64 },
     /// The peer ended its side of the stream (cleanly: no error).
     PeerEnded,
+    /// The repair set asked for by [`Action::BuildRepairSet`]: the items of
+    /// every fact the policy we give the peer lets it receive now (with
+    /// retractions, as an export from 0 would send them), and `upto`, our
+    /// log position they cover (every fact of a row with `seq <= upto.seq`).
+    RepairSet { items: ItemSet, upto: Watermark },
+    /// The driver sent the facts of one [`Action::SendRepairFacts`] (`sent`
+    /// of them: those it found in our repair set).
+    RepairSent { sent: u64 },
 }
 
 /// What the driver must do, in order.
@@ -62,7 +102,8 @@ pub enum Action {
     /// `Facts` messages, then report [`Event::ExportDone`]. `peer_reset`:
     /// the peer's log is new to us (first sync, or its epoch changed — it
     /// was restored and may have lost its own facts), so send them too;
-    /// otherwise its own facts need not travel back to it.
+    /// otherwise its own facts need not travel back to it. `since` is
+    /// [`SKIP_EXPORT`] in a session that repairs: send nothing.
     Export {
         since: i64,
         peer_reset: bool,
@@ -88,6 +129,13 @@ pub enum Action {
         digest: [u8; 32],
         facts: u64,
     },
+    /// Build our repair set (only over what the peer may receive from us)
+    /// and report [`Event::RepairSet`].
+    BuildRepairSet,
+    /// Send, as `Facts` messages, our facts with these ids (BLAKE3 of
+    /// their wire encoding) — only those in our repair set, whatever the
+    /// peer asked for — then report [`Event::RepairSent`].
+    SendRepairFacts(Vec<ItemId>),
     /// Both directions are complete.
     Finished,
 }
@@ -100,6 +148,48 @@ pub enum SessionError {
     Protocol(&'static str),
     #[error("peer refused the sync: {0}")]
     Refused(String),
+    #[error("repair: {0}")]
+    Repair(#[from] RepairError),
+}
+
+/// One side's view of a session's repair phase.
+#[derive(Debug, Clone, Default)]
+struct Repair {
+    /// We open the reconciliation (else the peer does).
+    initiating: bool,
+    /// [`Action::BuildRepairSet`] was asked for.
+    requested: bool,
+    /// Our repair set (as a responder) and the position it covers.
+    set: Option<ItemSet>,
+    upto: Option<Watermark>,
+    /// Ours, while we reconcile as the initiator.
+    initiator: Option<Initiator>,
+    /// We sent `RepairOpen`.
+    opened: bool,
+    /// We took the peer's `RepairOpen`: we respond.
+    heard_open: bool,
+    /// Rounds to answer once our set is built.
+    queued: Vec<Vec<u8>>,
+    /// Initiator: the rounds are over.
+    reconciled: bool,
+    /// [`Action::SendRepairFacts`] not yet reported.
+    sending: u32,
+    /// We sent `RepairDone`.
+    sent_done: bool,
+    /// The peer's `RepairDone`.
+    their_done: Option<Watermark>,
+    /// The `seq` of the peer's log we saved from its `Done`.
+    saved_seq: Option<i64>,
+    /// Ids of the facts the peer sent in this session: an initiator does
+    /// not ask again for what its export already brought.
+    arrived: std::collections::HashSet<ItemId>,
+}
+
+impl Repair {
+    /// Whether a reconciliation runs (we open it, or took the peer's).
+    fn on(&self) -> bool {
+        self.initiating || self.heard_open
+    }
 }
 
 /// One side of a session.
@@ -118,6 +208,14 @@ pub struct Session {
     sent_digest: bool,
     received_digest: bool,
     finished: bool,
+    /// We ask for a repair whatever the watermarks say.
+    want_repair: bool,
+    /// The repair phase, if this session repairs.
+    repair: Option<Repair>,
+    /// We skipped our export (a repair sends instead).
+    skipped_export: bool,
+    /// Our `Done`, held until our `RepairOpen` is out (it must come first).
+    held_done: Option<Watermark>,
 }
 
 impl Session {
@@ -140,6 +238,10 @@ impl Session {
                 sent_digest: false,
                 received_digest: false,
                 finished: false,
+                want_repair: false,
+                repair: None,
+                skipped_export: false,
+                held_done: None,
             },
             vec![Action::Send(SyncV1::Hello {
                 epoch: my_epoch,
@@ -153,8 +255,22 @@ impl Session {
         )
     }
 
+    /// Ask for a repair in this session whatever the watermarks say (a
+    /// digest that disagreed, periodic anti-entropy, the operator). Call it
+    /// before feeding the peer's `Hello`; later it changes nothing.
+    pub fn request_repair(&mut self) {
+        self.want_repair = true;
+    }
+
     pub fn is_finished(&self) -> bool {
         self.finished
+    }
+
+    /// Whether this session ran a repair to its end (both `RepairDone`s).
+    pub fn repaired(&self) -> bool {
+        self.repair
+            .as_ref()
+            .is_some_and(|r| r.sent_done && r.their_done.is_some())
     }
 
     /// Feed one event; get the actions to carry out.
@@ -187,21 +303,45 @@ impl Session {
                 if !listen.is_empty() {
                     out.push(Action::PeerListens(listen));
                 }
-                let since = match have {
-                    Some(w) if w.epoch == self.my_epoch && w.seq >= 0 => w.seq,
-                    _ => 0,
-                };
+                // A watermark of another epoch cannot be trusted: that log
+                // was restored. Both sides see both hellos, so both decide
+                // this alike; the lower epoch opens the repair.
+                let mine_restarted = have.is_some_and(|w| w.epoch != self.my_epoch);
+                let theirs_restarted = self.have.is_some_and(|w| w.epoch != epoch);
+                let by_epoch = mine_restarted || theirs_restarted;
                 let peer_reset = self.have.is_none_or(|w| w.epoch != epoch);
-                out.push(Action::Export { since, peer_reset });
+                if self.want_repair || by_epoch {
+                    self.repair = Some(Repair {
+                        initiating: !(by_epoch && self.my_epoch > epoch),
+                        requested: true,
+                        ..Repair::default()
+                    });
+                    self.skipped_export = true;
+                    out.push(Action::BuildRepairSet);
+                    out.push(Action::Export {
+                        since: SKIP_EXPORT,
+                        peer_reset,
+                    });
+                } else {
+                    let since = match have {
+                        Some(w) if w.epoch == self.my_epoch && w.seq >= 0 => w.seq,
+                        _ => 0,
+                    };
+                    out.push(Action::Export { since, peer_reset });
+                }
             }
             Event::Received(SyncV1::Facts { facts }) => {
                 if self.their_epoch.is_none() {
                     return Err(Protocol("facts before hello"));
                 }
-                if self.received_done {
+                // After its `Done`, only a repair's facts.
+                if self.received_done && !self.repair.as_ref().is_some_and(Repair::on) {
                     return Err(Protocol("facts after done"));
                 }
                 self.moved = self.moved.saturating_add(facts.len() as u64);
+                if let Some(r) = self.repair.as_mut().filter(|r| r.initiating) {
+                    r.arrived.extend(facts.iter().map(|f| repair::fact_id(f)));
+                }
                 out.push(Action::Apply(facts));
             }
             Event::Received(SyncV1::Done { upto }) => {
@@ -215,7 +355,23 @@ impl Session {
                     return Err(Protocol("done names another epoch than hello"));
                 }
                 self.received_done = true;
-                out.push(Action::SaveWatermark(upto));
+                // A peer that repairs opens before its `Done`: none came and
+                // we do not open either, so it does not repair (an older
+                // node): the session is an ordinary one.
+                if self.repair.as_ref().is_some_and(|r| !r.on()) {
+                    self.repair = None;
+                }
+                match &mut self.repair {
+                    // A `Done` of seq 0 in a repair claims nothing (the
+                    // peer skipped its export): the watermark comes with its
+                    // `RepairDone`.
+                    Some(r) if upto.seq > 0 => {
+                        r.saved_seq = Some(upto.seq);
+                        out.push(Action::SaveWatermark(upto));
+                    }
+                    Some(_) => {}
+                    None => out.push(Action::SaveWatermark(upto)),
+                }
             }
             Event::Received(SyncV1::Refused { reason }) => {
                 return Err(SessionError::Refused(reason));
@@ -232,6 +388,9 @@ impl Session {
                 if self.received_digest {
                     return Err(Protocol("second digest"));
                 }
+                if self.repair.is_some() {
+                    return Err(Protocol("digest in a repair"));
+                }
                 // Checked again: the driver may feed unchecked messages.
                 check_digest_scopes(&scopes).map_err(|_| Protocol("malformed digest scopes"))?;
                 self.received_digest = true;
@@ -240,6 +399,113 @@ impl Session {
                     digest,
                     facts,
                 });
+            }
+            Event::Received(SyncV1::RepairOpen { round }) => {
+                let Some(theirs) = self.their_epoch else {
+                    return Err(Protocol("repair before hello"));
+                };
+                if self.received_done {
+                    return Err(Protocol("repair opened after done"));
+                }
+                let r = self.repair.get_or_insert_with(Repair::default);
+                if r.heard_open {
+                    return Err(Protocol("second repair open"));
+                }
+                if r.initiating {
+                    // Both opened: the lower epoch leads; the other answers.
+                    if self.my_epoch == theirs {
+                        return Err(Protocol("both sides claim the same epoch"));
+                    }
+                    if self.my_epoch < theirs {
+                        return Ok(out);
+                    }
+                    r.initiating = false;
+                    if let Some(ini) = r.initiator.take() {
+                        r.set = Some(ini.into_set());
+                    }
+                    if let Some(d) = self.held_done.take() {
+                        self.sent_done = true;
+                        out.push(Action::Send(SyncV1::Done { upto: d }));
+                    }
+                }
+                r.heard_open = true;
+                if !r.requested {
+                    r.requested = true;
+                    out.push(Action::BuildRepairSet);
+                }
+                answer(r, round, &mut out)?;
+            }
+            Event::Received(SyncV1::RepairRange { round }) => {
+                let Some(r) = self.repair.as_mut() else {
+                    return Err(Protocol("repair round without a repair"));
+                };
+                if r.heard_open {
+                    if r.their_done.is_some() {
+                        return Err(Protocol("repair round after the repair"));
+                    }
+                    answer(r, round, &mut out)?;
+                } else if let Some(ini) = r.initiator.as_mut() {
+                    match ini.step(&round)? {
+                        Step::Next(next) => {
+                            out.push(Action::Send(SyncV1::RepairRange { round: next }))
+                        }
+                        Step::Done(outcome) => {
+                            r.initiator = None;
+                            r.reconciled = true;
+                            let arrived = std::mem::take(&mut r.arrived);
+                            let request: Vec<ItemId> = outcome
+                                .request
+                                .into_iter()
+                                .filter(|id| !arrived.contains(id))
+                                .collect();
+                            for ids in request.chunks(MAX_REPAIR_IDS) {
+                                out.push(Action::Send(SyncV1::RepairNeed { ids: ids.to_vec() }));
+                            }
+                            if !outcome.send.is_empty() {
+                                r.sending += 1;
+                                out.push(Action::SendRepairFacts(outcome.send));
+                            }
+                        }
+                    }
+                } else {
+                    return Err(Protocol("repair round out of turn"));
+                }
+            }
+            Event::Received(SyncV1::RepairNeed { ids }) => {
+                check_repair_ids(&ids).map_err(|_| Protocol("malformed repair ids"))?;
+                match self.repair.as_mut() {
+                    Some(r) if r.heard_open && r.their_done.is_none() => {
+                        if !ids.is_empty() {
+                            r.sending += 1;
+                            out.push(Action::SendRepairFacts(ids));
+                        }
+                    }
+                    _ => return Err(Protocol("repair request out of turn")),
+                }
+            }
+            Event::Received(SyncV1::RepairDone { upto }) => {
+                let Some(theirs) = self.their_epoch else {
+                    return Err(Protocol("repair done before hello"));
+                };
+                if !self.received_done {
+                    return Err(Protocol("repair done before done"));
+                }
+                if upto.epoch != theirs {
+                    return Err(Protocol("repair done names another epoch than hello"));
+                }
+                let Some(r) = self.repair.as_mut().filter(|r| r.on()) else {
+                    return Err(Protocol("repair done without a repair"));
+                };
+                // The responder answers the initiator's `RepairDone`.
+                if r.their_done.is_some() || (!r.heard_open && !r.sent_done) {
+                    return Err(Protocol("repair done out of turn"));
+                }
+                r.their_done = Some(upto);
+                // Every batch before it committed: everything of their set
+                // up to `upto` that we lacked is here.
+                if r.saved_seq.is_none_or(|s| upto.seq > s) {
+                    out.push(Action::SaveWatermark(upto));
+                }
             }
             Event::Received(SyncV1::Join { .. } | SyncV1::Welcome { .. }) => {
                 return Err(Protocol("pairing message inside a sync session"));
@@ -257,27 +523,103 @@ impl Session {
                 self.received_digest = true;
             }
             Event::ExportDone { upto, sent } => {
-                if self.their_epoch.is_none() || self.sent_done {
+                if self.their_epoch.is_none() || self.sent_done || self.held_done.is_some() {
                     return Err(Protocol("export finished out of turn"));
                 }
-                self.sent_done = true;
                 self.moved = self.moved.saturating_add(sent);
-                out.push(Action::Send(SyncV1::Done { upto }));
+                let upto = if self.skipped_export {
+                    Watermark {
+                        epoch: self.my_epoch,
+                        seq: 0,
+                    }
+                } else {
+                    upto
+                };
+                if self
+                    .repair
+                    .as_ref()
+                    .is_some_and(|r| r.initiating && !r.opened)
+                {
+                    // Our `RepairOpen` must come before our `Done`.
+                    self.held_done = Some(upto);
+                } else {
+                    self.sent_done = true;
+                    out.push(Action::Send(SyncV1::Done { upto }));
+                }
+            }
+            Event::RepairSet { items, upto } => {
+                let Some(r) = self
+                    .repair
+                    .as_mut()
+                    .filter(|r| r.requested && r.upto.is_none())
+                else {
+                    return Err(Protocol("repair set out of turn"));
+                };
+                r.upto = Some(upto);
+                if r.initiating && !r.opened {
+                    let (ini, first) = Initiator::open(items)?;
+                    r.initiator = Some(ini);
+                    r.opened = true;
+                    out.push(Action::Send(SyncV1::RepairOpen { round: first }));
+                    if let Some(d) = self.held_done.take() {
+                        self.sent_done = true;
+                        out.push(Action::Send(SyncV1::Done { upto: d }));
+                    }
+                } else {
+                    r.set = Some(items);
+                    for round in std::mem::take(&mut r.queued) {
+                        answer(r, round, &mut out)?;
+                    }
+                }
+            }
+            Event::RepairSent { sent } => {
+                let Some(r) = self.repair.as_mut().filter(|r| r.sending > 0) else {
+                    return Err(Protocol("repair facts reported out of turn"));
+                };
+                r.sending -= 1;
+                self.moved = self.moved.saturating_add(sent);
             }
         }
-        if self.sent_done && self.received_done && !self.sent_digest && !self.finished {
-            if self.moved == 0 {
-                // Idle: both sides counted nothing and both compare. Every
-                // batch of the peer's was applied before its `Done`: our
-                // digest covers what it sent us.
-                self.compare = true;
-                self.sent_digest = true;
-                out.push(Action::SendDigest);
+        if let Some(r) = self.repair.as_mut()
+            && self.sent_done
+            && !r.sent_done
+            && r.sending == 0
+            && let Some(upto) = r.upto
+        {
+            // Ours goes once everything the repair found was queued: the
+            // initiator's when reconciled, the responder's in answer to it
+            // (every `RepairNeed` came before it).
+            let ready = if r.heard_open {
+                r.their_done.is_some()
             } else {
-                // Facts moved: both sides counted them and neither sends a
-                // digest; the last comparison stands until an idle session.
-                self.finished = true;
-                out.push(Action::Finished);
+                r.initiating && r.reconciled
+            };
+            if ready {
+                r.sent_done = true;
+                out.push(Action::Send(SyncV1::RepairDone { upto }));
+            }
+        }
+        if self.sent_done && self.received_done && !self.finished {
+            if let Some(r) = &self.repair {
+                // A repair session compares no digest: it just reconciled.
+                if r.sent_done && r.their_done.is_some() {
+                    self.finished = true;
+                    out.push(Action::Finished);
+                }
+            } else if !self.sent_digest {
+                if self.moved == 0 {
+                    // Idle: both sides counted nothing and both compare. Every
+                    // batch of the peer's was applied before its `Done`: our
+                    // digest covers what it sent us.
+                    self.compare = true;
+                    self.sent_digest = true;
+                    out.push(Action::SendDigest);
+                } else {
+                    // Facts moved: both sides counted them and neither sends a
+                    // digest; the last comparison stands until an idle session.
+                    self.finished = true;
+                    out.push(Action::Finished);
+                }
             }
         }
         if self.compare && self.sent_digest && self.received_digest && !self.finished {
@@ -286,6 +628,26 @@ impl Session {
         }
         Ok(out)
     }
+}
+
+/// Answer one of the initiator's rounds over our repair set (or keep it
+/// until the set is built).
+fn answer(r: &mut Repair, round: Vec<u8>, out: &mut Vec<Action>) -> Result<(), SessionError> {
+    match &r.set {
+        Some(set) => {
+            let reply = repair::respond(set, &round)?;
+            out.push(Action::Send(SyncV1::RepairRange { round: reply }));
+        }
+        None => {
+            if r.queued.len() >= 4 {
+                return Err(SessionError::Protocol(
+                    "repair rounds ahead of their answers",
+                ));
+            }
+            r.queued.push(round);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -313,6 +675,14 @@ mod tests {
         got: Vec<SyncV1>,
         /// Whether the peer's digest agreed with ours, when compared.
         agree: Option<bool>,
+        /// Ask for a repair whatever the watermarks say.
+        want_repair: bool,
+        /// Facts held that the export filter keeps from the peer.
+        gated: Vec<Vec<u8>>,
+        /// Every repair set this side built.
+        sets: Vec<ItemSet>,
+        /// Whether the last session repaired.
+        repaired: bool,
     }
 
     impl Side {
@@ -327,7 +697,34 @@ mod tests {
                 refuses: Vec::new(),
                 got: Vec::new(),
                 agree: None,
+                want_repair: false,
+                gated: Vec::new(),
+                sets: Vec::new(),
+                repaired: false,
             }
+        }
+
+        /// What this side may send the peer: everything held but the gated.
+        fn exportable(&self) -> Vec<&Vec<u8>> {
+            let mut out: Vec<&Vec<u8>> = self
+                .log
+                .iter()
+                .map(|(_, f)| f)
+                .chain(&self.applied)
+                .filter(|f| !self.gated.contains(f))
+                .collect();
+            out.sort();
+            out.dedup();
+            out
+        }
+
+        /// Distinct facts held.
+        fn held(&self) -> std::collections::BTreeSet<Vec<u8>> {
+            self.log
+                .iter()
+                .map(|(_, f)| f.clone())
+                .chain(self.applied.iter().cloned())
+                .collect()
         }
 
         /// The digest over everything held (a `full` policy: no scopes).
@@ -346,13 +743,21 @@ mod tests {
     fn run(a: &mut Side, b: &mut Side, cut_after: Option<usize>) -> bool {
         let (mut sa, acts_a) = Session::start(a.epoch, a.watermark, &a.listen);
         let (mut sb, acts_b) = Session::start(b.epoch, b.watermark, &b.listen);
+        if a.want_repair {
+            sa.request_repair();
+        }
+        if b.want_repair {
+            sb.request_repair();
+        }
         let mut to_b: std::collections::VecDeque<SyncV1> = Default::default();
         let mut to_a: std::collections::VecDeque<SyncV1> = Default::default();
-        let mut pending = vec![(true, acts_a), (false, acts_b)];
+        // In the order the session emitted them, as a driver runs them.
+        let mut pending: std::collections::VecDeque<(bool, Vec<Action>)> =
+            [(true, acts_a), (false, acts_b)].into();
         let mut delivered = 0;
         let mut finished = (false, false);
         loop {
-            while let Some((is_a, acts)) = pending.pop() {
+            while let Some((is_a, acts)) = pending.pop_front() {
                 for act in acts {
                     let (side, session, outbox) = if is_a {
                         (&mut *a, &mut sa, &mut to_b)
@@ -363,7 +768,12 @@ mod tests {
                         Action::Send(m) => outbox.push_back(m),
                         Action::Export { since, .. } => {
                             let mut sent = 0;
-                            for (_, f) in side.log.iter().filter(|(s, _)| *s > since) {
+                            let gated = side.gated.clone();
+                            for (_, f) in side
+                                .log
+                                .iter()
+                                .filter(|(s, f)| *s > since && !gated.contains(f))
+                            {
                                 outbox.push_back(SyncV1::Facts {
                                     facts: vec![f.clone()],
                                 });
@@ -374,7 +784,7 @@ mod tests {
                                 seq: side.log.last().map_or(0, |l| l.0),
                             };
                             let next = session.handle(Event::ExportDone { upto, sent }).unwrap();
-                            pending.push((is_a, next));
+                            pending.push_back((is_a, next));
                         }
                         Action::PeerListens(l) => side.heard.push(l),
                         Action::Apply(fs) => side
@@ -393,7 +803,36 @@ mod tests {
                             assert!(scopes.is_empty(), "the simulation is full");
                             side.agree = Some(side.digest().0 == digest);
                         }
+                        Action::BuildRepairSet => {
+                            let items =
+                                ItemSet::new(side.exportable().into_iter().map(|f| repair::Item {
+                                    ts: u64::from(f[1]),
+                                    id: repair::fact_id(f),
+                                }));
+                            side.sets.push(items.clone());
+                            let upto = Watermark {
+                                epoch: side.epoch,
+                                seq: side.log.last().map_or(0, |l| l.0),
+                            };
+                            let next = session.handle(Event::RepairSet { items, upto }).unwrap();
+                            pending.push_back((is_a, next));
+                        }
+                        Action::SendRepairFacts(ids) => {
+                            let facts: Vec<Vec<u8>> = side
+                                .exportable()
+                                .into_iter()
+                                .filter(|f| ids.contains(&repair::fact_id(f)))
+                                .cloned()
+                                .collect();
+                            let sent = facts.len() as u64;
+                            if !facts.is_empty() {
+                                outbox.push_back(SyncV1::Facts { facts });
+                            }
+                            let next = session.handle(Event::RepairSent { sent }).unwrap();
+                            pending.push_back((is_a, next));
+                        }
                         Action::Finished => {
+                            side.repaired = session.repaired();
                             if is_a {
                                 finished.0 = true
                             } else {
@@ -410,12 +849,12 @@ mod tests {
                 delivered += 1;
                 b.got.push(m.clone());
                 let acts = sb.handle(Event::Received(m)).unwrap();
-                pending.push((false, acts));
+                pending.push_back((false, acts));
             } else if let Some(m) = to_a.pop_front() {
                 delivered += 1;
                 a.got.push(m.clone());
                 let acts = sa.handle(Event::Received(m)).unwrap();
-                pending.push((true, acts));
+                pending.push_back((true, acts));
             } else {
                 return finished == (true, true);
             }
@@ -456,16 +895,283 @@ mod tests {
         assert_eq!(b.watermark, Some(wm(1, 6)));
     }
 
-    #[test]
-    fn a_restored_store_starts_over_from_zero() {
-        let mut a = Side::new(1, 5);
+    /// Facts that crossed to `side` in `Facts` messages.
+    fn facts_got(side: &Side) -> usize {
+        side.got
+            .iter()
+            .map(|m| match m {
+                SyncV1::Facts { facts } => facts.len(),
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// `a` and `b` synced 50 facts of `a`'s; then `b` is restored from a
+    /// backup taken after 45 (a new epoch, its old watermark of `a`).
+    fn restored_pair() -> (Side, Side) {
+        let mut a = Side::new(1, 50);
         let mut b = Side::new(2, 0);
         assert!(run(&mut a, &mut b, None));
-        a.epoch = [9; 16]; // restored: new epoch
-        b.applied.clear();
+        b.applied.truncate(45);
+        b.epoch = [3; 16];
+        b.watermark = Some(wm(1, 45));
+        a.got.clear();
+        b.got.clear();
+        (a, b)
+    }
+
+    #[test]
+    fn a_restored_store_is_repaired_not_resent() {
+        let (mut a, mut b) = restored_pair();
         assert!(run(&mut a, &mut b, None));
-        assert_eq!(b.applied.len(), 5);
-        assert_eq!(b.watermark, Some(wm(9, 5)));
+        assert!(a.repaired && b.repaired);
+        assert_eq!(b.held(), a.held(), "converged");
+        assert_eq!(facts_got(&b), 5, "exactly what b lacked");
+        assert_eq!(facts_got(&a), 0, "b had nothing a lacked");
+        // Each watermark moved with the repair: a's of b is b's new epoch.
+        assert_eq!(b.watermark, Some(wm(1, 50)));
+        assert_eq!(a.watermark, Some(wm(3, 0)));
+        // Trusted again: the next session is an ordinary, idle one.
+        a.got.clear();
+        b.got.clear();
+        assert!(run(&mut a, &mut b, None));
+        assert!(!a.repaired && !b.repaired);
+        assert_eq!(kinds(&b), ["hello", "done", "digest"]);
+        assert_eq!((a.agree, b.agree), (Some(true), Some(true)));
+    }
+
+    #[test]
+    fn the_restored_side_may_lead_or_follow() {
+        // The lower epoch opens: here the restored side (epoch 0 < 1).
+        let (mut a, mut b) = restored_pair();
+        b.epoch = [0; 16];
+        assert!(run(&mut a, &mut b, None));
+        assert!(a.repaired && b.repaired);
+        assert_eq!(b.held(), a.held());
+        assert_eq!(facts_got(&b), 5);
+        assert!(a.got.iter().any(|m| matches!(m, SyncV1::RepairOpen { .. })));
+        assert!(!b.got.iter().any(|m| matches!(m, SyncV1::RepairOpen { .. })));
+    }
+
+    #[test]
+    fn a_repair_cut_anywhere_moves_no_watermark_wrongly_and_the_next_repairs() {
+        for cut in 0..16 {
+            let (mut a, mut b) = restored_pair();
+            let done = run(&mut a, &mut b, Some(cut));
+            if !done {
+                // a's watermark of b is the untrusted one or the repaired one.
+                assert!(
+                    a.watermark == Some(wm(2, 0)) || a.watermark == Some(wm(3, 0)),
+                    "cut {cut}: {:?}",
+                    a.watermark
+                );
+                assert!(
+                    b.watermark == Some(wm(1, 45)) || b.watermark == Some(wm(1, 50)),
+                    "cut {cut}"
+                );
+                if b.watermark == Some(wm(1, 50)) {
+                    assert_eq!(b.held(), a.held(), "cut {cut}: moved only when complete");
+                }
+            }
+            assert!(run(&mut a, &mut b, None), "cut {cut}");
+            assert!(run(&mut a, &mut b, None), "cut {cut}");
+            assert_eq!(b.held(), a.held(), "cut {cut}");
+            assert_eq!(b.watermark, Some(wm(1, 50)), "cut {cut}");
+            assert_eq!(a.watermark, Some(wm(3, 0)), "cut {cut}");
+        }
+    }
+
+    #[test]
+    fn a_requested_repair_heals_a_loss_no_watermark_shows() {
+        let mut a = Side::new(1, 20);
+        let mut b = Side::new(2, 7);
+        assert!(run(&mut a, &mut b, None));
+        // b loses two of a's facts, a loses one of b's: same epochs.
+        b.applied.retain(|f| *f != vec![1, 3] && *f != vec![1, 9]);
+        a.applied.retain(|f| *f != vec![2, 4]);
+        assert!(run(&mut a, &mut b, None));
+        assert_ne!(b.held(), a.held(), "an ordinary session does not see it");
+        assert_eq!((a.agree, b.agree), (Some(false), Some(false)));
+        for (want_a, want_b) in [(false, true), (true, false), (true, true)] {
+            a.got.clear();
+            b.got.clear();
+            (a.want_repair, b.want_repair) = (want_a, want_b);
+            assert!(run(&mut a, &mut b, None));
+            assert!(a.repaired && b.repaired);
+            assert_eq!(b.held(), a.held(), "{want_a} {want_b}");
+            let opens = |s: &Side| {
+                s.got
+                    .iter()
+                    .filter(|m| matches!(m, SyncV1::RepairOpen { .. }))
+                    .count()
+            };
+            assert!(opens(&a) + opens(&b) >= 1);
+            if (want_a, want_b) == (false, true) {
+                assert_eq!(facts_got(&b), 2, "b asked for exactly what it lacked");
+                assert_eq!(facts_got(&a), 1, "and sent exactly what a lacked");
+            }
+            // Lose again for the next round.
+            b.applied.retain(|f| *f != vec![1, 3]);
+        }
+        assert_eq!(b.watermark, Some(wm(1, 20)));
+        assert_eq!(a.watermark, Some(wm(2, 7)));
+    }
+
+    /// No item of a repair set, no round, no request and no fact that
+    /// crosses ever covers a fact the export filter keeps from the peer.
+    #[test]
+    fn a_repair_never_covers_a_gated_fact() {
+        let mut a = Side::new(1, 30);
+        let mut b = Side::new(2, 10);
+        let gated_a: Vec<Vec<u8>> = vec![vec![1, 4], vec![1, 17], vec![1, 30]];
+        let gated_b: Vec<Vec<u8>> = vec![vec![2, 2]];
+        a.gated = gated_a.clone();
+        b.gated = gated_b.clone();
+        a.want_repair = true;
+        assert!(run(&mut a, &mut b, None));
+        assert!(a.repaired && b.repaired);
+        let ids = |fs: &[Vec<u8>]| fs.iter().map(|f| repair::fact_id(f)).collect::<Vec<_>>();
+        for (side, gated) in [(&a, ids(&gated_a)), (&b, ids(&gated_b))] {
+            assert!(!side.sets.is_empty());
+            for set in &side.sets {
+                let exportable = ids(&side.exportable().into_iter().cloned().collect::<Vec<_>>());
+                for item in set.items() {
+                    assert!(!gated.contains(&item.id), "a gated fact is an item");
+                    assert!(exportable.contains(&item.id));
+                }
+            }
+        }
+        // Nothing a sent mentions a gated id; the facts never crossed.
+        let mentions = |m: &SyncV1, id: &[u8; 32]| -> bool {
+            let bytes = amos_protocol::wire::SyncMessage::V1(m.clone()).encode();
+            bytes.windows(32).any(|w| w == id)
+        };
+        for (got, gated, facts) in [
+            (&b.got, ids(&gated_a), &gated_a),
+            (&a.got, ids(&gated_b), &gated_b),
+        ] {
+            for m in got {
+                for id in &gated {
+                    assert!(!mentions(m, id), "{m:?}");
+                }
+                if let SyncV1::Facts { facts: fs } = m {
+                    assert!(fs.iter().all(|f| !facts.contains(f)));
+                }
+            }
+        }
+        assert!(!b.held().contains(&vec![1, 17]));
+        assert!(b.held().contains(&vec![1, 16]));
+    }
+
+    #[test]
+    fn repair_messages_out_of_turn_are_errors() {
+        let open = || {
+            Event::Received(SyncV1::RepairOpen {
+                round: crate::repair::Initiator::open(ItemSet::default())
+                    .unwrap()
+                    .1,
+            })
+        };
+        // Before hello.
+        let (mut s, _) = Session::start([1; 16], None, &[]);
+        assert!(s.handle(open()).is_err());
+        // A round, a request or a done without a repair.
+        for m in [
+            SyncV1::RepairRange { round: vec![0x61] },
+            SyncV1::RepairNeed { ids: vec![[1; 32]] },
+            SyncV1::RepairDone { upto: wm(2, 1) },
+        ] {
+            let (mut s, _) = Session::start([1; 16], None, &[]);
+            s.handle(their_hello()).unwrap();
+            assert!(s.handle(Event::Received(m.clone())).is_err(), "{m:?}");
+        }
+        // An open after the peer's done.
+        let (mut s, _) = Session::start([1; 16], None, &[]);
+        s.handle(their_hello()).unwrap();
+        s.handle(Event::Received(SyncV1::Done { upto: wm(2, 1) }))
+            .unwrap();
+        assert!(s.handle(open()).is_err());
+        // The responder: a junk round, a second open, done before done.
+        let (mut s, _) = Session::start([1; 16], None, &[]);
+        s.handle(their_hello()).unwrap();
+        let acts = s.handle(open()).unwrap();
+        assert_eq!(acts, vec![Action::BuildRepairSet]);
+        let acts = s
+            .handle(Event::RepairSet {
+                items: ItemSet::default(),
+                upto: wm(1, 0),
+            })
+            .unwrap();
+        assert!(matches!(
+            acts[..],
+            [Action::Send(SyncV1::RepairRange { .. })]
+        ));
+        assert!(s.handle(open()).is_err(), "second open");
+        let (mut s, _) = Session::start([1; 16], None, &[]);
+        s.handle(their_hello()).unwrap();
+        s.handle(open()).unwrap();
+        s.handle(Event::RepairSet {
+            items: ItemSet::default(),
+            upto: wm(1, 0),
+        })
+        .unwrap();
+        assert!(matches!(
+            s.handle(Event::Received(SyncV1::RepairRange { round: vec![1, 2] })),
+            Err(SessionError::Repair(_))
+        ));
+        let (mut s, _) = Session::start([1; 16], None, &[]);
+        s.handle(their_hello()).unwrap();
+        s.handle(open()).unwrap();
+        assert!(
+            s.handle(Event::Received(SyncV1::RepairDone { upto: wm(2, 1) }))
+                .is_err(),
+            "repair done before done"
+        );
+        // Facts after done are fine only in a repair.
+        let (mut s, _) = Session::start([1; 16], None, &[]);
+        s.handle(their_hello()).unwrap();
+        s.handle(open()).unwrap();
+        s.handle(Event::Received(SyncV1::Done { upto: wm(2, 0) }))
+            .unwrap();
+        assert!(
+            s.handle(Event::Received(SyncV1::Facts { facts: vec![] }))
+                .is_ok()
+        );
+    }
+
+    /// A peer that does not repair (older than repair) sends its `Done`
+    /// without opening: a side that waited for its open (the peer has the
+    /// lower epoch) falls back to an ordinary session.
+    #[test]
+    fn a_peer_that_never_opens_falls_back_to_an_ordinary_session() {
+        // Our watermark of the peer names epoch 0: it was restored (now 2).
+        let (mut s, _) = Session::start([5; 16], Some(wm(0, 3)), &[]);
+        let acts = s.handle(their_hello()).unwrap();
+        assert!(acts.contains(&Action::BuildRepairSet));
+        assert!(acts.contains(&Action::Export {
+            since: SKIP_EXPORT,
+            peer_reset: true
+        }));
+        s.handle(Event::RepairSet {
+            items: ItemSet::default(),
+            upto: wm(5, 9),
+        })
+        .unwrap();
+        let acts = s
+            .handle(Event::ExportDone {
+                upto: wm(5, 9),
+                sent: 0,
+            })
+            .unwrap();
+        // We skipped: our done claims nothing.
+        assert_eq!(acts, vec![Action::Send(SyncV1::Done { upto: wm(5, 0) })]);
+        let acts = s
+            .handle(Event::Received(SyncV1::Done { upto: wm(2, 4) }))
+            .unwrap();
+        assert_eq!(
+            acts,
+            vec![Action::SaveWatermark(wm(2, 4)), Action::SendDigest]
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! concern — the node itself, its org graph and memories ([`node`]), text
 //! editing and history ([`text`]), recall ([`recall`]), the timeline
 //! ([`time`]), profiles
-//! ([`profile`]), peers and replication ([`peers`]), pairing
+//! ([`profile`]), peers and replication ([`peers`]), range-based repair ([`repair`]), pairing
 //! ([`pairing`]), bundles ([`bundles`]), maintenance ([`maintenance`]) and
 //! moving memories in and out ([`import`]: importers, per-agent export and
 //! erasure).
@@ -22,6 +22,7 @@ pub(crate) mod peers;
 pub(crate) mod profile;
 pub mod reads;
 pub(crate) mod recall;
+pub mod repair;
 pub(crate) mod text;
 pub(crate) mod time;
 

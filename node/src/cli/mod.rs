@@ -580,7 +580,13 @@ enum ProfileCmd {
 #[derive(Subcommand, Debug)]
 enum SyncCmd {
     /// Sync with one peer (NodeId, prefix or name) or every peer with an address now
-    Now { peer: Option<String> },
+    Now {
+        peer: Option<String>,
+        /// Reconcile the whole set of facts each side may send the other
+        /// (range-based repair) instead of trusting the watermarks
+        #[arg(long)]
+        repair: bool,
+    },
     /// Sync once with every peer with an address; unreachable peers are not fatal
     Auto,
 }
@@ -905,11 +911,16 @@ fn join_cmd(home: &Home, out: &Out, code: &str, offline: bool, agent: Option<&st
 fn sync_cmd(home: &Home, out: &Out, cmd: SyncCmd) -> Result<()> {
     use amos_node::events::SyncResult;
     let (only, auto) = match &cmd {
-        SyncCmd::Now { peer } => (peer.as_deref(), false),
+        SyncCmd::Now { peer, .. } => (peer.as_deref(), false),
         SyncCmd::Auto => (None, true),
     };
     // Validates the home (exit 2 if it is not one).
-    drop(Node::open(home)?);
+    let mut node = Node::open(home)?;
+    if let SyncCmd::Now { repair: true, .. } = &cmd {
+        // Kept in the peer's row until a repair with it completes.
+        node.ask_repair_of(only)?;
+    }
+    drop(node);
     let progress = amos_node::progress::SyncProgress::new(out.feedback());
     let outcomes = amos_node::net::sync_pass_blocking(home, only, progress.observer())?;
     drop(progress);

@@ -325,6 +325,12 @@ pub(crate) fn session_thread(
     // Where `amos serve` last said it listens (none if it never served).
     let listen: Vec<SocketAddr> = pairing::recorded_listen(home).into_iter().collect();
     let (mut session, first) = Session::start(my_epoch, node.watermark_of(&peer)?, &listen);
+    // Repair (docs/design.md §7.9) when asked, after a digest disagreed, or
+    // periodically; an untrusted watermark the session sees by itself.
+    if let Some(why) = node.repair_wanted(&peer)? {
+        debug!(?why, "asking {} for a repair", peer.short());
+        session.request_repair();
+    }
     let mut todo: VecDeque<Action> = first.into();
     // Moved into the export thread: afterwards only the reader can feed us,
     // so its end (or abort) ends our wait.
@@ -400,7 +406,31 @@ pub(crate) fn session_thread(
                     debug!(agree, "compared digests with {}", peer.short());
                     digest_agree = Some(agree);
                 }
+                Action::BuildRepairSet => {
+                    let (items, seq) = node.repair_set(&peer)?;
+                    debug!(items = items.len(), "repair set for {}", peer.short());
+                    let upto = Watermark {
+                        epoch: my_epoch,
+                        seq,
+                    };
+                    todo.extend(session.handle(Event::RepairSet { items, upto })?);
+                }
+                Action::SendRepairFacts(ids) => {
+                    let sent = node.repair_facts(&peer, &ids, EXPORT_BATCH, |facts| {
+                        if let Some(o) = &observer {
+                            o.sent(&peer, facts.len() as u64);
+                        }
+                        send(Outgoing::Msg(SyncV1::Facts { facts })).map_err(|_| {
+                            NodeError::Failed("the connection to the peer closed".into())
+                        })
+                    })?;
+                    facts_out += sent;
+                    todo.extend(session.handle(Event::RepairSent { sent })?);
+                }
                 Action::Finished => {
+                    if let Err(e) = node.peer_record_repair(&peer, session.repaired()) {
+                        warn!("cannot record the repair count of {}: {e}", peer.short());
+                    }
                     send(Outgoing::Finish)?;
                     return Ok((facts_in, facts_out, digest_agree));
                 }
@@ -409,7 +439,7 @@ pub(crate) fn session_thread(
         match input.blocking_recv() {
             Some(Input::Msg(m)) => todo.extend(session.handle(Event::Received(m))?),
             Some(Input::ExportDone(Ok((upto, n)))) => {
-                facts_out = n;
+                facts_out += n;
                 todo.extend(session.handle(Event::ExportDone { upto, sent: n })?);
             }
             Some(Input::ExportDone(Err(e))) => return Err(e.into()),

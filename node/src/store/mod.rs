@@ -25,6 +25,7 @@ pub mod peers;
 pub mod profile;
 pub mod reads;
 pub mod recall;
+pub mod repair;
 pub mod replica;
 pub mod schema;
 pub mod text;

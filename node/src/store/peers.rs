@@ -266,3 +266,67 @@ pub fn join_proof(conn: &Connection, id: &NodeId) -> Result<Option<Vec<u8>>> {
         .optional()?
         .flatten())
 }
+
+/// What decides whether a session with a peer repairs (docs/design.md §7.9).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RepairState {
+    /// The operator asked for a repair that has not completed yet.
+    pub asked: bool,
+    /// When the last repair with the peer completed (Unix ms).
+    pub last_ms: Option<u64>,
+    /// Sessions completed since then (or since v13).
+    pub sessions_since: u64,
+    /// The last digest comparison disagreed, at that time (Unix ms).
+    pub disagreed_ms: Option<u64>,
+}
+
+/// The repair columns of `id`'s row (`None`: not a peer).
+pub fn repair_state(conn: &Connection, id: &NodeId) -> Result<Option<RepairState>> {
+    Ok(conn
+        .query_row(
+            "SELECT repair_asked, repair_ms, sessions_since_repair, digest_agree, digest_ms
+             FROM peers WHERE node_id = ?1",
+            [&id.0[..]],
+            |r| {
+                let agree: Option<bool> = r.get(3)?;
+                let digest_ms: Option<i64> = r.get(4)?;
+                Ok(RepairState {
+                    asked: r.get(0)?,
+                    last_ms: r.get::<_, Option<i64>>(1)?.map(|x| x.max(0) as u64),
+                    sessions_since: r.get::<_, i64>(2)?.max(0) as u64,
+                    disagreed_ms: match agree {
+                        Some(false) => Some(digest_ms.unwrap_or(0).max(0) as u64),
+                        _ => None,
+                    },
+                })
+            },
+        )
+        .optional()?)
+}
+
+/// Ask for a repair with `id` in its next session; returns whether it is a peer.
+pub fn ask_repair(conn: &Connection, id: &NodeId) -> Result<bool> {
+    Ok(conn.execute(
+        "UPDATE peers SET repair_asked = 1 WHERE node_id = ?1",
+        [&id.0[..]],
+    )? == 1)
+}
+
+/// A session with `id` completed: `repaired` (at `now_ms`) clears the ask
+/// and the count, otherwise the session counts.
+pub fn record_repair(conn: &Connection, id: &NodeId, repaired: bool, now_ms: u64) -> Result<()> {
+    if repaired {
+        conn.execute(
+            "UPDATE peers SET repair_asked = 0, repair_ms = ?2, sessions_since_repair = 0
+             WHERE node_id = ?1",
+            params![&id.0[..], i64::try_from(now_ms).unwrap_or(i64::MAX)],
+        )?;
+    } else {
+        conn.execute(
+            "UPDATE peers SET sessions_since_repair = sessions_since_repair + 1
+             WHERE node_id = ?1",
+            [&id.0[..]],
+        )?;
+    }
+    Ok(())
+}

@@ -307,6 +307,14 @@ const MIGRATIONS: &[&str] = &[
         facts  INTEGER NOT NULL
     ) STRICT;
     "#,
+    // v13: range-based repair (docs/design.md §7.9), per peer: the operator
+    // asked for one (`amos sync now --repair`; cleared when one completes),
+    // when the last completed, and sessions since (periodic anti-entropy).
+    r#"
+    ALTER TABLE peers ADD COLUMN repair_asked INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE peers ADD COLUMN repair_ms INTEGER;
+    ALTER TABLE peers ADD COLUMN sessions_since_repair INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -28,6 +28,7 @@ mod progress;
 mod read_audit;
 mod readme;
 mod recall_engine;
+mod repair;
 mod replication;
 mod revocation_mesh;
 mod sync_session;

@@ -38,18 +38,32 @@ fn apollo_pair(dir: &tempfile::TempDir, teams: &[&str]) -> (Node, Node) {
 /// One complete session between `a` and `b`; returns the facts each side
 /// received (a's, b's).
 fn sync(a: &mut Node, b: &mut Node) -> (usize, usize) {
+    sync_logged(a, b, (false, false)).0
+}
+
+/// [`sync`], `repair` asking a repair of a's and b's session; also every
+/// message that crossed, in order.
+fn sync_logged(a: &mut Node, b: &mut Node, repair: (bool, bool)) -> ((usize, usize), Vec<SyncV1>) {
     let (ida, idb) = (a.node_id(), b.node_id());
     let (mut sa, first_a) =
         Session::start(a.epoch_bytes().unwrap(), a.watermark_of(&idb).unwrap(), &[]);
     let (mut sb, first_b) =
         Session::start(b.epoch_bytes().unwrap(), b.watermark_of(&ida).unwrap(), &[]);
+    if repair.0 {
+        sa.request_repair();
+    }
+    if repair.1 {
+        sb.request_repair();
+    }
     let mut to_a: VecDeque<SyncV1> = VecDeque::new();
     let mut to_b: VecDeque<SyncV1> = VecDeque::new();
+    let mut log = Vec::new();
     let mut received = (0, 0);
-    let mut work: Vec<(bool, Vec<Action>)> = vec![(true, first_a), (false, first_b)];
+    // In the order the sessions emitted them, as the driver runs them.
+    let mut work: VecDeque<(bool, Vec<Action>)> = [(true, first_a), (false, first_b)].into();
     let mut finished = (false, false);
     for _ in 0..10_000 {
-        while let Some((is_a, actions)) = work.pop() {
+        while let Some((is_a, actions)) = work.pop_front() {
             for act in actions {
                 let (me, peer, session, outbox) = if is_a {
                     (&mut *a, idb, &mut sa, &mut to_b)
@@ -71,7 +85,7 @@ fn sync(a: &mut Node, b: &mut Node) -> (usize, usize) {
                             epoch: me.epoch_bytes().unwrap(),
                             seq: upto,
                         };
-                        work.push((
+                        work.push_back((
                             is_a,
                             session.handle(Event::ExportDone { upto, sent }).unwrap(),
                         ));
@@ -106,6 +120,26 @@ fn sync(a: &mut Node, b: &mut Node) -> (usize, usize) {
                         me.peer_compare_digest(&peer, &scopes, &digest, facts)
                             .unwrap();
                     }
+                    Action::BuildRepairSet => {
+                        let (items, seq) = me.repair_set(&peer).unwrap();
+                        let upto = amos_protocol::wire::Watermark {
+                            epoch: me.epoch_bytes().unwrap(),
+                            seq,
+                        };
+                        work.push_back((
+                            is_a,
+                            session.handle(Event::RepairSet { items, upto }).unwrap(),
+                        ));
+                    }
+                    Action::SendRepairFacts(ids) => {
+                        let sent = me
+                            .repair_facts(&peer, &ids, 100, |facts| {
+                                outbox.push_back(SyncV1::Facts { facts });
+                                Ok(())
+                            })
+                            .unwrap();
+                        work.push_back((is_a, session.handle(Event::RepairSent { sent }).unwrap()));
+                    }
                     Action::Finished => {
                         if is_a {
                             finished.0 = true;
@@ -117,15 +151,17 @@ fn sync(a: &mut Node, b: &mut Node) -> (usize, usize) {
             }
         }
         if let Some(m) = to_b.pop_front() {
-            work.push((false, sb.handle(Event::Received(m)).unwrap()));
+            log.push(m.clone());
+            work.push_back((false, sb.handle(Event::Received(m)).unwrap()));
         } else if let Some(m) = to_a.pop_front() {
-            work.push((true, sa.handle(Event::Received(m)).unwrap()));
+            log.push(m.clone());
+            work.push_back((true, sa.handle(Event::Received(m)).unwrap()));
         } else {
             break;
         }
     }
     assert_eq!(finished, (true, true), "session did not finish");
-    received
+    (received, log)
 }
 
 #[test]
@@ -270,4 +306,70 @@ fn a_session_digest_covers_only_what_the_peer_may_receive() {
     assert_ne!(a.digest(&apollo).unwrap(), b.digest(&apollo).unwrap());
     // a compares b's digest over `global` (what b gives a): both hold none.
     assert_eq!(digests(&a), Some(true));
+}
+
+/// A repair between a node holding private, another team's and shared
+/// memories and a `team:apollo` peer that lost some: it converges in the
+/// scope, and no message of the session — no round, no request, no fact —
+/// ever names a fact the export filter keeps from the peer (each side's
+/// repair set is its export filter's; tested beside `Node::repair_set`).
+#[test]
+fn a_repair_with_a_scoped_peer_never_names_a_gated_fact() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut a, mut b) = apollo_pair(&dir, &["apollo", "hermes"]);
+    let who = a.requester("alice").unwrap();
+    for i in 0..30 {
+        let mut m = NewMemory::new(format!("lambda shared {i}"));
+        m.share = vec!["team:apollo".parse().unwrap()];
+        a.add(&who, m).unwrap();
+    }
+    settle(&mut a, &mut b);
+    // Gated on a: private, hermes-only.
+    a.add(&who, NewMemory::new("lambda private")).unwrap();
+    let mut m = NewMemory::new("lambda hermes only");
+    m.share = vec!["team:hermes".parse().unwrap()];
+    a.add(&who, m).unwrap();
+    let ids = |n: &mut Node, policy: &amos_acl::PeerPolicy| {
+        let mut out = std::collections::BTreeSet::new();
+        n.export_snapshot(policy, 64, |facts| {
+            out.extend(facts.iter().map(|f| amos_sync::repair::fact_id(f)));
+            Ok(())
+        })
+        .unwrap();
+        out
+    };
+    let scoped = a.peer_policy(&b.node_id()).unwrap().unwrap();
+    let everything = ids(&mut a, &amos_acl::PeerPolicy::Full);
+    let gated: Vec<[u8; 32]> = everything
+        .difference(&ids(&mut a, &scoped))
+        .copied()
+        .collect();
+    assert!(gated.len() >= 4, "{gated:?}");
+
+    // b asks for a repair while three new apollo memories of a's wait
+    // behind its watermark: a's export brings them, and b's repair asks
+    // for nothing it already received.
+    for i in 0..3 {
+        let mut m = NewMemory::new(format!("lambda later {i}"));
+        m.share = vec!["team:apollo".parse().unwrap()];
+        a.add(&who, m).unwrap();
+    }
+    let ((to_a, to_b), log) = sync_logged(&mut a, &mut b, (false, true));
+    assert_eq!((to_a, to_b), (0, 6), "exactly the three memories b lacked");
+    assert!(log.iter().any(|m| matches!(m, SyncV1::RepairOpen { .. })));
+    assert!(log.iter().any(|m| matches!(m, SyncV1::RepairDone { .. })));
+    for m in &log {
+        let bytes = amos_protocol::wire::SyncMessage::V1(m.clone()).encode();
+        for g in &gated {
+            assert!(
+                !bytes.windows(32).any(|w| w == g),
+                "a message names a gated fact: {m:?}"
+            );
+        }
+    }
+    let apollo = ["team:apollo".to_string()];
+    assert_eq!(a.digest(&apollo).unwrap(), b.digest(&apollo).unwrap());
+    // The watermarks moved: the next session is idle and agrees.
+    assert_eq!(sync(&mut a, &mut b), (0, 0));
+    assert_eq!((digests(&a), digests(&b)), (Some(true), Some(true)));
 }
