@@ -32,7 +32,8 @@ use amos_protocol::{
     MemoryId, MemoryText, MemoryType, NodeId, NodeIdentity, OrgScope, Register, Scope, TeamFact,
     TeamId,
 };
-use amos_sync::session::{Action, Event, Session};
+use amos_sync::repair::{self, ItemId, ItemSet};
+use amos_sync::session::{Action, Event, SKIP_EXPORT, Session};
 
 use crate::clock::{Clock, MS, Micros, SECOND};
 use crate::replica::SimReplica;
@@ -176,6 +177,8 @@ pub struct SessionRecord {
     /// messages each sent on receipt of the previous, halved, rounded up).
     pub round_trips: u32,
     pub facts_sent: u64,
+    /// The session ran a range-based repair to its end (`amos_sync::repair`).
+    pub repaired: bool,
 }
 
 #[derive(Debug)]
@@ -737,7 +740,12 @@ impl Mesh {
                 Action::Send(m) => self.send(sid, side, m, depth + 1),
                 Action::Export { since, peer_reset } => {
                     let r = &self.nodes[me].replica;
-                    let (facts, high) = r.export_for(&peer_id, since, peer_reset);
+                    // A session that repairs sends what the peer lacks instead.
+                    let (facts, high) = if since == SKIP_EXPORT {
+                        (Vec::new(), r.seq())
+                    } else {
+                        r.export_for(&peer_id, since, peer_reset)
+                    };
                     let upto = Watermark {
                         epoch: r.epoch,
                         seq: high,
@@ -763,6 +771,50 @@ impl Mesh {
                     }
                 }
                 Action::PeerListens(_) => {}
+                Action::BuildRepairSet => {
+                    // What an export from 0 would send, retractions included.
+                    let r = &self.nodes[me].replica;
+                    let (facts, high) = r.export_for(&peer_id, 0, true);
+                    let upto = Watermark {
+                        epoch: r.epoch,
+                        seq: high,
+                    };
+                    let Ok(items) = ItemSet::from_facts(facts.iter().map(Vec::as_slice)) else {
+                        self.finish(sid, false);
+                        return;
+                    };
+                    match self.session_event(sid, side, Event::RepairSet { items, upto }) {
+                        Some(more) => todo.extend(more),
+                        None => return,
+                    }
+                }
+                Action::SendRepairFacts(ids) => {
+                    let wanted: BTreeSet<ItemId> = ids.into_iter().collect();
+                    let (facts, _) = self.nodes[me].replica.export_for(&peer_id, 0, true);
+                    let facts: Vec<Vec<u8>> = facts
+                        .into_iter()
+                        .filter(|f| wanted.contains(&repair::fact_id(f)))
+                        .collect();
+                    let sent = facts.len() as u64;
+                    self.stats.facts_sent += sent;
+                    if let Some(l) = self.sessions.get_mut(&sid) {
+                        l.facts += sent;
+                    }
+                    for chunk in facts.chunks(EXPORT_BATCH) {
+                        self.send(
+                            sid,
+                            side,
+                            SyncV1::Facts {
+                                facts: chunk.to_vec(),
+                            },
+                            depth + 1,
+                        );
+                    }
+                    match self.session_event(sid, side, Event::RepairSent { sent }) {
+                        Some(more) => todo.extend(more),
+                        None => return,
+                    }
+                }
                 Action::Apply(facts) => {
                     let now = self.now_ms();
                     match self.nodes[me].replica.apply(peer_id, &facts, now) {
@@ -914,6 +966,7 @@ impl Mesh {
             messages: l.messages,
             round_trips: l.depth.div_ceil(2),
             facts_sent: l.facts,
+            repaired: ok && l.sides.iter().flatten().any(Session::repaired),
         });
         if let Some(d) = self.dirty.remove(&key) {
             let other = if d == key.0 { key.1 } else { key.0 };
@@ -926,9 +979,8 @@ impl Mesh {
         }
     }
 
-    /// The bytes a session of the protocol before repair (every export
-    /// from 0 once an epoch changed; `main` before range reconciliation)
-    /// would move between node `r` and each neighbour it can reach now:
+    /// The bytes a session of the protocol before repair (an export from
+    /// 0 once an epoch changed, before `amos_sync::repair`) would move between node `r` and each neighbour it can reach now:
     /// both hellos, both exports as `Facts` frames, both dones — encoded,
     /// not sent. What a restore cost before `amos_sync::repair`.
     pub fn full_resend_bytes(&self, r: usize) -> u64 {
