@@ -22,7 +22,7 @@ use amos_protocol::{Grants, Register, Scope};
 use serde::Serialize;
 
 use crate::check::convergence;
-use crate::clock::{MS, Micros, SECOND};
+use crate::clock::{Micros, SECOND};
 use crate::mesh::{Mesh, MeshConfig, PushConfig, SessionRecord, Stats};
 use crate::rng::Rng;
 
@@ -45,10 +45,7 @@ impl MeshBench {
             seed,
             memories_per_node: 2,
             period: 60 * SECOND,
-            push: PushConfig {
-                debounce: 500 * MS,
-                max_sessions: 8,
-            },
+            push: PushConfig::default(),
         }
     }
 }

@@ -7,8 +7,9 @@
 //! ([`topology::Graph`]) on a virtual clock ([`clock::Clock`]): every
 //! session is two `amos_sync::session::Session`s exchanging `SyncV1`
 //! messages through the real codec, sizes counted, latency per message
-//! ([`mesh::Mesh`]). Scheduling is periodic or push; faults are message
-//! loss, partitions, nodes offline and restores from backup.
+//! ([`mesh::Mesh`]). Scheduling is periodic and/or push (docs/design.md
+//! §7.9); faults are message loss, partitions, nodes offline and restores
+//! from backup (whose sessions repair, `amos_sync::repair`).
 //! [`check::convergence`] judges a mesh; [`bench`] runs the scenarios
 //! `amos --json bench --mesh N` reports.
 //!

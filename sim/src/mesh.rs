@@ -7,10 +7,15 @@
 //!
 //! What it models: periodic passes (each node dials every neighbour each
 //! period ±10 %, failed peers backed off as `serve --sync-every` does) and
-//! push (a local write or applied facts arm a debounce; when it fires the
-//! node dials every neighbour — but the single one the facts came from —
-//! at most one session per pair in flight, a dirty flag for one follow-up,
-//! a cap on the sessions a node has dialled at once); a QUIC handshake (one
+//! push as docs/design.md §7.9 has it (`amos serve`'s `net::push`): a
+//! local write is news for every neighbour, facts applied from P news for
+//! every neighbour but P (relay on apply); a neighbour with news is dialled
+//! a debounce after its first unsent news; one push in flight per peer and
+//! exactly one follow-up for news noted meanwhile; any successful session
+//! with the peer that started after the news carried it; at most
+//! `max_sessions` pushes at once, waiting peers oldest news first; a failed
+//! push backs the peer off `base·2^n − base/2` (base 1 s, n ≤ 5), keeping
+//! the news); a QUIC handshake (one
 //! round trip before the first frame); message loss (a lost frame breaks
 //! the connection: both sides abort, as a transport error does); partitions
 //! and nodes going offline (dials fail after the handshake timeout, live
@@ -49,13 +54,38 @@ pub const AGENTS: [&str; 4] = ["a0", "a1", "a2", "a3"];
 /// The team every node's org graph gets from node 0.
 pub const TEAM: &str = "t";
 
-/// How pushes are scheduled.
+/// How pushes are scheduled (`serve --push-debounce`, `--push-sessions`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PushConfig {
-    /// From the first change to the sessions it causes.
+    /// From a peer's first unsent news to the push.
     pub debounce: Micros,
-    /// At most this many sessions a node has dialled in flight at once.
+    /// At most this many push sessions a node has in flight at once.
     pub max_sessions: usize,
+}
+
+impl Default for PushConfig {
+    /// `serve`'s defaults: 200 ms, 8 sessions.
+    fn default() -> Self {
+        PushConfig {
+            debounce: 200 * MS,
+            max_sessions: 8,
+        }
+    }
+}
+
+/// The push backoff's base (design §7.9: the pacing of §7.8 with a 1 s period).
+pub const PUSH_BACKOFF_BASE: Micros = SECOND;
+
+/// A node's push state for one neighbour.
+#[derive(Debug, Clone, Default)]
+struct PushPeer {
+    /// When the first news not yet carried was noted.
+    news_at: Option<Micros>,
+    /// A `PushDue` is scheduled.
+    armed: bool,
+    /// Failed pushes in a row, and when the peer may be tried again.
+    failures: u32,
+    retry_at: Micros,
 }
 
 /// A simulated mesh.
@@ -114,7 +144,8 @@ pub fn agent(i: usize) -> AgentId {
 enum Ev {
     /// A periodic pass of a node, of the schedule generation it was set in.
     Tick(usize, u64),
-    PushFire(usize),
+    /// Node `.0`'s push to neighbour `.1` is due.
+    PushDue(usize, usize),
     Connect(u64),
     Deliver {
         sid: u64,
@@ -137,12 +168,11 @@ pub struct SimNode {
     /// more periods to skip it.
     failures: BTreeMap<usize, u32>,
     skip: BTreeMap<usize, u32>,
-    push_armed: bool,
-    push_local: bool,
-    push_sources: BTreeSet<usize>,
-    /// Sessions this node dialled that are in flight.
-    opened: usize,
-    waiting: VecDeque<usize>,
+    push: BTreeMap<usize, PushPeer>,
+    /// Push sessions this node dialled that are in flight.
+    pushing: usize,
+    /// Peers waiting for a push slot: (news noted at, peer).
+    waiting: BTreeSet<(Micros, usize)>,
 }
 
 /// Counters over a run.
@@ -216,7 +246,8 @@ pub struct Mesh {
     sessions: BTreeMap<u64, Live>,
     next_sid: u64,
     inflight: BTreeMap<(usize, usize), u64>,
-    dirty: BTreeMap<(usize, usize), usize>,
+    /// `PushDue` events scheduled and not yet handled.
+    push_due: usize,
     partition: Option<Vec<u32>>,
     watch: Option<(Register, Hlc, Vec<Option<Micros>>)>,
     next_mem: u64,
@@ -244,11 +275,9 @@ impl Mesh {
                     online: true,
                     failures: BTreeMap::new(),
                     skip: BTreeMap::new(),
-                    push_armed: false,
-                    push_local: false,
-                    push_sources: BTreeSet::new(),
-                    opened: 0,
-                    waiting: VecDeque::new(),
+                    push: BTreeMap::new(),
+                    pushing: 0,
+                    waiting: BTreeSet::new(),
                 }
             })
             .collect();
@@ -284,7 +313,7 @@ impl Mesh {
             sessions: BTreeMap::new(),
             next_sid: 0,
             inflight: BTreeMap::new(),
-            dirty: BTreeMap::new(),
+            push_due: 0,
             partition: None,
             watch: None,
             next_mem: 0,
@@ -325,7 +354,7 @@ impl Mesh {
         let node = &mut self.nodes[n];
         let f = node.replica.write(&node.identity, body, now);
         self.note_change(n);
-        self.push_trigger(n, None);
+        self.news(n, None);
         f.fact.clock
     }
 
@@ -433,8 +462,8 @@ impl Mesh {
     // ------------------------------------------------------------ faults
 
     /// Take node `n` off the network now (live sessions with it break) or
-    /// bring it back (it dials every neighbour at once, as a starting
-    /// `serve` does).
+    /// bring it back (as a restarted `serve`: nothing pushed, its passes
+    /// resume).
     pub fn set_online(&mut self, n: usize, online: bool) {
         self.clock.after(0, Ev::SetOnline(n, online));
         self.step_now();
@@ -522,14 +551,11 @@ impl Mesh {
         self.run_until(self.now());
     }
 
-    /// No session in flight, no push armed or owed.
+    /// No session in flight, no push due or waiting.
     pub fn is_quiet(&self) -> bool {
         self.sessions.is_empty()
-            && self.dirty.is_empty()
-            && self
-                .nodes
-                .iter()
-                .all(|n| !n.push_armed && n.waiting.is_empty())
+            && self.push_due == 0
+            && self.nodes.iter().all(|n| n.waiting.is_empty())
     }
 
     /// Run until quiet (or `limit` from now); returns whether it got quiet.
@@ -585,22 +611,37 @@ impl Mesh {
                     }
                 }
             }
-            Ev::PushFire(n) => {
-                let node = &mut self.nodes[n];
-                node.push_armed = false;
-                let local = std::mem::take(&mut node.push_local);
-                let sources = std::mem::take(&mut node.push_sources);
-                if !node.online {
+            Ev::PushDue(n, j) => {
+                self.push_due = self.push_due.saturating_sub(1);
+                let Some(cap) = self.cfg.push.map(|p| p.max_sessions.max(1)) else {
+                    return;
+                };
+                let now = self.now();
+                let online = self.nodes[n].online;
+                let busy = self.inflight.contains_key(&pair(n, j));
+                let full = self.nodes[n].pushing >= cap;
+                let peer = self.nodes[n].push.entry(j).or_default();
+                peer.armed = false;
+                let Some(news_at) = peer.news_at else { return };
+                if !online {
+                    // The process is down: its news dies with it.
+                    peer.news_at = None;
                     return;
                 }
-                let ns: Vec<usize> = self.graph.neighbours(n).collect();
-                for j in ns {
-                    // The one peer the facts came from has them.
-                    if !local && sources.len() == 1 && sources.contains(&j) {
-                        continue;
-                    }
-                    self.dial(n, j, true);
+                if busy {
+                    // The session in flight ends with a follow-up check.
+                    return;
                 }
+                if peer.retry_at > now {
+                    let at = peer.retry_at;
+                    self.arm_push(n, j, at);
+                    return;
+                }
+                if full {
+                    self.nodes[n].waiting.insert((news_at, j));
+                    return;
+                }
+                self.dial(n, j, true);
             }
             Ev::Connect(sid) => self.connect(sid),
             Ev::Deliver {
@@ -616,13 +657,13 @@ impl Mesh {
                 }
                 self.nodes[n].online = online;
                 if online {
+                    // A restarted `serve`: no backoff, no news (its store
+                    // at start is the baseline); its next pass comes at its
+                    // next period.
                     let node = &mut self.nodes[n];
                     node.failures.clear();
                     node.skip.clear();
-                    let ns: Vec<usize> = self.graph.neighbours(n).collect();
-                    for j in ns {
-                        self.dial(n, j, false);
-                    }
+                    node.push.clear();
                 } else {
                     let live: Vec<u64> = self
                         .sessions
@@ -638,42 +679,79 @@ impl Mesh {
         }
     }
 
-    fn push_trigger(&mut self, n: usize, source: Option<usize>) {
+    /// Node `n`'s store moved: news for every neighbour but `except` (the
+    /// peer whose batch it applied: relay on apply).
+    fn news(&mut self, n: usize, except: Option<usize>) {
         let Some(push) = self.cfg.push else { return };
-        let node = &mut self.nodes[n];
-        match source {
-            Some(p) => {
-                node.push_sources.insert(p);
+        let now = self.now();
+        let ns: Vec<usize> = self.graph.neighbours(n).collect();
+        for j in ns {
+            if Some(j) == except {
+                continue;
             }
-            None => node.push_local = true,
+            let peer = self.nodes[n].push.entry(j).or_default();
+            if peer.news_at.is_none() {
+                peer.news_at = Some(now);
+                let at = (now + push.debounce).max(peer.retry_at);
+                self.arm_push(n, j, at);
+            }
         }
-        if !node.push_armed {
-            node.push_armed = true;
-            self.clock.after(push.debounce, Ev::PushFire(n));
+    }
+
+    fn arm_push(&mut self, n: usize, j: usize, at: Micros) {
+        let peer = self.nodes[n].push.entry(j).or_default();
+        if !peer.armed {
+            peer.armed = true;
+            self.push_due += 1;
+            self.clock.at(at, Ev::PushDue(n, j));
+        }
+    }
+
+    /// After a session between `a` and `b` (which started at `started`)
+    /// ended: a success carried the news noted before it started and ends
+    /// any backoff; a failed push backs off; news left gets its follow-up.
+    fn push_after(&mut self, a: usize, b: usize, started: Micros, ok: bool, push: bool) {
+        let Some(cfg) = self.cfg.push else { return };
+        let now = self.now();
+        for (x, y) in [(a, b), (b, a)] {
+            let peer = self.nodes[x].push.entry(y).or_default();
+            if ok {
+                peer.failures = 0;
+                peer.retry_at = 0;
+                if peer.news_at.is_some_and(|t| t < started) {
+                    peer.news_at = None;
+                }
+            } else if push && x == a {
+                peer.failures += 1;
+                let n = peer.failures.min(5);
+                peer.retry_at =
+                    now + PUSH_BACKOFF_BASE * (1 << n) - PUSH_BACKOFF_BASE / 2;
+            }
+            if peer.news_at.is_some() {
+                let at = (now + cfg.debounce).max(peer.retry_at);
+                self.arm_push(x, y, at);
+            }
+        }
+        if push {
+            self.nodes[a].pushing = self.nodes[a].pushing.saturating_sub(1);
+            if let Some((_, j)) = self.nodes[a].waiting.pop_first() {
+                self.push_due += 1;
+                self.clock.after(0, Ev::PushDue(a, j));
+            }
         }
     }
 
     fn dial(&mut self, a: usize, b: usize, push: bool) {
         let key = pair(a, b);
         if self.inflight.contains_key(&key) {
-            if push {
-                self.dirty.insert(key, a);
-            }
-            return;
-        }
-        let cap = self.cfg.push.map_or(usize::MAX, |p| p.max_sessions.max(1));
-        if self.nodes[a].opened >= cap {
-            if !self.nodes[a].waiting.contains(&b) {
-                self.nodes[a].waiting.push_back(b);
-            }
             return;
         }
         let sid = self.next_sid;
         self.next_sid += 1;
         self.inflight.insert(key, sid);
-        self.nodes[a].opened += 1;
         self.stats.sessions_opened += 1;
         if push {
+            self.nodes[a].pushing += 1;
             self.stats.push_sessions += 1;
         }
         let latency = self.latency.get(&key).copied().unwrap_or(self.cfg.latency.0);
@@ -824,7 +902,7 @@ impl Mesh {
                             self.stats.facts_deferred += rep.deferred;
                             if rep.applied > 0 {
                                 self.note_change(me);
-                                self.push_trigger(me, Some(peer));
+                                self.news(me, Some(peer));
                             }
                         }
                         Err(_) => {
@@ -942,7 +1020,6 @@ impl Mesh {
         };
         let key = pair(l.a, l.b);
         self.inflight.remove(&key);
-        self.nodes[l.a].opened = self.nodes[l.a].opened.saturating_sub(1);
         if ok {
             self.stats.sessions_ok += 1;
             self.nodes[l.a].failures.remove(&l.b);
@@ -968,15 +1045,7 @@ impl Mesh {
             facts_sent: l.facts,
             repaired: ok && l.sides.iter().flatten().any(Session::repaired),
         });
-        if let Some(d) = self.dirty.remove(&key) {
-            let other = if d == key.0 { key.1 } else { key.0 };
-            if self.nodes[d].online {
-                self.dial(d, other, true);
-            }
-        }
-        if let Some(j) = self.nodes[l.a].waiting.pop_front() {
-            self.dial(l.a, j, true);
-        }
+        self.push_after(l.a, l.b, l.started, ok, l.push);
     }
 
     /// The bytes a session of the protocol before repair (an export from

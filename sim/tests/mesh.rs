@@ -9,15 +9,16 @@ use amos_protocol::{Grants, MemoryId, Register, Scope};
 use amos_sim::bench::{periods_to_converge, write_workload};
 use amos_sim::check::convergence;
 use amos_sim::rng::Rng;
-use amos_sim::{MS, Mesh, MeshConfig, Micros, PushConfig, SECOND};
+use amos_sim::{Mesh, MeshConfig, Micros, PushConfig, SECOND};
 use proptest::prelude::*;
 
 const PERIOD: Micros = 60 * SECOND;
 
+/// `serve`'s debounce (200 ms), a cap of 4 to meet it in a small mesh.
 fn push_cfg() -> PushConfig {
     PushConfig {
-        debounce: 500 * MS,
         max_sessions: 4,
+        ..PushConfig::default()
     }
 }
 
