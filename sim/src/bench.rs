@@ -146,7 +146,7 @@ pub fn write_workload(mesh: &mut Mesh, per_node: usize, rng: &mut Rng) -> usize 
     for node in 0..mesh.len() {
         for _ in 0..per_node {
             let owner = rng.below(4) as usize;
-            let g = grants(rng.next());
+            let g = grants(rng.next_u64());
             mesh.write_memory(node, owner, g);
             n += 1;
         }
@@ -208,7 +208,7 @@ pub fn run(b: &MeshBench) -> MeshReport {
     periods_to_converge(&mut mesh, period, max_periods);
     // A few more writes after the backup, so the restore loses something.
     for _ in 0..3 {
-        mesh.write_memory(restored, 1, grants(rng.next()));
+        mesh.write_memory(restored, 1, grants(rng.next_u64()));
     }
     let fixed = mesh.fixed_of(origin, &id);
     let mut revocation_s = 0.0;
@@ -220,7 +220,12 @@ pub fn run(b: &MeshBench) -> MeshReport {
         for _ in 0..max_periods {
             mesh.run_for(period);
             if mesh.arrivals().iter().all(Option::is_some) {
-                let last = mesh.arrivals().into_iter().flatten().max().unwrap_or(t_unshare);
+                let last = mesh
+                    .arrivals()
+                    .into_iter()
+                    .flatten()
+                    .max()
+                    .unwrap_or(t_unshare);
                 revocation_s = secs(last - t_unshare);
                 revocation_periods = (last - t_unshare).div_ceil(period).max(1);
                 break;
@@ -240,7 +245,12 @@ pub fn run(b: &MeshBench) -> MeshReport {
     let (pushed, clock) = mesh.write_memory(writer, 0, global.clone());
     mesh.watch(Register::MemoryAcl(pushed), clock);
     mesh.run_until_quiet(10 * period);
-    let push_last = mesh.arrivals().into_iter().flatten().max().unwrap_or(t_write);
+    let push_last = mesh
+        .arrivals()
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(t_write);
     let push_records: Vec<&SessionRecord> = mesh.records[from..].iter().filter(|r| r.ok).collect();
     let mut durations: Vec<Micros> = push_records.iter().map(|r| r.ended - r.started).collect();
     durations.sort_unstable();

@@ -93,11 +93,16 @@ pub fn convergence(mesh: &Mesh) -> Convergence {
             .collect();
         for i in 1..n {
             if store(i).scoped_digest(scoped) != d0 {
-                note(format!("node {i}: digest over {scoped} differs from node 0's"));
+                note(format!(
+                    "node {i}: digest over {scoped} differs from node 0's"
+                ));
             }
             for (a, v0) in views0.iter().enumerate() {
                 if visible_through(store(i), scoped, &agent(a)) != *v0 {
-                    note(format!("node {i}: {} sees otherwise through {scoped}", AGENTS[a]));
+                    note(format!(
+                        "node {i}: {} sees otherwise through {scoped}",
+                        AGENTS[a]
+                    ));
                 }
             }
         }
@@ -114,11 +119,16 @@ pub fn convergence(mesh: &Mesh) -> Convergence {
             .collect();
         for &i in rest {
             if store(i).digest() != d0 {
-                note(format!("node {i}: digest differs from node {first}'s (full piece)"));
+                note(format!(
+                    "node {i}: digest differs from node {first}'s (full piece)"
+                ));
             }
             for (a, v0) in views0.iter().enumerate() {
                 if store(i).visible_to(&agent(a)) != *v0 {
-                    note(format!("node {i}: {} sees otherwise than on node {first}", AGENTS[a]));
+                    note(format!(
+                        "node {i}: {} sees otherwise than on node {first}",
+                        AGENTS[a]
+                    ));
                 }
             }
         }

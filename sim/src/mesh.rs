@@ -418,13 +418,24 @@ impl Mesh {
 
     /// Node `n` (the memory's origin) sets its grants: a share or an
     /// unshare. Returns the acl fact's clock.
-    pub fn set_grants(&mut self, n: usize, id: MemoryId, fixed: MemoryFixed, grants: Grants) -> Hlc {
+    pub fn set_grants(
+        &mut self,
+        n: usize,
+        id: MemoryId,
+        fixed: MemoryFixed,
+        grants: Grants,
+    ) -> Hlc {
         self.local_write(n, FactBody::MemoryAcl(MemoryAcl { id, fixed, grants }))
     }
 
     /// The fixed fields of a memory node `n` holds.
     pub fn fixed_of(&self, n: usize, id: &MemoryId) -> Option<MemoryFixed> {
-        self.nodes[n].replica.store.memories.get(id).map(|m| m.fixed.clone())
+        self.nodes[n]
+            .replica
+            .store
+            .memories
+            .get(id)
+            .map(|m| m.fixed.clone())
     }
 
     // ------------------------------------------------------------ watching
@@ -724,8 +735,7 @@ impl Mesh {
             } else if push && x == a {
                 peer.failures += 1;
                 let n = peer.failures.min(5);
-                peer.retry_at =
-                    now + PUSH_BACKOFF_BASE * (1 << n) - PUSH_BACKOFF_BASE / 2;
+                peer.retry_at = now + PUSH_BACKOFF_BASE * (1 << n) - PUSH_BACKOFF_BASE / 2;
             }
             if peer.news_at.is_some() {
                 let at = (now + cfg.debounce).max(peer.retry_at);
@@ -754,7 +764,11 @@ impl Mesh {
             self.nodes[a].pushing += 1;
             self.stats.push_sessions += 1;
         }
-        let latency = self.latency.get(&key).copied().unwrap_or(self.cfg.latency.0);
+        let latency = self
+            .latency
+            .get(&key)
+            .copied()
+            .unwrap_or(self.cfg.latency.0);
         self.sessions.insert(
             sid,
             Live {
@@ -781,7 +795,9 @@ impl Mesh {
     }
 
     fn connect(&mut self, sid: u64) {
-        let Some(l) = self.sessions.get(&sid) else { return };
+        let Some(l) = self.sessions.get(&sid) else {
+            return;
+        };
         let (a, b) = (l.a, l.b);
         if !self.reachable(a, b) {
             self.finish(sid, false);
@@ -1000,7 +1016,9 @@ impl Mesh {
     }
 
     fn deliver(&mut self, sid: u64, to: usize, bytes: &[u8], depth: u32) {
-        let Some(l) = self.sessions.get(&sid) else { return };
+        let Some(l) = self.sessions.get(&sid) else {
+            return;
+        };
         if !self.reachable(l.a, l.b) {
             self.finish(sid, false);
             return;

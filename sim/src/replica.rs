@@ -121,7 +121,11 @@ impl SimReplica {
                     flags: m.map_or((false, false, None), |m| {
                         (m.owner_trusted, m.tombstoned, m.purged_v)
                     }),
-                    text_facts: self.store.texts.get(id).map_or(0, |(l, _)| l.facts().count()),
+                    text_facts: self
+                        .store
+                        .texts
+                        .get(id)
+                        .map_or(0, |(l, _)| l.facts().count()),
                 }
             }
             r => RowState {
@@ -195,7 +199,10 @@ impl SimReplica {
             return Err(BadBatch("not a registered peer".into()));
         };
         let sender = Sender { node: from, policy };
-        let rows = facts.iter().map(|f| row_of(&f.fact.body.register())).collect();
+        let rows = facts
+            .iter()
+            .map(|f| row_of(&f.fact.body.register()))
+            .collect();
         let mut report = self.logged(rows, |r| {
             let Ok(rep) = apply_batch(&mut r.store, &sender, facts, now_ms, MAX_SKEW_MS);
             rep

@@ -92,7 +92,11 @@ impl Graph {
             }
             let (x, y) = (&comps[0], &comps[1]);
             let edge_in = |c: &Vec<usize>, g: &Graph, rng: &mut Rng| {
-                let with: Vec<usize> = c.iter().copied().filter(|&v| !g.adj[v].is_empty()).collect();
+                let with: Vec<usize> = c
+                    .iter()
+                    .copied()
+                    .filter(|&v| !g.adj[v].is_empty())
+                    .collect();
                 if with.is_empty() {
                     return None;
                 }
@@ -135,13 +139,22 @@ impl Graph {
     /// Every edge once, `(low, high)`.
     pub fn edges(&self) -> Vec<(usize, usize)> {
         (0..self.len())
-            .flat_map(|a| self.adj[a].iter().filter(move |&&b| b > a).map(move |&b| (a, b)))
+            .flat_map(|a| {
+                self.adj[a]
+                    .iter()
+                    .filter(move |&&b| b > a)
+                    .map(move |&b| (a, b))
+            })
             .collect()
     }
 
     /// Hop distances from `from` (`None`: unreachable), over the edges
     /// `keep` lets through.
-    pub fn distances(&self, from: usize, keep: impl Fn(usize, usize) -> bool) -> Vec<Option<usize>> {
+    pub fn distances(
+        &self,
+        from: usize,
+        keep: impl Fn(usize, usize) -> bool,
+    ) -> Vec<Option<usize>> {
         let mut dist = vec![None; self.len()];
         let mut q = VecDeque::from([from]);
         dist[from] = Some(0);

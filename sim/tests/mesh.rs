@@ -111,7 +111,10 @@ fn the_check_sees_a_difference_until_the_mesh_syncs() {
     m.set_schedule(Some(PERIOD), None);
     let (id, _) = m.write_memory(5, 0, grants(&["global"]));
     let c = convergence(&m);
-    assert!(!c.converged, "one node holds a global memory the others lack");
+    assert!(
+        !c.converged,
+        "one node holds a global memory the others lack"
+    );
     assert!(periods_to_converge(&mut m, PERIOD, 20).is_some());
     for n in 0..m.len() {
         assert!(
@@ -144,7 +147,10 @@ fn a_node_restored_from_an_old_backup_is_repaired() {
         assert!(periods_to_converge(&mut m, PERIOD, 30).is_some());
         let epoch = m.nodes[r].replica.epoch;
         m.restore(r, &backup);
-        assert_ne!(m.nodes[r].replica.epoch, epoch, "a restore starts a new epoch");
+        assert_ne!(
+            m.nodes[r].replica.epoch, epoch,
+            "a restore starts a new epoch"
+        );
         let held = |m: &Mesh, id: MemoryId| {
             m.nodes[r]
                 .replica
@@ -167,7 +173,11 @@ fn a_node_restored_from_an_old_backup_is_repaired() {
         let bytes: u64 = recs.iter().map(|x| x.bytes).sum();
         assert!(bytes < resend, "repair {bytes} bytes, full resend {resend}");
         let took = periods_to_converge(&mut m, PERIOD, 10);
-        assert!(took.is_some(), "seed {seed}: {:?}", convergence(&m).differences);
+        assert!(
+            took.is_some(),
+            "seed {seed}: {:?}",
+            convergence(&m).differences
+        );
         assert!(held(&m, lost), "its own global memory came back");
         // Its private memory came back too if a full peer of it had it.
         let full_neighbour = m
@@ -227,7 +237,10 @@ fn a_push_storm_stays_bounded_when_a_peer_flaps() {
         many.len(),
         few.len()
     );
-    assert!((many.len() as u64) < 200 * degree, "not one round per change");
+    assert!(
+        (many.len() as u64) < 200 * degree,
+        "not one round per change"
+    );
     // One session per pair in flight at a time; at most `max_sessions`
     // dialled by a node at once.
     let mut by_pair: BTreeMap<(usize, usize), Vec<(Micros, Micros)>> = BTreeMap::new();
@@ -251,7 +264,10 @@ fn a_push_storm_stays_bounded_when_a_peer_flaps() {
         let mut live = 0;
         for (_, d) in edges {
             live += d;
-            assert!(live <= push_cfg().max_sessions as i32, "node {node}: {live} at once");
+            assert!(
+                live <= push_cfg().max_sessions as i32,
+                "node {node}: {live} at once"
+            );
         }
     }
     assert!(convergence(&m).converged);
