@@ -149,7 +149,44 @@ fn sync_messages(facts: &[Vec<u8>]) -> Vec<(&'static str, SyncV1)> {
                 facts: 0,
             },
         ),
+        (
+            "repair-open",
+            SyncV1::RepairOpen {
+                round: repair_rounds().0,
+            },
+        ),
+        (
+            "repair-range",
+            SyncV1::RepairRange {
+                round: repair_rounds().1,
+            },
+        ),
+        (
+            "repair-need",
+            SyncV1::RepairNeed {
+                ids: vec![[1; 32], [2; 32], [0xfe; 32]],
+            },
+        ),
+        ("repair-done", SyncV1::RepairDone { upto }),
     ]
+}
+
+/// A repair set of `n` items (ids and times spread out).
+fn repair_set(n: u32, skip: u32) -> amos_sync::repair::ItemSet {
+    amos_sync::repair::ItemSet::new((0..n).filter(|i| i % 7 != skip).map(|i| {
+        amos_sync::repair::Item {
+            ts: u64::from(i / 3) << 16,
+            id: amos_sync::repair::fact_id(&i.to_le_bytes()),
+        }
+    }))
+}
+
+/// A real opening round (over 200 items) and a responder's reply to it
+/// (over a set that differs): what `RepairOpen` and `RepairRange` carry.
+fn repair_rounds() -> (Vec<u8>, Vec<u8>) {
+    let (_, open) = amos_sync::repair::Initiator::open(repair_set(200, 3)).expect("open");
+    let reply = amos_sync::repair::respond(&repair_set(200, 5), &open).expect("reply");
+    (open, reply)
 }
 
 fn main() -> std::io::Result<()> {
@@ -254,6 +291,13 @@ fn main() -> std::io::Result<()> {
     for (name, m) in sync_messages(&facts) {
         fs::write(s.join(format!("seed-{name}")), SyncMessage::V1(m).encode())?;
     }
+    // repair_round: a real opening round and a reply, as the target splits
+    // its input (first byte: which side reads it).
+    let r = root.join("repair_round");
+    fs::create_dir_all(&r)?;
+    let (open, reply) = repair_rounds();
+    fs::write(r.join("seed-open"), [&[0u8][..], &open].concat())?;
+    fs::write(r.join("seed-reply"), [&[1u8][..], &reply].concat())?;
     // import_files: the importers' own test fixtures, as they are.
     let imp = root.join("import_files");
     fs::create_dir_all(&imp)?;

@@ -15,6 +15,13 @@
 //! digest over what the policy it gives the other admits, so the other can
 //! tell whether the two hold the same facts in those scopes.
 //!
+//! A session whose watermarks cannot be trusted (or that a side asks to)
+//! repairs instead of exporting (docs/design.md §7.9): [`SyncV1::RepairOpen`]
+//! and [`SyncV1::RepairRange`] carry negentropy rounds (opaque here, bounded
+//! by [`MAX_REPAIR_ROUND`]; `amos_sync::repair` decodes them),
+//! [`SyncV1::RepairNeed`] asks for facts by id and [`SyncV1::RepairDone`]
+//! moves the watermark.
+//!
 //! A `Hello` also names where its sender serves (`listen`), so a peer that
 //! only ever dialled us can be dialled back; the receiver records it only
 //! for a peer it already registered, authenticated by the handshake.

@@ -364,6 +364,26 @@ mod tests {
     }
 
     proptest! {
+        /// A peer's round is outside bytes: an answer or an error, never a
+        /// panic (`fuzz/fuzz_targets/repair_round.rs` runs the same longer).
+        #[test]
+        fn arbitrary_rounds_never_panic(
+            mut bytes in prop::collection::vec(any::<u8>(), 0..600),
+            versioned in any::<bool>(),
+        ) {
+            if versioned && !bytes.is_empty() {
+                bytes[0] = 0x61;
+            }
+            let ours = ItemSet::new((0..300).map(item));
+            let _ = respond(&ours, &bytes);
+            let (mut ini, _) = Initiator::open(ours.clone()).unwrap();
+            if let Ok(Step::Done(o)) = ini.step(&bytes) {
+                prop_assert!(o.send.iter().all(|id| ours.contains(id)));
+            }
+        }
+    }
+
+    proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
         /// Two random sets with random overlap: the initiator is told to
         /// send exactly A \ B and to ask for exactly B \ A, within a

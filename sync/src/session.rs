@@ -40,7 +40,11 @@
 //!    set, through the ordinary `Facts` (allowed after `Done` in a
 //!    repair), then `RepairDone { upto }` — the initiator once its facts
 //!    are queued, the responder after the initiator's (every `RepairNeed`
-//!    came before it). A repair session compares no digest.
+//!    came before it). A repair session compares no digest. A side told to
+//!    [`Session::forbid_repair`] (its last repair with the peer never
+//!    completed: the peer may not speak it) neither opens nor skips its
+//!    export — the session a node without repair runs — but still answers
+//!    a repair the peer opens.
 //!
 //! Invariant: a watermark only moves after everything it covers committed,
 //! so a session cut at any point loses nothing; the next one resumes. The
@@ -170,6 +174,8 @@ struct Repair {
     heard_open: bool,
     /// Rounds to answer once our set is built.
     queued: Vec<Vec<u8>>,
+    /// Rounds answered (a responder answers at most `MAX_ROUNDS + 1`).
+    answered: u32,
     /// Initiator: the rounds are over.
     reconciled: bool,
     /// [`Action::SendRepairFacts`] not yet reported.
@@ -210,6 +216,9 @@ pub struct Session {
     finished: bool,
     /// We ask for a repair whatever the watermarks say.
     want_repair: bool,
+    /// We neither open nor skip our export for a repair (the last one we
+    /// tried with this peer never completed: it may be older than repair).
+    no_repair: bool,
     /// The repair phase, if this session repairs.
     repair: Option<Repair>,
     /// We skipped our export (a repair sends instead).
@@ -239,6 +248,7 @@ impl Session {
                 received_digest: false,
                 finished: false,
                 want_repair: false,
+                no_repair: false,
                 repair: None,
                 skipped_export: false,
                 held_done: None,
@@ -260,6 +270,15 @@ impl Session {
     /// before feeding the peer's `Hello`; later it changes nothing.
     pub fn request_repair(&mut self) {
         self.want_repair = true;
+    }
+
+    /// Run this session the way a node without repair would: neither open
+    /// a repair nor skip our export, even for an untrusted watermark (we
+    /// still answer a repair the peer opens). For a peer that may not speak
+    /// repair: the driver calls it when the last repair it tried with that
+    /// peer never completed. Call it before feeding the peer's `Hello`.
+    pub fn forbid_repair(&mut self) {
+        self.no_repair = true;
     }
 
     pub fn is_finished(&self) -> bool {
@@ -308,9 +327,9 @@ impl Session {
                 // this alike; the lower epoch opens the repair.
                 let mine_restarted = have.is_some_and(|w| w.epoch != self.my_epoch);
                 let theirs_restarted = self.have.is_some_and(|w| w.epoch != epoch);
-                let by_epoch = mine_restarted || theirs_restarted;
+                let by_epoch = (mine_restarted || theirs_restarted) && !self.no_repair;
                 let peer_reset = self.have.is_none_or(|w| w.epoch != epoch);
-                if self.want_repair || by_epoch {
+                if (self.want_repair && !self.no_repair) || by_epoch {
                     self.repair = Some(Repair {
                         initiating: !(by_epoch && self.my_epoch > epoch),
                         requested: true,
@@ -635,6 +654,11 @@ impl Session {
 fn answer(r: &mut Repair, round: Vec<u8>, out: &mut Vec<Action>) -> Result<(), SessionError> {
     match &r.set {
         Some(set) => {
+            // The opening round and each the initiator may send after a reply.
+            r.answered += 1;
+            if r.answered > repair::MAX_ROUNDS + 1 {
+                return Err(SessionError::Repair(RepairError::TooManyRounds));
+            }
             let reply = repair::respond(set, &round)?;
             out.push(Action::Send(SyncV1::RepairRange { round: reply }));
         }
@@ -741,8 +765,28 @@ mod tests {
     /// `cut_after` drops the link after that many delivered messages.
     /// Returns whether both sides finished.
     fn run(a: &mut Side, b: &mut Side, cut_after: Option<usize>) -> bool {
+        run_full(a, b, cut_after, (false, false))
+    }
+
+    /// [`run`] with `forbid_repair` on a's and/or b's session.
+    fn run_with(a: &mut Side, b: &mut Side, forbid_a: bool, forbid_b: bool) -> bool {
+        run_full(a, b, None, (forbid_a, forbid_b))
+    }
+
+    fn run_full(
+        a: &mut Side,
+        b: &mut Side,
+        cut_after: Option<usize>,
+        forbid: (bool, bool),
+    ) -> bool {
         let (mut sa, acts_a) = Session::start(a.epoch, a.watermark, &a.listen);
         let (mut sb, acts_b) = Session::start(b.epoch, b.watermark, &b.listen);
+        if forbid.0 {
+            sa.forbid_repair();
+        }
+        if forbid.1 {
+            sb.forbid_repair();
+        }
         if a.want_repair {
             sa.request_repair();
         }
@@ -1063,6 +1107,79 @@ mod tests {
         assert!(b.held().contains(&vec![1, 16]));
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// Two sides that synced, then lost random facts (with or without a
+        /// restore, which changes the epoch), and a repair asked by either,
+        /// both or none: one session later both hold the union, and each
+        /// received exactly what it lacked.
+        #[test]
+        fn a_repair_session_converges_to_the_union(
+            na in 0i64..60,
+            nb in 0i64..60,
+            lost_a in proptest::collection::vec(0usize..120, 0..10),
+            lost_b in proptest::collection::vec(0usize..120, 0..10),
+            restore_a in proptest::prelude::any::<bool>(),
+            restore_b in proptest::prelude::any::<bool>(),
+            want in 1u8..4,
+        ) {
+            let mut a = Side::new(1, na);
+            let mut b = Side::new(2, nb);
+            proptest::prop_assert!(run(&mut a, &mut b, None));
+            let union = a.held();
+            proptest::prop_assert_eq!(&union, &b.held());
+            // Losses of what each received from the other.
+            let lose = |s: &mut Side, lost: &[usize]| {
+                let gone: Vec<Vec<u8>> = lost
+                    .iter()
+                    .filter_map(|i| s.applied.get(i % s.applied.len().max(1)).cloned())
+                    .collect();
+                s.applied.retain(|f| !gone.contains(f));
+            };
+            lose(&mut a, &lost_a);
+            lose(&mut b, &lost_b);
+            let (miss_a, miss_b) = (
+                union.difference(&a.held()).count(),
+                union.difference(&b.held()).count(),
+            );
+            if restore_a {
+                a.epoch = [5; 16];
+            }
+            if restore_b {
+                b.epoch = [6; 16];
+            }
+            a.want_repair = want & 1 != 0;
+            b.want_repair = want & 2 != 0;
+            a.got.clear();
+            b.got.clear();
+            proptest::prop_assert!(run(&mut a, &mut b, None));
+            proptest::prop_assert!(a.repaired && b.repaired);
+            proptest::prop_assert_eq!(&a.held(), &union);
+            proptest::prop_assert_eq!(&b.held(), &union);
+            proptest::prop_assert_eq!(facts_got(&a), miss_a);
+            proptest::prop_assert_eq!(facts_got(&b), miss_b);
+        }
+    }
+
+    /// A side that forbids repair (its last attempt with the peer never
+    /// completed) runs the session a node without repair would: a restore
+    /// means a re-send from 0, and nothing is lost whichever side it is.
+    #[test]
+    fn a_side_that_forbids_repair_falls_back_to_resending() {
+        for forbid_on_a in [true, false] {
+            let (mut a, mut b) = restored_pair();
+            // Driven by the simulation with the flag set on one side.
+            a.got.clear();
+            b.got.clear();
+            assert!(run_with(&mut a, &mut b, forbid_on_a, !forbid_on_a));
+            assert_eq!(a.held(), b.held(), "forbid on a: {forbid_on_a}");
+            // The next session is ordinary and idle.
+            assert!(run(&mut a, &mut b, None));
+            assert!(run(&mut a, &mut b, None));
+            assert_eq!((a.agree, b.agree), (Some(true), Some(true)));
+        }
+    }
+
     #[test]
     fn repair_messages_out_of_turn_are_errors() {
         let open = || {
@@ -1107,6 +1224,26 @@ mod tests {
             [Action::Send(SyncV1::RepairRange { .. })]
         ));
         assert!(s.handle(open()).is_err(), "second open");
+        // A chatty initiator is cut off after MAX_ROUNDS rounds.
+        let round = crate::repair::Initiator::open(ItemSet::default())
+            .unwrap()
+            .1;
+        let mut cut = None;
+        for i in 0..crate::repair::MAX_ROUNDS + 2 {
+            if let Err(e) = s.handle(Event::Received(SyncV1::RepairRange {
+                round: round.clone(),
+            })) {
+                cut = Some((i, e));
+                break;
+            }
+        }
+        assert_eq!(
+            cut,
+            Some((
+                crate::repair::MAX_ROUNDS,
+                SessionError::Repair(RepairError::TooManyRounds)
+            ))
+        );
         let (mut s, _) = Session::start([1; 16], None, &[]);
         s.handle(their_hello()).unwrap();
         s.handle(open()).unwrap();

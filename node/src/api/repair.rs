@@ -27,10 +27,24 @@ pub const REPAIR_EVERY: u64 = 20;
 pub enum RepairReason {
     /// The operator asked (`amos sync now --repair`).
     Asked,
-    /// The last digest comparison with the peer disagreed, after the last repair.
+    /// The digests with the peer disagree, and no repair ran since they
+    /// began to (one repair per disagreement: if it could not help — one
+    /// side refuses what the other offers — the next is the periodic one).
     DigestDisagreed,
     /// [`REPAIR_EVERY`] sessions since the last repair.
     Periodic,
+}
+
+/// How a session with a peer treats repair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RepairPlan {
+    /// Ask for one, for this reason.
+    Ask(RepairReason),
+    /// Repair only if the watermarks call for it or the peer opens one.
+    AsNeeded,
+    /// Neither open one nor skip the export (the last repair tried with
+    /// this peer never completed).
+    Forbid,
 }
 
 impl Node {
@@ -60,6 +74,32 @@ impl Node {
         let policy = self.policy_of(peer)?;
         self.store
             .read(|conn| repair::repair_facts(conn, &policy, ids, batch, emit))
+    }
+
+    /// How the next session with `peer` treats repair: `Forbid` after a
+    /// repair that never completed (the peer may be older than repair: this
+    /// one runs as an older node would, and the one after may repair
+    /// again), else whether to ask for one and why.
+    pub fn repair_plan(&mut self, peer: &NodeId) -> Result<RepairPlan> {
+        let tried =
+            peers::repair_state(self.store.conn(), peer)?.is_some_and(|s| s.tried_unfinished);
+        if tried {
+            self.store
+                .write(|tx| peers::clear_repair_tried(tx.conn(), peer))?;
+            return Ok(RepairPlan::Forbid);
+        }
+        Ok(match self.repair_wanted(peer)? {
+            Some(why) => RepairPlan::Ask(why),
+            None => RepairPlan::AsNeeded,
+        })
+    }
+
+    /// A session with `peer` begins a repair: it answers what asked for
+    /// one, and counts as unfinished until [`Node::peer_record_repair`].
+    pub fn peer_repair_tried(&mut self, peer: &NodeId) -> Result<()> {
+        let now = self.now_ms();
+        self.store
+            .write(|tx| peers::record_repair_tried(tx.conn(), peer, now))
     }
 
     /// Whether the next session with `peer` should ask for a repair.
@@ -298,5 +338,39 @@ mod tests {
         let mut a = at(3_000);
         a.peer_record_repair(&peer, true).unwrap();
         assert_eq!(a.repair_wanted(&peer).unwrap(), None, "repaired since");
+        // Still disagreeing after the repair (it could not help): no repair
+        // per session, until the digests agree and disagree again.
+        let mut a = at(4_000);
+        a.peer_compare_digest(&peer, &[], &[7; 32], 1).unwrap();
+        assert_eq!(a.repair_wanted(&peer).unwrap(), None, "same disagreement");
+        let mine = a.session_digest(&peer).unwrap().1;
+        a.peer_compare_digest(&peer, &[], &mine, 0).unwrap();
+        let mut a = at(5_000);
+        a.peer_compare_digest(&peer, &[], &[7; 32], 1).unwrap();
+        assert_eq!(
+            a.repair_wanted(&peer).unwrap(),
+            Some(RepairReason::DigestDisagreed),
+            "a new disagreement"
+        );
+        a.peer_record_repair(&peer, true).unwrap();
+        assert_eq!(a.repair_wanted(&peer).unwrap(), None, "repaired since");
+        // A repair tried that never completed: the next session forbids
+        // one (the peer may be older), the one after plans as usual.
+        a.ask_repair(&peer).unwrap();
+        assert_eq!(
+            a.repair_plan(&peer).unwrap(),
+            RepairPlan::Ask(RepairReason::Asked)
+        );
+        a.peer_repair_tried(&peer).unwrap();
+        assert_eq!(a.repair_wanted(&peer).unwrap(), None, "the ask is answered");
+        assert_eq!(a.repair_plan(&peer).unwrap(), RepairPlan::Forbid);
+        assert_eq!(a.repair_plan(&peer).unwrap(), RepairPlan::AsNeeded);
+        a.peer_repair_tried(&peer).unwrap();
+        a.peer_record_repair(&peer, true).unwrap();
+        assert_eq!(
+            a.repair_plan(&peer).unwrap(),
+            RepairPlan::AsNeeded,
+            "it completed"
+        );
     }
 }

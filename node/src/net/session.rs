@@ -17,6 +17,7 @@ use tracing::{debug, info, warn};
 use super::{AFTER_DONE_TIMEOUT, CHANNEL_DEPTH, EXPORT_BATCH, MeshError, PEER_TIMEOUT};
 use crate::api::node::Node;
 use crate::api::pairing::{self};
+use crate::api::repair::RepairPlan;
 use crate::error::NodeError;
 use crate::events::{self, Observer, SessionStats, SyncEvent};
 use crate::home::Home;
@@ -326,11 +327,23 @@ pub(crate) fn session_thread(
     let listen: Vec<SocketAddr> = pairing::recorded_listen(home).into_iter().collect();
     let (mut session, first) = Session::start(my_epoch, node.watermark_of(&peer)?, &listen);
     // Repair (docs/design.md §7.9) when asked, after a digest disagreed, or
-    // periodically; an untrusted watermark the session sees by itself.
-    if let Some(why) = node.repair_wanted(&peer)? {
-        debug!(?why, "asking {} for a repair", peer.short());
-        session.request_repair();
+    // periodically; an untrusted watermark the session sees by itself. Not
+    // right after a repair that never completed (the peer may be older).
+    match node.repair_plan(&peer)? {
+        RepairPlan::Ask(why) => {
+            debug!(?why, "asking {} for a repair", peer.short());
+            session.request_repair();
+        }
+        RepairPlan::Forbid => {
+            info!(
+                "the last repair with {} did not complete: none in this session",
+                peer.short()
+            );
+            session.forbid_repair();
+        }
+        RepairPlan::AsNeeded => {}
     }
+    let mut repair_tried = false;
     let mut todo: VecDeque<Action> = first.into();
     // Moved into the export thread: afterwards only the reader can feed us,
     // so its end (or abort) ends our wait.
@@ -407,6 +420,10 @@ pub(crate) fn session_thread(
                     digest_agree = Some(agree);
                 }
                 Action::BuildRepairSet => {
+                    if !repair_tried {
+                        repair_tried = true;
+                        node.peer_repair_tried(&peer)?;
+                    }
                     let (items, seq) = node.repair_set(&peer)?;
                     debug!(items = items.len(), "repair set for {}", peer.short());
                     let upto = Watermark {

@@ -99,7 +99,9 @@ pub struct DigestCheck {
 pub fn record_digest(conn: &Connection, id: &NodeId, d: &DigestCheck) -> Result<()> {
     conn.execute(
         "UPDATE peers SET digest_agree = ?2, digest_ms = ?3, digest_scopes = ?4,
-            digest_peer_facts = ?5, digest_my_facts = ?6 WHERE node_id = ?1",
+            digest_peer_facts = ?5, digest_my_facts = ?6,
+            disagree_since_ms = CASE WHEN ?2 THEN NULL ELSE COALESCE(disagree_since_ms, ?3) END
+         WHERE node_id = ?1",
         params![
             &id.0[..],
             d.agree,
@@ -270,13 +272,17 @@ pub fn join_proof(conn: &Connection, id: &NodeId) -> Result<Option<Vec<u8>>> {
 /// What decides whether a session with a peer repairs (docs/design.md §7.9).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RepairState {
-    /// The operator asked for a repair that has not completed yet.
+    /// The operator asked for a repair, not tried yet.
     pub asked: bool,
-    /// When the last repair with the peer completed (Unix ms).
+    /// When the last repair with the peer was tried (Unix ms).
     pub last_ms: Option<u64>,
+    /// That repair never completed (a cut session, or a peer older than
+    /// repair).
+    pub tried_unfinished: bool,
     /// Sessions completed since then (or since v13).
     pub sessions_since: u64,
-    /// The last digest comparison disagreed, at that time (Unix ms).
+    /// The digests disagree, since then (Unix ms): the first of the
+    /// comparisons in a row that disagreed.
     pub disagreed_ms: Option<u64>,
 }
 
@@ -284,7 +290,8 @@ pub struct RepairState {
 pub fn repair_state(conn: &Connection, id: &NodeId) -> Result<Option<RepairState>> {
     Ok(conn
         .query_row(
-            "SELECT repair_asked, repair_ms, sessions_since_repair, digest_agree, digest_ms
+            "SELECT repair_asked, repair_ms, sessions_since_repair, digest_agree,
+                disagree_since_ms, repair_tried
              FROM peers WHERE node_id = ?1",
             [&id.0[..]],
             |r| {
@@ -298,6 +305,7 @@ pub fn repair_state(conn: &Connection, id: &NodeId) -> Result<Option<RepairState
                         Some(false) => Some(digest_ms.unwrap_or(0).max(0) as u64),
                         _ => None,
                     },
+                    tried_unfinished: r.get(5)?,
                 })
             },
         )
@@ -312,13 +320,34 @@ pub fn ask_repair(conn: &Connection, id: &NodeId) -> Result<bool> {
     )? == 1)
 }
 
-/// A session with `id` completed: `repaired` (at `now_ms`) clears the ask
-/// and the count, otherwise the session counts.
+/// A session with `id` begins a repair (at `now_ms`): whatever asked for
+/// it is answered — the operator's ask, the periodic count, the
+/// disagreement — and it counts as unfinished until [`record_repair`].
+pub fn record_repair_tried(conn: &Connection, id: &NodeId, now_ms: u64) -> Result<()> {
+    conn.execute(
+        "UPDATE peers SET repair_asked = 0, repair_ms = ?2, sessions_since_repair = 0,
+            repair_tried = 1 WHERE node_id = ?1",
+        params![&id.0[..], i64::try_from(now_ms).unwrap_or(i64::MAX)],
+    )?;
+    Ok(())
+}
+
+/// The next session after an unfinished repair runs without one: clear the mark.
+pub fn clear_repair_tried(conn: &Connection, id: &NodeId) -> Result<()> {
+    conn.execute(
+        "UPDATE peers SET repair_tried = 0 WHERE node_id = ?1",
+        [&id.0[..]],
+    )?;
+    Ok(())
+}
+
+/// A session with `id` completed: `repaired` (at `now_ms`) marks its repair
+/// finished, otherwise the session counts towards the periodic one.
 pub fn record_repair(conn: &Connection, id: &NodeId, repaired: bool, now_ms: u64) -> Result<()> {
     if repaired {
         conn.execute(
-            "UPDATE peers SET repair_asked = 0, repair_ms = ?2, sessions_since_repair = 0
-             WHERE node_id = ?1",
+            "UPDATE peers SET repair_asked = 0, repair_ms = ?2, sessions_since_repair = 0,
+                repair_tried = 0 WHERE node_id = ?1",
             params![&id.0[..], i64::try_from(now_ms).unwrap_or(i64::MAX)],
         )?;
     } else {

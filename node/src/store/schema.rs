@@ -309,8 +309,14 @@ const MIGRATIONS: &[&str] = &[
     "#,
     // v13: range-based repair (docs/design.md §7.9), per peer: the operator
     // asked for one (`amos sync now --repair`; cleared when one completes),
-    // when the last completed, and sessions since (periodic anti-entropy).
+    // when the last completed, sessions since (periodic anti-entropy), and
+    // when the digests began to disagree (NULL while they agree): one
+    // repair per disagreement, not one per session; and whether the last
+    // repair tried never completed (the next session then does not repair:
+    // the peer may not speak it).
     r#"
+    ALTER TABLE peers ADD COLUMN disagree_since_ms INTEGER;
+    ALTER TABLE peers ADD COLUMN repair_tried INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE peers ADD COLUMN repair_asked INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE peers ADD COLUMN repair_ms INTEGER;
     ALTER TABLE peers ADD COLUMN sessions_since_repair INTEGER NOT NULL DEFAULT 0;

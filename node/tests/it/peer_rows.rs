@@ -150,7 +150,12 @@ fn peers_record_whether_their_digests_agree_and_the_console_shows_it() {
     assert!(r.contains("scopes team:apollo"), "what was compared: {r}");
     let console_a = Console::start(a.path());
     assert!(row(&console_a, &idb).contains("digest-agree"));
-    // The text of `amos sync now` says it too.
+    // b's next session repairs (its digests disagree; docs/design.md §7.9):
+    // it cannot help, b refuses what a offers. Once per disagreement: the
+    // session after compares again, and the text of `amos sync now` says
+    // so.
+    b.ok(&["sync", "now"]);
+    assert!(b.json(&["peers", "list"])["peers"][0]["last_session"].is_object());
     let text = b.ok(&["sync", "now"]).stdout;
     assert!(text.contains("digests disagree"), "{text}");
 }
