@@ -111,6 +111,11 @@ pub struct MeshReport {
     pub first_sync: FirstSync,
     pub idle_bytes_per_node: f64,
     pub idle_sessions: u64,
+    /// The targets this run can judge on its own: push within
+    /// diameter × (debounce + one session), revocation within 3 periods
+    /// with push off (idle bytes independent of N needs two runs).
+    pub push_within_bound: bool,
+    pub revocation_within_3_periods: bool,
     pub revocation_periods: u64,
     pub revocation_s: f64,
     /// `None`: some node never applied the change.
@@ -333,6 +338,8 @@ pub fn run(b: &MeshBench) -> MeshReport {
         },
         idle_bytes_per_node: idle_bytes as f64 / b.nodes.max(1) as f64,
         idle_sessions,
+        push_within_bound: push_apply_s.is_some_and(|s| s <= push.bound_s),
+        revocation_within_3_periods: (1..=3).contains(&revocation_periods),
         revocation_periods,
         revocation_s,
         push_apply_s,
