@@ -31,8 +31,8 @@ pub struct MemMeta {
     pub purged_v: Option<Hlc>,
 }
 
-/// One replica held in memory.
-#[derive(Debug)]
+/// One replica held in memory (a clone is a backup of it).
+#[derive(Debug, Clone)]
 pub struct MemStore {
     pub me: NodeId,
     pub peers: BTreeMap<NodeId, PeerPolicy>,
@@ -183,6 +183,20 @@ impl MemStore {
 
     /// The facts that may go to a peer with `policy` (the whole state, filtered).
     pub fn export(&self, policy: &PeerPolicy) -> Vec<Verified<SignedFact>> {
+        self.export_rows(policy, |_| true)
+    }
+
+    /// [`Self::export`] restricted to the rows `row` picks — a memory's row
+    /// is named by its content register (its acl, tombstone and text facts
+    /// go with it), every other fact by its own register — as a store with
+    /// a change log exports the rows changed since a watermark. Like the
+    /// real store, a `project:P` policy's team record and the memberships
+    /// it needs go whatever `row` says (sent whole on every export).
+    pub fn export_rows(
+        &self,
+        policy: &PeerPolicy,
+        row: impl Fn(&Register) -> bool,
+    ) -> Vec<Verified<SignedFact>> {
         let mut decisions: BTreeMap<MemoryId, MemoryExport> = BTreeMap::new();
         for (id, m) in &self.memories {
             decisions.insert(
@@ -194,32 +208,38 @@ impl MemStore {
         let mut out = Vec::new();
         for (reg, f) in &self.facts {
             let go = match reg {
-                Register::MemoryContent(id) => decisions.get(id) == Some(&MemoryExport::Whole),
+                Register::MemoryContent(id) => {
+                    row(reg) && decisions.get(id) == Some(&MemoryExport::Whole)
+                }
                 Register::MemoryAcl(id) | Register::MemoryTombstone(id) => {
-                    decisions.get(id).is_some_and(|d| *d != MemoryExport::None)
+                    row(&Register::MemoryContent(*id))
+                        && decisions.get(id).is_some_and(|d| *d != MemoryExport::None)
                 }
                 Register::Link(a, b, _) => {
                     let d = |x| decisions.get(x).copied().unwrap_or(MemoryExport::None);
-                    export::link(d(a), d(b))
+                    row(reg) && export::link(d(a), d(b))
                 }
                 Register::Team(t) => {
-                    export::org(policy, &OrgScope::Team(t.clone())) || via.contains_key(t)
+                    (row(reg) && export::org(policy, &OrgScope::Team(t.clone())))
+                        || via.contains_key(t)
                 }
-                Register::Project(p) => export::org(policy, &OrgScope::Project(p.clone())),
+                Register::Project(p) => {
+                    row(reg) && export::org(policy, &OrgScope::Project(p.clone()))
+                }
                 Register::Membership(s, a) => {
-                    export::org(policy, s)
+                    (row(reg) && export::org(policy, s))
                         || matches!(s, OrgScope::Team(t) if via.get(t).is_some_and(|ps| {
                             ps.iter().any(|p| self.is_member(&OrgScope::Project(p.clone()), a))
                         }))
                 }
-                Register::Agent(_) | Register::Profile(_) => export::registry(policy),
+                Register::Agent(_) | Register::Profile(_) => row(reg) && export::registry(policy),
             };
             if go {
                 out.push(f.clone());
             }
         }
         for (id, d) in &decisions {
-            if *d == MemoryExport::Whole {
+            if *d == MemoryExport::Whole && row(&Register::MemoryContent(*id)) {
                 for b in self.text_facts(id) {
                     if let Ok(f) = SignedFact::decode_verified(&b) {
                         out.push(f);
@@ -304,6 +324,13 @@ impl MemStore {
 
     /// Digest over the facts a policy admits (as [`Self::export`] without retractions).
     pub fn scoped_digest(&self, policy: &PeerPolicy) -> String {
+        let (d, _) = self.scoped_digest_bytes(policy);
+        crate::digest::to_hex(&d)
+    }
+
+    /// [`Self::scoped_digest`] as a sync session's `Digest` carries it:
+    /// the bytes and how many facts it covers.
+    pub fn scoped_digest_bytes(&self, policy: &PeerPolicy) -> ([u8; 32], usize) {
         let mut d = Digest::new();
         for f in self.export(policy) {
             if let Some((id, _)) = f.fact.body.memory()
@@ -314,7 +341,7 @@ impl MemStore {
             }
             d.add(&f.to_bytes());
         }
-        d.finish().0
+        d.finish_bytes()
     }
 
     /// Ids of live memories `agent` may see here.

@@ -335,6 +335,7 @@ fn refine(els: &[&str], to: &str) -> Vec<(usize, usize, Vec<String>)> {
 }
 
 /// One memory's text document.
+#[derive(Clone)]
 pub struct TextDoc {
     id: MemoryId,
     doc: AutoCommit,

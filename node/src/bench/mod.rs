@@ -8,6 +8,10 @@
 //!   sync between two in-process nodes over loopback QUIC (`sync.rs`) and
 //!   concurrent edits of one long memory (`text.rs`).
 //!
+//! * `amos bench --mesh N [--degree D] [--seed S]` simulates a mesh of N
+//!   in-memory nodes on a virtual clock (`amos_sim`) and reports its sync
+//!   figures (`mesh.rs`).
+//!
 //! * `amos eval FILE` measures recall quality (hit@1, hit@5, MRR per mode)
 //!   on a golden set in a throw-away home (`eval.rs`).
 //!
@@ -20,6 +24,7 @@
 mod corpus;
 pub mod eval;
 mod generate;
+pub mod mesh;
 mod stats;
 mod sync;
 mod text;

@@ -442,13 +442,19 @@ enum Cmd {
     /// Benchmark on a workload directory (org.json, memories.jsonl, queries.jsonl), or write one
     Bench {
         /// The workload to run on
-        #[arg(long, value_name = "DIR", required_unless_present = "generate")]
+        #[arg(long, value_name = "DIR", required_unless_present_any = ["generate", "mesh"])]
         corpus: Option<PathBuf>,
         /// Write a workload of N memories into DIR instead (same N and seed, same bytes)
         #[arg(long, num_args = 2, value_names = ["N", "DIR"], conflicts_with = "corpus")]
         generate: Option<Vec<String>>,
-        /// Seed of --generate [default: 20261130]
-        #[arg(long, requires = "generate")]
+        /// Simulate a mesh of N nodes instead (in memory, virtual time, deterministic)
+        #[arg(long, value_name = "N", conflicts_with_all = ["corpus", "generate"])]
+        mesh: Option<usize>,
+        /// Neighbours per node of --mesh
+        #[arg(long, value_name = "D", default_value_t = 4, requires = "mesh")]
+        degree: usize,
+        /// Seed of --generate [default: 20261130] or --mesh [default: 1]
+        #[arg(long)]
         seed: Option<u64>,
         #[arg(long, default_value_t = 3)]
         passes: usize,
@@ -1216,6 +1222,21 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Discover { timeout } => return discover_cmd(&home, &out, &timeout),
         Cmd::Bench {
+            mesh: Some(nodes),
+            degree,
+            seed,
+            ..
+        } => {
+            if nodes < 2 || degree < 1 || degree >= nodes {
+                return Err(bad(format!(
+                    "bench --mesh: needs at least 2 nodes and a degree from 1 to N-1 (got {nodes} nodes, degree {degree})"
+                )));
+            }
+            let r = amos_node::bench::mesh::run(nodes, degree, seed.unwrap_or(1));
+            out.emit(&r, || serde_json::to_string_pretty(&r).unwrap_or_default());
+            return Ok(());
+        }
+        Cmd::Bench {
             generate: Some(args),
             seed,
             ..
@@ -1245,6 +1266,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Bench {
             corpus,
+            seed,
             passes,
             limit,
             adds,
@@ -1254,8 +1276,13 @@ fn run(cli: Cli) -> Result<()> {
             ..
         } => {
             let Some(corpus) = corpus else {
-                return Err(bad("amos bench needs --corpus DIR or --generate N DIR"));
+                return Err(bad(
+                    "amos bench needs --corpus DIR, --generate N DIR or --mesh N",
+                ));
             };
+            if seed.is_some() {
+                return Err(bad("bench: --seed goes with --generate or --mesh"));
+            }
             let cfg = amos_node::bench::BenchConfig {
                 corpus,
                 passes: passes.max(1),

@@ -3,7 +3,8 @@
 //! another seed, other memories and queries) and refuses bad input in one
 //! line; the bench on 1,000 generated memories (one pass) reports every
 //! field, stored every memory, recall finds hits, and the live-sync and text
-//! sections converged. No timing assertions.
+//! sections converged; `bench --mesh` reports a converged, repaired,
+//! deterministic simulated mesh. No timing assertions.
 
 use std::path::Path;
 
@@ -221,4 +222,46 @@ fn bench_runs_on_a_generated_workload() {
     // The temporary homes are removed afterwards.
     let left: Vec<_> = std::fs::read_dir(&work).unwrap().collect();
     assert!(left.is_empty(), "bench left files behind: {left:?}");
+}
+
+/// `bench --mesh`: the simulated mesh's report has the fields, has
+/// converged, repaired the restored node, and is the same for the same seed.
+#[test]
+fn bench_mesh_reports_a_converged_deterministic_mesh() {
+    let home = Home::uninit();
+    let args = [
+        "--json", "bench", "--mesh", "12", "--degree", "3", "--seed", "2",
+    ];
+    let r = home.run(&args);
+    assert_eq!(r.code, 0, "{r:?}");
+    let v = r.json();
+    for field in [
+        "nodes",
+        "degree",
+        "diameter",
+        "converged",
+        "push_apply_s",
+        "revocation_periods",
+        "idle_bytes_per_node",
+        "repair",
+    ] {
+        assert!(v.get(field).is_some(), "{field} missing: {v}");
+    }
+    assert_eq!(v["nodes"], 12);
+    assert_eq!(v["degree"], 3);
+    assert_eq!(v["converged"], true, "{v}");
+    assert!(v["push_apply_s"].as_f64().is_some_and(|s| s > 0.0), "{v}");
+    assert!(v["idle_bytes_per_node"].as_f64().is_some_and(|b| b > 0.0));
+    let repair = &v["repair"];
+    assert!(repair["round_trips"].as_u64().is_some_and(|n| n > 0), "{v}");
+    assert!(
+        repair["bytes"].as_u64().unwrap() < repair["full_resend_bytes"].as_u64().unwrap(),
+        "{v}"
+    );
+    assert_eq!(home.run(&args).stdout, r.stdout, "same seed, same report");
+    for bad in [["bench", "--mesh", "1"], ["bench", "--mesh", "x"]] {
+        let r = home.run(&bad);
+        assert_eq!(r.code, 2, "{bad:?}: {r:?}");
+        assert!(r.stdout.is_empty());
+    }
 }

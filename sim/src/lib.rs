@@ -1,0 +1,35 @@
+//! amos-sim: a deterministic mesh simulator over the product's sans-IO
+//! sync session.
+//!
+//! N nodes hold in-memory replicas ([`replica::SimReplica`]: the twin
+//! `amos_sync::memstore::MemStore` plus a change log, epoch and
+//! watermarks) and sync with their neighbours in a random topology
+//! ([`topology::Graph`]) on a virtual clock ([`clock::Clock`]): every
+//! session is two `amos_sync::session::Session`s exchanging `SyncV1`
+//! messages through the real codec, sizes counted, latency per message
+//! ([`mesh::Mesh`]). Scheduling is periodic and/or push (docs/design.md
+//! §7.9); faults are message loss, partitions, nodes offline and restores
+//! from backup (whose sessions repair, `amos_sync::repair`).
+//! [`check::convergence`] judges a mesh; [`bench`] runs the scenarios
+//! `amos --json bench --mesh N` reports.
+//!
+//! Invariant: same configuration and seed, same run (no real clock, no
+//! OS randomness, ordered maps only).
+//!
+//! Boundary: no sockets, files, threads or async runtime; every merge,
+//! gate, export and digest rule is the product's (`amos_sync`), never
+//! re-implemented here. Modules point one way: `rng`, `clock`, `topology`
+//! ← `replica` ← `mesh` ← `check` ← `bench`.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod bench;
+pub mod check;
+pub mod clock;
+pub mod mesh;
+pub mod replica;
+pub mod rng;
+pub mod topology;
+
+pub use check::{Convergence, convergence};
+pub use clock::{MS, Micros, SECOND};
+pub use mesh::{Mesh, MeshConfig, PushConfig, SessionRecord, Stats};

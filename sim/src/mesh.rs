@@ -1,0 +1,1117 @@
+//! The mesh: N nodes with in-memory replicas on one virtual clock, syncing
+//! with their neighbours in the topology through the product's sans-IO
+//! session (`amos_sync::session::Session`), two per session, exchanging
+//! `SyncV1` messages encoded and decoded with the real codec; every frame's
+//! size is counted (4 length bytes + the message) and each takes the link's
+//! latency plus its size over the bandwidth, in order per direction.
+//!
+//! What it models: periodic passes (each node dials every neighbour each
+//! period ±10 %, failed peers backed off as `serve --sync-every` does) and
+//! push as docs/design.md §7.9 has it (`amos serve`'s `net::push`): a
+//! local write is news for every neighbour, facts applied from P news for
+//! every neighbour but P (relay on apply); a neighbour with news is dialled
+//! a debounce after its first unsent news; one push in flight per peer and
+//! exactly one follow-up for news noted meanwhile; any successful session
+//! with the peer that started after the news carried it; at most
+//! `max_sessions` pushes at once, waiting peers oldest news first; a failed
+//! push backs the peer off `base·2^n − base/2` (base 1 s, n ≤ 5), keeping
+//! the news); a QUIC handshake (one
+//! round trip before the first frame); message loss (a lost frame breaks
+//! the connection: both sides abort, as a transport error does); partitions
+//! and nodes going offline (dials fail after the handshake timeout, live
+//! sessions across break); restores from backup (old state, new epoch).
+//!
+//! Invariant: a run is a function of its configuration and seed — ordered
+//! maps only, one seeded random stream per concern, no real clock, no
+//! threads that change order.
+//!
+//! Boundary: decides no merge, gate or export rule (the replica uses the
+//! product's); no sockets, no files, no real time.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use amos_acl::PeerPolicy;
+use amos_protocol::wire::{SyncMessage, SyncV1, Watermark};
+use amos_protocol::{
+    AgentId, FactBody, Grants, Hlc, MembershipFact, MemoryAcl, MemoryContent, MemoryFixed,
+    MemoryId, MemoryText, MemoryType, NodeId, NodeIdentity, OrgScope, Register, Scope, TeamFact,
+    TeamId,
+};
+use amos_sync::repair::{self, ItemId, ItemSet};
+use amos_sync::session::{Action, Event, SKIP_EXPORT, Session};
+
+use crate::clock::{Clock, MS, Micros, SECOND};
+use crate::replica::SimReplica;
+use crate::rng::Rng;
+use crate::topology::Graph;
+
+/// Facts per `Facts` message (the node's `EXPORT_BATCH`).
+pub const EXPORT_BATCH: usize = 64;
+/// Virtual time 0 as wall-clock milliseconds (what the HLCs see).
+pub const BASE_MS: u64 = 1_780_000_000_000;
+/// The agents of the workload; `a0` and `a1` are in team `t`.
+pub const AGENTS: [&str; 4] = ["a0", "a1", "a2", "a3"];
+/// The team every node's org graph gets from node 0.
+pub const TEAM: &str = "t";
+
+/// How pushes are scheduled (`serve --push-debounce`, `--push-sessions`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PushConfig {
+    /// From a peer's first unsent news to the push.
+    pub debounce: Micros,
+    /// At most this many push sessions a node has in flight at once.
+    pub max_sessions: usize,
+}
+
+impl Default for PushConfig {
+    /// `serve`'s defaults: 200 ms, 8 sessions.
+    fn default() -> Self {
+        PushConfig {
+            debounce: 200 * MS,
+            max_sessions: 8,
+        }
+    }
+}
+
+/// The push backoff's base (design §7.9: the pacing of §7.8 with a 1 s period).
+pub const PUSH_BACKOFF_BASE: Micros = SECOND;
+
+/// A node's push state for one neighbour.
+#[derive(Debug, Clone, Default)]
+struct PushPeer {
+    /// When the first news not yet carried was noted.
+    news_at: Option<Micros>,
+    /// A `PushDue` is scheduled.
+    armed: bool,
+    /// Failed pushes in a row, and when the peer may be tried again.
+    failures: u32,
+    retry_at: Micros,
+}
+
+/// A simulated mesh.
+#[derive(Debug, Clone)]
+pub struct MeshConfig {
+    pub nodes: usize,
+    pub degree: usize,
+    pub seed: u64,
+    /// Nodes are spread over this many operators: two nodes of one operator
+    /// are `full` peers, of two operators `scoped` peers.
+    pub operators: usize,
+    pub scoped: PeerPolicy,
+    /// One-way latency of a link, drawn per link in this range.
+    pub latency: (Micros, Micros),
+    /// Link bandwidth, bytes per millisecond.
+    pub bytes_per_ms: u64,
+    /// Probability that a frame is lost (and its connection with it).
+    pub loss: f64,
+    /// The sync period; `None`: no periodic passes.
+    pub period: Option<Micros>,
+    pub push: Option<PushConfig>,
+    /// A dial to a peer that cannot be reached fails after this.
+    pub handshake_timeout: Micros,
+}
+
+impl MeshConfig {
+    /// Defaults: 2 operators, scoped peers `global,team:t`, links 5–40 ms
+    /// at 10 Mbit/s, no loss, a 60 s period, push off.
+    pub fn new(nodes: usize, degree: usize, seed: u64) -> MeshConfig {
+        MeshConfig {
+            nodes,
+            degree,
+            seed,
+            operators: 2,
+            scoped: PeerPolicy::scoped([Scope::Global, Scope::Team(team())])
+                .unwrap_or(PeerPolicy::Full),
+            latency: (5 * MS, 40 * MS),
+            bytes_per_ms: 1_250,
+            loss: 0.0,
+            period: Some(60 * SECOND),
+            push: None,
+            handshake_timeout: 5 * SECOND,
+        }
+    }
+}
+
+fn team() -> TeamId {
+    TeamId::parse(TEAM).unwrap_or_else(|_| unreachable!("a valid slug"))
+}
+
+pub fn agent(i: usize) -> AgentId {
+    AgentId::parse(AGENTS[i % AGENTS.len()]).unwrap_or_else(|_| unreachable!("a valid slug"))
+}
+
+#[derive(Debug)]
+enum Ev {
+    /// A periodic pass of a node, of the schedule generation it was set in.
+    Tick(usize, u64),
+    /// Node `.0`'s push to neighbour `.1` is due.
+    PushDue(usize, usize),
+    Connect(u64),
+    Deliver {
+        sid: u64,
+        to: usize,
+        bytes: Vec<u8>,
+        depth: u32,
+    },
+    DialFailed(u64),
+    SetOnline(usize, bool),
+}
+
+/// One node of the mesh.
+#[derive(Debug)]
+pub struct SimNode {
+    pub identity: NodeIdentity,
+    pub replica: SimReplica,
+    pub operator: usize,
+    pub online: bool,
+    /// Periodic passes: failed passes in a row per neighbour, and how many
+    /// more periods to skip it.
+    failures: BTreeMap<usize, u32>,
+    skip: BTreeMap<usize, u32>,
+    push: BTreeMap<usize, PushPeer>,
+    /// Push sessions this node dialled that are in flight.
+    pushing: usize,
+    /// Peers waiting for a push slot: (news noted at, peer).
+    waiting: BTreeSet<(Micros, usize)>,
+}
+
+/// Counters over a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Stats {
+    pub sessions_opened: u64,
+    pub sessions_ok: u64,
+    pub sessions_failed: u64,
+    pub push_sessions: u64,
+    pub messages: u64,
+    pub bytes: u64,
+    pub facts_sent: u64,
+    pub facts_applied: u64,
+    pub facts_refused: u64,
+    pub facts_deferred: u64,
+    pub digests_agree: u64,
+    pub digests_disagree: u64,
+}
+
+/// One finished (or failed) session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRecord {
+    pub dialler: usize,
+    pub acceptor: usize,
+    pub started: Micros,
+    pub ended: Micros,
+    pub ok: bool,
+    pub push: bool,
+    pub bytes: u64,
+    pub messages: u64,
+    /// Round trips on the session's critical path (the longest chain of
+    /// messages each sent on receipt of the previous, halved, rounded up).
+    pub round_trips: u32,
+    pub facts_sent: u64,
+    /// The session ran a range-based repair to its end (`amos_sync::repair`).
+    pub repaired: bool,
+}
+
+#[derive(Debug)]
+struct Live {
+    a: usize,
+    b: usize,
+    sides: [Option<Session>; 2],
+    done: [bool; 2],
+    started: Micros,
+    bytes: u64,
+    messages: u64,
+    depth: u32,
+    last: [Micros; 2],
+    latency: Micros,
+    push: bool,
+    facts: u64,
+}
+
+fn pair(a: usize, b: usize) -> (usize, usize) {
+    (a.min(b), a.max(b))
+}
+
+/// The mesh and its virtual clock.
+#[derive(Debug)]
+pub struct Mesh {
+    pub cfg: MeshConfig,
+    pub graph: Graph,
+    pub nodes: Vec<SimNode>,
+    pub stats: Stats,
+    pub records: Vec<SessionRecord>,
+    clock: Clock<Ev>,
+    rng: Rng,
+    by_id: BTreeMap<NodeId, usize>,
+    latency: BTreeMap<(usize, usize), Micros>,
+    sessions: BTreeMap<u64, Live>,
+    next_sid: u64,
+    inflight: BTreeMap<(usize, usize), u64>,
+    /// `PushDue` events scheduled and not yet handled.
+    push_due: usize,
+    partition: Option<Vec<u32>>,
+    watch: Option<(Register, Hlc, Vec<Option<Micros>>)>,
+    next_mem: u64,
+    schedule_gen: u64,
+}
+
+impl Mesh {
+    /// Build the topology, identities, operators and policies (every node
+    /// registers every other: a fleet whose operators name their peers
+    /// ahead; only neighbours sync), and node 0's team `t` with `a0`, `a1`.
+    pub fn new(cfg: MeshConfig) -> Mesh {
+        let root = Rng::new(cfg.seed);
+        let graph = Graph::random_regular(cfg.nodes, cfg.degree, &mut root.fork(1));
+        let mut r = root.fork(2);
+        let mut nodes: Vec<SimNode> = (0..cfg.nodes)
+            .map(|i| {
+                let mut secret = r.bytes::<32>();
+                secret[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                let identity = NodeIdentity::from_secret(secret);
+                let replica = SimReplica::new(identity.node_id(), r.bytes());
+                SimNode {
+                    identity,
+                    replica,
+                    operator: r.below(cfg.operators.max(1) as u64) as usize,
+                    online: true,
+                    failures: BTreeMap::new(),
+                    skip: BTreeMap::new(),
+                    push: BTreeMap::new(),
+                    pushing: 0,
+                    waiting: BTreeSet::new(),
+                }
+            })
+            .collect();
+        let ids: Vec<NodeId> = nodes.iter().map(|n| n.identity.node_id()).collect();
+        for i in 0..nodes.len() {
+            for (j, id) in ids.iter().enumerate() {
+                if i != j {
+                    let p = if nodes[i].operator == nodes[j].operator {
+                        PeerPolicy::Full
+                    } else {
+                        cfg.scoped.clone()
+                    };
+                    nodes[i].replica.set_peer_policy(*id, p);
+                }
+            }
+        }
+        let mut lat = root.fork(3);
+        let latency = graph
+            .edges()
+            .into_iter()
+            .map(|e| (e, lat.range(cfg.latency.0, cfg.latency.1)))
+            .collect();
+        let by_id = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+        let mut mesh = Mesh {
+            graph,
+            nodes,
+            stats: Stats::default(),
+            records: Vec::new(),
+            clock: Clock::default(),
+            rng: root.fork(4),
+            by_id,
+            latency,
+            sessions: BTreeMap::new(),
+            next_sid: 0,
+            inflight: BTreeMap::new(),
+            push_due: 0,
+            partition: None,
+            watch: None,
+            next_mem: 0,
+            schedule_gen: 0,
+            cfg,
+        };
+        mesh.set_schedule(mesh.cfg.period, mesh.cfg.push);
+        if !mesh.nodes.is_empty() {
+            mesh.write_org();
+        }
+        mesh
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    pub fn now(&self) -> Micros {
+        self.clock.now()
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        BASE_MS + self.clock.now() / MS
+    }
+
+    pub fn node_id(&self, n: usize) -> NodeId {
+        self.nodes[n].identity.node_id()
+    }
+
+    // ------------------------------------------------------------ workload
+
+    fn local_write(&mut self, n: usize, body: FactBody) -> Hlc {
+        let now = self.now_ms();
+        let node = &mut self.nodes[n];
+        let f = node.replica.write(&node.identity, body, now);
+        self.note_change(n);
+        self.news(n, None);
+        f.fact.clock
+    }
+
+    fn write_org(&mut self) {
+        let origin = self.node_id(0);
+        self.local_write(
+            0,
+            FactBody::Team(TeamFact {
+                id: team(),
+                origin,
+                name: "Team t".into(),
+                present: true,
+            }),
+        );
+        for a in 0..2 {
+            self.local_write(
+                0,
+                FactBody::Membership(MembershipFact {
+                    scope: OrgScope::Team(team()),
+                    agent: agent(a),
+                    role: "member".into(),
+                    present: true,
+                }),
+            );
+        }
+    }
+
+    /// Node `n` writes a new memory owned by agent `owner` with `grants`
+    /// (content, then its acl). Returns its id and the acl's clock.
+    pub fn write_memory(&mut self, n: usize, owner: usize, grants: Grants) -> (MemoryId, Hlc) {
+        let now = self.now_ms();
+        self.next_mem += 1;
+        let mut rnd = [0u8; 10];
+        rnd[..8].copy_from_slice(&self.next_mem.to_be_bytes());
+        rnd[8..].copy_from_slice(&(n as u16).to_be_bytes());
+        let id = MemoryId::new(now, rnd);
+        let fixed = MemoryFixed {
+            owner: agent(owner),
+            created_ms: now,
+            origin: self.node_id(n),
+        };
+        self.local_write(
+            n,
+            FactBody::MemoryContent(MemoryContent {
+                id,
+                fixed: fixed.clone(),
+                kind: MemoryType::default(),
+                text: MemoryText::Plain(format!("memory {} of node {n}", self.next_mem)),
+                tags: vec!["sim".into()],
+                importance: 0.5,
+                confidence: 1.0,
+                pinned: false,
+                expires_ms: None,
+                supersedes: None,
+                validity: Default::default(),
+            }),
+        );
+        let clock = self.set_grants(n, id, fixed, grants);
+        (id, clock)
+    }
+
+    /// Node `n` (the memory's origin) sets its grants: a share or an
+    /// unshare. Returns the acl fact's clock.
+    pub fn set_grants(
+        &mut self,
+        n: usize,
+        id: MemoryId,
+        fixed: MemoryFixed,
+        grants: Grants,
+    ) -> Hlc {
+        self.local_write(n, FactBody::MemoryAcl(MemoryAcl { id, fixed, grants }))
+    }
+
+    /// The fixed fields of a memory node `n` holds.
+    pub fn fixed_of(&self, n: usize, id: &MemoryId) -> Option<MemoryFixed> {
+        self.nodes[n]
+            .replica
+            .store
+            .memories
+            .get(id)
+            .map(|m| m.fixed.clone())
+    }
+
+    // ------------------------------------------------------------ watching
+
+    /// Record, per node, when it first holds `register` at `clock` (or a
+    /// later one). The writer's own arrival is now.
+    pub fn watch(&mut self, register: Register, clock: Hlc) {
+        let n = self.len();
+        self.watch = Some((register, clock, vec![None; n]));
+        for i in 0..n {
+            self.note_change(i);
+        }
+    }
+
+    /// When each node first held the watched fact.
+    pub fn arrivals(&self) -> Vec<Option<Micros>> {
+        self.watch.as_ref().map(|w| w.2.clone()).unwrap_or_default()
+    }
+
+    fn note_change(&mut self, n: usize) {
+        let now = self.now();
+        if let Some((reg, clock, seen)) = &mut self.watch
+            && seen[n].is_none()
+            && self.nodes[n]
+                .replica
+                .store
+                .facts
+                .get(reg)
+                .is_some_and(|f| f.fact.clock >= *clock)
+        {
+            seen[n] = Some(now);
+        }
+    }
+
+    // ------------------------------------------------------------ faults
+
+    /// Take node `n` off the network now (live sessions with it break) or
+    /// bring it back (as a restarted `serve`: nothing pushed, its passes
+    /// resume).
+    pub fn set_online(&mut self, n: usize, online: bool) {
+        self.clock.after(0, Ev::SetOnline(n, online));
+        self.step_now();
+    }
+
+    /// Node `n` goes offline at `from` and comes back at `until`.
+    pub fn schedule_offline(&mut self, n: usize, from: Micros, until: Micros) {
+        self.clock.at(from, Ev::SetOnline(n, false));
+        self.clock.at(until.max(from), Ev::SetOnline(n, true));
+    }
+
+    /// Split the mesh: nodes in different groups cannot reach each other
+    /// (sessions across break now); `None` heals it.
+    pub fn partition(&mut self, groups: Option<Vec<u32>>) {
+        self.partition = groups;
+        let broken: Vec<u64> = self
+            .sessions
+            .iter()
+            .filter(|(_, l)| !self.reachable(l.a, l.b))
+            .map(|(s, _)| *s)
+            .collect();
+        for sid in broken {
+            self.finish(sid, false);
+        }
+    }
+
+    /// A copy of node `n`'s replica as a backup holds it.
+    pub fn backup(&self, n: usize) -> SimReplica {
+        self.nodes[n].replica.clone()
+    }
+
+    /// Restore node `n` from `backup` under a new log epoch (sessions with
+    /// it break, as the node restarts).
+    pub fn restore(&mut self, n: usize, backup: &SimReplica) {
+        let live: Vec<u64> = self
+            .sessions
+            .iter()
+            .filter(|(_, l)| l.a == n || l.b == n)
+            .map(|(s, _)| *s)
+            .collect();
+        for sid in live {
+            self.finish(sid, false);
+        }
+        let epoch = self.rng.bytes();
+        self.nodes[n].replica.restore(backup, epoch);
+    }
+
+    fn reachable(&self, a: usize, b: usize) -> bool {
+        self.nodes[a].online
+            && self.nodes[b].online
+            && self.partition.as_ref().is_none_or(|g| g[a] == g[b])
+    }
+
+    // ------------------------------------------------------------ running
+
+    /// Switch scheduling from now on: periodic passes every `period` (each
+    /// node's first at a random point of the first period), push with
+    /// `push`. Passes of the old schedule are dropped; sessions in flight
+    /// finish.
+    pub fn set_schedule(&mut self, period: Option<Micros>, push: Option<PushConfig>) {
+        self.cfg.period = period;
+        self.cfg.push = push;
+        self.schedule_gen += 1;
+        if let Some(period) = period {
+            for n in 0..self.nodes.len() {
+                let at = self.rng.below(period.max(1));
+                self.clock.after(at, Ev::Tick(n, self.schedule_gen));
+            }
+        }
+    }
+
+    /// Run every event due up to `t`, then move the clock to `t`.
+    pub fn run_until(&mut self, t: Micros) {
+        while let Some(ev) = self.clock.pop_until(t) {
+            self.handle(ev);
+        }
+        self.clock.advance_to(t);
+    }
+
+    pub fn run_for(&mut self, d: Micros) {
+        self.run_until(self.now().saturating_add(d));
+    }
+
+    fn step_now(&mut self) {
+        self.run_until(self.now());
+    }
+
+    /// No session in flight, no push due or waiting.
+    pub fn is_quiet(&self) -> bool {
+        self.sessions.is_empty()
+            && self.push_due == 0
+            && self.nodes.iter().all(|n| n.waiting.is_empty())
+    }
+
+    /// Run until quiet (or `limit` from now); returns whether it got quiet.
+    pub fn run_until_quiet(&mut self, limit: Micros) -> bool {
+        let end = self.now().saturating_add(limit);
+        loop {
+            if self.is_quiet() {
+                return true;
+            }
+            match self.clock.next_due() {
+                Some(t) if t <= end => {
+                    if let Some(ev) = self.clock.pop_until(t) {
+                        self.handle(ev);
+                    }
+                }
+                _ => {
+                    self.clock.advance_to(end);
+                    return self.is_quiet();
+                }
+            }
+        }
+    }
+
+    /// Node `n` dials every neighbour now (a `sync now`).
+    pub fn pass(&mut self, n: usize) {
+        let ns: Vec<usize> = self.graph.neighbours(n).collect();
+        for j in ns {
+            self.dial(n, j, false);
+        }
+        self.step_now();
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Tick(n, generation) => {
+                if generation != self.schedule_gen {
+                    return;
+                }
+                if let Some(period) = self.cfg.period {
+                    let jitter = period / 10;
+                    let next = period - jitter + self.rng.below(2 * jitter + 1);
+                    self.clock.after(next, Ev::Tick(n, generation));
+                    if self.nodes[n].online {
+                        let ns: Vec<usize> = self.graph.neighbours(n).collect();
+                        for j in ns {
+                            let skip = self.nodes[n].skip.entry(j).or_insert(0);
+                            if *skip > 0 {
+                                *skip -= 1;
+                                continue;
+                            }
+                            self.dial(n, j, false);
+                        }
+                    }
+                }
+            }
+            Ev::PushDue(n, j) => {
+                self.push_due = self.push_due.saturating_sub(1);
+                let Some(cap) = self.cfg.push.map(|p| p.max_sessions.max(1)) else {
+                    return;
+                };
+                let now = self.now();
+                let online = self.nodes[n].online;
+                let busy = self.inflight.contains_key(&pair(n, j));
+                let full = self.nodes[n].pushing >= cap;
+                let peer = self.nodes[n].push.entry(j).or_default();
+                peer.armed = false;
+                let Some(news_at) = peer.news_at else { return };
+                if !online {
+                    // The process is down: its news dies with it.
+                    peer.news_at = None;
+                    return;
+                }
+                if busy {
+                    // The session in flight ends with a follow-up check.
+                    return;
+                }
+                if peer.retry_at > now {
+                    let at = peer.retry_at;
+                    self.arm_push(n, j, at);
+                    return;
+                }
+                if full {
+                    self.nodes[n].waiting.insert((news_at, j));
+                    return;
+                }
+                self.dial(n, j, true);
+            }
+            Ev::Connect(sid) => self.connect(sid),
+            Ev::Deliver {
+                sid,
+                to,
+                bytes,
+                depth,
+            } => self.deliver(sid, to, &bytes, depth),
+            Ev::DialFailed(sid) => self.finish(sid, false),
+            Ev::SetOnline(n, online) => {
+                if self.nodes[n].online == online {
+                    return;
+                }
+                self.nodes[n].online = online;
+                if online {
+                    // A restarted `serve`: no backoff, no news (its store
+                    // at start is the baseline); its next pass comes at its
+                    // next period.
+                    let node = &mut self.nodes[n];
+                    node.failures.clear();
+                    node.skip.clear();
+                    node.push.clear();
+                } else {
+                    let live: Vec<u64> = self
+                        .sessions
+                        .iter()
+                        .filter(|(_, l)| l.a == n || l.b == n)
+                        .map(|(s, _)| *s)
+                        .collect();
+                    for sid in live {
+                        self.finish(sid, false);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Node `n`'s store moved: news for every neighbour but `except` (the
+    /// peer whose batch it applied: relay on apply).
+    fn news(&mut self, n: usize, except: Option<usize>) {
+        let Some(push) = self.cfg.push else { return };
+        let now = self.now();
+        let ns: Vec<usize> = self.graph.neighbours(n).collect();
+        for j in ns {
+            if Some(j) == except {
+                continue;
+            }
+            let peer = self.nodes[n].push.entry(j).or_default();
+            if peer.news_at.is_none() {
+                peer.news_at = Some(now);
+                let at = (now + push.debounce).max(peer.retry_at);
+                self.arm_push(n, j, at);
+            }
+        }
+    }
+
+    fn arm_push(&mut self, n: usize, j: usize, at: Micros) {
+        let peer = self.nodes[n].push.entry(j).or_default();
+        if !peer.armed {
+            peer.armed = true;
+            self.push_due += 1;
+            self.clock.at(at, Ev::PushDue(n, j));
+        }
+    }
+
+    /// After a session between `a` and `b` (which started at `started`)
+    /// ended: a success carried the news noted before it started and ends
+    /// any backoff; a failed push backs off; news left gets its follow-up.
+    fn push_after(&mut self, a: usize, b: usize, started: Micros, ok: bool, push: bool) {
+        let Some(cfg) = self.cfg.push else { return };
+        let now = self.now();
+        for (x, y) in [(a, b), (b, a)] {
+            let peer = self.nodes[x].push.entry(y).or_default();
+            if ok {
+                peer.failures = 0;
+                peer.retry_at = 0;
+                if peer.news_at.is_some_and(|t| t < started) {
+                    peer.news_at = None;
+                }
+            } else if push && x == a {
+                peer.failures += 1;
+                let n = peer.failures.min(5);
+                peer.retry_at = now + PUSH_BACKOFF_BASE * (1 << n) - PUSH_BACKOFF_BASE / 2;
+            }
+            if peer.news_at.is_some() {
+                let at = (now + cfg.debounce).max(peer.retry_at);
+                self.arm_push(x, y, at);
+            }
+        }
+        if push {
+            self.nodes[a].pushing = self.nodes[a].pushing.saturating_sub(1);
+            if let Some((_, j)) = self.nodes[a].waiting.pop_first() {
+                self.push_due += 1;
+                self.clock.after(0, Ev::PushDue(a, j));
+            }
+        }
+    }
+
+    fn dial(&mut self, a: usize, b: usize, push: bool) {
+        let key = pair(a, b);
+        if self.inflight.contains_key(&key) {
+            return;
+        }
+        let sid = self.next_sid;
+        self.next_sid += 1;
+        self.inflight.insert(key, sid);
+        self.stats.sessions_opened += 1;
+        if push {
+            self.nodes[a].pushing += 1;
+            self.stats.push_sessions += 1;
+        }
+        let latency = self
+            .latency
+            .get(&key)
+            .copied()
+            .unwrap_or(self.cfg.latency.0);
+        self.sessions.insert(
+            sid,
+            Live {
+                a,
+                b,
+                sides: [None, None],
+                done: [false; 2],
+                started: self.now(),
+                bytes: 0,
+                messages: 0,
+                depth: 0,
+                last: [0; 2],
+                latency,
+                push,
+                facts: 0,
+            },
+        );
+        if self.reachable(a, b) {
+            self.clock.after(2 * latency, Ev::Connect(sid));
+        } else {
+            self.clock
+                .after(self.cfg.handshake_timeout, Ev::DialFailed(sid));
+        }
+    }
+
+    fn connect(&mut self, sid: u64) {
+        let Some(l) = self.sessions.get(&sid) else {
+            return;
+        };
+        let (a, b) = (l.a, l.b);
+        if !self.reachable(a, b) {
+            self.finish(sid, false);
+            return;
+        }
+        let mut first = Vec::new();
+        for (side, (me, peer)) in [(a, b), (b, a)].into_iter().enumerate() {
+            let peer_id = self.node_id(peer);
+            let r = &self.nodes[me].replica;
+            let (s, acts) = Session::start(r.epoch, r.watermarks.get(&peer_id).copied(), &[]);
+            if let Some(l) = self.sessions.get_mut(&sid) {
+                l.sides[side] = Some(s);
+            }
+            first.push((side, acts));
+        }
+        for (side, acts) in first {
+            self.run_actions(sid, side, acts, 0);
+        }
+    }
+
+    fn ends(&self, sid: u64, side: usize) -> Option<(usize, usize)> {
+        let l = self.sessions.get(&sid)?;
+        Some(if side == 0 { (l.a, l.b) } else { (l.b, l.a) })
+    }
+
+    fn run_actions(&mut self, sid: u64, side: usize, actions: Vec<Action>, depth: u32) {
+        let mut todo: VecDeque<Action> = actions.into();
+        while let Some(act) = todo.pop_front() {
+            let Some((me, peer)) = self.ends(sid, side) else {
+                return;
+            };
+            let peer_id = self.node_id(peer);
+            match act {
+                Action::Send(m) => self.send(sid, side, m, depth + 1),
+                Action::Export { since, peer_reset } => {
+                    let r = &self.nodes[me].replica;
+                    // A session that repairs sends what the peer lacks instead.
+                    let (facts, high) = if since == SKIP_EXPORT {
+                        (Vec::new(), r.seq())
+                    } else {
+                        r.export_for(&peer_id, since, peer_reset)
+                    };
+                    let upto = Watermark {
+                        epoch: r.epoch,
+                        seq: high,
+                    };
+                    let sent = facts.len() as u64;
+                    self.stats.facts_sent += sent;
+                    if let Some(l) = self.sessions.get_mut(&sid) {
+                        l.facts += sent;
+                    }
+                    for chunk in facts.chunks(EXPORT_BATCH) {
+                        self.send(
+                            sid,
+                            side,
+                            SyncV1::Facts {
+                                facts: chunk.to_vec(),
+                            },
+                            depth + 1,
+                        );
+                    }
+                    match self.session_event(sid, side, Event::ExportDone { upto, sent }) {
+                        Some(more) => todo.extend(more),
+                        None => return,
+                    }
+                }
+                Action::PeerListens(_) => {}
+                Action::BuildRepairSet => {
+                    // What an export from 0 would send, retractions included.
+                    let r = &self.nodes[me].replica;
+                    let (facts, high) = r.export_for(&peer_id, 0, true);
+                    let upto = Watermark {
+                        epoch: r.epoch,
+                        seq: high,
+                    };
+                    let Ok(items) = ItemSet::from_facts(facts.iter().map(Vec::as_slice)) else {
+                        self.finish(sid, false);
+                        return;
+                    };
+                    match self.session_event(sid, side, Event::RepairSet { items, upto }) {
+                        Some(more) => todo.extend(more),
+                        None => return,
+                    }
+                }
+                Action::SendRepairFacts(ids) => {
+                    let wanted: BTreeSet<ItemId> = ids.into_iter().collect();
+                    let (facts, _) = self.nodes[me].replica.export_for(&peer_id, 0, true);
+                    let facts: Vec<Vec<u8>> = facts
+                        .into_iter()
+                        .filter(|f| wanted.contains(&repair::fact_id(f)))
+                        .collect();
+                    let sent = facts.len() as u64;
+                    self.stats.facts_sent += sent;
+                    if let Some(l) = self.sessions.get_mut(&sid) {
+                        l.facts += sent;
+                    }
+                    for chunk in facts.chunks(EXPORT_BATCH) {
+                        self.send(
+                            sid,
+                            side,
+                            SyncV1::Facts {
+                                facts: chunk.to_vec(),
+                            },
+                            depth + 1,
+                        );
+                    }
+                    match self.session_event(sid, side, Event::RepairSent { sent }) {
+                        Some(more) => todo.extend(more),
+                        None => return,
+                    }
+                }
+                Action::Apply(facts) => {
+                    let now = self.now_ms();
+                    match self.nodes[me].replica.apply(peer_id, &facts, now) {
+                        Ok(rep) => {
+                            self.stats.facts_applied += rep.applied;
+                            self.stats.facts_refused += rep.refused;
+                            self.stats.facts_deferred += rep.deferred;
+                            if rep.applied > 0 {
+                                self.note_change(me);
+                                self.news(me, Some(peer));
+                            }
+                        }
+                        Err(_) => {
+                            self.finish(sid, false);
+                            return;
+                        }
+                    }
+                }
+                Action::SaveWatermark(w) => {
+                    self.nodes[me].replica.watermarks.insert(peer_id, w);
+                }
+                Action::SendDigest => {
+                    let (scopes, digest, facts) = self.nodes[me].replica.session_digest(&peer_id);
+                    self.send(
+                        sid,
+                        side,
+                        SyncV1::Digest {
+                            scopes,
+                            digest,
+                            facts,
+                        },
+                        depth + 1,
+                    );
+                }
+                Action::CompareDigest { scopes, digest, .. } => {
+                    if self.nodes[me].replica.compare_digest(&scopes, &digest) {
+                        self.stats.digests_agree += 1;
+                    } else {
+                        self.stats.digests_disagree += 1;
+                    }
+                }
+                Action::Finished => {
+                    let both = match self.sessions.get_mut(&sid) {
+                        Some(l) => {
+                            l.done[side] = true;
+                            l.done == [true, true]
+                        }
+                        None => false,
+                    };
+                    if both {
+                        self.finish(sid, true);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Feed a session side an event; `None` if the session broke.
+    fn session_event(&mut self, sid: u64, side: usize, ev: Event) -> Option<Vec<Action>> {
+        let r = self
+            .sessions
+            .get_mut(&sid)?
+            .sides
+            .get_mut(side)?
+            .as_mut()?
+            .handle(ev);
+        match r {
+            Ok(acts) => Some(acts),
+            Err(_) => {
+                self.finish(sid, false);
+                None
+            }
+        }
+    }
+
+    fn send(&mut self, sid: u64, from: usize, msg: SyncV1, depth: u32) {
+        let bytes = SyncMessage::V1(msg).encode();
+        let size = bytes.len() as u64 + 4;
+        let now = self.now();
+        let lost = self.rng.chance(self.cfg.loss);
+        let Some(l) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        l.bytes += size;
+        l.messages += 1;
+        l.depth = l.depth.max(depth);
+        self.stats.bytes += size;
+        self.stats.messages += 1;
+        if lost {
+            self.finish(sid, false);
+            return;
+        }
+        let wire = size * MS / self.cfg.bytes_per_ms.max(1);
+        let at = (now + l.latency + wire).max(l.last[from]);
+        l.last[from] = at;
+        self.clock.at(
+            at,
+            Ev::Deliver {
+                sid,
+                to: 1 - from,
+                bytes,
+                depth,
+            },
+        );
+    }
+
+    fn deliver(&mut self, sid: u64, to: usize, bytes: &[u8], depth: u32) {
+        let Some(l) = self.sessions.get(&sid) else {
+            return;
+        };
+        if !self.reachable(l.a, l.b) {
+            self.finish(sid, false);
+            return;
+        }
+        let Ok(SyncMessage::V1(msg)) = SyncMessage::decode(bytes) else {
+            self.finish(sid, false);
+            return;
+        };
+        if let Some(acts) = self.session_event(sid, to, Event::Received(msg)) {
+            self.run_actions(sid, to, acts, depth);
+        }
+    }
+
+    fn finish(&mut self, sid: u64, ok: bool) {
+        let Some(l) = self.sessions.remove(&sid) else {
+            return;
+        };
+        let key = pair(l.a, l.b);
+        self.inflight.remove(&key);
+        if ok {
+            self.stats.sessions_ok += 1;
+            self.nodes[l.a].failures.remove(&l.b);
+        } else {
+            self.stats.sessions_failed += 1;
+            if self.nodes[l.a].online {
+                let f = self.nodes[l.a].failures.entry(l.b).or_insert(0);
+                *f += 1;
+                let skip = (1u32 << (*f).min(5)).min(32) - 1;
+                self.nodes[l.a].skip.insert(l.b, skip);
+            }
+        }
+        self.records.push(SessionRecord {
+            dialler: l.a,
+            acceptor: l.b,
+            started: l.started,
+            ended: self.now(),
+            ok,
+            push: l.push,
+            bytes: l.bytes,
+            messages: l.messages,
+            round_trips: l.depth.div_ceil(2),
+            facts_sent: l.facts,
+            repaired: ok && l.sides.iter().flatten().any(Session::repaired),
+        });
+        self.push_after(l.a, l.b, l.started, ok, l.push);
+    }
+
+    /// The bytes a session of the protocol before repair (an export from
+    /// 0 once an epoch changed, before `amos_sync::repair`) would move between node `r` and each neighbour it can reach now:
+    /// both hellos, both exports as `Facts` frames, both dones — encoded,
+    /// not sent. What a restore cost before `amos_sync::repair`.
+    pub fn full_resend_bytes(&self, r: usize) -> u64 {
+        let frame = |m: SyncV1| SyncMessage::V1(m).encode().len() as u64 + 4;
+        let mut total = 0;
+        for j in self.graph.neighbours(r) {
+            if !self.reachable(r, j) {
+                continue;
+            }
+            let side = |me: usize, peer: usize| {
+                let (a, b) = (&self.nodes[me].replica, &self.nodes[peer].replica);
+                let mine = a.watermarks.get(&self.node_id(peer)).copied();
+                let theirs = b.watermarks.get(&self.node_id(me)).copied();
+                let since = match theirs {
+                    Some(w) if w.epoch == a.epoch && w.seq >= 0 => w.seq,
+                    _ => 0,
+                };
+                let peer_reset = mine.is_none_or(|w| w.epoch != b.epoch);
+                let (facts, high) = a.export_for(&self.node_id(peer), since, peer_reset);
+                let mut bytes = frame(SyncV1::Hello {
+                    epoch: a.epoch,
+                    have: mine,
+                    listen: Vec::new(),
+                });
+                for chunk in facts.chunks(EXPORT_BATCH) {
+                    bytes += frame(SyncV1::Facts {
+                        facts: chunk.to_vec(),
+                    });
+                }
+                bytes
+                    + frame(SyncV1::Done {
+                        upto: Watermark {
+                            epoch: a.epoch,
+                            seq: high,
+                        },
+                    })
+            };
+            total += side(r, j) + side(j, r);
+        }
+        total
+    }
+
+    /// The node with this id.
+    pub fn index_of(&self, id: &NodeId) -> Option<usize> {
+        self.by_id.get(id).copied()
+    }
+}
