@@ -143,20 +143,7 @@ impl Node {
     pub fn ask_repair_of(&mut self, only: Option<&str>) -> Result<usize> {
         let peers = self.peer_list()?;
         let chosen: Vec<&crate::store::replica::PeerInfo> = match only {
-            Some(want) => {
-                let exact: Vec<_> = peers
-                    .iter()
-                    .filter(|p| p.node_id == want || p.name == want)
-                    .collect();
-                if exact.is_empty() {
-                    peers
-                        .iter()
-                        .filter(|p| p.node_id.starts_with(want))
-                        .collect()
-                } else {
-                    exact
-                }
-            }
+            Some(want) => crate::store::replica::peers_named(&peers, want),
             None => peers.iter().filter(|p| p.addr.is_some()).collect(),
         };
         if only.is_some() && chosen.len() != 1 {

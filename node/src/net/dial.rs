@@ -38,18 +38,7 @@ pub async fn sync_pass(
     };
     let chosen: Vec<PeerInfo> = match only {
         Some(want) => {
-            let exact: Vec<&PeerInfo> = peers
-                .iter()
-                .filter(|p| p.node_id == want || p.name == want)
-                .collect();
-            let matches = if exact.is_empty() {
-                peers
-                    .iter()
-                    .filter(|p| p.node_id.starts_with(want))
-                    .collect()
-            } else {
-                exact
-            };
+            let matches = crate::store::replica::peers_named(&peers, want);
             match matches.as_slice() {
                 [p] if p.addr.is_some() => vec![(*p).clone()],
                 [p] => {

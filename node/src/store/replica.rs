@@ -730,6 +730,22 @@ pub struct PeerInfo {
     pub last_session: Option<crate::store::peers::LastSession>,
 }
 
+/// The peers `want` names (`amos sync now PEER`): exactly by NodeId or name,
+/// else every NodeId it begins; the caller decides what none or several mean.
+pub fn peers_named<'p>(peers: &'p [PeerInfo], want: &str) -> Vec<&'p PeerInfo> {
+    let exact: Vec<&PeerInfo> = peers
+        .iter()
+        .filter(|p| p.node_id == want || p.name == want)
+        .collect();
+    if !exact.is_empty() {
+        return exact;
+    }
+    peers
+        .iter()
+        .filter(|p| p.node_id.starts_with(want))
+        .collect()
+}
+
 pub fn list_peers(conn: &Connection) -> Result<Vec<PeerInfo>> {
     let mut stmt = conn.prepare(
         "SELECT node_id, name, addr, policy, last_sync_ms, last_result, digest_agree, digest_ms,
