@@ -129,6 +129,18 @@ impl Node {
         from: &NodeId,
         facts: Vec<Verified<SignedFact>>,
     ) -> Result<ApplyReport> {
+        self.apply_from_seqs(from, facts).map(|(report, _)| report)
+    }
+
+    /// [`Node::apply_from`], also telling which of our `seq`s the batch
+    /// took (`first..=last`, in one transaction so no other writer's are
+    /// among them; `None` if it changed nothing): push on change relays
+    /// them to every peer but `from` (docs/design.md §7.9).
+    pub fn apply_from_seqs(
+        &mut self,
+        from: &NodeId,
+        facts: Vec<Verified<SignedFact>>,
+    ) -> Result<(ApplyReport, Option<(i64, i64)>)> {
         let policy = self.peer_policy(from)?.ok_or_else(|| {
             NodeError::Refused(format!("{} is not a registered peer", from.short()))
         })?;
@@ -139,10 +151,12 @@ impl Node {
         let now = self.now_ms();
         let me = self.node_id();
         self.store.write(|tx| {
+            let before = crate::store::max_seq(tx.conn())?;
             let mut r = SqlReplica::new(tx, me, now);
             let report = apply_batch(&mut r, &sender, facts, now, DEFAULT_MAX_SKEW_MS)?;
             r.finish()?;
-            Ok(report)
+            let seqs = tx.last_seq().map(|last| (before + 1, last));
+            Ok((report, seqs))
         })
     }
 

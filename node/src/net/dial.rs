@@ -115,6 +115,11 @@ impl Pacing {
             .is_none_or(|&(_, next_ms)| now_ms >= next_ms)
     }
 
+    /// When `peer` is due again (`None`: now; it is not failing).
+    pub fn due_at(&self, peer: &str) -> Option<u64> {
+        self.failing.get(peer).map(|&(_, next_ms)| next_ms)
+    }
+
     /// Record a pass's outcome for `peer`.
     pub fn record(&mut self, peer: &str, result: SyncResult, now_ms: u64, period: Duration) {
         if result == SyncResult::Ok {

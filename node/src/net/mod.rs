@@ -1,6 +1,7 @@
 //! The network edge (docs/design.md §7): sync sessions with peers over
 //! QUIC — the session driver ([`session`]), dialling a pass ([`dial`]),
 //! accepting a connection ([`accept`]), pairing over the wire ([`join`]),
+//! when to push news to peers ([`push`], sans-IO),
 //! LAN discovery ([`discovery`]) and the transport itself ([`transport`]).
 //! `amos serve` composes these with the operations around them in
 //! `crate::ops::serve`.
@@ -39,6 +40,7 @@ pub(crate) mod accept;
 pub(crate) mod dial;
 pub mod discovery;
 pub(crate) mod join;
+pub mod push;
 pub(crate) mod session;
 pub mod transport;
 

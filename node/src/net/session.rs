@@ -362,8 +362,15 @@ pub(crate) fn session_thread(
                     facts_in += n;
                     let verified = amos_protocol::verify_all(&facts)
                         .map_err(|e| MeshError::BadFact(e.to_string()))?;
-                    let report = node.apply_from(&peer, verified)?;
+                    let (report, seqs) = node.apply_from_seqs(&peer, verified)?;
                     events::emit(SyncEvent::Applied(&report));
+                    if let Some((first, last)) = seqs {
+                        events::emit(SyncEvent::Stored {
+                            peer: &peer,
+                            first,
+                            last,
+                        });
+                    }
                     if let Some(o) = &observer {
                         o.applied(&peer, n, &report);
                     }
