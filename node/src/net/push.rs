@@ -22,7 +22,7 @@ use crate::events::SyncResult;
 /// How long an observed `seq` waits before it is judged, so that the
 /// event naming the peer whose batch took it (sent right after that batch
 /// committed) is in first. Well under any sane debounce.
-pub const SETTLE_MS: u64 = 25;
+pub const SETTLE_MS: u64 = 100;
 
 /// The scheduler's knobs (`amos serve --push-debounce`, `--push-sessions`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -341,7 +341,7 @@ mod tests {
     fn later_news_in_the_window_does_not_push_the_dial_back() {
         let mut s = sched(8);
         change(&mut s, 11, 1_000);
-        change(&mut s, 12, 1_150);
+        s.observe_seq(12, 1_150);
         assert_eq!(s.poll(1_200), vec![A, B, C]);
     }
 
@@ -388,7 +388,7 @@ mod tests {
         let mut s = sched(2);
         s.stored(A, 11, 11);
         change(&mut s, 11, 0); // news for b, c at 0
-        change(&mut s, 12, 100); // and a at 100
+        s.observe_seq(12, 150); // and a at 150
         assert_eq!(s.poll(1_000), vec![B, C]);
         assert_eq!(s.next_wake(), None, "full: nothing to wake for");
         s.push_finished(C, SyncResult::Ok, 1_100);
