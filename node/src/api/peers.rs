@@ -98,6 +98,23 @@ impl Node {
             .write(|tx| peers::record_result(tx.conn(), id, result, ok_at))
     }
 
+    /// [`Node::peer_record_result`] for a sync that started at
+    /// `started_ms`: a failure does not hide a success recorded after that
+    /// start (an overlapping session that got through).
+    pub fn peer_record_result_since(
+        &mut self,
+        id: &NodeId,
+        result: &str,
+        started_ms: u64,
+    ) -> Result<()> {
+        if result == "ok" {
+            return self.peer_record_result(id, result);
+        }
+        self.store
+            .write(|tx| peers::record_failure_since(tx.conn(), id, result, started_ms as i64))
+            .map(|_| ())
+    }
+
     /// Record the figures of a session with `id` that just completed
     /// (`elapsed`: its duration), for `amos peers list` and the console of
     /// any process on this home.
