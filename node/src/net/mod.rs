@@ -69,6 +69,9 @@ pub(crate) const AFTER_DONE_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Facts per `Facts` message.
 pub(crate) const EXPORT_BATCH: usize = 64;
+/// At most this many facts from a peer are verified and applied at once:
+/// the batches already received go in together (one transaction).
+pub(crate) const APPLY_MAX: usize = 4096;
 /// Depth of the channels between the stream tasks and the node threads.
 pub(crate) const CHANNEL_DEPTH: usize = 8;
 
