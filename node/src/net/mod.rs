@@ -15,7 +15,9 @@
 //!   opened from the [`Home`](crate::home::Home) (rusqlite is not `Sync`): one thread drives the
 //!   session and applies the peer's batches, and a second one streams our
 //!   export while the first keeps applying — so neither side can stall the
-//!   other with a full pipe;
+//!   other with a full pipe; the batches already received are applied
+//!   together (up to `APPLY_MAX` facts, one transaction), and the next
+//!   group verifies on a thread of its own meanwhile;
 //! * two async tasks shuttle frames between the stream halves and bounded
 //!   channels (backpressure, bounded memory); every wait on the peer has a
 //!   timeout;
