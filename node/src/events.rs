@@ -106,7 +106,7 @@ pub enum SyncEvent<'a> {
     Applied(&'a ApplyReport),
     /// A batch from `peer` committed and took our `seq`s `first..=last`
     /// (none if it changed nothing): push on change relays them to every
-    /// other peer, not back to `peer` (docs/design.md §7.9).
+    /// other peer, not back to `peer` (docs/design.md §7.10).
     Stored {
         peer: &'a NodeId,
         first: i64,

@@ -152,7 +152,7 @@ impl Node {
     /// [`Node::apply_from`], also telling which of our `seq`s the batch
     /// took (`first..=last`, in one transaction so no other writer's are
     /// among them; `None` if it changed nothing): push on change relays
-    /// them to every peer but `from` (docs/design.md §7.9).
+    /// them to every peer but `from` (docs/design.md §7.10).
     pub fn apply_from_seqs(
         &mut self,
         from: &NodeId,

@@ -1,4 +1,4 @@
-//! Push on change (docs/design.md §7.9): the sans-IO scheduler that decides
+//! Push on change (docs/design.md §7.10): the sans-IO scheduler that decides
 //! which peers `amos serve` dials when it has news, and when. It owns the
 //! rule — what counts as news for which peer (relay on apply: the `seq`s a
 //! batch from peer P took are news for every peer but P), the debounce, at

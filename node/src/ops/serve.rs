@@ -3,7 +3,7 @@
 //! `agents.toml` — composed from the network layer (`crate::net`) and the
 //! operations around it.
 //!
-//! Push on change (docs/design.md §7.9): a watcher thread reads the store's
+//! Push on change (docs/design.md §7.10): a watcher thread reads the store's
 //! `seq` counter every [`SEQ_POLL`] (any process on the home may write), a
 //! [`Listener`] hears which `seq`s batches from which peer took and which
 //! sessions ended, and the sans-IO [`PushScheduler`] says whom to dial
@@ -45,7 +45,7 @@ pub struct ServeOptions {
     pub mdns: bool,
     /// Serve `/metrics` and `/healthz` over HTTP here.
     pub metrics: Option<SocketAddr>,
-    /// Push on change (docs/design.md §7.9); `None`: `--no-push`.
+    /// Push on change (docs/design.md §7.10); `None`: `--no-push`.
     pub push: Option<PushConfig>,
 }
 

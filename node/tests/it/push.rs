@@ -1,4 +1,4 @@
-//! Push on change (docs/design.md §7.9), with real `amos serve` processes
+//! Push on change (docs/design.md §7.10), with real `amos serve` processes
 //! on 127.0.0.1 (`--no-mdns`) whose periodic sync is an hour away, so
 //! whatever moves was pushed:
 //!
