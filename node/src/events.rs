@@ -104,6 +104,14 @@ impl Role {
 pub enum SyncEvent<'a> {
     /// A batch from a peer went through the import gate.
     Applied(&'a ApplyReport),
+    /// A batch from `peer` committed and took our `seq`s `first..=last`
+    /// (none if it changed nothing): push on change relays them to every
+    /// other peer, not back to `peer` (docs/design.md §7.10).
+    Stored {
+        peer: &'a NodeId,
+        first: i64,
+        last: i64,
+    },
     /// A session with `peer` ended (`stats` only when it succeeded).
     Finished {
         /// The peer's node id, as text.

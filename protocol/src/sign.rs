@@ -253,6 +253,14 @@ mod tests {
             prop_assert!(SignedFact::decode_verified(&bytes).is_err());
         }
 
+        /// The author read from the head of the bytes is the fact's author.
+        #[test]
+        fn the_author_is_read_from_the_head(f in arb_signed()) {
+            let bytes = f.to_bytes();
+            prop_assert_eq!(crate::codec::author_of(&bytes), Some(f.fact.author()));
+            prop_assert_eq!(crate::codec::author_of(&bytes[..4]), None);
+        }
+
         #[test]
         fn truncation_fails(f in arb_signed(), cut in any::<prop::sample::Index>()) {
             let bytes = f.to_bytes();

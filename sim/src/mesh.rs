@@ -7,7 +7,7 @@
 //!
 //! What it models: periodic passes (each node dials every neighbour each
 //! period ±10 %, failed peers backed off as `serve --sync-every` does) and
-//! push as docs/design.md §7.9 has it (`amos serve`'s `net::push`): a
+//! push as docs/design.md §7.10 has it (`amos serve`'s `net::push`): a
 //! local write is news for every neighbour, facts applied from P news for
 //! every neighbour but P (relay on apply); a neighbour with news is dialled
 //! a debounce after its first unsent news; one push in flight per peer and
@@ -73,7 +73,7 @@ impl Default for PushConfig {
     }
 }
 
-/// The push backoff's base (design §7.9: the pacing of §7.8 with a 1 s period).
+/// The push backoff's base (design §7.10: the pacing of §7.8 with a 1 s period).
 pub const PUSH_BACKOFF_BASE: Micros = SECOND;
 
 /// A node's push state for one neighbour.

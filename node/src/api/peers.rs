@@ -98,6 +98,23 @@ impl Node {
             .write(|tx| peers::record_result(tx.conn(), id, result, ok_at))
     }
 
+    /// [`Node::peer_record_result`] for a sync that started at
+    /// `started_ms`: a failure does not hide a success recorded after that
+    /// start (an overlapping session that got through).
+    pub fn peer_record_result_since(
+        &mut self,
+        id: &NodeId,
+        result: &str,
+        started_ms: u64,
+    ) -> Result<()> {
+        if result == "ok" {
+            return self.peer_record_result(id, result);
+        }
+        self.store
+            .write(|tx| peers::record_failure_since(tx.conn(), id, result, started_ms as i64))
+            .map(|_| ())
+    }
+
     /// Record the figures of a session with `id` that just completed
     /// (`elapsed`: its duration), for `amos peers list` and the console of
     /// any process on this home.
@@ -129,6 +146,18 @@ impl Node {
         from: &NodeId,
         facts: Vec<Verified<SignedFact>>,
     ) -> Result<ApplyReport> {
+        self.apply_from_seqs(from, facts).map(|(report, _)| report)
+    }
+
+    /// [`Node::apply_from`], also telling which of our `seq`s the batch
+    /// took (`first..=last`, in one transaction so no other writer's are
+    /// among them; `None` if it changed nothing): push on change relays
+    /// them to every peer but `from` (docs/design.md §7.10).
+    pub fn apply_from_seqs(
+        &mut self,
+        from: &NodeId,
+        facts: Vec<Verified<SignedFact>>,
+    ) -> Result<(ApplyReport, Option<(i64, i64)>)> {
         let policy = self.peer_policy(from)?.ok_or_else(|| {
             NodeError::Refused(format!("{} is not a registered peer", from.short()))
         })?;
@@ -139,10 +168,12 @@ impl Node {
         let now = self.now_ms();
         let me = self.node_id();
         self.store.write(|tx| {
+            let before = crate::store::max_seq(tx.conn())?;
             let mut r = SqlReplica::new(tx, me, now);
             let report = apply_batch(&mut r, &sender, facts, now, DEFAULT_MAX_SKEW_MS)?;
             r.finish()?;
-            Ok(report)
+            let seqs = tx.last_seq().map(|last| (before + 1, last));
+            Ok((report, seqs))
         })
     }
 

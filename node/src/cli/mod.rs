@@ -370,6 +370,15 @@ enum Cmd {
         /// Neither advertise nor browse over mDNS
         #[arg(long)]
         no_mdns: bool,
+        /// Do not push changes to peers as they happen (periodic sync only)
+        #[arg(long)]
+        no_push: bool,
+        /// Push a change to peers this long after it (e.g. 200ms)
+        #[arg(long, value_name = "DUR", default_value = "200ms")]
+        push_debounce: String,
+        /// At most this many push sessions at once
+        #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
+        push_sessions: u16,
         /// Serve Prometheus /metrics and /healthz over HTTP on this TCP address
         #[arg(long, value_name = "ADDR")]
         metrics: Option<String>,
@@ -1146,10 +1155,23 @@ fn run(cli: Cli) -> Result<()> {
             listen,
             sync_every,
             no_mdns,
+            no_push,
+            push_debounce,
+            push_sessions,
             metrics,
             console,
             allow_remote,
         } => {
+            let push_debounce = humantime::parse_duration(&push_debounce).map_err(|_| {
+                bad(format!(
+                    "malformed --push-debounce {push_debounce:?}: use e.g. 200ms"
+                ))
+            })?;
+            let push = (!no_push).then(|| amos_node::net::push::PushConfig {
+                debounce_ms: push_debounce.as_millis() as u64,
+                max_sessions: usize::from(push_sessions),
+                ..Default::default()
+            });
             let metrics = metrics
                 .map(|m| {
                     m.parse()
@@ -1192,6 +1214,7 @@ fn run(cli: Cli) -> Result<()> {
                     sync_every,
                     mdns: !no_mdns,
                     metrics,
+                    push,
                 },
             )?;
             return Ok(());

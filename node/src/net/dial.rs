@@ -104,6 +104,11 @@ impl Pacing {
             .is_none_or(|&(_, next_ms)| now_ms >= next_ms)
     }
 
+    /// When `peer` is due again (`None`: now; it is not failing).
+    pub fn due_at(&self, peer: &str) -> Option<u64> {
+        self.failing.get(peer).map(|&(_, next_ms)| next_ms)
+    }
+
     /// Record a pass's outcome for `peer`.
     pub fn record(&mut self, peer: &str, result: SyncResult, now_ms: u64, period: Duration) {
         if result == SyncResult::Ok {
@@ -163,6 +168,7 @@ pub async fn sync_with(
     observer: Option<Observer>,
 ) -> PeerOutcome {
     let started = Instant::now();
+    let started_ms = SystemClock.now_ms();
     let r = dial_and_sync(home, identity, peer, observer).await;
     let elapsed = started.elapsed();
     let ms = elapsed.as_millis() as u64;
@@ -206,18 +212,20 @@ pub async fn sync_with(
             o.error = Some(e);
         }
     }
-    record_result(home, &peer.node_id, o.result).await;
+    record_result(home, &peer.node_id, o.result, started_ms).await;
     o
 }
 
-/// Note the outcome in the peers table (`amos peers list`, `amos status`);
-/// a failure to note it is logged, never fatal to the pass.
-pub(crate) async fn record_result(home: &Home, peer: &str, result: SyncResult) {
+/// Note the outcome of a sync that started at `started_ms` in the peers
+/// table (`amos peers list`, `amos status`); a failure never hides a
+/// success recorded since that start. A failure to note it is logged,
+/// never fatal to the pass.
+pub(crate) async fn record_result(home: &Home, peer: &str, result: SyncResult, started_ms: u64) {
     let Ok(id) = peer.parse::<NodeId>() else {
         return;
     };
     super::session::note(home, &format!("the sync result for {peer}"), move |n| {
-        n.peer_record_result(&id, result.as_str())
+        n.peer_record_result_since(&id, result.as_str(), started_ms)
     })
     .await;
 }
@@ -386,6 +394,34 @@ pub fn sync_pass_blocking(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Push makes sessions with one peer overlap: a dial that failed
+    /// before a later one got through must not leave the peer marked dead.
+    #[test]
+    fn a_failure_never_hides_a_success_recorded_after_it_started() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = Home::new(tmp.path().join("home"));
+        Node::init(&home, None).unwrap();
+        let mut node = Node::open(&home).unwrap();
+        let peer = NodeId([5; 32]);
+        node.peer_add(&peer.to_string(), Some("127.0.0.1:9"), "full")
+            .unwrap();
+        let last = |node: &Node| node.peer_list().unwrap()[0].last_result.clone();
+        // Never succeeded: any failure is recorded.
+        node.peer_record_result_since(&peer, "unreachable", 0)
+            .unwrap();
+        assert_eq!(last(&node).as_deref(), Some("unreachable"));
+        node.peer_record_result_since(&peer, "ok", 0).unwrap();
+        // A failure of a dial started before that success: not recorded.
+        node.peer_record_result_since(&peer, "unreachable", 1)
+            .unwrap();
+        assert_eq!(last(&node).as_deref(), Some("ok"));
+        // One started after it: recorded.
+        let later = SystemClock.now_ms() + 60_000;
+        node.peer_record_result_since(&peer, "refused", later)
+            .unwrap();
+        assert_eq!(last(&node).as_deref(), Some("refused"));
+    }
 
     #[test]
     fn passes_are_jittered_within_ten_percent() {

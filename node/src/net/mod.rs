@@ -1,6 +1,7 @@
 //! The network edge (docs/design.md §7): sync sessions with peers over
 //! QUIC — the session driver ([`session`]), dialling a pass ([`dial`]),
 //! accepting a connection ([`accept`]), pairing over the wire ([`join`]),
+//! when to push news to peers ([`push`], sans-IO),
 //! LAN discovery ([`discovery`]) and the transport itself ([`transport`]).
 //! `amos serve` composes these with the operations around them in
 //! `crate::ops::serve`.
@@ -14,7 +15,9 @@
 //!   opened from the [`Home`](crate::home::Home) (rusqlite is not `Sync`): one thread drives the
 //!   session and applies the peer's batches, and a second one streams our
 //!   export while the first keeps applying — so neither side can stall the
-//!   other with a full pipe;
+//!   other with a full pipe; the batches already received are applied
+//!   together (up to `APPLY_MAX` facts, one transaction), and the next
+//!   group verifies on a thread of its own meanwhile;
 //! * two async tasks shuttle frames between the stream halves and bounded
 //!   channels (backpressure, bounded memory); every wait on the peer has a
 //!   timeout;
@@ -39,6 +42,7 @@ pub(crate) mod accept;
 pub(crate) mod dial;
 pub mod discovery;
 pub(crate) mod join;
+pub mod push;
 pub(crate) mod session;
 pub mod transport;
 
@@ -67,6 +71,9 @@ pub(crate) const AFTER_DONE_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Facts per `Facts` message.
 pub(crate) const EXPORT_BATCH: usize = 64;
+/// At most this many facts from a peer are verified and applied at once:
+/// the batches already received go in together (one transaction).
+pub(crate) const APPLY_MAX: usize = 4096;
 /// Depth of the channels between the stream tasks and the node threads.
 pub(crate) const CHANNEL_DEPTH: usize = 8;
 

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::net::transport::{TransportError, read_frame, with_timeout, write_frame};
-use amos_protocol::NodeId;
 use amos_protocol::wire::{Epoch, SyncMessage, SyncV1, Watermark};
+use amos_protocol::{NodeId, SignedFact, Verified};
 use amos_sync::session::{Action, Event, Session, SessionError};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use super::{AFTER_DONE_TIMEOUT, CHANNEL_DEPTH, EXPORT_BATCH, MeshError, PEER_TIMEOUT};
+use super::{AFTER_DONE_TIMEOUT, APPLY_MAX, CHANNEL_DEPTH, EXPORT_BATCH, MeshError, PEER_TIMEOUT};
 use crate::api::node::Node;
 use crate::api::pairing::{self};
 use crate::api::repair::RepairPlan;
@@ -119,7 +119,8 @@ pub(crate) async fn drive(
 ) -> std::result::Result<SessionStats, MeshError> {
     let started = std::time::Instant::now();
     let record_home = home.clone();
-    let (in_tx, in_rx) = mpsc::channel::<Input>(CHANNEL_DEPTH);
+    // Deep enough to hold a whole transaction's worth of batches.
+    let (in_tx, in_rx) = mpsc::channel::<Input>(CHANNEL_DEPTH.max(APPLY_MAX / EXPORT_BATCH));
     let bytes_in = Arc::new(AtomicU64::new(0));
     if let Some(m) = first {
         // Read off this stream by the caller: its frame counts (decoding is
@@ -350,12 +351,25 @@ pub(crate) fn session_thread(
     let mut export_tx = Some(export_tx);
     let (mut facts_in, mut facts_out) = (0u64, 0u64);
     let mut digest_agree = None;
+    // An input read ahead (by `gather_batches`, or to keep verifying while
+    // applying), handled next.
+    let mut held: Option<Input> = None;
+    // The last batch received, verifying on a thread of its own.
+    let mut verifying: Option<Verifying> = None;
     let send = |m: Outgoing| {
         out.send(m)
             .map_err(|_| MeshError::Closed("the connection to the peer closed".into()))
     };
     loop {
         while let Some(action) = todo.pop_front() {
+            // Whatever is not another batch comes after the batch being
+            // verified is applied: the order of the session is unchanged
+            // (a watermark moves only after every batch it covers committed).
+            if !matches!(action, Action::Apply(_))
+                && let Some(ready) = verifying.take()
+            {
+                ready.apply(&mut node, &peer, observer.as_ref())?;
+            }
             match action {
                 Action::Send(m) => send(Outgoing::Msg(m))?,
                 Action::Export { since, peer_reset } => {
@@ -376,17 +390,16 @@ pub(crate) fn session_thread(
                         observer.clone(),
                     );
                 }
-                Action::Apply(facts) => {
-                    let n = facts.len() as u64;
-                    facts_in += n;
-                    let verified = amos_protocol::verify_all(&facts)
-                        .map_err(|e| MeshError::BadFact(e.to_string()))?;
-                    let report = node.apply_from(&peer, verified)?;
-                    events::emit(SyncEvent::Applied(&report));
-                    if let Some(o) = &observer {
-                        o.applied(&peer, n, &report);
+                Action::Apply(mut facts) => {
+                    if todo.is_empty() {
+                        gather_batches(&mut session, &mut input, &mut facts, &mut todo, &mut held)?;
                     }
-                    debug!(?report, "applied a batch from {}", peer.short());
+                    facts_in += facts.len() as u64;
+                    // This batch verifies while the one before it applies.
+                    let next = Verifying::start(facts);
+                    if let Some(ready) = verifying.replace(next) {
+                        ready.apply(&mut node, &peer, observer.as_ref())?;
+                    }
                 }
                 Action::PeerListens(addrs) => match learn_from {
                     // Only the peer the handshake authenticated, only if
@@ -453,7 +466,20 @@ pub(crate) fn session_thread(
                 }
             }
         }
-        match input.blocking_recv() {
+        // A batch is being verified: if more is already waiting, take it
+        // first (the next batch then verifies while this one applies);
+        // otherwise apply it before waiting.
+        if let Some(ready) = verifying.take() {
+            if held.is_none() {
+                held = input.try_recv().ok();
+            }
+            if held.is_some() {
+                verifying = Some(ready);
+            } else {
+                ready.apply(&mut node, &peer, observer.as_ref())?;
+            }
+        }
+        match held.take().or_else(|| input.blocking_recv()) {
             Some(Input::Msg(m)) => todo.extend(session.handle(Event::Received(m))?),
             Some(Input::ExportDone(Ok((upto, n)))) => {
                 facts_out += n;
@@ -472,6 +498,80 @@ pub(crate) fn session_thread(
             }
         }
     }
+}
+
+/// A batch of a peer's facts being verified on a thread of its own
+/// (`amos_protocol::verify_all`: batch ed25519, over several threads when
+/// large), so that the session thread can apply the batch before it
+/// meanwhile.
+pub(crate) struct Verifying {
+    facts: u64,
+    job: std::thread::JoinHandle<std::result::Result<Vec<Verified<SignedFact>>, String>>,
+}
+
+impl Verifying {
+    fn start(facts: Vec<Vec<u8>>) -> Verifying {
+        Verifying {
+            facts: facts.len() as u64,
+            job: std::thread::spawn(move || {
+                amos_protocol::verify_all(&facts).map_err(|e| e.to_string())
+            }),
+        }
+    }
+
+    /// Wait for the verdict; if every fact verified, apply the batch in one
+    /// transaction and tell whoever listens.
+    fn apply(
+        self,
+        node: &mut Node,
+        peer: &NodeId,
+        observer: Option<&Observer>,
+    ) -> std::result::Result<(), MeshError> {
+        let verified = self
+            .job
+            .join()
+            .map_err(|_| MeshError::BadFact("the verifying thread failed".into()))?
+            .map_err(MeshError::BadFact)?;
+        let (report, seqs) = node.apply_from_seqs(peer, verified)?;
+        events::emit(SyncEvent::Applied(&report));
+        if let Some((first, last)) = seqs {
+            events::emit(SyncEvent::Stored { peer, first, last });
+        }
+        if let Some(o) = observer {
+            o.applied(peer, self.facts, &report);
+        }
+        debug!(?report, "applied a batch from {}", peer.short());
+        Ok(())
+    }
+}
+
+/// Move the `Facts` batches already waiting in `input` into `facts` (never
+/// waiting for one), up to [`APPLY_MAX`] facts, so that they are verified
+/// as one batch and applied in one transaction, as a bundle's frame is. The
+/// first input that is not a batch is kept in `held` for the session loop to
+/// handle next, so the order of everything else is unchanged.
+fn gather_batches(
+    session: &mut Session,
+    input: &mut mpsc::Receiver<Input>,
+    facts: &mut Vec<Vec<u8>>,
+    todo: &mut VecDeque<Action>,
+    held: &mut Option<Input>,
+) -> std::result::Result<(), MeshError> {
+    while facts.len() < APPLY_MAX && held.is_none() && todo.is_empty() {
+        match input.try_recv() {
+            Ok(Input::Msg(m @ SyncV1::Facts { .. })) => {
+                for action in session.handle(Event::Received(m))? {
+                    match action {
+                        Action::Apply(more) if todo.is_empty() => facts.extend(more),
+                        other => todo.push_back(other),
+                    }
+                }
+            }
+            Ok(other) => *held = Some(other),
+            Err(_) => break,
+        }
+    }
+    Ok(())
 }
 
 /// Stream our facts for `peer` into `out` on a thread of its own (with its

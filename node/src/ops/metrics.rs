@@ -105,6 +105,7 @@ impl Listener for Counting {
     fn event(&self, e: &SyncEvent<'_>) {
         match *e {
             SyncEvent::Applied(r) => facts_applied(r),
+            SyncEvent::Stored { .. } => {}
             SyncEvent::Finished {
                 peer,
                 role,

@@ -1,26 +1,38 @@
 //! `amos serve`: the long-running node — the QUIC listener, periodic sync,
-//! the `/metrics` endpoint, mDNS discovery and `agents.toml` — composed
-//! from the network layer (`crate::net`) and the operations around it.
+//! push on change, the `/metrics` endpoint, mDNS discovery and
+//! `agents.toml` — composed from the network layer (`crate::net`) and the
+//! operations around it.
+//!
+//! Push on change (docs/design.md §7.10): a watcher thread reads the store's
+//! `seq` counter every [`SEQ_POLL`] (any process on the home may write), a
+//! [`Listener`] hears which `seq`s batches from which peer took and which
+//! sessions ended, and the sans-IO [`PushScheduler`] says whom to dial
+//! when; this module only carries that out.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::net::transport::{self};
 use amos_protocol::NodeId;
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::api::node::Node;
 use crate::api::pairing::{self};
 use crate::clock::{SystemClock, WallClock};
 use crate::error::{NodeError, Result};
+use crate::events::{self, Listener, SyncEvent, SyncResult};
 use crate::home::Home;
 use crate::net::Pacing;
 use crate::net::accept::{serve_connection, shutdown_signal};
-use crate::net::dial::periodic_pass;
+use crate::net::dial::{periodic_pass, sync_with};
+use crate::net::push::{PushConfig, PushScheduler};
 use crate::net::runtime;
+use crate::store::replica::PeerInfo;
 use crate::store::replica::{self};
 // ---------------------------------------------------------------------------
 // Serving
@@ -33,6 +45,86 @@ pub struct ServeOptions {
     pub mdns: bool,
     /// Serve `/metrics` and `/healthz` over HTTP here.
     pub metrics: Option<SocketAddr>,
+    /// Push on change (docs/design.md §7.10); `None`: `--no-push`.
+    pub push: Option<PushConfig>,
+}
+
+/// How often the watcher reads the store's `seq` counter (one indexed read
+/// of one row).
+pub const SEQ_POLL: Duration = Duration::from_millis(50);
+
+/// What the push loop hears.
+enum PushInput {
+    /// The store's `seq` now, and the peers we can dial.
+    Seq(i64, Vec<PeerInfo>),
+    /// A batch from `peer` took `seq`s `first..=last`.
+    Stored(String, i64, i64),
+    /// A session with `peer` just ended, after `elapsed`.
+    Ended(String, SyncResult, Duration),
+    /// Our push to `peer` ended.
+    Pushed(String, SyncResult),
+}
+
+/// The push loop's ear on this process's sync events.
+struct PushEar(mpsc::UnboundedSender<PushInput>);
+
+impl Listener for PushEar {
+    fn event(&self, e: &SyncEvent<'_>) {
+        let input = match *e {
+            SyncEvent::Stored { peer, first, last } => {
+                PushInput::Stored(peer.to_string(), first, last)
+            }
+            SyncEvent::Finished {
+                peer,
+                result,
+                elapsed,
+                ..
+            } => PushInput::Ended(peer.to_owned(), result, elapsed),
+            SyncEvent::Applied(_) => return,
+        };
+        // After serve stopped nobody listens: fine.
+        let _ = self.0.send(input);
+    }
+}
+
+/// Read the store's `seq` every [`SEQ_POLL`] on a thread of its own (its
+/// own connection) and report it, with the dialable peers, whenever it
+/// moved (and once at start: the baseline). Ends when `stop` is set or the
+/// loop is gone.
+fn watch_seq(
+    home: &Home,
+    tx: mpsc::UnboundedSender<PushInput>,
+    stop: Arc<AtomicBool>,
+) -> Result<()> {
+    let conn = rusqlite::Connection::open(home.db_path())?;
+    conn.busy_timeout(Duration::from_secs(2))?;
+    std::thread::Builder::new()
+        .name("amos-seq-watch".into())
+        .spawn(move || {
+            let mut last = None;
+            while !stop.load(Ordering::Relaxed) {
+                match crate::store::max_seq(&conn) {
+                    Ok(seq) if last != Some(seq) => {
+                        let peers = match replica::list_peers(&conn) {
+                            Ok(p) => p.into_iter().filter(|p| p.addr.is_some()).collect(),
+                            Err(e) => {
+                                warn!("push: cannot read the peers table: {e}");
+                                Vec::new()
+                            }
+                        };
+                        if tx.send(PushInput::Seq(seq, peers)).is_err() {
+                            return;
+                        }
+                        last = Some(seq);
+                    }
+                    Ok(_) => {}
+                    Err(e) => debug!("push: cannot read the store's seq: {e}"),
+                }
+                std::thread::sleep(SEQ_POLL);
+            }
+        })
+        .map_err(NodeError::io("starting the seq watcher"))?;
+    Ok(())
 }
 
 /// Run the node until SIGINT/SIGTERM: accept sessions from registered peers
@@ -125,6 +217,28 @@ pub(crate) async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> 
             .unwrap_or(Duration::MAX / 4),
     );
     tokio::pin!(next_pass);
+    // Push on change: the scheduler, its inputs and its timer.
+    let (push_tx, mut push_rx) = mpsc::unbounded_channel::<PushInput>();
+    let watch_stop = Arc::new(AtomicBool::new(false));
+    let mut push = opts.push.map(PushScheduler::new);
+    if let Some(cfg) = opts.push {
+        events::listen(Arc::new(PushEar(push_tx.clone())));
+        watch_seq(home, push_tx.clone(), watch_stop.clone())?;
+        info!(
+            "pushing changes to peers {} after a change (at most {} sessions at once)",
+            humantime::format_duration(Duration::from_millis(cfg.debounce_ms)),
+            cfg.max_sessions
+        );
+    } else {
+        info!("push on change disabled (--no-push)");
+    }
+    let epoch = Instant::now();
+    let now_ms = move || epoch.elapsed().as_millis() as u64;
+    let mut dialable: HashMap<String, PeerInfo> = HashMap::new();
+    let far = || tokio::time::Instant::now() + Duration::from_secs(24 * 3600);
+    let push_wake = tokio::time::sleep_until(far());
+    tokio::pin!(push_wake);
+
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     loop {
@@ -132,6 +246,35 @@ pub(crate) async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> 
             _ = &mut shutdown => {
                 info!("shutting down");
                 break;
+            }
+            Some(input) = push_rx.recv() => {
+                let Some(sched) = push.as_mut() else { continue };
+                let now = now_ms();
+                match input {
+                    PushInput::Seq(seq, peers) => {
+                        sched.set_peers(peers.iter().map(|p| p.node_id.as_str()));
+                        dialable = peers.into_iter().map(|p| (p.node_id.clone(), p)).collect();
+                        sched.observe_seq(seq, now);
+                    }
+                    PushInput::Stored(peer, first, last) => sched.stored(&peer, first, last),
+                    PushInput::Ended(peer, result, elapsed) => {
+                        let started = now.saturating_sub(elapsed.as_millis() as u64);
+                        sched.session_ended(&peer, result, started);
+                    }
+                    PushInput::Pushed(peer, result) => {
+                        info!("pushed to {peer}: {}", result.as_str());
+                        sched.push_finished(&peer, result, now);
+                    }
+                }
+                start_pushes(sched, now, &dialable, &mut sessions, home, &identity, &push_tx);
+                push_wake.as_mut().reset(wake_at(sched, epoch).unwrap_or_else(far));
+            }
+            _ = &mut push_wake => {
+                push_wake.as_mut().reset(far());
+                if let Some(sched) = push.as_mut() {
+                    start_pushes(sched, now_ms(), &dialable, &mut sessions, home, &identity, &push_tx);
+                    push_wake.as_mut().reset(wake_at(sched, epoch).unwrap_or_else(far));
+                }
             }
             incoming = endpoint.accept() => {
                 let Some(incoming) = incoming else { break };
@@ -164,6 +307,7 @@ pub(crate) async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> 
             Some(_) = sessions.join_next(), if !sessions.is_empty() => {}
         }
     }
+    watch_stop.store(true, Ordering::Relaxed);
     endpoint.close(quinn::VarInt::from_u32(0), b"shutting down");
     let drain = async { while sessions.join_next().await.is_some() {} };
     if tokio::time::timeout(Duration::from_secs(5), drain)
@@ -178,4 +322,39 @@ pub(crate) async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> 
     }
     info!("stopped");
     Ok(())
+}
+
+/// When the scheduler wants to be polled next, on tokio's clock.
+fn wake_at(sched: &PushScheduler, epoch: Instant) -> Option<tokio::time::Instant> {
+    let at = sched.next_wake()?;
+    Some(tokio::time::Instant::from_std(
+        epoch + Duration::from_millis(at),
+    ))
+}
+
+/// Dial every peer the scheduler says is due; each reports back as
+/// [`PushInput::Pushed`].
+fn start_pushes(
+    sched: &mut PushScheduler,
+    now: u64,
+    dialable: &HashMap<String, PeerInfo>,
+    sessions: &mut JoinSet<()>,
+    home: &Home,
+    identity: &Arc<amos_protocol::NodeIdentity>,
+    report: &mpsc::UnboundedSender<PushInput>,
+) {
+    for id in sched.poll(now) {
+        let Some(peer) = dialable.get(&id).cloned() else {
+            sched.push_finished(&id, SyncResult::Failed, now);
+            continue;
+        };
+        debug!("pushing to {id}");
+        let home = home.clone();
+        let identity = identity.clone();
+        let report = report.clone();
+        sessions.spawn(async move {
+            let o = sync_with(&home, &identity, &peer, None).await;
+            let _ = report.send(PushInput::Pushed(id, o.result));
+        });
+    }
 }

@@ -230,6 +230,11 @@ impl Tx<'_> {
             .ok_or_else(|| NodeError::Corrupt("store has no log epoch".into()))
     }
 
+    /// The last local sequence number this transaction handed out, if any.
+    pub fn last_seq(&self) -> Option<i64> {
+        self.seq
+    }
+
     /// Hand out the next local sequence number.
     pub fn next_seq(&mut self) -> Result<i64> {
         let seq = match self.seq {

@@ -81,6 +81,24 @@ pub fn record_result(
     Ok(())
 }
 
+/// Record a failed sync with `id` that started at `started_ms`, unless a
+/// sync that succeeded since then is recorded (sessions overlap under push
+/// on change: a dial that failed before the peer came back must not hide
+/// the success that followed). Returns whether it was recorded.
+pub fn record_failure_since(
+    conn: &Connection,
+    id: &NodeId,
+    result: &str,
+    started_ms: i64,
+) -> Result<bool> {
+    let n = conn.execute(
+        "UPDATE peers SET last_result = ?2
+         WHERE node_id = ?1 AND (last_sync_ms IS NULL OR last_sync_ms < ?3)",
+        params![&id.0[..], result, started_ms],
+    )?;
+    Ok(n > 0)
+}
+
 /// What one comparison of a peer's session digest with ours found.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct DigestCheck {

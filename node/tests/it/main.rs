@@ -25,6 +25,7 @@ mod metrics;
 mod pairing;
 mod peer_rows;
 mod progress;
+mod push;
 mod read_audit;
 mod readme;
 mod recall_engine;

@@ -9,7 +9,7 @@
 
 use crate::common::Home;
 use crate::common::console::Console;
-use crate::common::server::{Server, id, pair_serving};
+use crate::common::server::{Server, free_port, id, pair_serving};
 use serde_json::Value;
 
 /// `peer`'s row in `amos peers list` on `h`.
@@ -54,8 +54,13 @@ impl Pair {
     fn start(notes: usize) -> Pair {
         let a = Home::apollo();
         let b = Home::new();
-        let server_a = Server::start(a.path());
-        let server_b = Server::start(b.path());
+        // No push on change: each row must be the session this test ran.
+        let start = |h: &Home| {
+            let addr = format!("127.0.0.1:{}", free_port());
+            Server::start_with(h.path(), None, &addr, &["--no-mdns", "--no-push"])
+        };
+        let server_a = start(&a);
+        let server_b = start(&b);
         let (ida, idb) = (id(&a), id(&b));
         pair_serving(&a, &b, &server_a, &server_b, "team:apollo");
         for i in 0..notes {
