@@ -291,10 +291,11 @@ impl Node {
         })
     }
 
-    /// Catch the vector index up (and the full-text one): what the next
-    /// hybrid search would otherwise do first.
+    /// Catch the vector index up: what the next semantic search would
+    /// otherwise do first for it.
     pub(crate) fn caught_up_vectors(&mut self) -> Result<()> {
-        self.recall_parts(RecallMode::Semantic).map(|_| ())
+        let (vectors, model, store) = self.vector_parts()?;
+        vectors.catch_up(store, model).map(|_| ())
     }
 
     /// Drop and rebuild the vector index; returns what it did and `(vectors, bytes)`.

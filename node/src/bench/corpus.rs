@@ -74,8 +74,9 @@ pub struct BenchReport {
     pub search_lexical_ms: Millis,
     pub pack_lexical_ms: Millis,
     pub pack_ms: Millis,
-    /// A single add and then the vector catch-up that embeds it and links
-    /// it into the graph (what the next hybrid search would pay for it).
+    /// A single add and then the vector catch-up that embeds it (as pending;
+    /// every 512th also pays the graph build): what the next hybrid search
+    /// would pay for it in the vector index.
     pub add_embed_ms: Millis,
     pub index_build_s: f64,
     /// The first vector catch-up: embed every memory, build the HNSW graph.

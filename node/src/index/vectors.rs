@@ -18,8 +18,14 @@
 //! and each term names a bitmap of the vectors under it: a search takes the
 //! union of the requester's terms as its candidate set *before* the nearest
 //! neighbours are chosen, so a memory the requester cannot see never takes a
-//! candidate slot. Fewer than [`EXACT_BELOW`] candidates are scanned exactly;
-//! past that the HNSW graph is searched, restricted to the same set.
+//! candidate slot.
+//!
+//! New vectors wait as *pending* (compared exactly by every search) until
+//! [`BUILD_AFTER`] new, changed or removed ones have gathered; then they are
+//! linked into the HNSW graph in one build, which costs a walk of the graph
+//! — paid once per batch, not per write. Graph candidates fewer than
+//! [`EXACT_BELOW`] are scanned exactly; past that the graph is walked,
+//! restricted to the same set. A small store is thus searched exactly.
 //!
 //! Boundary: nothing here is trusted about content or visibility. It
 //! returns ids and similarities; the recall pipeline re-reads rows from
@@ -54,7 +60,10 @@ const FORMAT: &str = "amos-vectors v1";
 /// it walks the HNSW graph restricted to them.
 pub const EXACT_BELOW: usize = 2_000;
 /// Candidates the HNSW search keeps while walking (at least the limit).
-const EF_SEARCH: usize = 96;
+const EF_SEARCH: usize = 64;
+/// New (or changed, or gone) vectors gathered before they are linked into
+/// the graph; until then each search compares them exactly.
+pub const BUILD_AFTER: u64 = 512;
 /// Candidates kept while linking a new vector.
 const EF_CONSTRUCTION: usize = 96;
 /// Links per vector on the upper layers and on the base layer.
@@ -79,6 +88,12 @@ struct Dbs {
     items: Database<'static, U32<BigEndian>, Bytes>,
     /// Access term → the items under it.
     access: Database<'static, Str, RoaringBitmapCodec>,
+    /// Vectors not linked into the graph yet (item → f32 LE bytes), scanned
+    /// exactly by every search until the next graph build.
+    pending: Database<'static, U32<BigEndian>, Bytes>,
+    /// Graph items whose memory changed or went: unreachable already (no
+    /// access bitmap names them), dropped from the graph at its next build.
+    stale: Database<'static, U32<BigEndian>, Bytes>,
 }
 
 /// An open vector index.
@@ -105,7 +120,7 @@ impl VectorIndex {
         let dir = home.vectors_dir();
         let env = open_env(&dir)?;
         let wtxn = env.write_txn().map_err(lmdb)?;
-        let (vectors, meta, ids, items, access) = env
+        let (vectors, meta, ids, items, access, pending, stale) = env
             .create_databases_and_commit(wtxn, |dbo, wtxn| -> heed::Result<_> {
                 Ok(CommitOrAbort::<_, ()>::Commit((
                     dbo.create_database(wtxn, Some("vectors"))?,
@@ -113,6 +128,8 @@ impl VectorIndex {
                     dbo.create_database(wtxn, Some("ids"))?,
                     dbo.create_database(wtxn, Some("items"))?,
                     dbo.create_database(wtxn, Some("access"))?,
+                    dbo.create_database(wtxn, Some("pending"))?,
+                    dbo.create_database(wtxn, Some("stale"))?,
                 )))
             })
             .map_err(lmdb)?
@@ -123,6 +140,8 @@ impl VectorIndex {
             ids,
             items,
             access,
+            pending,
+            stale,
         };
         Ok(VectorIndex {
             env,
@@ -196,6 +215,8 @@ impl VectorIndex {
             self.dbs.ids.clear(&mut wtxn).map_err(lmdb)?;
             self.dbs.items.clear(&mut wtxn).map_err(lmdb)?;
             self.dbs.access.clear(&mut wtxn).map_err(lmdb)?;
+            self.dbs.pending.clear(&mut wtxn).map_err(lmdb)?;
+            self.dbs.stale.clear(&mut wtxn).map_err(lmdb)?;
             (0, 0)
         };
         let (rows, high) = changed_rows(store, from)?;
@@ -215,7 +236,9 @@ impl VectorIndex {
                 for term in terms {
                     self.bitmap(&wtxn, &mut bitmaps, &term)?.remove(item);
                 }
-                writer.del_item(&mut wtxn, item).map_err(ann)?;
+                if !self.dbs.pending.delete(&mut wtxn, &item).map_err(lmdb)? {
+                    self.dbs.stale.put(&mut wtxn, &item, &[]).map_err(lmdb)?;
+                }
                 self.dbs.ids.delete(&mut wtxn, &row.id.0).map_err(lmdb)?;
                 self.dbs.items.delete(&mut wtxn, &item).map_err(lmdb)?;
                 if !row.live {
@@ -234,7 +257,11 @@ impl VectorIndex {
             next = next.checked_add(1).ok_or_else(|| {
                 NodeError::Index("vector ids exhausted: run `amos reindex`".into())
             })?;
-            writer.add_item(&mut wtxn, item, &vector).map_err(ann)?;
+            let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
+            self.dbs
+                .pending
+                .put(&mut wtxn, &item, &bytes)
+                .map_err(lmdb)?;
             let mut entry = row.id.0.to_vec();
             entry.extend_from_slice(row.access.join("\n").as_bytes());
             self.dbs
@@ -254,12 +281,36 @@ impl VectorIndex {
                 self.dbs.access.put(&mut wtxn, term, bitmap).map_err(lmdb)?;
             }
         }
-        let mut rng = ChaCha8Rng::seed_from_u64(GRAPH_SEED);
-        writer
-            .builder(&mut rng)
-            .ef_construction(EF_CONSTRUCTION)
-            .build::<M, M0>(&mut wtxn)
-            .map_err(ann)?;
+        // Link the pending vectors into the graph (and drop the stale ones
+        // from it) only when enough have gathered: a build costs a walk of
+        // the graph, a pending vector only an exact comparison per search.
+        let waiting =
+            self.dbs.pending.len(&wtxn).map_err(lmdb)? + self.dbs.stale.len(&wtxn).map_err(lmdb)?;
+        if waiting >= BUILD_AFTER || (out.rebuilt && waiting > 0) {
+            let mut moved = Vec::new();
+            for entry in self.dbs.pending.iter(&wtxn).map_err(lmdb)? {
+                let (item, bytes) = entry.map_err(lmdb)?;
+                moved.push((item, floats(bytes)));
+            }
+            for (item, vector) in moved {
+                writer.add_item(&mut wtxn, item, &vector).map_err(ann)?;
+            }
+            let mut stale = Vec::new();
+            for entry in self.dbs.stale.iter(&wtxn).map_err(lmdb)? {
+                stale.push(entry.map_err(lmdb)?.0);
+            }
+            for item in stale {
+                writer.del_item(&mut wtxn, item).map_err(ann)?;
+            }
+            self.dbs.pending.clear(&mut wtxn).map_err(lmdb)?;
+            self.dbs.stale.clear(&mut wtxn).map_err(lmdb)?;
+            let mut rng = ChaCha8Rng::seed_from_u64(GRAPH_SEED);
+            writer
+                .builder(&mut rng)
+                .ef_construction(EF_CONSTRUCTION)
+                .build::<M, M0>(&mut wtxn)
+                .map_err(ann)?;
+        }
         let meta = self.dbs.meta;
         meta.put(&mut wtxn, "format", FORMAT).map_err(lmdb)?;
         meta.put(&mut wtxn, "model", model.fingerprint())
@@ -302,20 +353,8 @@ impl VectorIndex {
             return Ok(Vec::new());
         }
         let rtxn = self.env.read_txn().map_err(lmdb)?;
-        let reader = match Reader::<Cosine>::open(&rtxn, GRAPH, self.dbs.vectors) {
-            Ok(r) => r,
-            Err(hannoy::Error::MissingMetadata(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(ann(e)),
-        };
-        if reader.dimensions() != query.len() {
-            return Err(NodeError::Index(format!(
-                "the vector index holds {}-dimensional vectors, the query has {}",
-                reader.dimensions(),
-                query.len()
-            )));
-        }
         let allowed = match access {
-            None => reader.item_ids().clone(),
+            None => None,
             Some(terms) => {
                 let mut allowed = RoaringBitmap::new();
                 for term in terms {
@@ -323,23 +362,58 @@ impl VectorIndex {
                         allowed |= b;
                     }
                 }
-                allowed
+                if allowed.is_empty() {
+                    return Ok(Vec::new());
+                }
+                Some(allowed)
             }
         };
-        if allowed.is_empty() {
-            return Ok(Vec::new());
+        // (item, similarity): the pending vectors exactly, then the graph's.
+        let mut near: Vec<(u32, f32)> = Vec::new();
+        for entry in self.dbs.pending.iter(&rtxn).map_err(lmdb)? {
+            let (item, bytes) = entry.map_err(lmdb)?;
+            if allowed.as_ref().is_none_or(|a| a.contains(item)) {
+                near.push((item, amos_embed::cosine(&floats(bytes), query)));
+            }
         }
-        let mut q = reader.nns(limit);
-        q.ef_search(EF_SEARCH.max(limit))
-            .candidates(&allowed)
-            .linear_below(EXACT_BELOW)
-            .linear_below_ratio(1.0);
-        let found = q.by_vector(&rtxn, query).map_err(ann)?.into_nns();
-        let mut out = Vec::with_capacity(found.len());
-        for (item, distance) in found {
+        match Reader::<Cosine>::open(&rtxn, GRAPH, self.dbs.vectors) {
+            Ok(reader) => {
+                if reader.dimensions() != query.len() {
+                    return Err(NodeError::Index(format!(
+                        "the vector index holds {}-dimensional vectors, the query has {}",
+                        reader.dimensions(),
+                        query.len()
+                    )));
+                }
+                // Stale graph items are in no access bitmap; for the admin
+                // they are skipped below (their entries are gone).
+                let candidates = match &allowed {
+                    Some(a) => a & reader.item_ids(),
+                    None => reader.item_ids().clone(),
+                };
+                if !candidates.is_empty() {
+                    let mut q = reader.nns(limit);
+                    q.ef_search(EF_SEARCH.max(limit))
+                        .candidates(&candidates)
+                        .linear_below(EXACT_BELOW)
+                        .linear_below_ratio(1.0);
+                    let found = q.by_vector(&rtxn, query).map_err(ann)?.into_nns();
+                    // hannoy's cosine distance is (1 - cos) / 2.
+                    near.extend(found.into_iter().map(|(item, d)| (item, 1.0 - 2.0 * d)));
+                }
+            }
+            Err(hannoy::Error::MissingMetadata(_)) => {}
+            Err(e) => return Err(ann(e)),
+        }
+        near.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let mut out = Vec::with_capacity(limit);
+        for (item, similarity) in near {
+            if out.len() == limit {
+                break;
+            }
             // Only candidates come back; re-check anyway: a vector outside
             // the requester's set must never take a slot.
-            if !allowed.contains(item) {
+            if allowed.as_ref().is_some_and(|a| !a.contains(item)) {
                 continue;
             }
             let Some(entry) = self.dbs.items.get(&rtxn, &item).map_err(lmdb)? else {
@@ -348,8 +422,7 @@ impl VectorIndex {
             let Some(id) = entry.get(..16).and_then(MemoryId::from_slice) else {
                 continue;
             };
-            // hannoy's cosine distance is (1 - cos) / 2.
-            out.push((id, 1.0 - 2.0 * distance));
+            out.push((id, similarity));
         }
         out.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         Ok(out)
@@ -361,6 +434,14 @@ impl VectorIndex {
         let n = self.dbs.ids.len(&rtxn).map_err(lmdb)?;
         Ok((n, super::dir_size(&self.dir)))
     }
+}
+
+/// A vector stored as little-endian f32 bytes.
+fn floats(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
 }
 
 /// The access terms recorded with an item.
