@@ -136,7 +136,7 @@ impl Node {
                 false => index.search(&terms, access.as_deref(), limit)?,
             };
             let semantic = match vectors {
-                Some((v, _)) => v.search(&query_vector, access.as_deref(), limit)?,
+                Some((v, _)) => v.search(&query_vector, access.as_deref(), (limit / 2).max(20))?,
                 None => Vec::new(),
             };
             let exhausted = lexical.len() < limit && semantic.len() < limit;

@@ -58,9 +58,9 @@ use crate::store::Store;
 const FORMAT: &str = "amos-vectors v1";
 /// Below this many candidates a search scans them all (exact); from it on
 /// it walks the HNSW graph restricted to them.
-pub const EXACT_BELOW: usize = 2_000;
+pub const EXACT_BELOW: usize = 500;
 /// Candidates the HNSW search keeps while walking (at least the limit).
-const EF_SEARCH: usize = 64;
+const EF_SEARCH: usize = 32;
 /// New (or changed, or gone) vectors gathered before they are linked into
 /// the graph; until then each search compares them exactly.
 pub const BUILD_AFTER: u64 = 512;

@@ -257,7 +257,7 @@ fn the_built_in_model_needs_no_network() {
     assert_eq!(v["hits"][0]["id"], vault.as_str(), "{v}");
 }
 
-/// Past the exact threshold (2,000 candidates) the HNSW graph answers, and
+/// Past the exact thresholds (512 pending, 500 graph candidates) the HNSW graph answers, and
 /// the scope filter still holds: bob sees 2,100 shared memories and none of
 /// the 300 private ones placed nearer his question, and the graph's top 10
 /// are (nearly) the exact top 10 over what he may see. In-process, on the
