@@ -844,21 +844,7 @@ impl Mesh {
                         epoch: r.epoch,
                         seq: high,
                     };
-                    let sent = facts.len() as u64;
-                    self.stats.facts_sent += sent;
-                    if let Some(l) = self.sessions.get_mut(&sid) {
-                        l.facts += sent;
-                    }
-                    for chunk in facts.chunks(EXPORT_BATCH) {
-                        self.send(
-                            sid,
-                            side,
-                            SyncV1::Facts {
-                                facts: chunk.to_vec(),
-                            },
-                            depth + 1,
-                        );
-                    }
+                    let sent = self.send_facts(sid, side, &facts, depth + 1);
                     match self.session_event(sid, side, Event::ExportDone { upto, sent }) {
                         Some(more) => todo.extend(more),
                         None => return,
@@ -889,21 +875,7 @@ impl Mesh {
                         .into_iter()
                         .filter(|f| wanted.contains(&repair::fact_id(f)))
                         .collect();
-                    let sent = facts.len() as u64;
-                    self.stats.facts_sent += sent;
-                    if let Some(l) = self.sessions.get_mut(&sid) {
-                        l.facts += sent;
-                    }
-                    for chunk in facts.chunks(EXPORT_BATCH) {
-                        self.send(
-                            sid,
-                            side,
-                            SyncV1::Facts {
-                                facts: chunk.to_vec(),
-                            },
-                            depth + 1,
-                        );
-                    }
+                    let sent = self.send_facts(sid, side, &facts, depth + 1);
                     match self.session_event(sid, side, Event::RepairSent { sent }) {
                         Some(more) => todo.extend(more),
                         None => return,
@@ -982,6 +954,27 @@ impl Mesh {
                 None
             }
         }
+    }
+
+    /// Send `facts` as `Facts` messages of [`EXPORT_BATCH`], counting them
+    /// for the run and the session; returns how many.
+    fn send_facts(&mut self, sid: u64, from: usize, facts: &[Vec<u8>], depth: u32) -> u64 {
+        let sent = facts.len() as u64;
+        self.stats.facts_sent += sent;
+        if let Some(l) = self.sessions.get_mut(&sid) {
+            l.facts += sent;
+        }
+        for chunk in facts.chunks(EXPORT_BATCH) {
+            self.send(
+                sid,
+                from,
+                SyncV1::Facts {
+                    facts: chunk.to_vec(),
+                },
+                depth,
+            );
+        }
+        sent
     }
 
     fn send(&mut self, sid: u64, from: usize, msg: SyncV1, depth: u32) {
