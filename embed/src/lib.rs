@@ -113,11 +113,15 @@ impl StaticModel {
             // failing here is a build defect, not bad input.
             let tokenizer = WordPiece::from_json_and_list(builtin::TOKENIZER, Some(builtin::VOCAB))
                 .expect("the built-in tokenizer is valid");
+            // The built-in files are named by their checksums: no need to
+            // hash 12 MB on every start.
+            let sums = blake3::hash(builtin::SUMS.as_bytes()).to_hex();
             StaticModel::with_tokenizer(
                 builtin::NAME,
                 Cow::Borrowed(builtin::TENSORS),
                 tokenizer,
                 Some(builtin::CONFIG),
+                Some(format!("builtin:{}:{}", builtin::NAME, &sums[..16])),
             )
             .expect("the built-in embedding model is valid")
         })
@@ -167,14 +171,16 @@ impl StaticModel {
         config: Option<&[u8]>,
     ) -> Result<Self, ModelError> {
         let tokenizer = WordPiece::from_json(tokenizer)?;
-        Self::with_tokenizer(name, tensors, tokenizer, config)
+        Self::with_tokenizer(name, tensors, tokenizer, config, None)
     }
 
+    /// `fingerprint`: known (the built-in model), else a hash of the table.
     fn with_tokenizer(
         name: &str,
         tensors: Cow<'static, [u8]>,
         tokenizer: WordPiece,
         config: Option<&[u8]>,
+        fingerprint: Option<String>,
     ) -> Result<Self, ModelError> {
         let normalize = match config {
             None => true,
@@ -239,18 +245,13 @@ impl StaticModel {
                 Some(w)
             }
         };
-        let fingerprint = if std::ptr::eq(tensors.as_ptr(), builtin::TENSORS.as_ptr()) {
-            // The built-in files are named by their checksums; no need to
-            // hash 15 MB on every start.
-            let sums = blake3::hash(builtin::SUMS.as_bytes()).to_hex();
-            format!("builtin:{}:{}", builtin::NAME, &sums[..16])
-        } else {
+        let fingerprint = fingerprint.unwrap_or_else(|| {
             let mut h = blake3::Hasher::new();
             h.update(&tensors);
             h.update(&tokenizer.max_id().unwrap_or(0).to_le_bytes());
             h.update(&[u8::from(normalize)]);
             format!("blake3:{}", &h.finalize().to_hex()[..32])
-        };
+        });
         Ok(StaticModel {
             name: name.to_string(),
             fingerprint,
