@@ -151,7 +151,11 @@ fn a_model_directory_loads_like_the_builtin() {
     // Fingerprints name the vectors a model makes: the built-in one by its
     // checksums (no 12 MB hash per start), a directory by a hash of its
     // table, stable across loads.
-    assert!(builtin.fingerprint().starts_with("builtin:minilm-l6-static:"));
+    assert!(
+        builtin
+            .fingerprint()
+            .starts_with("builtin:minilm-l6-static:")
+    );
     assert!(m.fingerprint().starts_with("blake3:"));
     let again = StaticModel::from_dir(builtin_dir()).unwrap();
     assert_eq!(again.fingerprint(), m.fingerprint());
