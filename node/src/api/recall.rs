@@ -135,11 +135,14 @@ impl Node {
                 true => Vec::new(),
                 false => index.search(&terms, access.as_deref(), limit)?,
             };
+            // The vectors are asked for half as many (their walk costs more).
+            let semantic_limit = (limit / 2).max(20);
             let semantic = match vectors {
-                Some((v, _)) => v.search(&query_vector, access.as_deref(), (limit / 2).max(20))?,
+                Some((v, _)) => v.search(&query_vector, access.as_deref(), semantic_limit)?,
                 None => Vec::new(),
             };
-            let exhausted = lexical.len() < limit && semantic.len() < limit;
+            // Widen while either list may hold more than it returned.
+            let exhausted = lexical.len() < limit && semantic.len() < semantic_limit;
             let top_bm25 = lexical.iter().map(|c| c.1).fold(0.0f32, f32::max);
             let bm25: HashMap<MemoryId, f32> = lexical.iter().copied().collect();
             let cosine: HashMap<MemoryId, f32> = semantic.iter().copied().collect();

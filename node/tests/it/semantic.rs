@@ -143,6 +143,52 @@ fn a_hidden_memory_nearest_the_query_never_appears_nor_moves_a_rank() {
     }
 }
 
+/// When the nearest vectors all fall to a filter after the gate (here
+/// `--valid-at`: they ended days ago), the semantic search widens until it
+/// finds what is valid, as the lexical one does.
+#[test]
+fn a_semantic_search_widens_past_candidates_a_filter_drops() {
+    let h = Home::new();
+    h.ok(&["agent", "add", "bob"]);
+    for i in 0..30 {
+        h.ok(&[
+            "add",
+            &format!("The database password {i} is kept in the vault"),
+            "--as",
+            "bob",
+            "--valid-from",
+            "-10d",
+            "--valid-to",
+            "-5d",
+        ]);
+    }
+    let valid = h.add(
+        "bob",
+        "Credentials for the staging server live with the platform team",
+        &[],
+    );
+    let hits = h.json(&[
+        "search",
+        "where is the database password kept",
+        "--as",
+        "bob",
+        "--mode",
+        "semantic",
+        "--valid-at",
+        "now",
+        "-k",
+        "5",
+    ])["hits"]
+        .clone();
+    let ids: Vec<&str> = hits
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec![valid.as_str()], "{hits}");
+}
+
 /// A bad mode or model is one line on stderr, exit 2, nothing printed.
 #[test]
 fn a_bad_mode_or_model_is_refused() {
