@@ -284,6 +284,26 @@ fn main() -> std::io::Result<()> {
     }
     all.extend_from_slice(config);
     fs::write(m.join("seed-all"), all)?;
+    // vector_snapshot: a small index file with two terms.
+    let v = root.join("vector_snapshot");
+    fs::create_dir_all(&v)?;
+    let mut table = amos_node::index::vectors::table::VectorTable::new(20);
+    for i in 0..12u8 {
+        let x: Vec<f32> = (0..20).map(|j| ((i as usize * 5 + j * 3) % 11) as f32 - 5.0).collect();
+        if let Some(q) = amos_node::index::vectors::quantize::quantize(&x) {
+            let terms = [if i % 2 == 0 { "team:x" } else { "owner:bob" }.to_string()];
+            table.upsert(amos_protocol::MemoryId([i; 16]), q, &terms);
+        }
+    }
+    let provenance = amos_node::index::vectors::snapshot::Provenance {
+        model: "builtin".into(),
+        epoch: "e".into(),
+        watermark: 9,
+    };
+    fs::write(
+        v.join("seed-table"),
+        amos_node::index::vectors::snapshot::encode(&provenance, &table.to_parts()),
+    )?;
     // sync_message: one frame of every session message, the `Digest` (the
     // newest variant) scoped and full.
     let s = root.join("sync_message");

@@ -7,7 +7,7 @@
 //! <home>/amos.db        authoritative SQLite store (WAL)
 //! <home>/mesh.key       the mesh key that encrypts bundles, mode 0600 (optional)
 //! <home>/index/         disposable tantivy index
-//! <home>/vectors/       disposable vector index (LMDB, hannoy HNSW)
+//! <home>/vectors/       disposable vector index (one snapshot file)
 //! <home>/index.lock     serialises index catch-up between processes
 //! ```
 //!
@@ -198,6 +198,17 @@ impl Home {
 
 /// Write `bytes` to `path` atomically (temp file in the same dir, fsync, rename).
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    write_renamed(path, bytes, mode, true)
+}
+
+/// Replace `path` with `bytes` the way [`write_atomic`] does, without the
+/// fsync: for disposable files (a crash of the machine may leave the old
+/// file, an empty one or a torn one, which their reader must detect).
+pub fn write_replacing(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    write_renamed(path, bytes, mode, false)
+}
+
+fn write_renamed(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(format!(
         ".{}.tmp{}",
@@ -213,7 +224,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
         .open(&tmp)
         .map_err(NodeError::io(ctx()))?;
     f.write_all(bytes).map_err(NodeError::io(ctx()))?;
-    f.sync_all().map_err(NodeError::io(ctx()))?;
+    if sync {
+        f.sync_all().map_err(NodeError::io(ctx()))?;
+    }
     fs::rename(&tmp, path).map_err(NodeError::io(ctx()))?;
     Ok(())
 }

@@ -13,7 +13,7 @@ use crate::api::node::Node;
 use crate::api::node::RecallParts;
 use crate::error::{NodeError, Result};
 use crate::index::{analyze, owner_term};
-use crate::recall::fuse::{Direct, RecallMode, fuse};
+use crate::recall::fuse::{Direct, MIN_SIMILARITY, RecallMode, fuse};
 use crate::recall::pack::{
     Conflict, Included, PACK_CORE, Pack, PackDecision, PackOptions, decision, duplicate,
     estimate_tokens, included_of,
@@ -114,12 +114,7 @@ impl Node {
         if terms.is_empty() && (query_vector.iter().all(|x| *x == 0.0) || !opts.mode.semantic()) {
             return Ok(Vec::new());
         }
-        let access: Option<Vec<String>> = who.requester().map(|r| {
-            who.scopes()
-                .map(ToString::to_string)
-                .chain(std::iter::once(owner_term(r.as_str())))
-                .collect()
-        });
+        let access = access_terms(who);
         // The index holds today's text: under --known-at, a memory whose
         // text changed since may have matched then, so it is a candidate too
         // (the gate below still decides; its text then is matched below).
@@ -141,8 +136,12 @@ impl Node {
                 Some((v, _)) => v.search(&query_vector, access.as_deref(), semantic_limit)?,
                 None => Vec::new(),
             };
-            // Widen while either list may hold more than it returned.
-            let exhausted = lexical.len() < limit && semantic.len() < semantic_limit;
+            // Widen while either list may hold more than it returned: the
+            // semantic list does not once its farthest candidate is below
+            // the cosine floor (no candidate further out could count).
+            let semantic_done = semantic.len() < semantic_limit
+                || semantic.last().is_some_and(|c| c.1 < MIN_SIMILARITY);
+            let exhausted = lexical.len() < limit && semantic_done;
             let top_bm25 = lexical.iter().map(|c| c.1).fold(0.0f32, f32::max);
             let bm25: HashMap<MemoryId, f32> = lexical.iter().copied().collect();
             let cosine: HashMap<MemoryId, f32> = semantic.iter().copied().collect();
@@ -555,4 +554,68 @@ fn overlap(text: &str, terms: &[String]) -> f32 {
     let own = analyze(text);
     let hits = terms.iter().filter(|t| own.contains(t)).count();
     hits as f32 / terms.len() as f32
+}
+
+/// The index terms a requester's candidates may carry: their scopes and
+/// their own owner term (`None`: the local admin, unrestricted).
+fn access_terms(who: &AuthorizedScopes) -> Option<Vec<String>> {
+    who.requester().map(|r| {
+        who.scopes()
+            .map(ToString::to_string)
+            .chain(std::iter::once(owner_term(r.as_str())))
+            .collect()
+    })
+}
+
+/// What [`Node::vector_probe`] measured of one query.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VectorProbe {
+    /// Of the exact `limit` nearest vectors the requester may see, how many
+    /// a search's vector candidates hold (ties at the `limit`-th count).
+    pub found: usize,
+    pub exact: usize,
+    /// The vector index's part of a search: the nearest `limit` (ms).
+    pub search_ms: f64,
+}
+
+impl Node {
+    /// The vector index measured on one query as `who` would ask it
+    /// (`amos bench`): how near its candidates are to the exact nearest
+    /// `limit`, and how long it took to find them.
+    pub fn vector_probe(
+        &mut self,
+        who: &AuthorizedScopes,
+        query: &str,
+        limit: usize,
+    ) -> Result<VectorProbe> {
+        let RecallParts { vectors, .. } = self.recall_parts(RecallMode::Semantic)?;
+        let none = VectorProbe {
+            found: 0,
+            exact: 0,
+            search_ms: 0.0,
+        };
+        let Some((index, model)) = vectors else {
+            return Ok(none);
+        };
+        let q = model.embed(query);
+        let access = access_terms(who);
+        let exact = index.search_as(&q, access.as_deref(), limit, true)?;
+        let started = Instant::now();
+        let got = index.search_as(&q, access.as_deref(), limit, false)?;
+        let search_ms = started.elapsed().as_secs_f64() * 1e3;
+        let Some(last) = exact.last().map(|e| e.1) else {
+            return Ok(VectorProbe { search_ms, ..none });
+        };
+        let exact_ids: std::collections::HashSet<_> = exact.iter().map(|e| e.0).collect();
+        let found = got
+            .iter()
+            .filter(|(id, s)| exact_ids.contains(id) || *s >= last)
+            .count()
+            .min(exact.len());
+        Ok(VectorProbe {
+            found,
+            exact: exact.len(),
+            search_ms,
+        })
+    }
 }

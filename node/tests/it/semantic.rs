@@ -1,8 +1,9 @@
 //! Semantic and hybrid recall (docs/recall.md, "Modes"): the gate holds for
 //! semantic candidates in every mode, through the CLI and MCP; the vector
 //! index is disposable (deleted, it is rebuilt and answers the same); the
-//! built-in model needs no network; the HNSW path past the exact threshold
-//! honours the scope filter.
+//! built-in model needs no network; the approximate path past the
+//! rescoring bound (sign codes choose what is scored) honours the scope
+//! filter.
 
 use std::collections::HashSet;
 use std::process::Command;
@@ -303,10 +304,11 @@ fn the_built_in_model_needs_no_network() {
     assert_eq!(v["hits"][0]["id"], vault.as_str(), "{v}");
 }
 
-/// Past the exact thresholds (512 pending, 500 graph candidates) the HNSW graph answers, and
-/// the scope filter still holds: bob sees 2,100 shared memories and none of
-/// the 300 private ones placed nearer his question, and the graph's top 10
-/// are (nearly) the exact top 10 over what he may see. In-process, on the
+/// Past the rescoring bound (bob's 2,100 visible vectors are more than the
+/// 256 scored by their rows) the sign codes choose the candidates, and the
+/// scope filter still holds: bob sees none of the 300 private memories
+/// placed nearer his question, and the top 10 are (nearly) the exact top 10
+/// over what he may see. In-process, on the
 /// real SQLite store.
 #[test]
 fn nearest_vectors_past_the_exact_threshold_honour_the_scope() {
@@ -401,5 +403,8 @@ fn nearest_vectors_past_the_exact_threshold_honour_the_scope() {
         .iter()
         .filter(|h| cosine_of[&h.memory.id()] >= tenth - 1e-4)
         .count();
-    assert!(found >= 9, "the graph found {found} of the exact top 10");
+    assert!(
+        found >= 9,
+        "the sign codes let {found} of the exact top 10 through"
+    );
 }
