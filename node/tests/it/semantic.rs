@@ -227,9 +227,10 @@ fn a_bad_mode_or_model_is_refused() {
     assert_eq!(r["isError"], true, "{r}");
 }
 
-/// The vector index is disposable: deleted with the full-text index, it is
-/// rebuilt by the next search, which answers exactly as before (ids, order
-/// and scores, in every mode); `amos index rebuild` does the same.
+/// The vector index is disposable: deleted with the full-text index, or
+/// torn, it is rebuilt by the next search, which answers exactly as before
+/// (ids, order and scores, in every mode) and writes the same file;
+/// `amos index rebuild` does the same.
 #[test]
 fn deleted_indexes_are_rebuilt_and_answer_the_same() {
     let (h, _) = gate_home();
@@ -257,8 +258,16 @@ fn deleted_indexes_are_rebuilt_and_answer_the_same() {
     std::fs::remove_dir_all(h.path().join("vectors")).unwrap();
     let after: Vec<_> = MODES.iter().map(|m| search(&h, "bob", m, QUERY)).collect();
     assert_eq!(after, before);
+    // A torn file (a crash mid-write without fsync) is rebuilt, not trusted.
+    let file = h.path().join("vectors").join("index.amv");
+    let bytes = std::fs::read(&file).unwrap();
+    std::fs::write(&file, &bytes[..bytes.len() / 2]).unwrap();
+    let torn: Vec<_> = MODES.iter().map(|m| search(&h, "bob", m, QUERY)).collect();
+    assert_eq!(torn, before);
+    assert_eq!(std::fs::read(&file).unwrap(), bytes, "rewritten byte for byte");
     let r = h.json(&["index", "rebuild"]);
     assert!(r["vectors"].as_u64().unwrap() >= 7, "{r}");
+    assert_eq!(std::fs::read(&file).unwrap(), bytes, "a rebuild writes the same file");
     let again: Vec<_> = MODES.iter().map(|m| search(&h, "bob", m, QUERY)).collect();
     assert_eq!(again, before);
 }
