@@ -8,6 +8,7 @@
 //! tokenizer family (a `tokenizer.json` that is not WordPiece is refused, not
 //! guessed at), or panics on the bytes of a user's file.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -75,7 +76,9 @@ fn hundred() -> usize {
 /// Token → id. Keyed by a multiply-rotate hash: the keys are a model's
 /// vocabulary (fixed once loaded), so a text can only look entries up, never
 /// lengthen a probe chain; SipHash was a fifth of the model's load time.
-type Vocab = HashMap<String, u32, BuildHasherDefault<FxHasher>>;
+/// The built-in vocabulary borrows its tokens from the binary (no 30,000
+/// allocations per process); a user's is owned.
+type Vocab = HashMap<Cow<'static, str>, u32, BuildHasherDefault<FxHasher>>;
 
 /// The hash rustc uses for its own tables (Fx), for short strings.
 #[derive(Default)]
@@ -129,7 +132,7 @@ fn vocab<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vocab, D::Error> {
         fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Vocab, A::Error> {
             let mut out = Vocab::with_capacity_and_hasher(32_768, Default::default());
             while let Some((token, id)) = map.next_entry::<String, u32>()? {
-                out.insert(token, id);
+                out.insert(Cow::Owned(token), id);
             }
             Ok(out)
         }
@@ -158,7 +161,10 @@ impl WordPiece {
 
     /// A `tokenizer.json` whose vocabulary is given apart, one token a line
     /// (the id is the line number): how the built-in model is compiled in.
-    pub(crate) fn from_json_and_list(bytes: &[u8], list: Option<&str>) -> Result<Self, ModelError> {
+    pub(crate) fn from_json_and_list(
+        bytes: &[u8],
+        list: Option<&'static str>,
+    ) -> Result<Self, ModelError> {
         let mut json: TokenizerJson = serde_json::from_slice(bytes)
             .map_err(|e| ModelError::Tokenizer(format!("not a tokenizer.json ({e})")))?;
         let kind = json.model.kind.as_deref().unwrap_or("WordPiece");
@@ -196,7 +202,10 @@ impl WordPiece {
             // Bytes, not `str::split('\n')`: that pattern calls memcmp for
             // every line. Splitting UTF-8 at a newline keeps it UTF-8.
             let tokens = list.as_bytes().split(|&b| b == b'\n');
-            let tokens = tokens.map(|t| String::from_utf8_lossy(t).into_owned());
+            let tokens = tokens.map(|t| match std::str::from_utf8(t) {
+                Ok(t) => Cow::Borrowed(t),
+                Err(_) => Cow::Owned(String::from_utf8_lossy(t).into_owned()),
+            });
             vocab.extend(tokens.zip(0u32..));
             json.model.vocab = vocab;
         }
@@ -205,7 +214,7 @@ impl WordPiece {
             return Err(ModelError::Tokenizer("the vocabulary is empty".into()));
         }
         Ok(WordPiece {
-            unk: model.vocab.get(&model.unk_token).copied(),
+            unk: model.vocab.get(model.unk_token.as_str()).copied(),
             vocab: model.vocab,
             prefix: model.continuing_subword_prefix,
             max_chars: model.max_input_chars_per_word,

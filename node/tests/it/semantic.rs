@@ -264,10 +264,18 @@ fn deleted_indexes_are_rebuilt_and_answer_the_same() {
     std::fs::write(&file, &bytes[..bytes.len() / 2]).unwrap();
     let torn: Vec<_> = MODES.iter().map(|m| search(&h, "bob", m, QUERY)).collect();
     assert_eq!(torn, before);
-    assert_eq!(std::fs::read(&file).unwrap(), bytes, "rewritten byte for byte");
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        bytes,
+        "rewritten byte for byte"
+    );
     let r = h.json(&["index", "rebuild"]);
     assert!(r["vectors"].as_u64().unwrap() >= 7, "{r}");
-    assert_eq!(std::fs::read(&file).unwrap(), bytes, "a rebuild writes the same file");
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        bytes,
+        "a rebuild writes the same file"
+    );
     let again: Vec<_> = MODES.iter().map(|m| search(&h, "bob", m, QUERY)).collect();
     assert_eq!(again, before);
 }

@@ -13,7 +13,7 @@
 //!
 //! Must never: decide visibility (the terms are the index's record of what
 //! the store said; the recall pipeline re-reads and gates every id), or
-//! depend on slot numbers for an answer (free slots are reused; results
+//! depend on slot numbers for an answer (slots die and are compacted; results
 //! are ordered by similarity, then memory id).
 
 use std::collections::{BTreeMap, HashMap};
@@ -38,17 +38,19 @@ pub fn stages(limit: usize) -> Stages {
 pub struct VectorTable {
     dim: usize,
     words: usize,
-    /// Slot → memory (a free slot keeps its last id; it is not in `live`).
+    /// Slot → memory (a dead slot keeps its last id; it is not in `live`).
     ids: Vec<MemoryId>,
     scales: Vec<f32>,
     codes: Vec<u64>,
     rows: Vec<i8>,
     live: RoaringBitmap,
-    free: Vec<u32>,
     /// Access term → the live slots found under it.
     access: BTreeMap<String, RoaringBitmap>,
-    /// Memory → slot, built on the first change after a load.
-    by_id: Option<HashMap<MemoryId, u32>>,
+    /// Slots below this came from a snapshot, in memory-id order: found by
+    /// binary search, so a loaded table needs no map of them.
+    base: usize,
+    /// Memory → slot for the live slots from `base` on.
+    added: HashMap<MemoryId, u32>,
 }
 
 /// The parts of a table, as a snapshot holds them: live slots only.
@@ -73,9 +75,9 @@ impl VectorTable {
             codes: Vec::new(),
             rows: Vec::new(),
             live: RoaringBitmap::new(),
-            free: Vec::new(),
             access: BTreeMap::new(),
-            by_id: Some(HashMap::new()),
+            base: 0,
+            added: HashMap::new(),
         }
     }
 
@@ -92,9 +94,9 @@ impl VectorTable {
             codes: parts.codes,
             rows: parts.rows,
             live,
-            free: Vec::new(),
             access: parts.access,
-            by_id: None,
+            base: n as usize,
+            added: HashMap::new(),
         }
     }
 
@@ -151,53 +153,48 @@ impl VectorTable {
         self.live.is_empty()
     }
 
-    fn by_id(&mut self) -> &mut HashMap<MemoryId, u32> {
-        let (ids, live) = (&self.ids, &self.live);
-        self.by_id
-            .get_or_insert_with(|| live.iter().map(|s| (ids[s as usize], s)).collect())
+    /// Memory `id`'s live slot.
+    fn slot_of(&self, id: &MemoryId) -> Option<u32> {
+        if let Some(slot) = self.added.get(id) {
+            return Some(*slot);
+        }
+        let slot = self.ids[..self.base].binary_search(id).ok()? as u32;
+        self.live.contains(slot).then_some(slot)
     }
 
     /// Store `vector` as memory `id`'s, found under `terms` (replacing what
-    /// the table held for it).
+    /// the table held for it). A slot is never reused: a replaced or
+    /// removed vector's slot is dead until the table is compacted, once
+    /// dead slots outnumber live ones.
     pub fn upsert(&mut self, id: MemoryId, vector: Quantized, terms: &[String]) {
         debug_assert_eq!(vector.row.len(), self.dim);
         self.remove(&id);
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                let s = slot as usize;
-                self.ids[s] = id;
-                self.scales[s] = vector.scale;
-                self.codes[s * self.words..(s + 1) * self.words].copy_from_slice(&vector.code);
-                self.rows[s * self.dim..(s + 1) * self.dim].copy_from_slice(&vector.row);
-                slot
-            }
-            None => {
-                let slot = self.ids.len() as u32;
-                self.ids.push(id);
-                self.scales.push(vector.scale);
-                self.codes.extend_from_slice(&vector.code);
-                self.rows.extend_from_slice(&vector.row);
-                slot
-            }
-        };
+        let slot = self.ids.len() as u32;
+        self.ids.push(id);
+        self.scales.push(vector.scale);
+        self.codes.extend_from_slice(&vector.code);
+        self.rows.extend_from_slice(&vector.row);
         self.live.insert(slot);
         for term in terms {
             self.access.entry(term.clone()).or_default().insert(slot);
         }
-        self.by_id().insert(id, slot);
+        self.added.insert(id, slot);
+        if self.ids.len() as u64 > 2 * self.live.len() + 4096 {
+            *self = VectorTable::from_parts(self.to_parts());
+        }
     }
 
     /// Forget memory `id`'s vector; whether there was one.
     pub fn remove(&mut self, id: &MemoryId) -> bool {
-        let Some(slot) = self.by_id().remove(id) else {
+        let Some(slot) = self.slot_of(id) else {
             return false;
         };
+        self.added.remove(id);
         self.live.remove(slot);
         self.access.retain(|_, bitmap| {
             bitmap.remove(slot);
             !bitmap.is_empty()
         });
-        self.free.push(slot);
         true
     }
 
