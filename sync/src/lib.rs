@@ -8,7 +8,9 @@
 //! tombstones, fixed fields), applying a batch of verified facts through
 //! both ([`apply::apply_batch`]), edited text as automerge documents
 //! ([`text`]), export selection ([`export`]: what may leave for a peer,
-//! including retractions), the convergence digest ([`digest`]), range-based repair
+//! including retractions; [`echo`]: the `seq` ranges whose rows hold only
+//! what a peer has, which an export to it skips), the convergence digest
+//! ([`digest`]), range-based repair
 //! ([`repair`]: negentropy set reconciliation over what a peer may
 //! receive) and the sync session state machine ([`session`]). Storage is reached only through
 //! [`ReplicaStore`], which `amos-node` implements over SQLite; the
@@ -29,6 +31,7 @@
 pub mod admission;
 pub mod apply;
 pub mod digest;
+pub mod echo;
 pub mod export;
 pub mod gate;
 #[cfg(any(test, feature = "twin"))]

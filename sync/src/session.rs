@@ -285,6 +285,12 @@ impl Session {
         self.finished
     }
 
+    /// The peer's log epoch, once its `Hello` came: what the `seq` ranges
+    /// its batches take here are recorded under (docs/design.md §7.1).
+    pub fn peer_epoch(&self) -> Option<Epoch> {
+        self.their_epoch
+    }
+
     /// Whether this session ran a repair to its end (both `RepairDone`s).
     pub fn repaired(&self) -> bool {
         self.repair

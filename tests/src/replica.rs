@@ -523,6 +523,7 @@ impl TestReplica for Sql {
                 since: 0,
                 retractions: true,
                 skip_author: None,
+                echo: None,
             },
             4096,
             |batch| {

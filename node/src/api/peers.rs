@@ -16,7 +16,7 @@ use amos_sync::{ApplyReport, Sender, apply_batch};
 use crate::api::node::Node;
 use crate::error::{NodeError, Result};
 use crate::store::replica::{self, AuditEntry, DeferredInfo, PeerInfo, SqlReplica};
-use crate::store::{Tx, peers};
+use crate::store::{Tx, echo, peers};
 
 /// Facts whose clock is further ahead of ours than this are quarantined.
 pub const DEFAULT_MAX_SKEW_MS: u64 = 10 * 60 * 1000;
@@ -146,17 +146,23 @@ impl Node {
         from: &NodeId,
         facts: Vec<Verified<SignedFact>>,
     ) -> Result<ApplyReport> {
-        self.apply_from_seqs(from, facts).map(|(report, _)| report)
+        self.apply_from_seqs(from, facts, None)
+            .map(|(report, _)| report)
     }
 
     /// [`Node::apply_from`], also telling which of our `seq`s the batch
     /// took (`first..=last`, in one transaction so no other writer's are
     /// among them; `None` if it changed nothing): push on change relays
-    /// them to every peer but `from` (docs/design.md §7.10).
+    /// them to every peer but `from` (docs/design.md §7.10). With
+    /// `from_epoch` (the epoch of `from`'s log, as its session's `Hello`
+    /// named it), the rows of that run which hold only facts `from` has
+    /// become echo ranges of `from` in the same transaction (§7.1): an
+    /// export to it skips them.
     pub fn apply_from_seqs(
         &mut self,
         from: &NodeId,
         facts: Vec<Verified<SignedFact>>,
+        from_epoch: Option<&Epoch>,
     ) -> Result<(ApplyReport, Option<(i64, i64)>)> {
         let policy = self.peer_policy(from)?.ok_or_else(|| {
             NodeError::Refused(format!("{} is not a registered peer", from.short()))
@@ -167,12 +173,27 @@ impl Node {
         };
         let now = self.now_ms();
         let me = self.node_id();
+        // Facts of other authors the peer relays: the rows holding them
+        // hold nothing it lacks (it sent them). Its own it has anyway.
+        let relayed: std::collections::HashSet<[u8; 32]> = match from_epoch {
+            Some(_) => facts
+                .iter()
+                .filter(|f| f.fact.author() != *from)
+                .map(|f| *blake3::hash(&f.to_bytes()).as_bytes())
+                .collect(),
+            None => Default::default(),
+        };
         self.store.write(|tx| {
             let before = crate::store::max_seq(tx.conn())?;
             let mut r = SqlReplica::new(tx, me, now);
             let report = apply_batch(&mut r, &sender, facts, now, DEFAULT_MAX_SKEW_MS)?;
             r.finish()?;
             let seqs = tx.last_seq().map(|last| (before + 1, last));
+            if let (Some(run), Some(epoch)) = (seqs, from_epoch) {
+                let sent =
+                    |f: &[u8]| !relayed.is_empty() && relayed.contains(blake3::hash(f).as_bytes());
+                echo::record_run(tx, from, &crate::store::hex(epoch), run, sent)?;
+            }
             Ok((report, seqs))
         })
     }
@@ -298,6 +319,7 @@ impl Node {
                 since,
                 retractions: true,
                 skip_author: None,
+                echo: None,
             },
             batch,
             emit,
@@ -320,6 +342,7 @@ impl Node {
                     since: 0,
                     retractions: true,
                     skip_author: None,
+                    echo: None,
                 },
                 batch,
                 emit,
@@ -346,6 +369,18 @@ impl Node {
         let policy_seq = peers::policy_seq(self.store.conn(), peer)?;
         // Its watermark of us predates a policy change: start over.
         let since = if since < policy_seq { 0 } else { since };
+        // Rows that hold only what it has (§7.1), on the terms its own
+        // facts are skipped on: not when its log is new to us. The epoch
+        // is the one our watermark of it names, which is the one its
+        // `Hello` named when its log is not new to us.
+        let echo = match (peer_reset, self.watermark_of(peer)?) {
+            (false, Some(w)) => Some(echo::load(
+                self.store.conn(),
+                peer,
+                &crate::store::hex(&w.epoch),
+            )?),
+            _ => None,
+        };
         replica::export_facts(
             self.store.conn(),
             &replica::ExportSpec {
@@ -353,6 +388,7 @@ impl Node {
                 since,
                 retractions: true,
                 skip_author: (!peer_reset).then_some(*peer),
+                echo: echo.as_ref(),
             },
             batch,
             emit,

@@ -64,6 +64,7 @@ fn facts_since(from: &Node, since: i64) -> Result<(Vec<amos_protocol::Verified<S
             since,
             retractions: true,
             skip_author: None,
+            echo: None,
         },
         4096,
         |batch| {

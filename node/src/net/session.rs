@@ -396,7 +396,7 @@ pub(crate) fn session_thread(
                     }
                     facts_in += facts.len() as u64;
                     // This batch verifies while the one before it applies.
-                    let next = Verifying::start(facts);
+                    let next = Verifying::start(facts, session.peer_epoch());
                     if let Some(ready) = verifying.replace(next) {
                         ready.apply(&mut node, &peer, observer.as_ref())?;
                     }
@@ -506,13 +506,17 @@ pub(crate) fn session_thread(
 /// meanwhile.
 pub(crate) struct Verifying {
     facts: u64,
+    /// The peer's log epoch (its `Hello`'s): the batch's `seq`s that hold
+    /// only what the peer has are recorded as its echo ranges under it.
+    epoch: Option<Epoch>,
     job: std::thread::JoinHandle<std::result::Result<Vec<Verified<SignedFact>>, String>>,
 }
 
 impl Verifying {
-    fn start(facts: Vec<Vec<u8>>) -> Verifying {
+    fn start(facts: Vec<Vec<u8>>, epoch: Option<Epoch>) -> Verifying {
         Verifying {
             facts: facts.len() as u64,
+            epoch,
             job: std::thread::spawn(move || {
                 amos_protocol::verify_all(&facts).map_err(|e| e.to_string())
             }),
@@ -532,7 +536,7 @@ impl Verifying {
             .join()
             .map_err(|_| MeshError::BadFact("the verifying thread failed".into()))?
             .map_err(MeshError::BadFact)?;
-        let (report, seqs) = node.apply_from_seqs(peer, verified)?;
+        let (report, seqs) = node.apply_from_seqs(peer, verified, self.epoch.as_ref())?;
         events::emit(SyncEvent::Applied(&report));
         if let Some((first, last)) = seqs {
             events::emit(SyncEvent::Stored { peer, first, last });

@@ -15,6 +15,7 @@
 //! is `amos-acl` and the node API) nor which of two facts wins (that is
 //! `amos-sync`); `put` writes what the gate admitted.
 
+pub mod echo;
 pub mod foreign;
 pub mod invites;
 pub mod links;

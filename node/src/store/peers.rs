@@ -29,6 +29,7 @@ pub fn upsert(
 
 /// Forget `id`. Returns whether it was registered.
 pub fn remove(conn: &Connection, id: &NodeId) -> Result<bool> {
+    crate::store::echo::forget(conn, id)?;
     Ok(conn.execute("DELETE FROM peers WHERE node_id = ?1", [&id.0[..]])? > 0)
 }
 

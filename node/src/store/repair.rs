@@ -28,6 +28,7 @@ fn spec(policy: &PeerPolicy) -> ExportSpec<'_> {
         since: 0,
         retractions: true,
         skip_author: None,
+        echo: None,
     }
 }
 

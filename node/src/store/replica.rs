@@ -10,6 +10,7 @@ use amos_protocol::{
     FactBody, Grants, Hlc, MemoryFixed, MemoryId, NodeId, OrgScope, ProjectId, Register,
     SignedFact, TeamId,
 };
+use amos_sync::echo::EchoRanges;
 use amos_sync::export::{self, MemoryExport};
 use amos_sync::gate::{self, Standing};
 use amos_sync::{Admission, DeferReason, MemoryState, Refusal, ReplicaStore};
@@ -469,11 +470,16 @@ pub struct ExportSpec<'a> {
     /// incremental sync: it has its own facts, or its epoch would have
     /// changed and it would have asked from 0).
     pub skip_author: Option<NodeId>,
+    /// `seq`s not to read: the requesting peer's echo ranges (rows that
+    /// hold only what it has; [`amos_sync::echo`]), on the same terms as
+    /// `skip_author`.
+    pub echo: Option<&'a EchoRanges>,
 }
 
 /// Read, in `seq` order, the wire bytes of every fact that `spec` lets out,
 /// calling `emit` per batch of at most `batch` facts; returns the highest
-/// `seq` covered.
+/// `seq` covered. With echo ranges, only the rows in the gaps between them
+/// are read (each table in `seq` order within a gap, the gaps in order).
 pub fn export_facts(
     conn: &Connection,
     spec: &ExportSpec<'_>,
@@ -481,6 +487,11 @@ pub fn export_facts(
     mut emit: impl FnMut(Vec<Vec<u8>>) -> Result<()>,
 ) -> Result<i64> {
     let high = crate::store::max_seq(conn)?;
+    let gaps = match spec.echo {
+        Some(echo) => echo.gaps(spec.since, high),
+        None if spec.since < high => vec![(spec.since, high)],
+        None => Vec::new(),
+    };
     let decide = |effective: &str, ever: &str, tombstoned: bool| -> MemoryExport {
         let effective = split_grants(effective);
         let ever = if spec.retractions {
@@ -517,17 +528,19 @@ pub fn export_facts(
         let key = if kind == 2 { "scope" } else { "id" };
         let sql =
             format!("SELECT {key}, fact FROM {table} WHERE seq > ?1 AND seq <= ?2 ORDER BY seq");
-        let mut stmt = conn.prepare(&sql)?;
-        let mut rows = stmt.query(params![spec.since, high])?;
-        while let Some(r) = rows.next()? {
-            let key: String = r.get(0)?;
-            let scope = match kind {
-                0 => TeamId::parse(&key).ok().map(OrgScope::Team),
-                1 => ProjectId::parse(&key).ok().map(OrgScope::Project),
-                _ => crate::store::org::parse_org_scope(&key),
-            };
-            if scope.is_some_and(|s| export::org(spec.policy, &s)) {
-                push(r.get(1)?, &mut out)?;
+        let mut stmt = conn.prepare_cached(&sql)?;
+        for &(after, upto) in &gaps {
+            let mut rows = stmt.query(params![after, upto])?;
+            while let Some(r) = rows.next()? {
+                let key: String = r.get(0)?;
+                let scope = match kind {
+                    0 => TeamId::parse(&key).ok().map(OrgScope::Team),
+                    1 => ProjectId::parse(&key).ok().map(OrgScope::Project),
+                    _ => crate::store::org::parse_org_scope(&key),
+                };
+                if scope.is_some_and(|s| export::org(spec.policy, &s)) {
+                    push(r.get(1)?, &mut out)?;
+                }
             }
         }
     }
@@ -566,12 +579,14 @@ pub fn export_facts(
     }
     if export::registry(spec.policy) {
         for table in ["agents", "profiles"] {
-            let mut stmt = conn.prepare(&format!(
+            let mut stmt = conn.prepare_cached(&format!(
                 "SELECT fact FROM {table} WHERE seq > ?1 AND seq <= ?2 ORDER BY seq"
             ))?;
-            let mut rows = stmt.query(params![spec.since, high])?;
-            while let Some(r) = rows.next()? {
-                push(r.get(0)?, &mut out)?;
+            for &(after, upto) in &gaps {
+                let mut rows = stmt.query(params![after, upto])?;
+                while let Some(r) = rows.next()? {
+                    push(r.get(0)?, &mut out)?;
+                }
             }
         }
     }
@@ -587,32 +602,34 @@ pub fn export_facts(
             "SELECT fact FROM memory_text
              WHERE memory = ?1 AND seq > ?2 AND seq <= ?3 AND fact IS NOT NULL ORDER BY seq",
         )?;
-        let mut rows = stmt.query(params![spec.since, high])?;
-        while let Some(r) = rows.next()? {
-            let d = decide(&r.get::<_, String>(0)?, &r.get::<_, String>(1)?, r.get(2)?);
-            let content: Option<Vec<u8>> = r.get(3)?;
-            let acl: Option<Vec<u8>> = r.get(4)?;
-            let tomb: Option<Vec<u8>> = r.get(5)?;
-            if d == MemoryExport::Whole && r.get::<_, bool>(6)? {
-                let id: Vec<u8> = r.get(7)?;
-                let mut log = text_log.query(params![id, spec.since, high])?;
-                while let Some(l) = log.next()? {
-                    let f: Vec<u8> = l.get(0)?;
-                    if content.as_ref() != Some(&f) {
-                        push(f, &mut out)?;
+        for &(after, upto) in &gaps {
+            let mut rows = stmt.query(params![after, upto])?;
+            while let Some(r) = rows.next()? {
+                let d = decide(&r.get::<_, String>(0)?, &r.get::<_, String>(1)?, r.get(2)?);
+                let content: Option<Vec<u8>> = r.get(3)?;
+                let acl: Option<Vec<u8>> = r.get(4)?;
+                let tomb: Option<Vec<u8>> = r.get(5)?;
+                if d == MemoryExport::Whole && r.get::<_, bool>(6)? {
+                    let id: Vec<u8> = r.get(7)?;
+                    let mut log = text_log.query(params![id, spec.since, high])?;
+                    while let Some(l) = log.next()? {
+                        let f: Vec<u8> = l.get(0)?;
+                        if content.as_ref() != Some(&f) {
+                            push(f, &mut out)?;
+                        }
                     }
                 }
-            }
-            match d {
-                MemoryExport::None => {}
-                MemoryExport::Retraction => {
-                    for f in [acl, tomb].into_iter().flatten() {
-                        push(f, &mut out)?;
+                match d {
+                    MemoryExport::None => {}
+                    MemoryExport::Retraction => {
+                        for f in [acl, tomb].into_iter().flatten() {
+                            push(f, &mut out)?;
+                        }
                     }
-                }
-                MemoryExport::Whole => {
-                    for f in [content, acl, tomb].into_iter().flatten() {
-                        push(f, &mut out)?;
+                    MemoryExport::Whole => {
+                        for f in [content, acl, tomb].into_iter().flatten() {
+                            push(f, &mut out)?;
+                        }
                     }
                 }
             }
@@ -637,12 +654,14 @@ pub fn export_facts(
         let mut stmt = conn.prepare(
             "SELECT from_id, to_id, fact FROM links WHERE seq > ?1 AND seq <= ?2 ORDER BY seq",
         )?;
-        let mut rows = stmt.query(params![spec.since, high])?;
-        while let Some(r) = rows.next()? {
-            let a: Vec<u8> = r.get(0)?;
-            let b: Vec<u8> = r.get(1)?;
-            if export::link(end(&a)?, end(&b)?) {
-                push(r.get(2)?, &mut out)?;
+        for &(after, upto) in &gaps {
+            let mut rows = stmt.query(params![after, upto])?;
+            while let Some(r) = rows.next()? {
+                let a: Vec<u8> = r.get(0)?;
+                let b: Vec<u8> = r.get(1)?;
+                if export::link(end(&a)?, end(&b)?) {
+                    push(r.get(2)?, &mut out)?;
+                }
             }
         }
     }
@@ -701,6 +720,7 @@ fn compute_digest(conn: &Connection, policy: &PeerPolicy) -> Result<([u8; 32], u
             since: 0,
             retractions: false,
             skip_author: None,
+            echo: None,
         },
         4096,
         |facts| {

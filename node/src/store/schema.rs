@@ -321,6 +321,19 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE peers ADD COLUMN repair_ms INTEGER;
     ALTER TABLE peers ADD COLUMN sessions_since_repair INTEGER NOT NULL DEFAULT 0;
     "#,
+    // v14: echo ranges (docs/design.md §7.1), local-only: per peer and
+    // epoch of its log, the runs of our `seq`s that batches applied from
+    // it took whose rows hold only facts it has (its own, or ones it sent);
+    // an export to it reads only the gaps between them.
+    r#"
+    CREATE TABLE echo_ranges (
+        peer      BLOB NOT NULL,
+        epoch     TEXT NOT NULL,
+        first_seq INTEGER NOT NULL,
+        last_seq  INTEGER NOT NULL,
+        PRIMARY KEY (peer, first_seq)
+    ) STRICT;
+    "#,
 ];
 
 /// The schema version this binary writes.

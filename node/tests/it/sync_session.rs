@@ -44,6 +44,21 @@ fn sync(a: &mut Node, b: &mut Node) -> (usize, usize) {
 /// [`sync`], `repair` asking a repair of a's and b's session; also every
 /// message that crossed, in order.
 fn sync_logged(a: &mut Node, b: &mut Node, repair: (bool, bool)) -> ((usize, usize), Vec<SyncV1>) {
+    sync_hooked(a, b, repair, &mut |_, _| {})
+}
+
+/// [`sync_logged`], running `local_write(b, applied)` on b around its first
+/// batch from a: once just before b applies it (`applied` false: after b's
+/// export was read, so a write there is news the export missed), once
+/// just after it committed (`true`: between the apply and the watermarks,
+/// before either `Done` is handled).
+fn sync_hooked(
+    a: &mut Node,
+    b: &mut Node,
+    repair: (bool, bool),
+    local_write: &mut dyn FnMut(&mut Node, bool),
+) -> ((usize, usize), Vec<SyncV1>) {
+    let mut hooked = false;
     let (ida, idb) = (a.node_id(), b.node_id());
     let (mut sa, first_a) =
         Session::start(a.epoch_bytes().unwrap(), a.watermark_of(&idb).unwrap(), &[]);
@@ -100,7 +115,18 @@ fn sync_logged(a: &mut Node, b: &mut Node, repair: (bool, bool)) -> ((usize, usi
                             .iter()
                             .map(|f| SignedFact::decode_verified(f).unwrap())
                             .collect();
-                        me.apply_from(&peer, v).unwrap();
+                        let hook = !is_a && !hooked;
+                        if hook {
+                            local_write(me, false);
+                        }
+                        // As the QUIC driver does: under the epoch the
+                        // peer's `Hello` named (its echo ranges, §7.1).
+                        me.apply_from_seqs(&peer, v, session.peer_epoch().as_ref())
+                            .unwrap();
+                        if hook {
+                            hooked = true;
+                            local_write(me, true);
+                        }
                     }
                     Action::PeerListens(_) => unreachable!("neither side serves"),
                     Action::SaveWatermark(w) => me.save_watermark(&peer, &w).unwrap(),
@@ -372,4 +398,89 @@ fn a_repair_with_a_scoped_peer_never_names_a_gated_fact() {
     // The watermarks moved: the next session is idle and agrees.
     assert_eq!(sync(&mut a, &mut b), (0, 0));
     assert_eq!((digests(&a), digests(&b)), (Some(true), Some(true)));
+}
+
+/// Nodes `a` and `b`, `full` peers of each other, each with agent alice.
+fn full_pair(dir: &tempfile::TempDir, names: (&str, &str)) -> (Node, Node) {
+    let mut a = node(dir, names.0);
+    let mut b = node(dir, names.1);
+    a.peer_add(&b.node_id().to_string(), None, "full").unwrap();
+    b.peer_add(&a.node_id().to_string(), None, "full").unwrap();
+    a.agent_add("alice", "agent", &[]).unwrap();
+    b.agent_add("alice", "agent", &[]).unwrap();
+    (a, b)
+}
+
+/// What a peer sent is not sent back to it (docs/design.md §7.1, echo
+/// ranges): facts c wrote reach b through a, and b's next export to a —
+/// from a watermark older than those applies — holds none of them. Before
+/// echo ranges only a's own facts were left out, and c's went back.
+#[test]
+fn facts_a_peer_relayed_are_not_sent_back_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, mut a) = full_pair(&dir, ("c", "a"));
+    let mut b = node(&dir, "b");
+    a.peer_add(&b.node_id().to_string(), None, "full").unwrap();
+    b.peer_add(&a.node_id().to_string(), None, "full").unwrap();
+    let who = c.requester("alice").unwrap();
+    for i in 0..10 {
+        c.add(&who, NewMemory::new(format!("lambda relayed {i}")))
+            .unwrap();
+    }
+    let (_, to_a) = sync(&mut c, &mut a);
+    assert!(to_a >= 20, "c's memories reached a: {to_a}");
+    let (_, to_b) = sync(&mut a, &mut b);
+    assert!(to_b >= 20, "and b, through a: {to_b}");
+    // b's watermark at a predates those applies; still nothing goes back.
+    assert_eq!(sync(&mut a, &mut b), (0, 0), "b echoed c's facts to a");
+    assert_eq!(digests(&b), Some(true), "idle: b compared a's digest");
+    assert_eq!(a.digest(&[]).unwrap(), b.digest(&[]).unwrap());
+}
+
+/// A write on b during a session — a new memory after b applied a's
+/// batch, an edit of a memory a's batch also edits just before b applies
+/// it — is never taken for an echo of a's: both reach a by the next
+/// session, and the texts converge with both edits.
+#[test]
+fn a_local_write_during_a_session_still_reaches_the_peer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut a, mut b) = full_pair(&dir, ("a", "b"));
+    let who = a.requester("alice").unwrap();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let text = format!("mu line one {i}\nmu line two {i}\n");
+        ids.push(a.add(&who, NewMemory::new(text)).unwrap().to_string());
+    }
+    settle(&mut a, &mut b);
+    let edited = ids[2].clone();
+    let on_a = a.requester("alice").unwrap();
+    a.update(&on_a, &edited, "mu line one 2 [a]\nmu line two 2\n")
+        .unwrap();
+    let mut added = None;
+    sync_hooked(&mut a, &mut b, (false, false), &mut |b, applied| {
+        let alice = b.requester("alice").unwrap();
+        if applied {
+            let m = NewMemory::new("mu written by b between apply and done");
+            added = Some(b.add(&alice, m).unwrap().to_string());
+        } else {
+            b.update(&alice, &edited, "mu line one 2\nmu line two 2 [b]\n")
+                .unwrap();
+        }
+    });
+    let added = added.expect("the hook ran");
+    settle(&mut a, &mut b);
+    let on_a = a.requester("alice").unwrap();
+    let text = a.get(&on_a, &edited).unwrap().content().to_string();
+    assert!(
+        text.contains("[a]") && text.contains("[b]"),
+        "both edits on a: {text:?}"
+    );
+    assert_eq!(
+        text,
+        b.get(&b.requester("alice").unwrap(), &edited)
+            .unwrap()
+            .content()
+    );
+    assert!(a.get(&on_a, &added).is_ok(), "b's new memory reached a");
+    assert_eq!(a.digest(&[]).unwrap(), b.digest(&[]).unwrap());
 }
