@@ -37,7 +37,6 @@ pub mod table;
 use std::fs;
 use std::io::Read;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use amos_embed::StaticModel;
@@ -290,32 +289,30 @@ fn embed_rows(
     }
     const CHUNK: usize = 256;
     let next = AtomicUsize::new(0);
-    let done: Mutex<Vec<(usize, Vec<Option<Quantized>>)>> = Mutex::default();
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                loop {
-                    let start = next.fetch_add(CHUNK, Ordering::Relaxed);
-                    if start >= rows.len() {
-                        break;
+    // Each thread returns the chunks it embedded; a panic in one is
+    // re-raised by the scope, so no chunk can go missing.
+    let mut chunks: Vec<(usize, Vec<Option<Quantized>>)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let start = next.fetch_add(CHUNK, Ordering::Relaxed);
+                        if start >= rows.len() {
+                            break mine;
+                        }
+                        let chunk = &rows[start..(start + CHUNK).min(rows.len())];
+                        mine.push((start, chunk.iter().map(one).collect()));
+                        progress.inc(chunk.len() as u64);
                     }
-                    let chunk = &rows[start..(start + CHUNK).min(rows.len())];
-                    let vectors: Vec<_> = chunk.iter().map(one).collect();
-                    progress.inc(chunk.len() as u64);
-                    if let Ok(mut done) = done.lock() {
-                        done.push((start, vectors));
-                    }
-                }
-            });
-        }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
     });
-    let mut chunks = done.into_inner().unwrap_or_default();
     chunks.sort_by_key(|c| c.0);
-    let out: Vec<_> = chunks.into_iter().flat_map(|c| c.1).collect();
-    if out.len() == rows.len() {
-        out
-    } else {
-        // A poisoned lock lost a chunk: embed them all here instead.
-        rows.iter().map(one).collect()
-    }
+    chunks.into_iter().flat_map(|c| c.1).collect()
 }

@@ -258,8 +258,9 @@ impl VectorTable {
             rows: &self.rows,
             scales: &self.scales,
         };
-        let live = allowed & &self.live;
-        let near = quantize::nearest(store, query, live.iter(), stages);
+        // Access bitmaps hold live slots only (`remove` takes a slot out of
+        // every one), so `allowed` needs no intersection with `live`.
+        let near = quantize::nearest(store, query, allowed.iter(), stages);
         let mut scored: Vec<(MemoryId, f32)> = near
             .into_iter()
             .map(|(slot, similarity)| (self.ids[slot as usize], similarity))
