@@ -255,10 +255,9 @@ impl VectorIndex {
                 query.dim()
             )));
         }
-        let allowed = held.table.allowed(access);
         Ok(match exact {
-            true => held.table.nearest_exact(&query, &allowed, limit),
-            false => held.table.nearest(&query, &allowed, limit),
+            true => held.table.nearest_exact(&query, access, limit),
+            false => held.table.nearest(&query, access, limit),
         })
     }
 

@@ -142,15 +142,41 @@ fn hamming(a: &[u64], b: &[u64]) -> u32 {
     d
 }
 
-/// The stored vectors a search looks through: slot `s` has sign code
-/// `codes[s·words..]`, row `rows[s·dim..]` and scale `scales[s]`.
+/// The stored vectors' rows: slot `s` has row `rows[s·dim..]` and scale
+/// `scales[s]`.
 #[derive(Clone, Copy)]
 pub struct Slots<'a> {
     pub dim: usize,
-    pub words: usize,
-    pub codes: &'a [u64],
     pub rows: &'a [i8],
     pub scales: &'a [f32],
+}
+
+/// A list of candidates with their sign codes packed alongside, `words`
+/// per slot: `slots[i]`'s code is `codes[i·words..]`; with `slots` `None`,
+/// entry `i` is slot `i` (the whole table, in slot order). Packed lists
+/// let a search read only the codes of slots it may consider, in order.
+#[derive(Clone, Copy)]
+pub struct CodeList<'a> {
+    pub slots: Option<&'a [u32]>,
+    pub codes: &'a [u64],
+}
+
+impl CodeList<'_> {
+    #[inline(always)]
+    fn len(&self, words: usize) -> usize {
+        match self.slots {
+            Some(s) => s.len().min(self.codes.len() / words.max(1)),
+            None => self.codes.len() / words.max(1),
+        }
+    }
+
+    #[inline(always)]
+    fn slot(&self, i: usize) -> u32 {
+        match self.slots {
+            Some(s) => s[i],
+            None => i as u32,
+        }
+    }
 }
 
 /// How many candidates each stage of [`nearest`] keeps.
@@ -162,66 +188,72 @@ pub struct Stages {
     pub by_sign: usize,
 }
 
-/// The candidates among `slots` nearest to `query`, scored by their rows
-/// (`(slot, cosine)`, in no particular order). Three stages, each keeping
-/// every candidate at least as near as the last one it must keep (ties
-/// included, so the answer is a function of the set of slots, not of their
-/// order): the Hamming distance of the sign codes keeps
-/// [`Stages::by_code`]; the dot product of the query itself with each
-/// candidate's signs (±1 per dimension: a far better guess than the
-/// Hamming distance, for 48 table lookups) keeps [`Stages::by_sign`]; the
-/// rows score those. With fewer candidates than a stage keeps, it is
-/// skipped: at most `by_sign` candidates are all scored exactly.
+/// A distance no code has: the entry was skipped.
+const SKIPPED: u16 = u16::MAX;
+
+/// The candidates of `lists` nearest to `query`, scored by their rows
+/// (`(slot, cosine)`, in no particular order). A slot whose bit is set in
+/// `skip` is not a candidate (dead, or not to be considered); each slot is
+/// considered once however many lists hold it (its bit is set as it is
+/// seen). Three stages, each keeping every candidate at least as near as
+/// the last one it must keep (ties included, so the answer is a function
+/// of the set of candidate slots, not of their order or of the lists): the
+/// Hamming distance of the sign codes keeps [`Stages::by_code`]; the dot
+/// product of the query itself with each candidate's signs (±1 per
+/// dimension: a far better guess than the Hamming distance, for 48 table
+/// lookups) keeps [`Stages::by_sign`]; the rows score those. With fewer
+/// candidates than a stage keeps, it is skipped: at most `by_sign`
+/// candidates are all scored exactly.
 pub fn nearest(
     store: Slots<'_>,
     query: &Query,
-    slots: impl ExactSizeIterator<Item = u32> + Clone,
+    lists: &[CodeList<'_>],
+    skip: &mut [u64],
     stages: Stages,
 ) -> Vec<(u32, f32)> {
     let by_code = stages.by_code.max(stages.by_sign);
-    let candidates: Vec<u32> = if slots.len() > by_code {
-        by_hamming_dispatched(store, query.code(), slots, by_code)
-    } else {
-        slots.collect()
-    };
-    scored_dispatched(store, query, candidates, stages.by_sign)
+    let near = by_hamming_dispatched(query.code(), lists, skip, by_code);
+    scored_dispatched(store, query, near, stages.by_sign)
+}
+
+/// The candidates a stage kept: slots and their codes, packed.
+#[derive(Debug, Default)]
+struct Kept {
+    words: usize,
+    slots: Vec<u32>,
+    codes: Vec<u64>,
 }
 
 /// [`by_hamming`] with the `popcnt` instruction where the CPU has it (and
 /// not AVX2: a vector popcount of six words loses to six scalar ones).
 fn by_hamming_dispatched(
-    store: Slots<'_>,
     query: &[u64],
-    slots: impl ExactSizeIterator<Item = u32> + Clone,
+    lists: &[CodeList<'_>],
+    skip: &mut [u64],
     keep: usize,
-) -> Vec<u32> {
+) -> Kept {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("popcnt") {
         // SAFETY: `by_hamming_popcnt` is the portable function compiled for
         // the `popcnt` instruction, which the running CPU was just seen to
         // have. Nothing else differs.
         #[allow(unsafe_code)]
-        return unsafe { by_hamming_popcnt(store, query, slots, keep) };
+        return unsafe { by_hamming_popcnt(query, lists, skip, keep) };
     }
-    by_hamming(store, query, slots, keep)
+    by_hamming(query, lists, skip, keep)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "popcnt")]
-fn by_hamming_popcnt(
-    store: Slots<'_>,
-    query: &[u64],
-    slots: impl ExactSizeIterator<Item = u32> + Clone,
-    keep: usize,
-) -> Vec<u32> {
-    by_hamming(store, query, slots, keep)
+fn by_hamming_popcnt(query: &[u64], lists: &[CodeList<'_>], skip: &mut [u64], keep: usize) -> Kept {
+    by_hamming(query, lists, skip, keep)
 }
 
 /// [`scored`] with AVX2 where the CPU has it.
 fn scored_dispatched(
     store: Slots<'_>,
     query: &Query,
-    candidates: Vec<u32>,
+    candidates: Kept,
     by_sign: usize,
 ) -> Vec<(u32, f32)> {
     #[cfg(target_arch = "x86_64")]
@@ -239,7 +271,7 @@ fn scored_dispatched(
 fn scored_avx2(
     store: Slots<'_>,
     query: &Query,
-    candidates: Vec<u32>,
+    candidates: Kept,
     by_sign: usize,
 ) -> Vec<(u32, f32)> {
     scored(store, query, candidates, by_sign)
@@ -248,17 +280,13 @@ fn scored_avx2(
 /// Stages two and three: the `by_sign` candidates nearest by their signs,
 /// scored by their rows.
 #[inline(always)]
-fn scored(
-    store: Slots<'_>,
-    query: &Query,
-    mut candidates: Vec<u32>,
-    by_sign: usize,
-) -> Vec<(u32, f32)> {
-    if candidates.len() > by_sign {
-        candidates = by_signs(store, query, &candidates, by_sign);
-    }
-    let mut scored = Vec::with_capacity(candidates.len());
-    for slot in candidates {
+fn scored(store: Slots<'_>, query: &Query, candidates: Kept, by_sign: usize) -> Vec<(u32, f32)> {
+    let slots = match candidates.slots.len() > by_sign {
+        true => by_signs(query, &candidates, by_sign),
+        false => candidates.slots,
+    };
+    let mut scored = Vec::with_capacity(slots.len());
+    for slot in slots {
         let s = slot as usize;
         if let (Some(row), Some(scale)) = (
             store.rows.get(s * store.dim..(s + 1) * store.dim),
@@ -270,53 +298,68 @@ fn scored(
     scored
 }
 
-/// Every slot at most as far (Hamming) as the `keep`-th nearest.
+/// Every candidate of `lists` at most as far (Hamming) as the `keep`-th
+/// nearest, with its code. Two passes over the lists, in the same order:
+/// one for each entry's distance and their histogram (marking each slot
+/// seen in `skip`), one to take those within the threshold: no sort.
 #[inline(always)]
-fn by_hamming(
-    store: Slots<'_>,
-    query: &[u64],
-    slots: impl ExactSizeIterator<Item = u32> + Clone,
-    keep: usize,
-) -> Vec<u32> {
-    let words = store.words;
-    // One pass for the distances' histogram, one to take those within the
-    // threshold: no sort.
-    let mut histogram = vec![0usize; words * 64 + 2];
-    let mut distances = Vec::with_capacity(slots.len());
-    let missing = words as u32 * 64 + 1;
-    for slot in slots.clone() {
-        let start = slot as usize * words;
-        let d = match store.codes.get(start..start + words) {
-            Some(c) => hamming(c, query),
-            None => missing,
-        };
-        distances.push(d);
-        histogram[d as usize] += 1;
+fn by_hamming(query: &[u64], lists: &[CodeList<'_>], skip: &mut [u64], keep: usize) -> Kept {
+    let words = query.len();
+    let mut histogram = vec![0usize; words * 64 + 1];
+    let entries: usize = lists.iter().map(|l| l.len(words)).sum();
+    let mut distances: Vec<u16> = Vec::with_capacity(entries);
+    for list in lists {
+        for i in 0..list.len(words) {
+            let slot = list.slot(i) as usize;
+            let Some(seen) = skip.get_mut(slot / 64) else {
+                distances.push(SKIPPED);
+                continue;
+            };
+            let bit = 1u64 << (slot % 64);
+            if *seen & bit != 0 {
+                distances.push(SKIPPED);
+                continue;
+            }
+            *seen |= bit;
+            let d = hamming(&list.codes[i * words..(i + 1) * words], query);
+            distances.push(d as u16);
+            histogram[d as usize] += 1;
+        }
     }
-    let mut threshold = histogram.len();
+    let mut threshold = u16::MAX - 1;
     let mut seen = 0;
     for (d, n) in histogram.iter().enumerate() {
         seen += n;
         if seen >= keep {
-            threshold = d;
+            threshold = d as u16;
             break;
         }
     }
-    slots
-        .zip(distances)
-        .filter(|(_, d)| (*d as usize) <= threshold)
-        .map(|(slot, _)| slot)
-        .collect()
+    let mut kept = Kept {
+        words,
+        ..Kept::default()
+    };
+    let mut at = distances.iter();
+    for list in lists {
+        for i in 0..list.len(words) {
+            if at.next().is_some_and(|d| *d <= threshold) {
+                kept.slots.push(list.slot(i));
+                kept.codes
+                    .extend_from_slice(&list.codes[i * words..(i + 1) * words]);
+            }
+        }
+    }
+    kept
 }
 
 /// Of `candidates`, every one whose signs' dot product with the query is
 /// at least the `keep`-th largest. The dot product is summed per byte of
 /// the code from a table of the query's 256 sums per byte.
 #[inline(always)]
-fn by_signs(store: Slots<'_>, query: &Query, candidates: &[u32], keep: usize) -> Vec<u32> {
+fn by_signs(query: &Query, candidates: &Kept, keep: usize) -> Vec<u32> {
     // One table of 256 sums per byte of the code (bytes past the dimension
     // sum to 0), laid out byte after byte.
-    let words = store.words;
+    let words = candidates.words;
     let mut table = vec![0i32; words * 8 * 256];
     for (j, t) in table.chunks_exact_mut(256).enumerate() {
         let mut q = [0i32; 8];
@@ -328,19 +371,15 @@ fn by_signs(store: Slots<'_>, query: &Query, candidates: &[u32], keep: usize) ->
             t[b] = t[b & (b - 1)] + 2 * q[b.trailing_zeros() as usize];
         }
     }
-    let mut scores: Vec<i32> = Vec::with_capacity(candidates.len());
-    for slot in candidates {
-        let start = *slot as usize * words;
-        let mut sum = i32::MIN;
-        if let Some(code) = store.codes.get(start..start + words) {
-            sum = 0;
-            for (w, word) in code.iter().enumerate() {
-                let tables = &table[w * 2048..(w + 1) * 2048];
-                let mut x = *word;
-                for k in 0..8 {
-                    sum += tables[k * 256 + (x & 0xff) as usize];
-                    x >>= 8;
-                }
+    let mut scores: Vec<i32> = Vec::with_capacity(candidates.slots.len());
+    for code in candidates.codes.chunks_exact(words.max(1)) {
+        let mut sum = 0;
+        for (w, word) in code.iter().enumerate() {
+            let tables = &table[w * 2048..(w + 1) * 2048];
+            let mut x = *word;
+            for k in 0..8 {
+                sum += tables[k * 256 + (x & 0xff) as usize];
+                x >>= 8;
             }
         }
         scores.push(sum);
@@ -350,6 +389,7 @@ fn by_signs(store: Slots<'_>, query: &Query, candidates: &[u32], keep: usize) ->
     let (_, threshold, _) = sorted.select_nth_unstable_by(at, |a, b| b.cmp(a));
     let threshold = *threshold;
     candidates
+        .slots
         .iter()
         .zip(scores)
         .filter(|(_, s)| *s >= threshold)
@@ -399,14 +439,17 @@ mod tests {
         }
 
         /// Each stage keeps exactly what it must, ties included, whatever
-        /// order the slots come in; the compiled-for-the-CPU path answers
-        /// as the portable one; with few slots every one is scored.
+        /// order the slots come in and however they are split into lists
+        /// (a slot in two lists counts once; a skipped slot not at all); the
+        /// compiled-for-the-CPU path answers as the portable one; with few
+        /// slots every one is scored.
         #[test]
         fn the_stages_keep_ties_and_ignore_order(
             seeds in prop::collection::vec(any::<u64>(), 1..120),
             qseed in any::<u64>(),
             by_code in 1usize..60,
             by_sign in 1usize..40,
+            skipped in prop::collection::vec(any::<bool>(), 120),
         ) {
             let dim = 20;
             let vector = |seed: u64| -> Vec<f32> {
@@ -419,24 +462,53 @@ mod tests {
             let codes: Vec<u64> = stored.iter().flat_map(|v| v.code.clone()).collect();
             let rows: Vec<i8> = stored.iter().flat_map(|v| v.row.clone()).collect();
             let scales: Vec<f32> = stored.iter().map(|v| v.scale).collect();
-            let store = Slots { dim, words: 1, codes: &codes, rows: &rows, scales: &scales };
+            let store = Slots { dim, rows: &rows, scales: &scales };
             let stages = Stages { by_code, by_sign };
+            let fresh = || vec![0u64; (n as usize).div_ceil(64)];
             let sorted = |mut v: Vec<(u32, f32)>| { v.sort_by_key(|e| e.0); v };
-            let got = sorted(nearest(store, &q, 0..n, stages));
-            prop_assert_eq!(&got, &sorted(nearest(store, &q, (0..n).rev(), stages)));
-            prop_assert_eq!(&got, &sorted(scored(store, &q, by_hamming(store, q.code(), 0..n, by_code.max(by_sign)), by_sign)));
+            let all = [CodeList { slots: None, codes: &codes }];
+            let got = sorted(nearest(store, &q, &all, &mut fresh(), stages));
+            // The same slots, packed in reverse, and split into two lists
+            // that overlap.
+            let rev: Vec<u32> = (0..n).rev().collect();
+            let rev_codes: Vec<u64> = rev.iter().map(|s| codes[*s as usize]).collect();
+            let packed = [CodeList { slots: Some(&rev), codes: &rev_codes }];
+            prop_assert_eq!(&got, &sorted(nearest(store, &q, &packed, &mut fresh(), stages)));
+            let half = (n as usize).div_ceil(2);
+            let split = [
+                CodeList { slots: Some(&rev[..half]), codes: &rev_codes[..half] },
+                CodeList { slots: None, codes: &codes },
+            ];
+            prop_assert_eq!(&got, &sorted(nearest(store, &q, &split, &mut fresh(), stages)));
+            prop_assert_eq!(&got, &sorted(scored(store, &q, by_hamming(q.code(), &all, &mut fresh(), by_code.max(by_sign)), by_sign)));
             if n as usize <= by_code.max(by_sign) && n as usize <= by_sign {
                 prop_assert_eq!(got.len(), n as usize);
             }
+            // Skipped slots are not candidates: the same as a list without them.
+            let mut skip = fresh();
+            let kept_slots: Vec<u32> = (0..n).filter(|s| !skipped[*s as usize]).collect();
+            for s in (0..n).filter(|s| skipped[*s as usize]) {
+                skip[s as usize / 64] |= 1 << (s % 64);
+            }
+            let kept_codes: Vec<u64> = kept_slots.iter().map(|s| codes[*s as usize]).collect();
+            let without = [CodeList { slots: Some(&kept_slots), codes: &kept_codes }];
+            prop_assert_eq!(
+                sorted(nearest(store, &q, &all, &mut skip, stages)),
+                sorted(nearest(store, &q, &without, &mut fresh(), stages))
+            );
             // The Hamming stage alone: everything within the keep-th distance.
             let dist = |s: u32| hamming(&codes[s as usize..s as usize + 1], q.code());
-            let kept = by_hamming(store, q.code(), 0..n, by_code);
-            let mut all: Vec<u32> = (0..n).map(dist).collect();
-            all.sort_unstable();
-            let t = all[by_code.min(all.len()) - 1];
-            prop_assert_eq!(kept.len(), all.iter().filter(|d| **d <= t).count());
+            let kept = by_hamming(q.code(), &all, &mut fresh(), by_code);
+            let mut dists: Vec<u32> = (0..n).map(dist).collect();
+            dists.sort_unstable();
+            let t = dists[by_code.min(dists.len()) - 1];
+            prop_assert_eq!(kept.slots.len(), dists.iter().filter(|d| **d <= t).count());
+            for (i, slot) in kept.slots.iter().enumerate() {
+                prop_assert_eq!(kept.codes[i], codes[*slot as usize]);
+            }
             // The signs stage: its score is the query's dot product with the signs.
-            let signs = by_signs(store, &q, &(0..n).collect::<Vec<_>>(), by_sign);
+            let every = by_hamming(q.code(), &all, &mut fresh(), usize::MAX);
+            let signs = by_signs(&q, &every, by_sign);
             prop_assert!(signs.len() >= by_sign.min(n as usize));
         }
     }
@@ -456,15 +528,10 @@ mod tests {
                 .unwrap()
             })
             .collect();
-        let codes: Vec<u64> = others.iter().flat_map(|o| o.code.clone()).collect();
-        let rows: Vec<i8> = others.iter().flat_map(|o| o.row.clone()).collect();
-        let scales: Vec<f32> = others.iter().map(|o| o.scale).collect();
-        let store = Slots {
-            dim: 21,
+        let candidates = Kept {
             words: 1,
-            codes: &codes,
-            rows: &rows,
-            scales: &scales,
+            slots: (0..30).collect(),
+            codes: others.iter().flat_map(|o| o.code.clone()).collect(),
         };
         let signed = |o: &Quantized| -> i32 {
             (0..21)
@@ -483,7 +550,7 @@ mod tests {
             .map(|(i, o)| (signed(o), i as u32))
             .collect();
         best.sort_by(|a, b| b.cmp(a));
-        let kept = by_signs(store, &q, &(0..30).collect::<Vec<_>>(), 5);
+        let kept = by_signs(&q, &candidates, 5);
         let threshold = best[4].0;
         let mut expect: Vec<u32> = best
             .iter()

@@ -2,10 +2,13 @@
 //! with the access terms each is found under. Pure data and search; the
 //! index module loads, catches up and persists it.
 //!
-//! A search is restricted to a set of slots *before* any slot is compared
-//! ([`VectorTable::allowed`]: the union of the requester's access terms),
-//! so a vector the requester may not see never takes a candidate place. It
-//! then narrows the allowed slots in [`stages`] (sign codes by Hamming
+//! A search is restricted to a set of slots *before* any slot is compared:
+//! each access term keeps a posting of its slots with their sign codes
+//! packed alongside, and a search reads only its requester's terms'
+//! postings (each slot once), so a vector the requester may not see never
+//! takes a candidate place, and the search reads the codes it may consider
+//! in order instead of picking them out of the whole table. It then
+//! narrows those slots in [`stages`] (sign codes by Hamming
 //! distance, then by the query's dot product with the signs) and scores
 //! what is left by the int8 rows ([`quantize::nearest`]); with no more
 //! allowed slots than the last stage keeps, every one is scored and the
@@ -21,7 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 use amos_protocol::MemoryId;
 use roaring::RoaringBitmap;
 
-use super::quantize::{self, Quantized, Query, Slots, Stages};
+use super::quantize::{self, CodeList, Quantized, Query, Slots, Stages};
 
 /// What a search for `limit` keeps at each stage: the `by_sign` it scores
 /// exactly by their rows, chosen from the `by_code` nearest by sign codes.
@@ -43,14 +46,83 @@ pub struct VectorTable {
     scales: Vec<f32>,
     codes: Vec<u64>,
     rows: Vec<i8>,
-    live: RoaringBitmap,
-    /// Access term → the live slots found under it.
-    access: BTreeMap<String, RoaringBitmap>,
+    live: SlotSet,
+    /// Access term → the slots stored under it, with their sign codes
+    /// packed alongside: a search reads only its requester's codes, in
+    /// order. Append-only: a dead slot stays until the table is compacted
+    /// and is skipped by its `live` bit.
+    postings: BTreeMap<String, Posting>,
     /// Slots below this came from a snapshot, in memory-id order: found by
     /// binary search, so a loaded table needs no map of them.
     base: usize,
     /// Memory → slot for the live slots from `base` on.
     added: HashMap<MemoryId, u32>,
+}
+
+/// The slots stored under one access term, and their sign codes.
+#[derive(Debug, Clone, Default)]
+struct Posting {
+    slots: Vec<u32>,
+    codes: Vec<u64>,
+}
+
+/// A set of slots, one bit each.
+#[derive(Debug, Clone, Default)]
+struct SlotSet {
+    bits: Vec<u64>,
+    len: u64,
+}
+
+impl SlotSet {
+    fn insert(&mut self, slot: u32) {
+        let (w, bit) = (slot as usize / 64, 1u64 << (slot % 64));
+        if self.bits.len() <= w {
+            self.bits.resize(w + 1, 0);
+        }
+        if self.bits[w] & bit == 0 {
+            self.bits[w] |= bit;
+            self.len += 1;
+        }
+    }
+
+    fn remove(&mut self, slot: u32) {
+        let (w, bit) = (slot as usize / 64, 1u64 << (slot % 64));
+        if let Some(word) = self.bits.get_mut(w)
+            && *word & bit != 0
+        {
+            *word &= !bit;
+            self.len -= 1;
+        }
+    }
+
+    fn contains(&self, slot: u32) -> bool {
+        self.bits
+            .get(slot as usize / 64)
+            .is_some_and(|w| w >> (slot % 64) & 1 == 1)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.bits.iter().enumerate().flat_map(|(w, word)| {
+            let mut x = *word;
+            std::iter::from_fn(move || {
+                (x != 0).then(|| {
+                    let b = x.trailing_zeros();
+                    x &= x - 1;
+                    w as u32 * 64 + b
+                })
+            })
+        })
+    }
+
+    /// One bit per slot below `slots`, set where the slot is *not* in the
+    /// set: what a search must skip.
+    fn complement(&self, slots: usize) -> Vec<u64> {
+        let mut out = vec![u64::MAX; slots.div_ceil(64)];
+        for (o, w) in out.iter_mut().zip(&self.bits) {
+            *o = !w;
+        }
+        out
+    }
 }
 
 /// The parts of a table, as a snapshot holds them: live slots only.
@@ -74,8 +146,8 @@ impl VectorTable {
             scales: Vec::new(),
             codes: Vec::new(),
             rows: Vec::new(),
-            live: RoaringBitmap::new(),
-            access: BTreeMap::new(),
+            live: SlotSet::default(),
+            postings: BTreeMap::new(),
             base: 0,
             added: HashMap::new(),
         }
@@ -84,17 +156,37 @@ impl VectorTable {
     /// A table from a snapshot's parts, whose lengths the snapshot checked.
     pub fn from_parts(parts: TableParts) -> VectorTable {
         let n = parts.ids.len() as u32;
-        let mut live = RoaringBitmap::new();
-        live.insert_range(0..n);
+        let words = quantize::code_words(parts.dim);
+        let mut live = SlotSet::default();
+        for slot in 0..n {
+            live.insert(slot);
+        }
+        let postings = parts
+            .access
+            .iter()
+            .map(|(term, bitmap)| {
+                let mut p = Posting {
+                    slots: Vec::with_capacity(bitmap.len() as usize),
+                    codes: Vec::with_capacity(bitmap.len() as usize * words),
+                };
+                for slot in bitmap.iter().filter(|s| *s < n) {
+                    let s = slot as usize;
+                    p.slots.push(slot);
+                    p.codes
+                        .extend_from_slice(&parts.codes[s * words..(s + 1) * words]);
+                }
+                (term.clone(), p)
+            })
+            .collect();
         VectorTable {
-            words: quantize::code_words(parts.dim),
+            words,
             dim: parts.dim,
             ids: parts.ids,
             scales: parts.scales,
             codes: parts.codes,
             rows: parts.rows,
             live,
-            access: parts.access,
+            postings,
             base: n as usize,
             added: HashMap::new(),
         }
@@ -126,10 +218,11 @@ impl VectorTable {
                 .rows
                 .extend_from_slice(&self.rows[s * self.dim..(s + 1) * self.dim]);
         }
-        for (term, bitmap) in &self.access {
-            let renumbered: RoaringBitmap = bitmap
+        for (term, posting) in &self.postings {
+            let renumbered: RoaringBitmap = posting
+                .slots
                 .iter()
-                .filter_map(|s| renumber.get(&s).copied())
+                .filter_map(|s| renumber.get(s).copied())
                 .collect();
             if !renumbered.is_empty() {
                 parts.access.insert(term.clone(), renumbered);
@@ -145,12 +238,12 @@ impl VectorTable {
 
     /// Live vectors.
     pub fn len(&self) -> u64 {
-        self.live.len()
+        self.live.len
     }
 
     /// Whether no vector is stored.
     pub fn is_empty(&self) -> bool {
-        self.live.is_empty()
+        self.live.len == 0
     }
 
     /// Memory `id`'s live slot.
@@ -175,55 +268,43 @@ impl VectorTable {
         self.codes.extend_from_slice(&vector.code);
         self.rows.extend_from_slice(&vector.row);
         self.live.insert(slot);
+        let mut terms: Vec<&String> = terms.iter().collect();
+        terms.sort_unstable();
+        terms.dedup();
         for term in terms {
-            self.access.entry(term.clone()).or_default().insert(slot);
+            let p = self.postings.entry(term.clone()).or_default();
+            p.slots.push(slot);
+            p.codes.extend_from_slice(&vector.code);
         }
         self.added.insert(id, slot);
-        if self.ids.len() as u64 > 2 * self.live.len() + 4096 {
+        if self.ids.len() as u64 > 2 * self.live.len + 4096 {
             *self = VectorTable::from_parts(self.to_parts());
         }
     }
 
-    /// Forget memory `id`'s vector; whether there was one.
+    /// Forget memory `id`'s vector; whether there was one. Its slot stays
+    /// in the postings, dead (skipped by every search), until compaction.
     pub fn remove(&mut self, id: &MemoryId) -> bool {
         let Some(slot) = self.slot_of(id) else {
             return false;
         };
         self.added.remove(id);
         self.live.remove(slot);
-        self.access.retain(|_, bitmap| {
-            bitmap.remove(slot);
-            !bitmap.is_empty()
-        });
         true
     }
 
-    /// The slots a requester holding `terms` may be shown (`None`: every
-    /// live slot, for the local admin).
-    pub fn allowed(&self, terms: Option<&[String]>) -> RoaringBitmap {
-        match terms {
-            None => self.live.clone(),
-            Some(terms) => {
-                let mut allowed = RoaringBitmap::new();
-                for term in terms {
-                    if let Some(bitmap) = self.access.get(term) {
-                        allowed |= bitmap;
-                    }
-                }
-                allowed
-            }
-        }
-    }
-
-    /// The `limit` vectors of `allowed` nearest to `query`, with their
-    /// cosine similarity, nearest first (ties by memory id).
+    /// The `limit` vectors a requester holding access `terms` may be shown
+    /// (`None`: every live one, for the local admin) nearest to `query`,
+    /// with their cosine similarity, nearest first (ties by memory id).
+    /// Only the terms' own slots are ever compared: a vector the requester
+    /// may not see never takes a candidate place.
     pub fn nearest(
         &self,
         query: &Query,
-        allowed: &RoaringBitmap,
+        terms: Option<&[String]>,
         limit: usize,
     ) -> Vec<(MemoryId, f32)> {
-        self.nearest_in(query, allowed, limit, stages(limit))
+        self.nearest_in(query, terms, limit, stages(limit))
     }
 
     /// [`nearest`](Self::nearest) with every allowed vector scored by its
@@ -231,36 +312,57 @@ impl VectorTable {
     pub fn nearest_exact(
         &self,
         query: &Query,
-        allowed: &RoaringBitmap,
+        terms: Option<&[String]>,
         limit: usize,
     ) -> Vec<(MemoryId, f32)> {
         let all = Stages {
             by_code: usize::MAX,
             by_sign: usize::MAX,
         };
-        self.nearest_in(query, allowed, limit, all)
+        self.nearest_in(query, terms, limit, all)
     }
 
     fn nearest_in(
         &self,
         query: &Query,
-        allowed: &RoaringBitmap,
+        terms: Option<&[String]>,
         limit: usize,
         stages: Stages,
     ) -> Vec<(MemoryId, f32)> {
-        if limit == 0 || allowed.is_empty() || query.dim() != self.dim {
+        if limit == 0 || self.is_empty() || query.dim() != self.dim {
+            return Vec::new();
+        }
+        let lists: Vec<CodeList<'_>> = match terms {
+            None => vec![CodeList {
+                slots: None,
+                codes: &self.codes,
+            }],
+            Some(terms) => {
+                let mut terms: Vec<&String> = terms.iter().collect();
+                terms.sort_unstable();
+                terms.dedup();
+                terms
+                    .into_iter()
+                    .filter_map(|t| self.postings.get(t))
+                    .map(|p| CodeList {
+                        slots: Some(&p.slots),
+                        codes: &p.codes,
+                    })
+                    .collect()
+            }
+        };
+        if lists.is_empty() {
             return Vec::new();
         }
         let store = Slots {
             dim: self.dim,
-            words: self.words,
-            codes: &self.codes,
             rows: &self.rows,
             scales: &self.scales,
         };
-        // Access bitmaps hold live slots only (`remove` takes a slot out of
-        // every one), so `allowed` needs no intersection with `live`.
-        let near = quantize::nearest(store, query, allowed.iter(), stages);
+        // Dead slots are skipped; so is a slot already seen under another
+        // of the requester's terms.
+        let mut skip = self.live.complement(self.ids.len());
+        let near = quantize::nearest(store, query, &lists, &mut skip, stages);
         let mut scored: Vec<(MemoryId, f32)> = near
             .into_iter()
             .map(|(slot, similarity)| (self.ids[slot as usize], similarity))
@@ -355,11 +457,15 @@ mod tests {
             let loaded = VectorTable::from_parts(table.to_parts());
             prop_assert_eq!(table.to_parts(), fresh.to_parts());
             let q = quantize::query(&vector(qseed, dim)).unwrap();
-            for who in [Some(terms(&["team:a"])), Some(terms(&["owner"])), None] {
-                let allowed = table.allowed(who.as_deref());
-                let got = table.nearest(&q, &allowed, limit);
-                prop_assert_eq!(&got, &fresh.nearest(&q, &fresh.allowed(who.as_deref()), limit));
-                prop_assert_eq!(&got, &loaded.nearest(&q, &loaded.allowed(who.as_deref()), limit));
+            // A requester under both terms sees a team memory once.
+            for who in [Some(terms(&["team:a"])), Some(terms(&["owner"])), Some(terms(&["team:a", "owner", "team:a"])), None] {
+                let got = table.nearest(&q, who.as_deref(), limit);
+                prop_assert_eq!(&got, &fresh.nearest(&q, who.as_deref(), limit));
+                prop_assert_eq!(&got, &loaded.nearest(&q, who.as_deref(), limit));
+                let mut ids: Vec<_> = got.iter().map(|g| g.0).collect();
+                ids.sort_unstable();
+                ids.dedup();
+                prop_assert_eq!(ids.len(), got.len(), "a memory came back twice");
                 if who.as_deref() == Some(&terms(&["team:a"])[..]) {
                     for (m, _) in &got {
                         prop_assert!(matches!(last.get(&m.0[0]), Some(Some((_, true)))), "not shared with the team");
@@ -385,12 +491,16 @@ mod tests {
             );
         }
         let query = quantize::query(&q).unwrap();
-        let all = table.nearest(&query, &table.allowed(None), 5);
+        let all = table.nearest(&query, None, 5);
         assert_eq!(all[0].0, id(1));
-        let team = table.nearest(&query, &table.allowed(Some(&terms(&["team:a"]))), 5);
+        let team = table.nearest(&query, Some(&terms(&["team:a"])), 5);
         assert_eq!(team.len(), 5);
         assert!(team.iter().all(|(m, _)| *m != id(1)));
-        assert!(table.allowed(Some(&terms(&["nobody"]))).is_empty());
+        assert!(
+            table
+                .nearest(&query, Some(&terms(&["nobody"])), 5)
+                .is_empty()
+        );
     }
 
     /// Past the stages' bounds the sign codes choose what is scored; the
@@ -413,7 +523,7 @@ mod tests {
             };
             table.upsert(m, quantize::quantize(&v).unwrap(), &terms(&["t"]));
         }
-        let hits = table.nearest(&quantize::query(&q).unwrap(), &table.allowed(None), 5);
+        let hits = table.nearest(&quantize::query(&q).unwrap(), None, 5);
         let near: Vec<u32> = hits
             .iter()
             .map(|(m, _)| u32::from_be_bytes([m.0[0], m.0[1], m.0[2], m.0[3]]))
