@@ -2386,6 +2386,68 @@ mod tests {
         }
     }
 
+    /// The committed bundles of formats 3 and 4 (protocol/tests/fixtures):
+    /// (file name, committed bytes, the bytes the writer makes now).
+    /// Regenerate with `AMOS_WRITE_BUNDLE_FIXTURES=1 cargo test -p
+    /// amos-protocol legacy_fixtures`.
+    fn legacy_fixtures() -> Vec<(&'static str, &'static [u8], Vec<u8>)> {
+        let id = ident(1);
+        let v4 = {
+            let mut w = BundleWriter::with_pairing(
+                Vec::new(),
+                &id,
+                Recipient::Node(ident(3).node_id()),
+                clock(id.node_id(), 5_000),
+                scopes(),
+                Some(&key()),
+                [9; 16],
+                Some(PairingProof {
+                    invite: [3; 16],
+                    proof: [4; 32],
+                }),
+            )
+            .unwrap();
+            for f in sample_frames() {
+                w.write_frame(&f).unwrap();
+            }
+            w.finish().unwrap().0
+        };
+        vec![
+            (
+                "bundle-v3-plain.bndl",
+                include_bytes!("../tests/fixtures/bundle-v3-plain.bndl"),
+                sample(None),
+            ),
+            (
+                "bundle-v3-encrypted.bndl",
+                include_bytes!("../tests/fixtures/bundle-v3-encrypted.bndl"),
+                sample(Some(&key())),
+            ),
+            (
+                "bundle-v4-pairing.bndl",
+                include_bytes!("../tests/fixtures/bundle-v4-pairing.bndl"),
+                v4,
+            ),
+        ]
+    }
+
+    #[test]
+    fn legacy_fixtures_are_what_the_writer_writes() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        for (name, committed, now) in legacy_fixtures() {
+            if std::env::var_os("AMOS_WRITE_BUNDLE_FIXTURES").is_some() {
+                std::fs::write(dir.join(name), &now).unwrap();
+                continue;
+            }
+            assert_eq!(committed, &now[..], "{name}");
+            let key = Some(key());
+            assert!(
+                !import(committed, key.as_ref()).unwrap().is_empty(),
+                "{name}"
+            );
+        }
+    }
+
     /// CPU seconds this process has used (user + system), from /proc (Linux).
     fn cpu_seconds() -> f64 {
         let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
