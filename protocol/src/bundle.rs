@@ -1,7 +1,7 @@
 //! Bundle files: signed, optionally encrypted, streamed batches of facts for
 //! carrying state across an air gap (`amos bundle export` / `import`).
 //!
-//! # Format (version 3), byte by byte
+//! # Format (version 5), byte by byte
 //!
 //! All fixed-width integers are little-endian unless marked BE. "bincode" is
 //! bincode 2 in its standard configuration (varint integers: a value below
@@ -14,9 +14,9 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `AMOSBNDL` |
-//! | 8 | 2 | format version, u16 = 3 (4 with a pairing proof, below). A reader refuses any other value *before reading further* ("bundle format version N is not supported"); versions 1 and 2, which older amos wrote without a recipient, with a message saying to export again |
+//! | 8 | 2 | format version, u16 = 5 (6 with a pairing proof, below). Versions 3 and 4 are read too: the same layout with frames not compressed ([Older formats](#older-formats)). A reader refuses any other value *before reading further* ("bundle format version N is not supported"); versions 1 and 2, which older amos wrote without a recipient, with a message saying to export again |
 //! | 10 | 4 | header length `H`, u32, at most 64 KiB ([`MAX_HEADER_BYTES`]) |
-//! | 14 | `H` | header body: bincode of [`BundleHeader`] = `sender` (32 bytes, the NodeId), `recipient` ([`Recipient`]: varint 0 = any peer of the sender, or varint 1 then the 32-byte NodeId of the one node that may import it), `created` ([`Hlc`]: varint u64 `wall_ms`, varint u32 `logical`, 32-byte node), `scopes` (varint count, then each a varint length and UTF-8), `encrypted` (1 byte, 0 or 1), `nonce_seed` (16 bytes), `key_check` (16 bytes); in version 4 followed by bincode of [`PairingProof`] (16 + 32 bytes) |
+//! | 14 | `H` | header body: bincode of [`BundleHeader`] = `sender` (32 bytes, the NodeId), `recipient` ([`Recipient`]: varint 0 = any peer of the sender, or varint 1 then the 32-byte NodeId of the one node that may import it), `created` ([`Hlc`]: varint u64 `wall_ms`, varint u32 `logical`, 32-byte node), `scopes` (varint count, then each a varint length and UTF-8), `encrypted` (1 byte, 0 or 1), `nonce_seed` (16 bytes), `key_check` (16 bytes); in version 6 (and 4) followed by bincode of [`PairingProof`] (16 + 32 bytes) |
 //!
 //! The *header bytes* are offsets 0 .. 14 + `H`; `header_hash` = BLAKE3 of them.
 //! The header bytes (recipient included) are covered by the trailer's
@@ -37,9 +37,19 @@
 //!
 //! The *plaintext* of a frame is bincode of `Vec<Vec<u8>>`: a varint count
 //! (at least 1), then for each fact a varint length and its wire encoding
-//! ([`SignedFact::to_bytes`], at most [`codec::MAX_FACT_BYTES`]). Unencrypted,
-//! the frame bytes are the plaintext. Encrypted, they are XChaCha20-Poly1305
-//! ciphertext followed by the 16-byte tag, with
+//! ([`SignedFact::to_bytes`], at most [`codec::MAX_FACT_BYTES`]); it is at
+//! most 16 MiB ([`MAX_FRAME_BYTES`]). It is stored compressed:
+//!
+//! | size | field |
+//! |---|---|
+//! | 4 | declared length `D`, u32: the plaintext's length, at most 16 MiB ([`MAX_FRAME_BYTES`]) |
+//! | rest | exactly one zstd frame (RFC 8878) of the plaintext: it begins with zstd's magic `28 B5 2F FD` (so no skippable frame and no legacy zstd format), it records its content size, which equals `D`, and nothing follows it |
+//!
+//! amos compresses each frame in one shot at level [`COMPRESSION_LEVEL`]
+//! (3), without a dictionary or zstd's checksum (the tag and the signature
+//! cover every byte). Unencrypted, the frame bytes are this *stored form*.
+//! Encrypted, they are XChaCha20-Poly1305 ciphertext of it followed by the
+//! 16-byte tag, with
 //!
 //! * key = `blake3::derive_key("amos bundle v1 frame encryption key", mesh key)`,
 //! * nonce (24 bytes) = `nonce_seed` (16) ‖ `i` as u64 BE (8),
@@ -69,17 +79,59 @@
 //! The header is never encrypted: sender, recipient, creation clock and
 //! scopes are readable without the key (so a reader can say whose bundle it is and that
 //! a key is needed); only facts are confidential. Frame sizes, and so
-//! roughly the number of facts, are visible too.
+//! roughly the number of facts and how well they compressed, are visible
+//! too.
+//!
+//! # Compression
+//!
+//! *Bounded.* A reader checks `D` against [`MAX_FRAME_BYTES`] before it
+//! allocates anything, checks that the zstd frame is one frame of the
+//! current format recording `D` as its size, then decompresses into a
+//! buffer of capacity `D` that zstd never writes past: a frame that would
+//! decompress to more (a decompression bomb) costs at most `D` bytes and is
+//! refused in one line ([`BundleError::TooLarge`] "decompressed frame", or
+//! [`BundleError::Decode`] "frame"), like every other malformed compressed
+//! frame; nothing in it can panic or run out of memory.
+//!
+//! *Canonical bytes.* The strict rule (a reader refuses non-canonical
+//! bytes) applies to the decompressed plaintext, which must be canonical
+//! bincode as before, and to the stored form around the zstd data (`D`
+//! exact, one frame, its size recorded, nothing after it). The compressed
+//! bytes themselves need not be what this writer would make: zstd has many
+//! valid encodings of one input, and which one it makes changes with its
+//! version and level, so requiring one would tie the format to one build
+//! of one library. That lets no one else change a bundle: the trailer
+//! signature covers every stored byte (and the tag, when encrypted), so only
+//! the sender chooses the encoding, as it already chooses the nonce seed
+//! and the clock. The content hash ([`VerifiedBundle::content_hash`])
+//! identifies a bundle's bytes, not its facts, as before.
+//!
+//! *Compress, then encrypt.* The known attacks on compressing before
+//! encrypting (CRIME, BREACH) need an attacker who gets chosen data
+//! compressed together with a secret, again and again, and watches the
+//! sizes. A bundle is written once, offline, by its signer, from its own
+//! store; nobody mixes data into it interactively and no oracle answers.
+//! What is visible is each frame's compressed size, as frame sizes were
+//! before.
+//!
+//! # Older formats
+//!
+//! Versions 3 and 4, which amos wrote before frames were compressed, have
+//! the same layout except that each frame's stored form is the plaintext
+//! itself (no declared length, no zstd), so the tag is counted in the
+//! 16 MiB with the plaintext. They are read exactly as before and never
+//! written; `protocol/tests/fixtures` holds bundles of both, written by the
+//! format-3 writer, that the tests import.
 //!
 //! # Reading
 //!
 //! Import is two passes over the same bytes, so memory stays bounded by a
 //! few frames whatever the bundle size:
 //!
-//! 1. [`verify_bundle`] checks everything — header, every frame's tag, every
-//!    fact's decoding, validation and signature, the trailer signature, the
-//!    counts, and that nothing follows — and keeps only a BLAKE3 hash of each
-//!    frame ([`VerifiedBundle`]).
+//! 1. [`verify_bundle`] checks everything — header, every frame's tag and
+//!    compressed form, every fact's decoding, validation and signature, the
+//!    trailer signature, the counts, and that nothing follows — and keeps
+//!    only a BLAKE3 hash of each frame ([`VerifiedBundle`]).
 //! 2. [`read_verified`] reads the bytes again and hands each frame's facts to
 //!    the caller as [`Verified`] facts. Each frame must hash to what pass 1
 //!    recorded (so signatures are not checked twice, and a file that changed
@@ -99,7 +151,7 @@
 //! decoding, validation, ed25519 batch verification with `verify_strict`'s
 //! extra conditions checked per fact — the same code live sync uses), half a
 //! frame per batch, on scoped worker threads, one per available core, while
-//! the calling thread reads and decrypts the next frame.
+//! the calling thread reads, decrypts and decompresses the next frame.
 //!
 //! Boundary: no I/O besides the `Read`/`Write` values callers pass in; the
 //! nonce seed comes from the caller.
@@ -474,7 +526,8 @@ fn frame_items(plain: &[u8]) -> Result<Vec<Range<usize>>, BundleError> {
 
 /// Streams a bundle: header on creation, one frame per [`write_frame`]
 /// (or per [`FRAME_FACTS`] facts with [`push_fact`]), trailer on [`finish`].
-/// Memory use is bounded by one frame.
+/// Memory use is bounded by one frame (its plaintext and its compressed
+/// form).
 ///
 /// The writer trusts its input: feed it wire bytes of facts from the store
 /// (which holds only verified facts). A bad fact makes the whole bundle
@@ -1245,7 +1298,7 @@ impl VerifiedBundle {
 /// facts in memory.
 ///
 /// Errors come in reading order, except that a frame whose contents do not
-/// decode or hold a bad fact is reported only after the trailer has been
+/// decompress or decode or hold a bad fact is reported only after the trailer has been
 /// checked: if the bundle signature fails, the file was damaged
 /// ([`BundleError::BadSignature`]; likely for an unencrypted bundle, where no
 /// tag protects the frames); if it holds, the sender really shipped the bad
@@ -1409,8 +1462,8 @@ pub fn verify_bundle<R: Read>(r: R, key: Option<&MeshKey>) -> Result<VerifiedBun
 /// anything after the trailer (those after every frame was applied). An
 /// error from `apply` stops the read ([`ReadError::Apply`]).
 ///
-/// The next frame is decrypted and decoded on a helper thread while `apply`
-/// runs, so `apply` need not be `Send`.
+/// The next frame is decrypted, decompressed and decoded on a helper thread
+/// while `apply` runs, so `apply` need not be `Send`.
 pub fn read_verified<R: Read, E>(
     r: R,
     key: Option<&MeshKey>,
