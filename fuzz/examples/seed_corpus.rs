@@ -9,7 +9,8 @@ use std::path::Path;
 use amos_protocol::wire::{SyncMessage, SyncV1, Watermark};
 use amos_protocol::{
     AgentId, BundleWriter, Fact, FactBody, Hlc, MemoryContent, MemoryFixed, MemoryId, MemoryText,
-    MemoryType, MeshKey, NodeId, NodeIdentity, OrgScope, Recipient, Scope, TeamFact, TeamId,
+    MemoryType, MeshKey, NodeId, NodeIdentity, OrgScope, PairingProof, Recipient, Scope, TeamFact,
+    TeamId,
 };
 
 fn fact(id: &NodeIdentity, i: u64) -> Vec<u8> {
@@ -224,6 +225,41 @@ fn main() -> std::io::Result<()> {
         b.join("seed-addressed"),
         bundle(&id, to_other, None, &frames),
     )?;
+    // Today's format with a pairing proof (version 6), plain and encrypted.
+    for (name, key) in [("seed-pairing", None), ("seed-pairing-encrypted", Some(&key))] {
+        let mut w = BundleWriter::with_pairing(
+            Vec::new(),
+            &id,
+            to_other,
+            Hlc {
+                wall_ms: 1,
+                logical: 0,
+                node: id.node_id(),
+            },
+            vec!["global".into()],
+            key,
+            [8; 16],
+            Some(PairingProof {
+                invite: [3; 16],
+                proof: [4; 32],
+            }),
+        )
+        .expect("header");
+        for f in &frames {
+            w.write_frame(f).expect("frame");
+        }
+        fs::write(b.join(name), w.finish().expect("finish").0)?;
+    }
+    // The uncompressed formats amos wrote before (3, and 4 with a pairing
+    // proof), still read: the protocol's committed fixtures.
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../protocol/tests/fixtures");
+    for name in [
+        "bundle-v3-plain.bndl",
+        "bundle-v3-encrypted.bndl",
+        "bundle-v4-pairing.bndl",
+    ] {
+        fs::write(b.join(format!("seed-{name}")), fs::read(fixtures.join(name))?)?;
+    }
     // fact_batch: a mode byte, then u16 LE length-prefixed facts (see
     // fuzz_targets/fact_batch.rs); mode 1 repeats the batch past the
     // threaded verifier's threshold.
