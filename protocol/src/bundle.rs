@@ -1617,33 +1617,16 @@ mod tests {
     }
 
     fn memory_fact(id: &NodeIdentity, i: u64) -> Vec<u8> {
-        let node = id.node_id();
-        let ms = 1_700_000_000_000 + i;
         let mut random = [0u8; 10];
         random[..8].copy_from_slice(&i.to_le_bytes());
-        let fact = Fact {
-            clock: clock(node, ms),
-            body: FactBody::MemoryContent(MemoryContent {
-                id: MemoryId::new(ms, random),
-                fixed: MemoryFixed {
-                    owner: AgentId::parse("claude-1").unwrap(),
-                    created_ms: ms,
-                    origin: node,
-                },
-                kind: MemoryType::default(),
-                text: MemoryText::Plain(format!(
-                    "memory {i}: the release build runs clippy with -D warnings first"
-                )),
-                tags: vec!["build".into(), "rust".into()],
-                importance: 0.5,
-                confidence: 1.0,
-                pinned: false,
-                expires_ms: None,
-                supersedes: None,
-                validity: Default::default(),
-            }),
-        };
-        id.sign(fact).unwrap().to_bytes()
+        memory_with(
+            id,
+            1_700_000_000_000 + i,
+            random,
+            format!("memory {i}: the release build runs clippy with -D warnings first"),
+            vec!["build".into(), "rust".into()],
+            0.5,
+        )
     }
 
     fn team_fact(id: &NodeIdentity, i: u64) -> Vec<u8> {
