@@ -1,16 +1,22 @@
 //! Splits the built-in model's tokenizer.json into its settings and its
 //! vocabulary, one token a line in id order, for `include_bytes!`: the list is
-//! half the size of the JSON map and quicker to read. The files in
-//! models/minilm-l6-static stay model2vec's format.
+//! half the size of the JSON map and quicker to read, and its lookup table
+//! (`src/vocab.rs`, `BuiltinVocab`), laid out here so that no process builds
+//! one. The files in models/minilm-l6-static stay model2vec's format.
 
 use std::fs;
 use std::path::PathBuf;
+
+#[allow(dead_code)]
+#[path = "src/vocab_layout.rs"]
+mod vocab_layout;
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets it"));
     let path = manifest.join("../models/minilm-l6-static/tokenizer.json");
     println!("cargo::rerun-if-changed={}", path.display());
+    println!("cargo::rerun-if-changed=src/vocab_layout.rs");
     let bytes = fs::read(&path).expect("models/minilm-l6-static/tokenizer.json");
     let mut json: serde_json::Value =
         serde_json::from_slice(&bytes).expect("tokenizer.json is JSON");
@@ -29,5 +35,8 @@ fn main() {
         .map(|t| t.expect("ids are 0..n"))
         .collect();
     fs::write(out.join("vocab.txt"), list.join("\n")).expect("write vocab.txt");
+    // Twice the slots of the tokens, at least: short probe runs.
+    let table = vocab_layout::layout(&list, (2 * list.len()).next_power_of_two());
+    fs::write(out.join("vocab-table.bin"), table).expect("write vocab-table.bin");
     fs::write(out.join("tokenizer-settings.json"), json.to_string()).expect("write settings");
 }

@@ -12,6 +12,8 @@
 
 mod safetensors;
 mod tokenizer;
+mod vocab;
+mod vocab_layout;
 
 use std::borrow::Cow;
 use std::path::Path;
@@ -37,6 +39,8 @@ mod builtin {
     pub const TOKENIZER: &[u8] =
         include_bytes!(concat!(env!("OUT_DIR"), "/tokenizer-settings.json"));
     pub const VOCAB: &str = include_str!(concat!(env!("OUT_DIR"), "/vocab.txt"));
+    /// The vocabulary's lookup table (build.rs, `vocab::BuiltinVocab`).
+    pub const VOCAB_TABLE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/vocab-table.bin"));
     pub const CONFIG: &[u8] = include_bytes!("../../models/minilm-l6-static/config.json");
     /// The checksums of the built-in files: they name this model's version.
     pub const SUMS: &str = include_str!("../../models/minilm-l6-static/SHA256SUMS");
@@ -111,7 +115,9 @@ impl StaticModel {
         MODEL.get_or_init(|| {
             // The built-in files are this crate's own, checked by its tests:
             // failing here is a build defect, not bad input.
-            let tokenizer = WordPiece::from_json_and_list(builtin::TOKENIZER, Some(builtin::VOCAB))
+            let vocab = vocab::BuiltinVocab::new(builtin::VOCAB, builtin::VOCAB_TABLE)
+                .expect("the built-in vocabulary's table fits its list");
+            let tokenizer = WordPiece::from_json_and_list(builtin::TOKENIZER, Some(vocab))
                 .expect("the built-in tokenizer is valid");
             // The built-in files are named by their checksums: no need to
             // hash 12 MB on every start.

@@ -8,15 +8,12 @@
 //! tokenizer family (a `tokenizer.json` that is not WordPiece is refused, not
 //! guessed at), or panics on the bytes of a user's file.
 
-use std::borrow::Cow;
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
 use serde::Deserialize;
 use unicode_general_category::{GeneralCategory, get_general_category};
 use unicode_normalization::char::decompose_canonical;
 
 use crate::ModelError;
+use crate::vocab::{BuiltinVocab, OwnedVocab, Vocab};
 
 /// The parts of `tokenizer.json` this reader understands.
 #[derive(Deserialize)]
@@ -54,7 +51,7 @@ struct ModelJson {
     #[serde(rename = "type")]
     kind: Option<String>,
     #[serde(default, deserialize_with = "vocab")]
-    vocab: Vocab,
+    vocab: OwnedVocab,
     #[serde(default = "unk")]
     unk_token: String,
     #[serde(default = "hashes")]
@@ -73,66 +70,22 @@ fn hundred() -> usize {
     100
 }
 
-/// Token → id. Keyed by a multiply-rotate hash: the keys are a model's
-/// vocabulary (fixed once loaded), so a text can only look entries up, never
-/// lengthen a probe chain; SipHash was a fifth of the model's load time.
-/// The built-in vocabulary borrows its tokens from the binary (no 30,000
-/// allocations per process); a user's is owned.
-type Vocab = HashMap<Cow<'static, str>, u32, BuildHasherDefault<FxHasher>>;
-
-/// The hash rustc uses for its own tables (Fx), for short strings.
-#[derive(Default)]
-struct FxHasher(u64);
-
-impl FxHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            self.add(u64::from_le_bytes([
-                c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7],
-            ]));
-        }
-        let mut tail = [0u8; 8];
-        let rest = chunks.remainder();
-        tail[..rest.len()].copy_from_slice(rest);
-        self.add(u64::from_le_bytes(tail) ^ ((rest.len() as u64) << 59));
-    }
-
-    fn write_u8(&mut self, i: u8) {
-        self.add(u64::from(i));
-    }
-
-    fn finish(&self) -> u64 {
-        // MurmurHash3's finaliser: every input bit reaches every output bit,
-        // which hashbrown needs (buckets from the low bits, tags from the high).
-        let mut h = self.0;
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        h ^ (h >> 33)
-    }
-}
-
 /// Reads the vocabulary object into a table sized for a BERT vocabulary
 /// up front (serde's own map reader starts empty and grows ~15 times).
-fn vocab<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vocab, D::Error> {
+fn vocab<'de, D: serde::Deserializer<'de>>(d: D) -> Result<OwnedVocab, D::Error> {
     struct Visit;
     impl<'de> serde::de::Visitor<'de> for Visit {
-        type Value = Vocab;
+        type Value = OwnedVocab;
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
             f.write_str("a map of token to id")
         }
-        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Vocab, A::Error> {
-            let mut out = Vocab::with_capacity_and_hasher(32_768, Default::default());
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<OwnedVocab, A::Error> {
+            let mut out = OwnedVocab::with_capacity_and_hasher(32_768, Default::default());
             while let Some((token, id)) = map.next_entry::<String, u32>()? {
-                out.insert(Cow::Owned(token), id);
+                out.insert(token, id);
             }
             Ok(out)
         }
@@ -159,13 +112,13 @@ impl WordPiece {
         Self::from_json_and_list(bytes, None)
     }
 
-    /// A `tokenizer.json` whose vocabulary is given apart, one token a line
-    /// (the id is the line number): how the built-in model is compiled in.
+    /// A `tokenizer.json` whose vocabulary is given apart, laid out at build
+    /// time: how the built-in model is compiled in.
     pub(crate) fn from_json_and_list(
         bytes: &[u8],
-        list: Option<&'static str>,
+        builtin: Option<BuiltinVocab>,
     ) -> Result<Self, ModelError> {
-        let mut json: TokenizerJson = serde_json::from_slice(bytes)
+        let json: TokenizerJson = serde_json::from_slice(bytes)
             .map_err(|e| ModelError::Tokenizer(format!("not a tokenizer.json ({e})")))?;
         let kind = json.model.kind.as_deref().unwrap_or("WordPiece");
         if kind != "WordPiece" {
@@ -196,26 +149,17 @@ impl WordPiece {
                 )));
             }
         };
-        if let Some(list) = list {
-            let lines = list.bytes().filter(|&b| b == b'\n').count() + 1;
-            let mut vocab = Vocab::with_capacity_and_hasher(lines, Default::default());
-            // Bytes, not `str::split('\n')`: that pattern calls memcmp for
-            // every line. Splitting UTF-8 at a newline keeps it UTF-8.
-            let tokens = list.as_bytes().split(|&b| b == b'\n');
-            let tokens = tokens.map(|t| match std::str::from_utf8(t) {
-                Ok(t) => Cow::Borrowed(t),
-                Err(_) => Cow::Owned(String::from_utf8_lossy(t).into_owned()),
-            });
-            vocab.extend(tokens.zip(0u32..));
-            json.model.vocab = vocab;
-        }
         let model = json.model;
-        if model.vocab.is_empty() {
+        let vocab = match builtin {
+            Some(b) => Vocab::Builtin(b),
+            None => Vocab::Owned(model.vocab),
+        };
+        if vocab.is_empty() {
             return Err(ModelError::Tokenizer("the vocabulary is empty".into()));
         }
         Ok(WordPiece {
-            unk: model.vocab.get(model.unk_token.as_str()).copied(),
-            vocab: model.vocab,
+            unk: vocab.get(model.unk_token.as_str()),
+            vocab,
             prefix: model.continuing_subword_prefix,
             max_chars: model.max_input_chars_per_word,
             clean_text,
@@ -227,7 +171,7 @@ impl WordPiece {
 
     /// The largest token id, if any (a model's table must cover it).
     pub fn max_id(&self) -> Option<u32> {
-        self.vocab.values().copied().max()
+        self.vocab.max_id()
     }
 
     /// The id of the unknown-word token, if the vocabulary has one.
@@ -237,7 +181,7 @@ impl WordPiece {
 
     /// The id of one vocabulary entry.
     pub fn id(&self, token: &str) -> Option<u32> {
-        self.vocab.get(token).copied()
+        self.vocab.get(token)
     }
 
     /// The normalised text: control characters dropped, whitespace made
@@ -322,7 +266,7 @@ impl WordPiece {
                     piece.push_str(&self.prefix);
                 }
                 piece.push_str(&word[start..end]);
-                if let Some(&id) = self.vocab.get(piece.as_str()) {
+                if let Some(id) = self.vocab.get(piece.as_str()) {
                     found = Some(id);
                     break;
                 }

@@ -161,6 +161,26 @@ fn a_model_directory_loads_like_the_builtin() {
     assert_eq!(again.fingerprint(), m.fingerprint());
 }
 
+/// The built-in vocabulary is a table laid out at build time: every token of
+/// the model's tokenizer.json finds its own id there, and nothing else is
+/// found (a table hashed otherwise than it is probed would lose tokens).
+#[test]
+fn every_builtin_token_finds_its_id_and_no_other_text_does() {
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(builtin_dir().join("tokenizer.json")).unwrap())
+            .unwrap();
+    let vocab = json["model"]["vocab"].as_object().unwrap();
+    let t = StaticModel::default_model().tokenizer();
+    assert!(vocab.len() > 25_000);
+    for (token, id) in vocab {
+        assert_eq!(t.id(token), Some(id.as_u64().unwrap() as u32), "{token:?}");
+    }
+    for absent in ["", "qzxqzxq", "##qzxq", "hello ", "the\n", "[unk]"] {
+        assert!(!vocab.contains_key(absent));
+        assert_eq!(t.id(absent), None, "{absent:?}");
+    }
+}
+
 fn copy_builtin(to: &Path) {
     for f in ["model.safetensors", "tokenizer.json", "config.json"] {
         std::fs::copy(builtin_dir().join(f), to.join(f)).unwrap();
