@@ -13,7 +13,8 @@
 //! — is found by the next semantic search of any process.
 //!
 //! On disk it is one file, `<home>/vectors/index.amv` ([`snapshot`]): what
-//! a new process loads instead of embedding the whole store. It is replaced
+//! a new process maps and uses in place ([`backing`]) instead of embedding
+//! the whole store. It is replaced
 //! whole (temp file, rename; under `<home>/index.lock`) when a catch-up
 //! rebuilt the table or has left it [`PERSIST_AFTER`] rows (or a
 //! 1/[`PERSIST_SHARE`] share of the table) ahead of the file; until then a
@@ -30,6 +31,7 @@
 //! returns ids and similarities; the recall pipeline re-reads rows from
 //! SQLite and gates them.
 
+pub mod backing;
 pub mod quantize;
 pub mod snapshot;
 pub mod table;
@@ -37,11 +39,13 @@ pub mod table;
 use std::fs;
 use std::io::Read;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use amos_embed::StaticModel;
 use amos_protocol::MemoryId;
 
+use self::backing::Source;
 use self::quantize::Quantized;
 use self::snapshot::Provenance;
 use self::table::VectorTable;
@@ -176,10 +180,12 @@ impl VectorIndex {
         Ok(out)
     }
 
-    /// The table in the file, if it reads.
+    /// The table in the file, if it reads: mapped, its arrays used where
+    /// they lie (a search reads the codes and rows it compares, no others).
     fn load(&self) -> Option<Held> {
-        let bytes = fs::read(&self.file).ok()?;
-        let (provenance, parts) = snapshot::decode(&bytes).ok()?;
+        let file = fs::File::open(&self.file).ok()?;
+        let source = Arc::new(Source::map(&file).ok()?);
+        let (provenance, parts) = snapshot::decode(&source).ok()?;
         Some(Held {
             table: VectorTable::from_parts(parts),
             provenance,

@@ -142,23 +142,61 @@ fn hamming(a: &[u64], b: &[u64]) -> u32 {
     d
 }
 
-/// The stored vectors' rows: slot `s` has row `rows[s·dim..]` and scale
-/// `scales[s]`.
+/// The stored vectors' rows, in two parts (a loaded table's and what was
+/// appended since): slot `s` below `scales[0].len()` has row
+/// `rows[0][s·dim..]` and scale `scales[0][s]`, and the next ones continue
+/// in part 1 from 0.
 #[derive(Clone, Copy)]
 pub struct Slots<'a> {
     pub dim: usize,
-    pub rows: &'a [i8],
-    pub scales: &'a [f32],
+    pub rows: [&'a [i8]; 2],
+    pub scales: [&'a [f32]; 2],
+}
+
+impl<'a> Slots<'a> {
+    #[inline(always)]
+    fn row(&self, s: usize) -> Option<(&'a [i8], f32)> {
+        let (part, i) = match s.checked_sub(self.scales[0].len()) {
+            None => (0, s),
+            Some(i) => (1, i),
+        };
+        Some((
+            self.rows[part].get(i * self.dim..(i + 1) * self.dim)?,
+            *self.scales[part].get(i)?,
+        ))
+    }
 }
 
 /// A list of candidates with their sign codes packed alongside, `words`
 /// per slot: `slots[i]`'s code is `codes[i·words..]`; with `slots` `None`,
-/// entry `i` is slot `i` (the whole table, in slot order). Packed lists
-/// let a search read only the codes of slots it may consider, in order.
+/// entry `i` is slot `start + i` (a run of the table, in slot order).
+/// Packed lists let a search read only the codes of slots it may consider,
+/// in order.
 #[derive(Clone, Copy)]
 pub struct CodeList<'a> {
     pub slots: Option<&'a [u32]>,
+    pub start: u32,
     pub codes: &'a [u64],
+}
+
+impl<'a> CodeList<'a> {
+    /// The slots from `start` on, one code each.
+    pub fn whole(start: u32, codes: &'a [u64]) -> Self {
+        CodeList {
+            slots: None,
+            start,
+            codes,
+        }
+    }
+
+    /// `slots`, with their codes.
+    pub fn packed(slots: &'a [u32], codes: &'a [u64]) -> Self {
+        CodeList {
+            slots: Some(slots),
+            start: 0,
+            codes,
+        }
+    }
 }
 
 impl CodeList<'_> {
@@ -174,7 +212,7 @@ impl CodeList<'_> {
     fn slot(&self, i: usize) -> u32 {
         match self.slots {
             Some(s) => s[i],
-            None => i as u32,
+            None => self.start + i as u32,
         }
     }
 }
@@ -287,12 +325,8 @@ fn scored(store: Slots<'_>, query: &Query, candidates: Kept, by_sign: usize) -> 
     };
     let mut scored = Vec::with_capacity(slots.len());
     for slot in slots {
-        let s = slot as usize;
-        if let (Some(row), Some(scale)) = (
-            store.rows.get(s * store.dim..(s + 1) * store.dim),
-            store.scales.get(s),
-        ) {
-            scored.push((slot, query.similarity(row, *scale)));
+        if let Some((row, scale)) = store.row(slot as usize) {
+            scored.push((slot, query.similarity(row, scale)));
         }
     }
     scored
@@ -450,6 +484,7 @@ mod tests {
             by_code in 1usize..60,
             by_sign in 1usize..40,
             skipped in prop::collection::vec(any::<bool>(), 120),
+            cut in any::<prop::sample::Index>(),
         ) {
             let dim = 20;
             let vector = |seed: u64| -> Vec<f32> {
@@ -462,22 +497,30 @@ mod tests {
             let codes: Vec<u64> = stored.iter().flat_map(|v| v.code.clone()).collect();
             let rows: Vec<i8> = stored.iter().flat_map(|v| v.row.clone()).collect();
             let scales: Vec<f32> = stored.iter().map(|v| v.scale).collect();
-            let store = Slots { dim, rows: &rows, scales: &scales };
+            // The rows in two parts, cut anywhere, as a loaded table
+            // with slots appended holds them.
+            let cut = cut.index(n as usize + 1);
+            let (rows_a, rows_b) = rows.split_at(cut * dim);
+            let (scales_a, scales_b) = scales.split_at(cut);
+            let store = Slots { dim, rows: [rows_a, rows_b], scales: [scales_a, scales_b] };
             let stages = Stages { by_code, by_sign };
             let fresh = || vec![0u64; (n as usize).div_ceil(64)];
             let sorted = |mut v: Vec<(u32, f32)>| { v.sort_by_key(|e| e.0); v };
-            let all = [CodeList { slots: None, codes: &codes }];
+            let all = [CodeList::whole(0, &codes)];
             let got = sorted(nearest(store, &q, &all, &mut fresh(), stages));
+            // The whole table as two runs, cut where the rows are.
+            let runs = [CodeList::whole(0, &codes[..cut]), CodeList::whole(cut as u32, &codes[cut..])];
+            prop_assert_eq!(&got, &sorted(nearest(store, &q, &runs, &mut fresh(), stages)));
             // The same slots, packed in reverse, and split into two lists
             // that overlap.
             let rev: Vec<u32> = (0..n).rev().collect();
             let rev_codes: Vec<u64> = rev.iter().map(|s| codes[*s as usize]).collect();
-            let packed = [CodeList { slots: Some(&rev), codes: &rev_codes }];
+            let packed = [CodeList::packed(&rev, &rev_codes)];
             prop_assert_eq!(&got, &sorted(nearest(store, &q, &packed, &mut fresh(), stages)));
             let half = (n as usize).div_ceil(2);
             let split = [
-                CodeList { slots: Some(&rev[..half]), codes: &rev_codes[..half] },
-                CodeList { slots: None, codes: &codes },
+                CodeList::packed(&rev[..half], &rev_codes[..half]),
+                CodeList::whole(0, &codes),
             ];
             prop_assert_eq!(&got, &sorted(nearest(store, &q, &split, &mut fresh(), stages)));
             prop_assert_eq!(&got, &sorted(scored(store, &q, by_hamming(q.code(), &all, &mut fresh(), by_code.max(by_sign)), by_sign)));
@@ -491,7 +534,7 @@ mod tests {
                 skip[s as usize / 64] |= 1 << (s % 64);
             }
             let kept_codes: Vec<u64> = kept_slots.iter().map(|s| codes[*s as usize]).collect();
-            let without = [CodeList { slots: Some(&kept_slots), codes: &kept_codes }];
+            let without = [CodeList::packed(&kept_slots, &kept_codes)];
             prop_assert_eq!(
                 sorted(nearest(store, &q, &all, &mut skip, stages)),
                 sorted(nearest(store, &q, &without, &mut fresh(), stages))

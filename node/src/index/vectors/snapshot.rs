@@ -2,29 +2,36 @@
 //! was made from (model fingerprint, store epoch, watermark). Encoding and
 //! a strict decoder; no file I/O here.
 //!
-//! Layout (little-endian): magic `AMOSVEC\0`, version `u32` (1), `dim u32`,
+//! Layout (little-endian; "pad" is zero bytes up to the next multiple of 8
+//! from the start of the file, so every array is aligned for its type where
+//! the file is mapped): magic `AMOSVEC\0`, version `u32` (2), `dim u32`,
 //! `n u32`, the model fingerprint and the store epoch (each `u16` length +
-//! UTF-8), `watermark i64`; then `n` memory ids (16 bytes each), `n` row
-//! scales (`f32`), `n` sign codes (`⌈dim/64⌉` `u64`s each), `n` int8 rows
-//! (`dim` bytes each); then the access terms: a `u32` count, each a term
-//! (`u16` length + UTF-8), a `u32` length and a serialized roaring bitmap
-//! of slots below `n`. Nothing may follow.
+//! UTF-8), `watermark i64`, pad; then `n` memory ids (16 bytes each,
+//! ascending), `n` row scales (`f32`), pad, `n` sign codes (`⌈dim/64⌉`
+//! `u64`s each), `n` int8 rows (`dim` bytes each), pad; then the access
+//! terms: a `u32` count, each a term (`u16` length + UTF-8, ascending), a
+//! `u32` count `k`, pad, its `k` slots (`u32`, ascending, below `n`), pad,
+//! and their `k` sign codes again, packed. Nothing may follow.
 //!
-//! The file is local and disposable, but read as untrusted: the decoder
-//! checks every length against what is left before allocating, and any
-//! fault is a [`SnapshotError`] (the index is then rebuilt), never a panic
-//! (`fuzz/fuzz_targets/vector_snapshot.rs`).
+//! Decoding copies nothing: the arrays are views of the bytes
+//! ([`Backed`]), so a mapped file is read only where a search reads it.
+//! The file is local and disposable, but read as untrusted: every length is
+//! checked against what is left, every id, scale and slot list is checked
+//! in order, and any fault is a [`SnapshotError`] (the index is then
+//! rebuilt), never a panic (`fuzz/fuzz_targets/vector_snapshot.rs`). Codes
+//! and rows need no check: any bits are a code, any bytes a row.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use amos_protocol::MemoryId;
-use roaring::RoaringBitmap;
+use bytemuck::Pod;
 
+use super::backing::{Backed, Source};
 use super::quantize::code_words;
-use super::table::TableParts;
+use super::table::{PostingParts, TableParts};
 
 const MAGIC: &[u8; 8] = b"AMOSVEC\0";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// The widest vectors accepted (model2vec models are 64–1024 wide).
 const MAX_DIM: u32 = 8192;
 
@@ -50,7 +57,8 @@ pub enum SnapshotError {
 /// The bytes of a snapshot of `table` made from `provenance`.
 pub fn encode(provenance: &Provenance, table: &TableParts) -> Vec<u8> {
     let n = table.ids.len();
-    let mut out = Vec::with_capacity(64 + n * (16 + 4 + table.dim + 8 * code_words(table.dim)));
+    let words = code_words(table.dim);
+    let mut out = Vec::with_capacity(64 + n * (16 + 4 + table.dim + 8 * words) * 2);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
     out.extend_from_slice(&(table.dim as u32).to_le_bytes());
@@ -58,22 +66,21 @@ pub fn encode(provenance: &Provenance, table: &TableParts) -> Vec<u8> {
     put_str(&mut out, &provenance.model);
     put_str(&mut out, &provenance.epoch);
     out.extend_from_slice(&provenance.watermark.to_le_bytes());
-    for id in &table.ids {
-        out.extend_from_slice(&id.0);
-    }
-    for s in &table.scales {
-        out.extend_from_slice(&s.to_le_bytes());
-    }
-    for c in &table.codes {
-        out.extend_from_slice(&c.to_le_bytes());
-    }
-    out.extend(table.rows.iter().map(|r| *r as u8));
+    pad(&mut out);
+    out.extend_from_slice(bytemuck::cast_slice(&table.ids));
+    out.extend_from_slice(bytemuck::cast_slice(&table.scales));
+    pad(&mut out);
+    out.extend_from_slice(bytemuck::cast_slice(&table.codes));
+    out.extend_from_slice(bytemuck::cast_slice(&table.rows));
+    pad(&mut out);
     out.extend_from_slice(&(table.access.len() as u32).to_le_bytes());
-    for (term, bitmap) in &table.access {
+    for (term, posting) in &table.access {
         put_str(&mut out, term);
-        out.extend_from_slice(&(bitmap.serialized_size() as u32).to_le_bytes());
-        // Writing to a Vec cannot fail.
-        let _ = bitmap.serialize_into(&mut out);
+        out.extend_from_slice(&(posting.slots.len() as u32).to_le_bytes());
+        pad(&mut out);
+        out.extend_from_slice(bytemuck::cast_slice(&posting.slots));
+        pad(&mut out);
+        out.extend_from_slice(bytemuck::cast_slice(&posting.codes));
     }
     out
 }
@@ -84,17 +91,29 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(bytes);
 }
 
+fn pad(out: &mut Vec<u8>) {
+    out.resize(out.len().next_multiple_of(8), 0);
+}
+
 /// A cursor over the bytes being decoded.
-struct Reader<'a>(&'a [u8]);
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], SnapshotError> {
-        if self.0.len() < n {
-            return Err(SnapshotError::Truncated);
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
+        let end = self.at.checked_add(n).ok_or(SnapshotError::Truncated)?;
+        let head = self
+            .bytes
+            .get(self.at..end)
+            .ok_or(SnapshotError::Truncated)?;
+        self.at = end;
         Ok(head)
+    }
+
+    fn left(&self) -> usize {
+        self.bytes.len() - self.at
     }
 
     fn array<const N: usize>(&mut self) -> Result<[u8; N], SnapshotError> {
@@ -118,13 +137,37 @@ impl<'a> Reader<'a> {
             .map(str::to_owned)
             .map_err(|_| SnapshotError::Malformed("a name is not UTF-8"))
     }
+
+    /// The zero bytes up to the next multiple of 8.
+    fn pad(&mut self) -> Result<(), SnapshotError> {
+        let n = self.at.next_multiple_of(8) - self.at;
+        match self.take(n)?.iter().all(|b| *b == 0) {
+            true => Ok(()),
+            false => Err(SnapshotError::Malformed("padding is not zero")),
+        }
+    }
+
+    /// The next `len` values, viewed where they lie in `source`.
+    fn view<T: Pod>(
+        &mut self,
+        source: &Arc<Source>,
+        len: usize,
+    ) -> Result<Backed<T>, SnapshotError> {
+        let bytes = len
+            .checked_mul(size_of::<T>())
+            .ok_or(SnapshotError::Truncated)?;
+        let start = self.at;
+        self.take(bytes)?;
+        // Aligned: every array starts at a multiple of its size's alignment
+        // in the layout, and the source starts aligned for u64.
+        Backed::view(source, start, len).ok_or(SnapshotError::Malformed("an unaligned array"))
+    }
 }
 
 /// The header of a snapshot: its provenance and `(dim, n)`. Reads only
 /// the first bytes, so it can tell whether a file is worth loading.
 pub fn decode_header(bytes: &[u8]) -> Result<(Provenance, u32, u32), SnapshotError> {
-    let mut r = Reader(bytes);
-    header(&mut r)
+    header(&mut Reader { bytes, at: 0 })
 }
 
 fn header(r: &mut Reader) -> Result<(Provenance, u32, u32), SnapshotError> {
@@ -150,54 +193,57 @@ fn header(r: &mut Reader) -> Result<(Provenance, u32, u32), SnapshotError> {
     ))
 }
 
-/// A whole snapshot.
-pub fn decode(bytes: &[u8]) -> Result<(Provenance, TableParts), SnapshotError> {
-    let mut r = Reader(bytes);
+/// A whole snapshot, its arrays left where they lie in `source`.
+pub fn decode(source: &Arc<Source>) -> Result<(Provenance, TableParts), SnapshotError> {
+    let mut r = Reader {
+        bytes: source.bytes(),
+        at: 0,
+    };
     let (provenance, dim, n) = header(&mut r)?;
     let (dim, n) = (dim as usize, n as usize);
     let words = code_words(dim);
-    // Every slot's fixed part must be there before anything is allocated.
+    r.pad()?;
+    // Every slot's fixed part must be there before anything is read.
     let per_slot = 16 + 4 + 8 * words + dim;
-    if r.0.len() / per_slot < n {
+    if r.left() / per_slot < n {
         return Err(SnapshotError::Truncated);
     }
-    let ids = r
-        .take(16 * n)?
-        .chunks_exact(16)
-        .map(|c| MemoryId::from_slice(c).ok_or(SnapshotError::Malformed("a memory id")))
-        .collect::<Result<Vec<_>, _>>()?;
+    let ids: Backed<[u8; 16]> = r.view(source, n)?;
     if ids.windows(2).any(|w| w[0] >= w[1]) {
         return Err(SnapshotError::Malformed("memory ids out of order"));
     }
-    let scales: Vec<f32> = r
-        .take(4 * n)?
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
+    let scales: Backed<f32> = r.view(source, n)?;
     if scales.iter().any(|s| !s.is_finite() || *s <= 0.0) {
         return Err(SnapshotError::Malformed("a row scale"));
     }
-    let codes: Vec<u64> = r
-        .take(8 * words * n)?
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-        .collect();
-    let rows: Vec<i8> = r.take(dim * n)?.iter().map(|b| *b as i8).collect();
+    r.pad()?;
+    let codes = r.view(source, n * words)?;
+    let rows = r.view(source, n * dim)?;
+    r.pad()?;
     let terms = r.u32()?;
     let mut access = BTreeMap::new();
+    let mut last: Option<String> = None;
     for _ in 0..terms {
         let term = r.string()?;
-        let len = r.u32()? as usize;
-        let bitmap = RoaringBitmap::deserialize_from(r.take(len)?)
-            .map_err(|_| SnapshotError::Malformed("an access bitmap"))?;
-        if bitmap.is_empty() || bitmap.max().is_some_and(|m| m as usize >= n) {
-            return Err(SnapshotError::Malformed("an access bitmap's slots"));
+        if last.as_ref().is_some_and(|l| *l >= term) {
+            return Err(SnapshotError::Malformed("access terms out of order"));
         }
-        if access.insert(term, bitmap).is_some() {
-            return Err(SnapshotError::Malformed("a repeated access term"));
+        let k = r.u32()? as usize;
+        r.pad()?;
+        let slots: Backed<u32> = r.view(source, k)?;
+        let ascending = slots.windows(2).all(|w| w[0] < w[1]);
+        if k == 0 || !ascending || slots.last().is_some_and(|s| *s as usize >= n) {
+            return Err(SnapshotError::Malformed("an access term's slots"));
         }
+        r.pad()?;
+        let codes = r.view(
+            source,
+            k.checked_mul(words).ok_or(SnapshotError::Truncated)?,
+        )?;
+        access.insert(term.clone(), PostingParts { slots, codes });
+        last = Some(term);
     }
-    if !r.0.is_empty() {
+    if r.left() != 0 {
         return Err(SnapshotError::Malformed("bytes after the end"));
     }
     Ok((
@@ -213,11 +259,17 @@ pub fn decode(bytes: &[u8]) -> Result<(Provenance, TableParts), SnapshotError> {
     ))
 }
 
+/// [`decode`] of bytes in memory (copied once, to be aligned as a map is).
+pub fn decode_bytes(bytes: &[u8]) -> Result<(Provenance, TableParts), SnapshotError> {
+    decode(&Arc::new(Source::copy_of(bytes)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::index::vectors::quantize::quantize;
     use crate::index::vectors::table::VectorTable;
+    use amos_protocol::MemoryId;
     use proptest::prelude::*;
 
     fn sample(n: u8) -> (Provenance, TableParts) {
@@ -242,7 +294,7 @@ mod tests {
     fn a_snapshot_reads_back_as_written() {
         let (p, parts) = sample(20);
         let bytes = encode(&p, &parts);
-        assert_eq!(decode(&bytes), Ok((p.clone(), parts)));
+        assert_eq!(decode_bytes(&bytes), Ok((p.clone(), parts)));
         assert_eq!(decode_header(&bytes[..64]).map(|h| h.0), Ok(p));
     }
 
@@ -252,7 +304,7 @@ mod tests {
         let bytes = encode(&p, &parts);
         for len in 0..bytes.len() {
             assert!(
-                decode(&bytes[..len]).is_err(),
+                decode_bytes(&bytes[..len]).is_err(),
                 "accepted {len} of {} bytes",
                 bytes.len()
             );
@@ -260,7 +312,7 @@ mod tests {
         let mut longer = bytes.clone();
         longer.push(0);
         assert_eq!(
-            decode(&longer),
+            decode_bytes(&longer),
             Err(SnapshotError::Malformed("bytes after the end"))
         );
     }
@@ -274,20 +326,24 @@ mod tests {
             let mut bytes = encode(&p, &parts);
             let i = at.index(bytes.len());
             bytes[i] = to;
-            if let Ok((_, parts)) = decode(&bytes) {
+            if let Ok((p, parts)) = decode_bytes(&bytes) {
+                // The layout is canonical: what is accepted encodes back to it.
+                prop_assert_eq!(&encode(&p, &parts), &bytes);
                 let n = parts.ids.len();
                 prop_assert_eq!(parts.rows.len(), n * parts.dim);
-                prop_assert!(parts.access.values().all(|b| b.max().is_none_or(|m| (m as usize) < n)));
+                prop_assert!(parts.access.values().all(|p| p.slots.iter().all(|s| (*s as usize) < n)));
+                let words = code_words(parts.dim);
+                prop_assert!(parts.access.values().all(|p| p.codes.len() == p.slots.len() * words));
             }
         }
 
         #[test]
         fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
-            let _ = decode(&bytes);
+            let _ = decode_bytes(&bytes);
             let mut framed = MAGIC.to_vec();
             framed.extend_from_slice(&VERSION.to_le_bytes());
             framed.extend_from_slice(&bytes);
-            let _ = decode(&framed);
+            let _ = decode_bytes(&framed);
         }
     }
 }

@@ -14,6 +14,11 @@
 //! allowed slots than the last stage keeps, every one is scored and the
 //! answer is exact.
 //!
+//! Every array is in two parts: the slots the table was loaded with (read
+//! where they lie in the snapshot's file, [`Backed`]) and the slots added
+//! since, appended in memory. A process that adds a few vectors to a loaded
+//! table copies nothing it loaded.
+//!
 //! Must never: decide visibility (the terms are the index's record of what
 //! the store said; the recall pipeline re-reads and gates every id), or
 //! depend on slot numbers for an answer (slots die and are compacted; results
@@ -22,8 +27,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use amos_protocol::MemoryId;
-use roaring::RoaringBitmap;
+use bytemuck::Pod;
 
+use super::backing::Backed;
 use super::quantize::{self, CodeList, Quantized, Query, Slots, Stages};
 
 /// What a search for `limit` keeps at each stage: the `by_sign` it scores
@@ -42,10 +48,10 @@ pub struct VectorTable {
     dim: usize,
     words: usize,
     /// Slot → memory (a dead slot keeps its last id; it is not in `live`).
-    ids: Vec<MemoryId>,
-    scales: Vec<f32>,
-    codes: Vec<u64>,
-    rows: Vec<i8>,
+    ids: Column<[u8; 16]>,
+    scales: Column<f32>,
+    codes: Column<u64>,
+    rows: Column<i8>,
     live: SlotSet,
     /// Access term → the slots stored under it, with their sign codes
     /// packed alongside: a search reads only its requester's codes, in
@@ -59,11 +65,60 @@ pub struct VectorTable {
     added: HashMap<MemoryId, u32>,
 }
 
+/// One run of `width` values per slot: the loaded slots' (`base`), then
+/// those appended since (`tail`).
+#[derive(Debug, Clone)]
+struct Column<T: Pod> {
+    width: usize,
+    base: Backed<T>,
+    tail: Vec<T>,
+}
+
+impl<T: Pod> Column<T> {
+    fn new(width: usize, base: Backed<T>) -> Column<T> {
+        debug_assert_eq!(base.len() % width.max(1), 0);
+        Column {
+            width: width.max(1),
+            base,
+            tail: Vec::new(),
+        }
+    }
+
+    /// Slots in the loaded part.
+    fn base_slots(&self) -> usize {
+        self.base.len() / self.width
+    }
+
+    /// Slots in all.
+    fn slots(&self) -> usize {
+        self.base_slots() + self.tail.len() / self.width
+    }
+
+    /// Slot `slot`'s run.
+    fn get(&self, slot: usize) -> &[T] {
+        let w = self.width;
+        match slot.checked_sub(self.base_slots()) {
+            None => &self.base[slot * w..(slot + 1) * w],
+            Some(s) => &self.tail[s * w..(s + 1) * w],
+        }
+    }
+
+    fn push(&mut self, run: &[T]) {
+        debug_assert_eq!(run.len(), self.width);
+        self.tail.extend_from_slice(run);
+    }
+
+    /// Both parts, in slot order.
+    fn parts(&self) -> [&[T]; 2] {
+        [&self.base, &self.tail]
+    }
+}
+
 /// The slots stored under one access term, and their sign codes.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct Posting {
-    slots: Vec<u32>,
-    codes: Vec<u64>,
+    slots: Column<u32>,
+    codes: Column<u64>,
 }
 
 /// A set of slots, one bit each.
@@ -74,6 +129,18 @@ struct SlotSet {
 }
 
 impl SlotSet {
+    /// Slots `0..n`.
+    fn first(n: usize) -> SlotSet {
+        let mut bits = vec![u64::MAX; n / 64];
+        if !n.is_multiple_of(64) {
+            bits.push((1u64 << (n % 64)) - 1);
+        }
+        SlotSet {
+            bits,
+            len: n as u64,
+        }
+    }
+
     fn insert(&mut self, slot: u32) {
         let (w, bit) = (slot as usize / 64, 1u64 << (slot % 64));
         if self.bits.len() <= w {
@@ -125,110 +192,126 @@ impl SlotSet {
     }
 }
 
-/// The parts of a table, as a snapshot holds them: live slots only.
+/// The parts of a table, as a snapshot holds them: live slots only, in
+/// memory-id order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TableParts {
     pub dim: usize,
-    pub ids: Vec<MemoryId>,
-    pub scales: Vec<f32>,
-    pub codes: Vec<u64>,
-    pub rows: Vec<i8>,
-    pub access: BTreeMap<String, RoaringBitmap>,
+    pub ids: Backed<[u8; 16]>,
+    pub scales: Backed<f32>,
+    /// `quantize::code_words(dim)` per slot.
+    pub codes: Backed<u64>,
+    /// `dim` per slot.
+    pub rows: Backed<i8>,
+    pub access: BTreeMap<String, PostingParts>,
+}
+
+/// One access term's slots (ascending, each below the table's length) and
+/// their codes, as [`TableParts::codes`] holds them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PostingParts {
+    pub slots: Backed<u32>,
+    pub codes: Backed<u64>,
 }
 
 impl VectorTable {
     /// An empty table of `dim`-dimensional vectors.
     pub fn new(dim: usize) -> VectorTable {
-        VectorTable {
+        let parts = TableParts {
             dim,
-            words: quantize::code_words(dim),
-            ids: Vec::new(),
-            scales: Vec::new(),
-            codes: Vec::new(),
-            rows: Vec::new(),
-            live: SlotSet::default(),
-            postings: BTreeMap::new(),
-            base: 0,
-            added: HashMap::new(),
-        }
+            ids: Backed::default(),
+            scales: Backed::default(),
+            codes: Backed::default(),
+            rows: Backed::default(),
+            access: BTreeMap::new(),
+        };
+        VectorTable::from_parts(parts)
     }
 
     /// A table from a snapshot's parts, whose lengths the snapshot checked.
+    /// Nothing is copied: the parts become the table's loaded slots.
     pub fn from_parts(parts: TableParts) -> VectorTable {
-        let n = parts.ids.len() as u32;
+        let n = parts.ids.len();
         let words = quantize::code_words(parts.dim);
-        let mut live = SlotSet::default();
-        for slot in 0..n {
-            live.insert(slot);
-        }
         let postings = parts
             .access
-            .iter()
-            .map(|(term, bitmap)| {
-                let mut p = Posting {
-                    slots: Vec::with_capacity(bitmap.len() as usize),
-                    codes: Vec::with_capacity(bitmap.len() as usize * words),
+            .into_iter()
+            .map(|(term, p)| {
+                let posting = Posting {
+                    slots: Column::new(1, p.slots),
+                    codes: Column::new(words, p.codes),
                 };
-                for slot in bitmap.iter().filter(|s| *s < n) {
-                    let s = slot as usize;
-                    p.slots.push(slot);
-                    p.codes
-                        .extend_from_slice(&parts.codes[s * words..(s + 1) * words]);
-                }
-                (term.clone(), p)
+                (term, posting)
             })
             .collect();
         VectorTable {
             words,
             dim: parts.dim,
-            ids: parts.ids,
-            scales: parts.scales,
-            codes: parts.codes,
-            rows: parts.rows,
-            live,
+            ids: Column::new(1, parts.ids),
+            scales: Column::new(1, parts.scales),
+            codes: Column::new(words, parts.codes),
+            rows: Column::new(parts.dim, parts.rows),
+            live: SlotSet::first(n),
             postings,
-            base: n as usize,
+            base: n,
             added: HashMap::new(),
         }
+    }
+
+    fn id(&self, slot: u32) -> MemoryId {
+        MemoryId(self.ids.get(slot as usize)[0])
     }
 
     /// The live vectors, in memory-id order (the same content gives the
     /// same parts, whatever the history of slots).
     pub fn to_parts(&self) -> TableParts {
         let mut slots: Vec<u32> = self.live.iter().collect();
-        slots.sort_by_key(|s| self.ids[*s as usize]);
+        slots.sort_by_key(|s| self.id(*s));
         let mut renumber = HashMap::with_capacity(slots.len());
-        let mut parts = TableParts {
-            dim: self.dim,
-            ids: Vec::with_capacity(slots.len()),
-            scales: Vec::with_capacity(slots.len()),
-            codes: Vec::with_capacity(slots.len() * self.words),
-            rows: Vec::with_capacity(slots.len() * self.dim),
-            access: BTreeMap::new(),
-        };
+        let (mut ids, mut scales) = (Vec::with_capacity(slots.len()), Vec::new());
+        let mut codes = Vec::with_capacity(slots.len() * self.words);
+        let mut rows = Vec::with_capacity(slots.len() * self.dim);
         for (new, slot) in slots.iter().enumerate() {
             let s = *slot as usize;
             renumber.insert(*slot, new as u32);
-            parts.ids.push(self.ids[s]);
-            parts.scales.push(self.scales[s]);
-            parts
-                .codes
-                .extend_from_slice(&self.codes[s * self.words..(s + 1) * self.words]);
-            parts
-                .rows
-                .extend_from_slice(&self.rows[s * self.dim..(s + 1) * self.dim]);
+            ids.extend_from_slice(self.ids.get(s));
+            scales.extend_from_slice(self.scales.get(s));
+            codes.extend_from_slice(self.codes.get(s));
+            rows.extend_from_slice(self.rows.get(s));
         }
+        let mut access = BTreeMap::new();
         for (term, posting) in &self.postings {
-            let renumbered: RoaringBitmap = posting
+            let mut renumbered: Vec<u32> = posting
                 .slots
-                .iter()
+                .parts()
+                .into_iter()
+                .flatten()
                 .filter_map(|s| renumber.get(s).copied())
                 .collect();
-            if !renumbered.is_empty() {
-                parts.access.insert(term.clone(), renumbered);
+            if renumbered.is_empty() {
+                continue;
             }
+            renumbered.sort_unstable();
+            let w = self.words;
+            let term_codes = renumbered
+                .iter()
+                .flat_map(|s| &codes[*s as usize * w..(*s as usize + 1) * w])
+                .copied()
+                .collect();
+            let p = PostingParts {
+                slots: renumbered.into(),
+                codes: Backed::Owned(term_codes),
+            };
+            access.insert(term.clone(), p);
         }
-        parts
+        TableParts {
+            dim: self.dim,
+            ids: ids.into(),
+            scales: scales.into(),
+            codes: codes.into(),
+            rows: rows.into(),
+            access,
+        }
     }
 
     /// The dimension of the vectors.
@@ -251,7 +334,7 @@ impl VectorTable {
         if let Some(slot) = self.added.get(id) {
             return Some(*slot);
         }
-        let slot = self.ids[..self.base].binary_search(id).ok()? as u32;
+        let slot = self.ids.base[..self.base].binary_search(&id.0).ok()? as u32;
         self.live.contains(slot).then_some(slot)
     }
 
@@ -262,22 +345,29 @@ impl VectorTable {
     pub fn upsert(&mut self, id: MemoryId, vector: Quantized, terms: &[String]) {
         debug_assert_eq!(vector.row.len(), self.dim);
         self.remove(&id);
-        let slot = self.ids.len() as u32;
-        self.ids.push(id);
-        self.scales.push(vector.scale);
-        self.codes.extend_from_slice(&vector.code);
-        self.rows.extend_from_slice(&vector.row);
+        let slot = self.ids.slots() as u32;
+        self.ids.push(&[id.0]);
+        self.scales.push(&[vector.scale]);
+        self.codes.push(&vector.code);
+        self.rows.push(&vector.row);
         self.live.insert(slot);
         let mut terms: Vec<&String> = terms.iter().collect();
         terms.sort_unstable();
         terms.dedup();
         for term in terms {
-            let p = self.postings.entry(term.clone()).or_default();
-            p.slots.push(slot);
-            p.codes.extend_from_slice(&vector.code);
+            let words = self.words;
+            let p = self
+                .postings
+                .entry(term.clone())
+                .or_insert_with(|| Posting {
+                    slots: Column::new(1, Backed::default()),
+                    codes: Column::new(words, Backed::default()),
+                });
+            p.slots.push(&[slot]);
+            p.codes.push(&vector.code);
         }
         self.added.insert(id, slot);
-        if self.ids.len() as u64 > 2 * self.live.len + 4096 {
+        if self.ids.slots() as u64 > 2 * self.live.len + 4096 {
             *self = VectorTable::from_parts(self.to_parts());
         }
     }
@@ -333,10 +423,13 @@ impl VectorTable {
             return Vec::new();
         }
         let lists: Vec<CodeList<'_>> = match terms {
-            None => vec![CodeList {
-                slots: None,
-                codes: &self.codes,
-            }],
+            None => {
+                let [base, tail] = self.codes.parts();
+                vec![
+                    CodeList::whole(0, base),
+                    CodeList::whole(self.codes.base_slots() as u32, tail),
+                ]
+            }
             Some(terms) => {
                 let mut terms: Vec<&String> = terms.iter().collect();
                 terms.sort_unstable();
@@ -344,28 +437,29 @@ impl VectorTable {
                 terms
                     .into_iter()
                     .filter_map(|t| self.postings.get(t))
-                    .map(|p| CodeList {
-                        slots: Some(&p.slots),
-                        codes: &p.codes,
+                    .flat_map(|p| {
+                        let [slots, tail_slots] = p.slots.parts();
+                        let [codes, tail_codes] = p.codes.parts();
+                        [
+                            CodeList::packed(slots, codes),
+                            CodeList::packed(tail_slots, tail_codes),
+                        ]
                     })
                     .collect()
             }
         };
-        if lists.is_empty() {
-            return Vec::new();
-        }
         let store = Slots {
             dim: self.dim,
-            rows: &self.rows,
-            scales: &self.scales,
+            rows: self.rows.parts(),
+            scales: self.scales.parts(),
         };
         // Dead slots are skipped; so is a slot already seen under another
         // of the requester's terms.
-        let mut skip = self.live.complement(self.ids.len());
+        let mut skip = self.live.complement(self.ids.slots());
         let near = quantize::nearest(store, query, &lists, &mut skip, stages);
         let mut scored: Vec<(MemoryId, f32)> = near
             .into_iter()
-            .map(|(slot, similarity)| (self.ids[slot as usize], similarity))
+            .map(|(slot, similarity)| (self.id(slot), similarity))
             .collect();
         scored.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         scored.truncate(limit);
@@ -376,6 +470,7 @@ impl VectorTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::index::vectors::snapshot;
     use proptest::prelude::*;
 
     fn id(n: u8) -> MemoryId {
@@ -417,7 +512,11 @@ mod tests {
     }
 
     fn run(ops: &[Op], dim: usize) -> VectorTable {
-        let mut table = VectorTable::new(dim);
+        apply(VectorTable::new(dim), ops)
+    }
+
+    fn apply(mut table: VectorTable, ops: &[Op]) -> VectorTable {
+        let dim = table.dim();
         for op in ops {
             match op {
                 Op::Upsert(n, seed, team) => {
@@ -436,14 +535,31 @@ mod tests {
         table
     }
 
+    /// A table written to a snapshot and read back as views of its bytes.
+    fn reloaded(table: &VectorTable) -> VectorTable {
+        let provenance = snapshot::Provenance {
+            model: "m".into(),
+            epoch: "e".into(),
+            watermark: 1,
+        };
+        let bytes = snapshot::encode(&provenance, &table.to_parts());
+        let (_, parts) = snapshot::decode_bytes(&bytes).unwrap();
+        assert!(parts.ids.is_empty() || (parts.rows.is_view() && parts.codes.is_view()));
+        VectorTable::from_parts(parts)
+    }
+
     proptest! {
         /// Whatever the history, a search answers only from the allowed
         /// terms' live memories, and exactly as a table built afresh from
         /// the surviving memories (and one loaded from its parts) does.
         #[test]
-        fn answers_depend_on_content_not_history(ops in ops(), qseed in any::<u64>(), limit in 1usize..30) {
+        fn answers_depend_on_content_not_history(ops in ops(), qseed in any::<u64>(), limit in 1usize..30, cut in any::<prop::sample::Index>()) {
             let dim = 24;
             let table = run(&ops, dim);
+            // The same history with a snapshot read back in the middle: the
+            // later writes land on a table whose loaded slots are views.
+            let cut = cut.index(ops.len() + 1);
+            let resumed = apply(reloaded(&run(&ops[..cut], dim)), &ops[cut..]);
             // The surviving memories, replayed in id order into a new table.
             let mut last: BTreeMap<u8, Option<(u64, bool)>> = BTreeMap::new();
             for op in &ops {
@@ -454,14 +570,16 @@ mod tests {
             }
             let fresh_ops: Vec<Op> = last.iter().filter_map(|(n, v)| v.map(|(s, t)| Op::Upsert(*n, s, t))).collect();
             let fresh = run(&fresh_ops, dim);
-            let loaded = VectorTable::from_parts(table.to_parts());
+            let loaded = reloaded(&table);
             prop_assert_eq!(table.to_parts(), fresh.to_parts());
+            prop_assert_eq!(resumed.to_parts(), fresh.to_parts());
             let q = quantize::query(&vector(qseed, dim)).unwrap();
             // A requester under both terms sees a team memory once.
             for who in [Some(terms(&["team:a"])), Some(terms(&["owner"])), Some(terms(&["team:a", "owner", "team:a"])), None] {
                 let got = table.nearest(&q, who.as_deref(), limit);
                 prop_assert_eq!(&got, &fresh.nearest(&q, who.as_deref(), limit));
                 prop_assert_eq!(&got, &loaded.nearest(&q, who.as_deref(), limit));
+                prop_assert_eq!(&got, &resumed.nearest(&q, who.as_deref(), limit));
                 let mut ids: Vec<_> = got.iter().map(|g| g.0).collect();
                 ids.sort_unstable();
                 ids.dedup();
