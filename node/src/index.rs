@@ -27,16 +27,15 @@ use std::sync::{Arc, Mutex};
 
 use amos_protocol::MemoryId;
 use rusqlite::params;
+use tantivy::columnar::Column;
 use tantivy::query::{
     Bm25StatisticsProvider, BooleanQuery, EnableScoring, Occur, Query, TermQuery,
 };
 use tantivy::schema::{
-    Field, IndexRecordOption, STORED, STRING, Schema, TantivyDocument, TextFieldIndexing,
-    TextOptions, Value,
+    FAST, Field, IndexRecordOption, STRING, Schema, TantivyDocument, TextFieldIndexing, TextOptions,
 };
 use tantivy::{
-    BitSet, DocAddress, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher,
-    TERMINATED, Term, doc,
+    BitSet, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TERMINATED, Term, doc,
 };
 
 mod analyzer;
@@ -54,13 +53,25 @@ const WRITER_HEAP: usize = 64 * 1024 * 1024;
 
 struct Fields {
     id: Field,
+    /// The memory id's first and last 8 bytes (big-endian), as fast-field
+    /// columns: a hit's id is two column reads, not a document-store block
+    /// to decompress (nothing is stored).
+    id_hi: Field,
+    id_lo: Field,
     text: Field,
     access: Field,
 }
 
+/// The column names of [`Fields::id_hi`] and [`Fields::id_lo`].
+const ID_HI: &str = "id_hi";
+const ID_LO: &str = "id_lo";
+
 fn schema() -> (Schema, Fields) {
     let mut b = Schema::builder();
-    let id = b.add_text_field("id", STRING | STORED);
+    // Indexed, to delete a memory's document by it.
+    let id = b.add_text_field("id", STRING);
+    let id_hi = b.add_u64_field(ID_HI, FAST);
+    let id_lo = b.add_u64_field(ID_LO, FAST);
     // The analyzer's name is part of the schema: an index built with
     // another analyzer differs from this schema and is rebuilt on open.
     let text = b.add_text_field(
@@ -72,7 +83,30 @@ fn schema() -> (Schema, Fields) {
         ),
     );
     let access = b.add_text_field("access", STRING);
-    (b.build(), Fields { id, text, access })
+    let fields = Fields {
+        id,
+        id_hi,
+        id_lo,
+        text,
+        access,
+    };
+    (b.build(), fields)
+}
+
+/// A memory id as its two id columns' values.
+fn id_halves(id: &MemoryId) -> (u64, u64) {
+    let (mut hi, mut lo) = ([0u8; 8], [0u8; 8]);
+    hi.copy_from_slice(&id.0[..8]);
+    lo.copy_from_slice(&id.0[8..]);
+    (u64::from_be_bytes(hi), u64::from_be_bytes(lo))
+}
+
+/// The memory id of two id columns' values.
+fn id_of_halves(hi: u64, lo: u64) -> MemoryId {
+    let mut id = [0u8; 16];
+    id[..8].copy_from_slice(&hi.to_be_bytes());
+    id[8..].copy_from_slice(&lo.to_be_bytes());
+    MemoryId(id)
 }
 
 /// What a catch-up did.
@@ -218,7 +252,13 @@ impl RecallIndex {
                 out.removed += 1;
                 continue;
             }
-            let mut d = doc!(self.fields.id => key, self.fields.text => row.text);
+            let (hi, lo) = id_halves(&row.id);
+            let mut d = doc!(
+                self.fields.id => key,
+                self.fields.id_hi => hi,
+                self.fields.id_lo => lo,
+                self.fields.text => row.text,
+            );
             for term in row.access {
                 d.add_text(self.fields.access, term);
             }
@@ -308,14 +348,21 @@ impl RecallIndex {
         let mut out = Vec::with_capacity(limit);
         let sorted = top.into_sorted();
         let tied = sorted.len() > limit;
+        // Each segment's id columns, opened when a hit first needs them.
+        let mut columns: Vec<Option<(Column<u64>, Column<u64>)>> =
+            vec![None; searcher.segment_readers().len()];
         for (score, seg, doc) in sorted {
-            let d: TantivyDocument = searcher.doc(DocAddress::new(seg, doc))?;
-            if let Some(id) = d
-                .get_first(self.fields.id)
-                .and_then(|v| v.as_str())
-                .and_then(parse_id_key)
+            let Some(slot) = columns.get_mut(seg as usize) else {
+                continue;
+            };
+            if slot.is_none() {
+                let fast = searcher.segment_reader(seg).fast_fields();
+                *slot = Some((fast.u64(ID_HI)?, fast.u64(ID_LO)?));
+            }
+            if let Some((hi, lo)) = slot
+                && let (Some(hi), Some(lo)) = (hi.first(doc), lo.first(doc))
             {
-                out.push((id, score));
+                out.push((id_of_halves(hi, lo), score));
             }
         }
         if tied {
@@ -672,17 +719,6 @@ fn id_key(id: &MemoryId) -> String {
     store::hex(&id.0)
 }
 
-fn parse_id_key(s: &str) -> Option<MemoryId> {
-    if s.len() != 32 {
-        return None;
-    }
-    let mut out = [0u8; 16];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(MemoryId(out))
-}
-
 pub(crate) fn lock(path: &std::path::Path) -> Result<File> {
     let f = fs::OpenOptions::new()
         .create(true)
@@ -713,7 +749,19 @@ pub fn dir_size(dir: &std::path::Path) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tantivy::schema::TEXT;
+    use proptest::prelude::*;
+    use tantivy::schema::{STORED, TEXT};
+
+    proptest! {
+        /// A hit's id comes back from the two id columns as it was indexed,
+        /// and the columns order ids as the ids order.
+        #[test]
+        fn an_id_survives_its_two_columns(a in any::<[u8; 16]>(), b in any::<[u8; 16]>()) {
+            let (ha, la) = id_halves(&MemoryId(a));
+            prop_assert_eq!(id_of_halves(ha, la), MemoryId(a));
+            prop_assert_eq!((ha, la).cmp(&id_halves(&MemoryId(b))), a.cmp(&b));
+        }
+    }
 
     /// An index written by another analyzer (here the one before stemming:
     /// tantivy's `default` tokenizer) does not match the schema: it is
