@@ -1,0 +1,67 @@
+//! Recall alone, for profiling it: `search` or `pack` over a workload's
+//! queries against a home that already holds the memories (one kept by
+//! `amos bench --keep`), in this process, and the p50 / p99 of each call.
+//!
+//! ```text
+//! cargo build --release -p amos-node --example recall_loop
+//! perf record --call-graph dwarf target/release/examples/recall_loop HOME pack 2 QUERIES
+//! ```
+//!
+//! HOME is the node home, `search` or `pack` what to time, then the passes
+//! over QUERIES (a workload's `queries.jsonl`). Writes nothing but what a
+//! recall writes anyway (recall counts, latency samples).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use amos_node::{Home, Node, NodeError, Result};
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [home, what, passes, queries] = args.as_slice() else {
+        return Err(NodeError::BadInput(
+            "usage: recall_loop HOME search|pack PASSES QUERIES".into(),
+        ));
+    };
+    let passes: usize = passes
+        .parse()
+        .map_err(|_| NodeError::BadInput(format!("passes: not a number: {passes}")))?;
+    let text = std::fs::read_to_string(queries)
+        .map_err(|e| NodeError::BadInput(format!("reading {queries}: {e}")))?;
+    let mut asks = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let q: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| NodeError::BadInput(format!("a query line: {e}")))?;
+        match (q["as"].as_str(), q["query"].as_str()) {
+            (Some(who), Some(query)) => asks.push((who.to_owned(), query.to_owned())),
+            _ => return Err(NodeError::BadInput("a query line without as/query".into())),
+        }
+    }
+    let mut node = Node::open(&Home::new(PathBuf::from(home)))?;
+    let mut ms = Vec::new();
+    for _ in 0..passes {
+        for (who, query) in &asks {
+            let t0 = Instant::now();
+            let who = node.requester(who)?;
+            match what.as_str() {
+                "pack" => drop(node.pack(&who, query, 1200)?),
+                "search" => drop(node.search(&who, query, 10)?),
+                other => return Err(NodeError::BadInput(format!("not search or pack: {other}"))),
+            }
+            ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    ms.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        ms.get(((ms.len() as f64 - 1.0) * q) as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    println!(
+        "{{\"recall\": \"{what}\", \"calls\": {}, \"p50_ms\": {:.3}, \"p99_ms\": {:.3}}}",
+        ms.len(),
+        at(0.5),
+        at(0.99)
+    );
+    Ok(())
+}
