@@ -126,6 +126,10 @@ pub struct RecallIndex {
     /// The commit `reader` was last loaded at (or an older one): when the
     /// index on disk differs from it, the reader reloads.
     reader_commit: CommitKey,
+    /// The `(epoch, watermark)` of `reader_commit` (or of an older commit):
+    /// while the store has handed out no `seq` past it in that epoch, the
+    /// reader is caught up whatever else was committed since.
+    reader_watermark: Option<(String, i64)>,
     fields: Fields,
     /// Statistics and access sets of the reader's current generation.
     cache: Mutex<GenerationCache>,
@@ -157,7 +161,8 @@ impl RecallIndex {
             }
         };
         index.tokenizers().register(ANALYZER_NAME, analyzer());
-        let reader_commit = commit_key(&index.load_metas()?);
+        let metas = index.load_metas()?;
+        let (reader_commit, reader_watermark) = (commit_key(&metas), payload_watermark(&metas));
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
@@ -168,6 +173,7 @@ impl RecallIndex {
             index,
             reader,
             reader_commit,
+            reader_watermark,
             fields,
             cache: Mutex::default(),
         })
@@ -175,9 +181,13 @@ impl RecallIndex {
 
     /// Load the latest commit on disk into the reader.
     fn reload(&mut self) -> Result<()> {
-        let commit = commit_key(&self.index.load_metas()?);
+        // The commit is read before the reader reloads: if another one
+        // lands between, the reader is newer than what is recorded of it,
+        // never older.
+        let metas = self.index.load_metas()?;
         self.reader.reload()?;
-        self.reader_commit = commit;
+        self.reader_commit = commit_key(&metas);
+        self.reader_watermark = payload_watermark(&metas);
         Ok(())
     }
 
@@ -209,7 +219,16 @@ impl RecallIndex {
         progress: &Progress,
     ) -> Result<CatchUp> {
         let epoch = store.epoch()?;
-        // Cheap check without the lock first: most searches find nothing to do.
+        // Cheapest check first: nothing new in the store since the commit
+        // the reader holds (any later commit indexes the same rows).
+        if !force_rebuild
+            && let Some((e, w)) = &self.reader_watermark
+            && *e == epoch
+            && store.max_seq()? <= *w
+        {
+            return Ok(CatchUp::default());
+        }
+        // Cheap check without the lock next: most searches find nothing to do.
         if !force_rebuild {
             let metas = self.index.load_metas()?;
             if lag_at(&metas, store)? == 0 {
