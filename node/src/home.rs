@@ -198,17 +198,32 @@ impl Home {
 
 /// Write `bytes` to `path` atomically (temp file in the same dir, fsync, rename).
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    write_renamed(path, bytes, mode, true)
+    write_renamed(path, mode, true, |w| w.write_all(bytes))
 }
 
 /// Replace `path` with `bytes` the way [`write_atomic`] does, without the
 /// fsync: for disposable files (a crash of the machine may leave the old
 /// file, an empty one or a torn one, which their reader must detect).
 pub fn write_replacing(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    write_renamed(path, bytes, mode, false)
+    write_renamed(path, mode, false, |w| w.write_all(bytes))
 }
 
-fn write_renamed(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> Result<()> {
+/// [`write_replacing`] with the bytes written by `write` as they are made,
+/// not held whole first.
+pub fn write_replacing_with(
+    path: &Path,
+    mode: u32,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<()> {
+    write_renamed(path, mode, false, write)
+}
+
+fn write_renamed(
+    path: &Path,
+    mode: u32,
+    sync: bool,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(format!(
         ".{}.tmp{}",
@@ -216,14 +231,22 @@ fn write_renamed(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> Result<()>
         std::process::id()
     ));
     let ctx = || format!("writing {}", path.display());
-    let mut f = fs::OpenOptions::new()
+    let f = fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(mode)
         .open(&tmp)
         .map_err(NodeError::io(ctx()))?;
-    f.write_all(bytes).map_err(NodeError::io(ctx()))?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, f);
+    let written = write(&mut out).and_then(|()| out.flush());
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(NodeError::io(ctx())(e));
+    }
+    let f = out
+        .into_inner()
+        .map_err(|e| NodeError::io(ctx())(e.into_error()))?;
     if sync {
         f.sync_all().map_err(NodeError::io(ctx()))?;
     }

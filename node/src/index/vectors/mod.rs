@@ -66,6 +66,8 @@ pub const PERSIST_AFTER: u64 = 256;
 pub const PERSIST_SHARE: u64 = 1024;
 /// From this many rows a catch-up embeds on every core.
 const PARALLEL_FROM: usize = 1024;
+/// Rows a catch-up embeds before it stores their vectors.
+const EMBED_CHUNK: usize = 16_384;
 
 /// An open vector index.
 pub struct VectorIndex {
@@ -153,18 +155,22 @@ impl VectorIndex {
         };
         let (rows, high) = changed_rows(store, held.provenance.watermark)?;
         progress.set_len(rows.len() as u64);
-        let vectors = embed_rows(model, &rows, progress);
-        for (row, vector) in rows.iter().zip(vectors) {
-            match vector {
-                Some(v) => {
-                    held.table.upsert(row.id, v, &row.access);
-                    out.indexed += 1;
-                }
-                // Gone, archived, or with no token the model knows:
-                // nothing to be near.
-                None => {
-                    if held.table.remove(&row.id) && !row.live {
-                        out.removed += 1;
+        // In chunks: the vectors of a chunk are stored before the next is
+        // embedded, not all held at once (a first build at 1M).
+        for chunk in rows.chunks(EMBED_CHUNK) {
+            let vectors = embed_rows(model, chunk, progress);
+            for (row, vector) in chunk.iter().zip(vectors) {
+                match vector {
+                    Some(v) => {
+                        held.table.upsert(row.id, v, &row.access);
+                        out.indexed += 1;
+                    }
+                    // Gone, archived, or with no token the model knows:
+                    // nothing to be near.
+                    None => {
+                        if held.table.remove(&row.id) && !row.live {
+                            out.removed += 1;
+                        }
                     }
                 }
             }
@@ -209,9 +215,20 @@ impl VectorIndex {
         }
         fs::create_dir_all(&self.dir)
             .map_err(NodeError::io("creating the vector index directory"))?;
-        let bytes = snapshot::encode(&held.provenance, &held.table.to_parts());
-        home::write_replacing(&self.file, &bytes, 0o600)?;
+        let parts = held.table.to_parts();
+        home::write_replacing_with(&self.file, 0o600, |out| {
+            snapshot::write(&held.provenance, &parts, out)
+        })?;
+        drop(parts);
         held.unsaved = 0;
+        // Search the file from now on, as a process that loads it does:
+        // the table this process built (or added to) is freed for the map.
+        if let Some(loaded) = self.load()
+            && loaded.provenance == held.provenance
+            && loaded.table.len() == held.table.len()
+        {
+            *held = loaded;
+        }
         Ok(())
     }
 

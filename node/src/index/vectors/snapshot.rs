@@ -22,6 +22,7 @@
 //! and rows need no check: any bits are a code, any bytes a row.
 
 use std::collections::BTreeMap;
+use std::io::{self, Write};
 use std::sync::Arc;
 
 use bytemuck::Pod;
@@ -56,43 +57,64 @@ pub enum SnapshotError {
 
 /// The bytes of a snapshot of `table` made from `provenance`.
 pub fn encode(provenance: &Provenance, table: &TableParts) -> Vec<u8> {
-    let n = table.ids.len();
-    let words = code_words(table.dim);
-    let mut out = Vec::with_capacity(64 + n * (16 + 4 + table.dim + 8 * words) * 2);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&(table.dim as u32).to_le_bytes());
-    out.extend_from_slice(&(n as u32).to_le_bytes());
-    put_str(&mut out, &provenance.model);
-    put_str(&mut out, &provenance.epoch);
-    out.extend_from_slice(&provenance.watermark.to_le_bytes());
-    pad(&mut out);
-    out.extend_from_slice(bytemuck::cast_slice(&table.ids));
-    out.extend_from_slice(bytemuck::cast_slice(&table.scales));
-    pad(&mut out);
-    out.extend_from_slice(bytemuck::cast_slice(&table.codes));
-    out.extend_from_slice(bytemuck::cast_slice(&table.rows));
-    pad(&mut out);
-    out.extend_from_slice(&(table.access.len() as u32).to_le_bytes());
-    for (term, posting) in &table.access {
-        put_str(&mut out, term);
-        out.extend_from_slice(&(posting.slots.len() as u32).to_le_bytes());
-        pad(&mut out);
-        out.extend_from_slice(bytemuck::cast_slice(&posting.slots));
-        pad(&mut out);
-        out.extend_from_slice(bytemuck::cast_slice(&posting.codes));
-    }
+    let mut out = Vec::new();
+    // Writing to a Vec cannot fail.
+    let _ = write(provenance, table, &mut out);
     out
 }
 
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    let bytes = &s.as_bytes()[..s.len().min(u16::MAX as usize)];
-    out.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
-    out.extend_from_slice(bytes);
+/// [`encode`], written to `out` as it is made.
+pub fn write(provenance: &Provenance, table: &TableParts, out: &mut dyn Write) -> io::Result<()> {
+    let mut w = Padded { out, at: 0 };
+    let n = table.ids.len();
+    w.put(MAGIC)?;
+    w.put(&VERSION.to_le_bytes())?;
+    w.put(&(table.dim as u32).to_le_bytes())?;
+    w.put(&(n as u32).to_le_bytes())?;
+    w.put_str(&provenance.model)?;
+    w.put_str(&provenance.epoch)?;
+    w.put(&provenance.watermark.to_le_bytes())?;
+    w.pad()?;
+    w.put(bytemuck::cast_slice(&table.ids))?;
+    w.put(bytemuck::cast_slice(&table.scales))?;
+    w.pad()?;
+    w.put(bytemuck::cast_slice(&table.codes))?;
+    w.put(bytemuck::cast_slice(&table.rows))?;
+    w.pad()?;
+    w.put(&(table.access.len() as u32).to_le_bytes())?;
+    for (term, posting) in &table.access {
+        w.put_str(term)?;
+        w.put(&(posting.slots.len() as u32).to_le_bytes())?;
+        w.pad()?;
+        w.put(bytemuck::cast_slice(&posting.slots))?;
+        w.pad()?;
+        w.put(bytemuck::cast_slice(&posting.codes))?;
+    }
+    Ok(())
 }
 
-fn pad(out: &mut Vec<u8>) {
-    out.resize(out.len().next_multiple_of(8), 0);
+/// A writer that knows its offset, to pad to the next multiple of 8.
+struct Padded<'a> {
+    out: &'a mut dyn Write,
+    at: usize,
+}
+
+impl Padded<'_> {
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.at += bytes.len();
+        self.out.write_all(bytes)
+    }
+
+    fn put_str(&mut self, s: &str) -> io::Result<()> {
+        let bytes = &s.as_bytes()[..s.len().min(u16::MAX as usize)];
+        self.put(&(bytes.len() as u16).to_le_bytes())?;
+        self.put(bytes)
+    }
+
+    fn pad(&mut self) -> io::Result<()> {
+        let n = self.at.next_multiple_of(8) - self.at;
+        self.put(&[0u8; 8][..n])
+    }
 }
 
 /// A cursor over the bytes being decoded.
