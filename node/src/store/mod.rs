@@ -42,11 +42,6 @@ use crate::error::{NodeError, Result};
 
 /// SQLite's page cache per connection, in KiB.
 const PAGE_CACHE_KIB: i64 = 32 * 1024;
-/// How much of the database file SQLite reads through a memory map (the
-/// rest by `pread`): the whole store to about 200,000 memories. Mapped
-/// pages are the kernel's page cache, shared and reclaimable, but they
-/// count in a process's resident set once read.
-const MMAP_BYTES: i64 = 256 * 1024 * 1024;
 
 /// How long a writer waits for another process's write lock.
 pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -125,9 +120,6 @@ impl Store {
         // (SQLite's default is 2 MiB).
         conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)?;
         conn.pragma_update(None, "foreign_keys", true)?;
-        // Read the first pages of the file through a map, not a read each
-        // (recall's row loads were a tenth system calls at 100k).
-        conn.pragma_update(None, "mmap_size", MMAP_BYTES)?;
         schema::migrate(&mut conn).map_err(|e| match e {
             NodeError::Db(e) => corrupt_if_not_db(path)(e),
             e => e,
