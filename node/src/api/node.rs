@@ -1228,7 +1228,8 @@ mod tests {
             .conn()
             .prepare("SELECT id, content, content_fact, acl_fact FROM memories ORDER BY seq")
             .unwrap();
-        let rows: Vec<(Vec<u8>, String, Vec<u8>, Vec<u8>)> = stmt
+        type Row = (Vec<u8>, String, Vec<u8>, Vec<u8>);
+        let rows: Vec<Row> = stmt
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
             .unwrap()
             .collect::<std::result::Result<_, _>>()
