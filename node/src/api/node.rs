@@ -889,9 +889,10 @@ pub(crate) fn sign_all(
 /// time (the last chunk may be shorter), on the calling thread (the one
 /// holding the transaction). ed25519 signing is most of a batched write's
 /// work, so from two chunks on, other threads (one per further core, at
-/// most one per chunk after the first) sign chunks ahead while `put` writes the ones already signed, and
-/// the calling thread signs too whenever the next chunk is not ready yet:
-/// signing and writing overlap instead of taking turns. The signatures are
+/// most one per chunk after the first) sign chunks ahead while `put`
+/// writes the ones already signed, and the calling thread signs too
+/// whenever the next chunk is not ready yet: signing and writing overlap
+/// instead of taking turns. The signatures are
 /// the same bytes whichever thread makes them (ed25519 is deterministic).
 /// The first error, from signing or from `put`, ends the batch; the chunks
 /// after it are not handed to `put`.
