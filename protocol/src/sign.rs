@@ -13,6 +13,7 @@ use curve25519_dalek::{EdwardsPoint, Scalar};
 use ed25519_dalek::hazmat::ExpandedSecretKey;
 use ed25519_dalek::{Signer, SigningKey};
 use sha2::{Digest, Sha512};
+use zeroize::Zeroize;
 
 use crate::{Fact, NodeId, ProtocolError, codec};
 
@@ -79,10 +80,11 @@ impl NodeIdentity {
             fact.validate()?;
             messages.push(signing_bytes(fact));
         }
-        let expanded = ExpandedSecretKey::from(&self.key.to_bytes());
+        // Zeroed on drop, as the one `sign` makes for each signature.
+        let expanded = ExpandedSecretKey::from(self.key.as_bytes());
         let public = self.key.verifying_key();
         // r = H(prefix || M) mod l, R = rB.
-        let nonces: Vec<Scalar> = messages
+        let mut nonces: Vec<Scalar> = messages
             .iter()
             .map(|m| {
                 Scalar::from_hash(
@@ -109,6 +111,9 @@ impl NodeIdentity {
             signature[32..].copy_from_slice(s.as_bytes());
             out.push(Verified(SignedFact { fact, signature }));
         }
+        // The nonces are as secret as the key (any one of them with its
+        // signature gives the key away): not left behind in freed memory.
+        nonces.zeroize();
         Ok(out)
     }
 
