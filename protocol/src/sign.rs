@@ -9,7 +9,11 @@
 //! this node just signed itself.
 
 use bincode::{Decode, Encode};
+use curve25519_dalek::{EdwardsPoint, Scalar};
+use ed25519_dalek::hazmat::ExpandedSecretKey;
 use ed25519_dalek::{Signer, SigningKey};
+use sha2::{Digest, Sha512};
+use zeroize::Zeroize;
 
 use crate::{Fact, NodeId, ProtocolError, codec};
 
@@ -54,6 +58,63 @@ impl NodeIdentity {
         fact.validate()?;
         let signature = self.key.sign(&signing_bytes(&fact)).to_bytes();
         Ok(Verified(SignedFact { fact, signature }))
+    }
+
+    /// Sign facts this node authored: the same signatures, byte for byte, as
+    /// [`NodeIdentity::sign`] of each (ed25519 is deterministic), and the
+    /// same checks, for less work. RFC 8032 §5.1.6 as ed25519-dalek's signer
+    /// does it, except that the nonce points `R = rB` of the whole batch are
+    /// encoded with one field inversion (Montgomery's trick,
+    /// `EdwardsPoint::compress_batch_alloc`) instead of one each — about a
+    /// third of a signature's cost — and the key is expanded once.
+    /// A unit test holds it to `sign` on every kind of fact.
+    pub fn sign_batch(&self, facts: Vec<Fact>) -> Result<Vec<Verified<SignedFact>>, ProtocolError> {
+        let me = self.node_id();
+        let mut messages = Vec::with_capacity(facts.len());
+        for fact in &facts {
+            if fact.author() != me {
+                return Err(ProtocolError::InvalidFact(
+                    "a node can only sign facts stamped with its own clock".into(),
+                ));
+            }
+            fact.validate()?;
+            messages.push(signing_bytes(fact));
+        }
+        // Zeroed on drop, as the one `sign` makes for each signature.
+        let expanded = ExpandedSecretKey::from(self.key.as_bytes());
+        let public = self.key.verifying_key();
+        // r = H(prefix || M) mod l, R = rB.
+        let mut nonces: Vec<Scalar> = messages
+            .iter()
+            .map(|m| {
+                Scalar::from_hash(
+                    Sha512::new()
+                        .chain_update(expanded.hash_prefix)
+                        .chain_update(m),
+                )
+            })
+            .collect();
+        let points: Vec<EdwardsPoint> = nonces.iter().map(EdwardsPoint::mul_base).collect();
+        let encoded = EdwardsPoint::compress_batch_alloc(&points);
+        let mut out = Vec::with_capacity(facts.len());
+        for (((fact, m), r), big_r) in facts.into_iter().zip(&messages).zip(&nonces).zip(&encoded) {
+            // k = H(R || A || M) mod l, S = k·s + r; the signature is R || S.
+            let k = Scalar::from_hash(
+                Sha512::new()
+                    .chain_update(big_r.as_bytes())
+                    .chain_update(public.as_bytes())
+                    .chain_update(m),
+            );
+            let s = k * expanded.scalar + r;
+            let mut signature = [0u8; 64];
+            signature[..32].copy_from_slice(big_r.as_bytes());
+            signature[32..].copy_from_slice(s.as_bytes());
+            out.push(Verified(SignedFact { fact, signature }));
+        }
+        // The nonces are as secret as the key (any one of them with its
+        // signature gives the key away): not left behind in freed memory.
+        nonces.zeroize();
+        Ok(out)
     }
 
     /// Sign arbitrary bytes. Callers inside this crate own the domain
@@ -234,7 +295,90 @@ mod tests {
         })
     }
 
+    /// Facts by `identity(seed)`, of every kind `arb_body` makes.
+    fn arb_facts(seed: u8) -> impl Strategy<Value = Vec<Fact>> {
+        let node = identity(seed).node_id();
+        prop::collection::vec((arb_body(node), any::<u64>(), any::<u32>()), 0..40).prop_map(
+            move |v| {
+                v.into_iter()
+                    .map(|(body, wall_ms, logical)| Fact {
+                        clock: Hlc {
+                            wall_ms,
+                            logical,
+                            node,
+                        },
+                        body,
+                    })
+                    .collect()
+            },
+        )
+    }
+
+    /// A batch signed with one inversion holds exactly the signatures
+    /// ed25519-dalek's signer makes one by one, and each verifies.
+    #[test]
+    fn a_batch_is_signed_as_each_alone() {
+        let id = identity(3);
+        let node = id.node_id();
+        let facts: Vec<Fact> = (0..300u32)
+            .map(|i| Fact {
+                clock: Hlc {
+                    wall_ms: 1_000 + u64::from(i),
+                    logical: i,
+                    node,
+                },
+                body: FactBody::MemoryTombstone(MemoryTombstone {
+                    id: MemoryId([i as u8; 16]),
+                    fixed: MemoryFixed {
+                        owner: AgentId::parse("a").unwrap(),
+                        created_ms: u64::from(i),
+                        origin: node,
+                    },
+                }),
+            })
+            .collect();
+        let batch = id.sign_batch(facts.clone()).unwrap();
+        assert_eq!(batch.len(), facts.len());
+        for (b, f) in batch.iter().zip(facts) {
+            assert_eq!(**b, *id.sign(f).unwrap());
+            SignedFact::decode_verified(&b.to_bytes()).unwrap();
+        }
+        assert!(id.sign_batch(Vec::new()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_batch_with_another_nodes_fact_is_refused() {
+        let (me, other) = (identity(1), identity(2));
+        let fact = |node| Fact {
+            clock: Hlc {
+                wall_ms: 5,
+                logical: 0,
+                node,
+            },
+            body: FactBody::MemoryTombstone(MemoryTombstone {
+                id: MemoryId([1; 16]),
+                fixed: MemoryFixed {
+                    owner: AgentId::parse("a").unwrap(),
+                    created_ms: 1,
+                    origin: me.node_id(),
+                },
+            }),
+        };
+        let facts = vec![fact(me.node_id()), fact(other.node_id())];
+        assert!(me.sign_batch(facts).is_err());
+    }
+
     proptest! {
+        #[test]
+        fn a_batch_signs_every_kind_as_sign_does(facts in arb_facts(5)) {
+            let id = identity(5);
+            let batch = id.sign_batch(facts.clone()).unwrap();
+            prop_assert_eq!(batch.len(), facts.len());
+            for (b, f) in batch.iter().zip(facts) {
+                prop_assert_eq!(&**b, &*id.sign(f).unwrap());
+            }
+        }
+
         #[test]
         fn wire_round_trip(f in arb_signed()) {
             let bytes = f.to_bytes();

@@ -725,16 +725,21 @@ impl Node {
                     body: acl,
                 });
             }
-            // Fresh ids: each memory is one new row (content, then acl).
-            let facts = sign_all(identity, unsigned)?;
-            let mut facts = facts.into_iter();
-            while let (Some(content), Some(acl)) = (facts.next(), facts.next()) {
-                tx.put_new_memory(
-                    &admit_local(identity, content)?,
-                    &admit_local(identity, acl)?,
-                )?;
-            }
-            Ok(())
+            // Fresh ids: each memory is one new row (content, then acl; a
+            // chunk is even, so a pair never straddles two).
+            sign_each(identity, unsigned, |chunk| {
+                let mut facts = chunk.into_iter();
+                while let Some(content) = facts.next() {
+                    let acl = facts.next().ok_or_else(|| {
+                        NodeError::Corrupt("a memory's content fact came without its acl".into())
+                    })?;
+                    tx.put_new_memory(
+                        &admit_local(identity, content)?,
+                        &admit_local(identity, acl)?,
+                    )?;
+                }
+                Ok(())
+            })
         })?;
         Ok(ids)
     }
@@ -862,50 +867,129 @@ impl Node {
     }
 }
 
-/// Sign facts, spreading large batches over the machine's cores (ed25519
-/// signing is the bulk of a batched write).
+/// Facts signed per chunk: one field inversion for the chunk
+/// ([`NodeIdentity::sign_batch`]), and the unit of work handed between
+/// threads. Even, so a memory's content and acl facts share a chunk.
+pub(crate) const SIGN_CHUNK: usize = 64;
+
+/// Sign facts, in order ([`sign_each`] collected).
 pub(crate) fn sign_all(
     identity: &NodeIdentity,
     facts: Vec<Fact>,
 ) -> Result<Vec<Verified<SignedFact>>> {
-    const PARALLEL_MIN: usize = 64;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if facts.len() < PARALLEL_MIN || threads < 2 {
-        return facts
-            .into_iter()
-            .map(|f| identity.sign(f).map_err(NodeError::from))
-            .collect();
-    }
-    let chunk = facts.len().div_ceil(threads);
-    let mut chunks: Vec<Vec<Fact>> = Vec::new();
+    let mut out = Vec::with_capacity(facts.len());
+    sign_each(identity, facts, |chunk| {
+        out.extend(chunk);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Sign `facts` and hand them to `put` in their order, [`SIGN_CHUNK`] at a
+/// time (the last chunk may be shorter), on the calling thread (the one
+/// holding the transaction). ed25519 signing is most of a batched write's
+/// work, so from two chunks on, other threads (one per further core, at
+/// most one per chunk after the first) sign chunks ahead while `put`
+/// writes the ones already signed, and the calling thread signs too
+/// whenever the next chunk is not ready yet: signing and writing overlap
+/// instead of taking turns. The signatures are
+/// the same bytes whichever thread makes them (ed25519 is deterministic).
+/// The first error, from signing or from `put`, ends the batch; the chunks
+/// after it are not handed to `put`.
+pub(crate) fn sign_each(
+    identity: &NodeIdentity,
+    facts: Vec<Fact>,
+    mut put: impl FnMut(Vec<Verified<SignedFact>>) -> Result<()>,
+) -> Result<()> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc;
+
+    let sign = |chunk: Vec<Fact>| identity.sign_batch(chunk).map_err(NodeError::from);
+    let mut chunks: Vec<Vec<Fact>> = Vec::with_capacity(facts.len().div_ceil(SIGN_CHUNK));
     let mut it = facts.into_iter().peekable();
     while it.peek().is_some() {
-        chunks.push(it.by_ref().take(chunk).collect());
+        chunks.push(it.by_ref().take(SIGN_CHUNK).collect());
     }
-    let results: Vec<Result<Vec<Verified<SignedFact>>>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = chunks
-            .into_iter()
-            .map(|c| {
+    let helpers = std::thread::available_parallelism().map_or(1, |n| n.get()) - 1;
+    let helpers = helpers.min(chunks.len().saturating_sub(1));
+    if helpers == 0 {
+        for chunk in chunks {
+            put(sign(chunk)?)?;
+        }
+        return Ok(());
+    }
+    let n = chunks.len();
+    // Each chunk is taken once: the counter says which is next, the slot
+    // holds it until then.
+    let slots: Vec<Mutex<Option<Vec<Fact>>>> =
+        chunks.into_iter().map(|c| Mutex::new(Some(c))).collect();
+    let next = AtomicUsize::new(0);
+    let claim = || -> Option<(usize, Vec<Fact>)> {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let slot = slots.get(i)?;
+        let chunk = slot.lock().unwrap_or_else(|p| p.into_inner()).take()?;
+        Some((i, chunk))
+    };
+    type Signed = Result<Vec<Verified<SignedFact>>>;
+    std::thread::scope(|scope| {
+        let (send, signed) = mpsc::channel::<(usize, Signed)>();
+        let handles: Vec<_> = (0..helpers)
+            .map(|_| {
+                let send = send.clone();
+                let claim = &claim;
+                let sign = &sign;
                 scope.spawn(move || {
-                    c.into_iter()
-                        .map(|f| identity.sign(f).map_err(NodeError::from))
-                        .collect::<Result<Vec<_>>>()
+                    while let Some((i, chunk)) = claim() {
+                        // The receiver is gone once the batch failed.
+                        if send.send((i, sign(chunk))).is_err() {
+                            break;
+                        }
+                    }
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(NodeError::Corrupt("a signing thread panicked".into())))
-            })
-            .collect()
-    });
-    let mut out = Vec::new();
-    for r in results {
-        out.extend(r?);
-    }
-    Ok(out)
+        drop(send);
+        let mut ready: Vec<Option<Signed>> = (0..n).map(|_| None).collect();
+        let mut written = || -> Result<()> {
+            for want in 0..n {
+                loop {
+                    if let Some(done) = ready[want].take() {
+                        put(done?)?;
+                        break;
+                    }
+                    while let Ok((i, done)) = signed.try_recv() {
+                        ready[i] = Some(done);
+                    }
+                    if ready[want].is_some() {
+                        continue;
+                    }
+                    if let Some((i, chunk)) = claim() {
+                        ready[i] = Some(sign(chunk));
+                        continue;
+                    }
+                    // Every chunk is taken: wait for a helper's.
+                    let (i, done) = signed.recv().map_err(|_| {
+                        NodeError::Corrupt("a signing thread stopped before its chunk".into())
+                    })?;
+                    ready[i] = Some(done);
+                }
+            }
+            Ok(())
+        };
+        let out = written();
+        // Stop the helpers: nothing more to claim, nobody to send to.
+        next.store(n, Ordering::Relaxed);
+        drop(signed);
+        let mut panicked = false;
+        for h in handles {
+            panicked |= h.join().is_err();
+        }
+        match out {
+            Ok(()) if panicked => Err(NodeError::Corrupt("a signing thread panicked".into())),
+            out => out,
+        }
+    })
 }
 
 /// Whether this node may author the record and memberships of `scope`
@@ -1023,5 +1107,148 @@ fn fixed_of(rec: &MemoryRecord) -> MemoryFixed {
         owner: rec.owner.clone(),
         created_ms: rec.created_ms,
         origin: rec.origin,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use amos_protocol::{Hlc, MemoryTombstone};
+
+    use super::*;
+
+    fn tombstones(id: &NodeIdentity, n: usize) -> Vec<Fact> {
+        let node = id.node_id();
+        (0..n)
+            .map(|i| Fact {
+                clock: Hlc {
+                    wall_ms: 1_000,
+                    logical: i as u32,
+                    node,
+                },
+                body: FactBody::MemoryTombstone(MemoryTombstone {
+                    id: MemoryId((i as u128).to_be_bytes()),
+                    fixed: MemoryFixed {
+                        owner: AgentId::parse("a").unwrap(),
+                        created_ms: 1,
+                        origin: node,
+                    },
+                }),
+            })
+            .collect()
+    }
+
+    /// Whatever thread signs a chunk, `put` sees every fact once, in order,
+    /// signed exactly as `sign` signs it alone, in chunks of `SIGN_CHUNK`.
+    #[test]
+    fn sign_each_hands_every_fact_over_in_order() {
+        let id = NodeIdentity::from_secret([9; 32]);
+        for n in [0, 1, 63, 64, 65, 129, 1000, 2001] {
+            let facts = tombstones(&id, n);
+            let mut seen = Vec::new();
+            let mut sizes = Vec::new();
+            sign_each(&id, facts.clone(), |chunk| {
+                sizes.push(chunk.len());
+                seen.extend(chunk);
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(seen.len(), n);
+            for (s, f) in seen.iter().zip(facts) {
+                assert_eq!(**s, *id.sign(f).unwrap());
+            }
+            let (last, whole) = sizes.split_last().map_or((0, &[][..]), |(l, w)| (*l, w));
+            assert!(whole.iter().all(|s| *s == SIGN_CHUNK), "{n}: {sizes:?}");
+            assert!((1..=SIGN_CHUNK).contains(&last) || n == 0, "{n}: {sizes:?}");
+        }
+    }
+
+    /// The first error ends the batch: from `put`, no later chunk is handed
+    /// over; from signing (another node's fact in the middle), the error is
+    /// returned and no chunk from it on reaches `put`.
+    #[test]
+    fn sign_each_stops_at_the_first_error() {
+        let id = NodeIdentity::from_secret([9; 32]);
+        let mut calls = 0;
+        let out = sign_each(&id, tombstones(&id, 1000), |_| {
+            calls += 1;
+            if calls == 3 {
+                return Err(NodeError::BadInput("stop".into()));
+            }
+            Ok(())
+        });
+        assert!(matches!(out, Err(NodeError::BadInput(_))));
+        assert_eq!(calls, 3);
+
+        let other = NodeIdentity::from_secret([8; 32]);
+        let mut facts = tombstones(&id, 1000);
+        facts[500] = tombstones(&other, 1).remove(0);
+        let mut handed = 0;
+        let out = sign_each(&id, facts, |chunk| {
+            handed += chunk.len();
+            Ok(())
+        });
+        assert!(out.is_err());
+        assert!(handed <= 500 - 500 % SIGN_CHUNK, "{handed}");
+    }
+
+    /// A batch large enough to be signed on several threads stores rows whose
+    /// facts all verify as this node's, content then acl, with clocks rising
+    /// with `seq`, in the order given.
+    #[test]
+    fn add_many_stores_verified_facts_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::new(dir.path().join("home"));
+        Node::init(&home, Some("a")).unwrap();
+        let mut node = Node::open(&home).unwrap();
+        node.agent_add("alice", "test", &[]).unwrap();
+        let alice = node.requester("alice").unwrap();
+        let items: Vec<_> = (0..300)
+            .map(|i| {
+                let new = NewMemory {
+                    text: format!("memory number {i}"),
+                    kind: MemoryType::parse("note").unwrap(),
+                    share: if i % 2 == 0 {
+                        vec![]
+                    } else {
+                        vec![Scope::Agent(AgentId::parse("alice").unwrap())]
+                    },
+                    tags: vec![],
+                    importance: 0.5,
+                    pinned: false,
+                    expires_ms: None,
+                    supersedes: None,
+                    validity: Validity::default(),
+                };
+                (&alice, new)
+            })
+            .collect();
+        let ids = node.add_many(items).unwrap();
+        let me = node.node_id();
+        let mut stmt = node
+            .store
+            .conn()
+            .prepare("SELECT id, content, content_fact, acl_fact FROM memories ORDER BY seq")
+            .unwrap();
+        type Row = (Vec<u8>, String, Vec<u8>, Vec<u8>);
+        let rows: Vec<Row> = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .unwrap()
+            .collect::<std::result::Result<_, _>>()
+            .unwrap();
+        assert_eq!(rows.len(), 300);
+        let mut last: Option<Hlc> = None;
+        for (i, ((mid, text, content, acl), id)) in rows.iter().zip(&ids).enumerate() {
+            assert_eq!(&mid[..], &id.0[..]);
+            assert_eq!(text, &format!("memory number {i}"));
+            let content = SignedFact::decode_verified(content).unwrap();
+            let acl = SignedFact::decode_verified(acl).unwrap();
+            assert!(matches!(&content.fact.body, FactBody::MemoryContent(c) if c.id == *id));
+            assert!(matches!(&acl.fact.body, FactBody::MemoryAcl(a) if a.id == *id));
+            for f in [&content, &acl] {
+                assert_eq!(f.fact.author(), me);
+                assert!(last.is_none_or(|l| l < f.fact.clock));
+                last = Some(f.fact.clock);
+            }
+        }
     }
 }

@@ -179,7 +179,7 @@ impl<T: for<'de> Deserialize<'de>> JsonlReader<T> {
 
 /// Create `org`'s teams, agents and projects on `node`; the agents'
 /// requesters by name.
-pub(super) fn build_org(node: &mut Node, org: &Org) -> Result<HashMap<String, AuthorizedScopes>> {
+pub fn build_org(node: &mut Node, org: &Org) -> Result<HashMap<String, AuthorizedScopes>> {
     for team in org.teams.keys() {
         node.team_create(team, None)?;
     }

@@ -30,7 +30,7 @@ mod sync;
 mod text;
 mod workload;
 
-pub use corpus::{BenchConfig, BenchReport, run};
+pub use corpus::{BenchConfig, BenchReport, build_org, run};
 pub use generate::{
     DEFAULT_SEED, GenerateConfig, GenerateReport, VisibilityMix, generate, is_framed, org,
 };

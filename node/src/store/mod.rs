@@ -588,6 +588,14 @@ impl Tx<'_> {
         self.tx
             .prepare_cached("DELETE FROM memory_grants WHERE memory = ?1")?
             .execute([&id.0[..]])?;
+        self.insert_memory_grants(id, effective)
+    }
+
+    /// Add memory `id`'s rows in `memory_grants`, for a row that has none
+    /// (one just inserted: the foreign key and the cascade keep a memory's
+    /// grant rows from outliving it, and a left-over one would fail the
+    /// insert on the primary key, never be kept twice).
+    fn insert_memory_grants(&self, id: &MemoryId, effective: &Grants) -> Result<()> {
         let mut ins = self
             .tx
             .prepare_cached("INSERT INTO memory_grants(memory, scope) VALUES (?1, ?2)")?;
@@ -717,7 +725,7 @@ impl Tx<'_> {
             m.validity.from_ms.map(|t| t as i64),
             m.validity.to_ms.map(|t| t as i64),
         ])?;
-        self.write_memory_grants(&m.id, effective)
+        self.insert_memory_grants(&m.id, effective)
     }
 
     /// Set local-only memory state (archived flag); moves `touched` so the

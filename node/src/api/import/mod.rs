@@ -36,7 +36,7 @@ use amos_protocol::{
 use rusqlite::Connection;
 use serde::Serialize;
 
-use super::node::{Node, admit_local, check_org_authority, check_validity, sign_all};
+use super::node::{Node, admit_local, check_org_authority, check_validity, sign_each};
 use crate::error::{NodeError, Result};
 use crate::progress::Progress;
 use crate::store::moves;
@@ -781,21 +781,30 @@ impl Node {
                 });
             }
             report.facts = unsigned.len();
-            let facts = sign_all(identity, unsigned)?;
-            let mut facts = facts.into_iter();
-            for f in facts.by_ref().take(n_org) {
-                tx.put(&admit_local(identity, f)?)?;
-            }
-            let mut pairs = facts.by_ref().take(n_mem);
-            while let (Some(content), Some(acl)) = (pairs.next(), pairs.next()) {
-                tx.put_new_memory(
-                    &admit_local(identity, content)?,
-                    &admit_local(identity, acl)?,
-                )?;
-                progress.inc(1);
-            }
-            for f in facts {
-                tx.put(&admit_local(identity, f)?)?;
+            // Written as signed, in order (`sign_each`): the org facts, the
+            // memories as new rows (content, then acl; a pair may straddle
+            // two chunks), then the rest.
+            let mut at = 0usize;
+            let mut content = None;
+            sign_each(identity, unsigned, |chunk| {
+                for f in chunk {
+                    let i = at;
+                    at += 1;
+                    if i < n_org || i >= n_org + n_mem {
+                        tx.put(&admit_local(identity, f)?)?;
+                    } else if let Some(c) = content.take() {
+                        tx.put_new_memory(&admit_local(identity, c)?, &admit_local(identity, f)?)?;
+                        progress.inc(1);
+                    } else {
+                        content = Some(f);
+                    }
+                }
+                Ok(())
+            })?;
+            if content.is_some() {
+                return Err(NodeError::Corrupt(
+                    "an imported memory's content fact came without its acl".into(),
+                ));
             }
             for id in &archived {
                 tx.set_archived(id, true)?;
@@ -813,6 +822,61 @@ pub fn bad_line(file: &str, line: usize, why: impl std::fmt::Display) -> NodeErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An import large enough to be signed on several threads, with its
+    /// agent's fact ahead of the memories (so their pairs straddle the
+    /// signed chunks), stores each memory as one row whose facts verify as
+    /// this node's, content then acl, clocks rising with `seq`.
+    #[test]
+    fn a_large_import_stores_every_memory_verified_and_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = crate::home::Home::new(dir.path().join("home"));
+        Node::init(&home, Some("a")).unwrap();
+        let mut node = Node::open(&home).unwrap();
+        let alice = AgentId::parse("alice").unwrap();
+        let mut plan = Plan::new(Source::Mem0);
+        plan.agents.insert(alice.clone());
+        for i in 0..301 {
+            let text = format!("imported memory {i}");
+            plan.memories.push(PlanMemory::of_agent(
+                &alice,
+                &i.to_string(),
+                text,
+                &[],
+                vec![],
+                None,
+            ));
+        }
+        let report = node
+            .import(&plan, false, &crate::progress::Progress::hidden())
+            .unwrap();
+        assert_eq!(report.memories, 301);
+        let mut stmt = node
+            .store
+            .conn()
+            .prepare("SELECT content, content_fact, acl_fact FROM memories ORDER BY seq")
+            .unwrap();
+        type Row = (String, Vec<u8>, Vec<u8>);
+        let rows: Vec<Row> = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<std::result::Result<_, _>>()
+            .unwrap();
+        assert_eq!(rows.len(), 301);
+        let mut last: Option<amos_protocol::Hlc> = None;
+        for (i, (text, content, acl)) in rows.iter().enumerate() {
+            assert_eq!(text, &format!("imported memory {i}"));
+            let content = amos_protocol::SignedFact::decode_verified(content).unwrap();
+            let acl = amos_protocol::SignedFact::decode_verified(acl).unwrap();
+            assert!(matches!(&content.fact.body, FactBody::MemoryContent(_)));
+            assert!(matches!(&acl.fact.body, FactBody::MemoryAcl(_)));
+            for f in [&content, &acl] {
+                assert_eq!(f.fact.author(), node.node_id());
+                assert!(last.is_none_or(|l| l < f.fact.clock));
+                last = Some(f.fact.clock);
+            }
+        }
+    }
 
     #[test]
     fn times_parse() {
