@@ -249,41 +249,59 @@ impl RecallIndex {
                 0
             }
         };
-        let (rows, high) = changed_rows(store, from)?;
-        if rows.is_empty() && !out.rebuilt {
+        let open = |index: &Index| -> Result<IndexWriter<TantivyDocument>> {
+            index
+                .writer_with_num_threads(1, WRITER_HEAP)
+                .map_err(|e| NodeError::Index(format!("opening index writer: {e}")))
+        };
+        // Opened by the first row, or now for a rebuild (which commits even
+        // an empty store).
+        let mut writer = None;
+        if out.rebuilt {
+            let w = open(&self.index)?;
+            w.delete_all_documents()?;
+            writer = Some(w);
+        }
+        let (index, fields) = (&self.index, &self.fields);
+        let high = changed_rows(
+            store,
+            from,
+            ROW_CHUNK,
+            |n| progress.set_len(n),
+            |rows| {
+                let writer = match &mut writer {
+                    Some(w) => w,
+                    None => writer.insert(open(index)?),
+                };
+                for row in rows {
+                    progress.inc(1);
+                    let key = id_key(&row.id);
+                    writer.delete_term(Term::from_field_text(fields.id, &key));
+                    if !row.live {
+                        out.removed += 1;
+                        continue;
+                    }
+                    let (hi, lo) = id_halves(&row.id);
+                    let mut d = doc!(
+                        fields.id => key,
+                        fields.id_hi => hi,
+                        fields.id_lo => lo,
+                        fields.text => row.text,
+                    );
+                    for term in row.access {
+                        d.add_text(fields.access, term);
+                    }
+                    writer.add_document(d)?;
+                    out.indexed += 1;
+                }
+                Ok(())
+            },
+        )?;
+        let Some(mut writer) = writer else {
             // Someone else caught up meanwhile.
             self.reload()?;
             return Ok(out);
-        }
-        let mut writer: IndexWriter<TantivyDocument> = self
-            .index
-            .writer_with_num_threads(1, WRITER_HEAP)
-            .map_err(|e| NodeError::Index(format!("opening index writer: {e}")))?;
-        if out.rebuilt {
-            writer.delete_all_documents()?;
-        }
-        progress.set_len(rows.len() as u64);
-        for row in rows {
-            progress.inc(1);
-            let key = id_key(&row.id);
-            writer.delete_term(Term::from_field_text(self.fields.id, &key));
-            if !row.live {
-                out.removed += 1;
-                continue;
-            }
-            let (hi, lo) = id_halves(&row.id);
-            let mut d = doc!(
-                self.fields.id => key,
-                self.fields.id_hi => hi,
-                self.fields.id_lo => lo,
-                self.fields.text => row.text,
-            );
-            for term in row.access {
-                d.add_text(self.fields.access, term);
-            }
-            writer.add_document(d)?;
-            out.indexed += 1;
-        }
+        };
         let mut prepared = writer.prepare_commit()?;
         prepared.set_payload(&format!("{PAYLOAD_PREFIX} {epoch} {high}"));
         prepared.commit()?;
@@ -650,18 +668,35 @@ pub(crate) struct IndexRow {
     pub live: bool,
 }
 
-/// Every memory row touched after `from`, and the store's high-water mark
-/// they were read at.
-pub(crate) fn changed_rows(store: &mut Store, from: i64) -> Result<(Vec<IndexRow>, i64)> {
+/// Rows a catch-up reads before it hands them on (see [`changed_rows`]).
+pub(crate) const ROW_CHUNK: usize = 16_384;
+
+/// Every memory row touched after `from`, handed to `each` in chunks of at
+/// most `chunk` rows as they are read (never all of them at once: a first
+/// build at 1M), all in one read snapshot; `start` is told their number
+/// first. Returns the store's high-water mark they were read at.
+pub(crate) fn changed_rows(
+    store: &mut Store,
+    from: i64,
+    chunk: usize,
+    start: impl FnOnce(u64),
+    mut each: impl FnMut(Vec<IndexRow>) -> Result<()>,
+) -> Result<i64> {
     store.read(|conn| {
         let high = store::max_seq(conn)?;
+        let total: i64 = conn.query_row(
+            "SELECT count(*) FROM memories WHERE touched > ?1 AND touched <= ?2",
+            params![from, high],
+            |r| r.get(0),
+        )?;
+        start(total as u64);
         let mut stmt = conn.prepare(
             "SELECT id, content, tags, kind, CASE WHEN owner_trusted = 1 THEN owner END, effective,
                     content_fact IS NOT NULL AND tombstone_fact IS NULL AND archived = 0
              FROM memories WHERE touched > ?1 AND touched <= ?2",
         )?;
         let mut rows = stmt.query(params![from, high])?;
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(chunk.min(total as usize));
         while let Some(r) = rows.next()? {
             let Some(id) = MemoryId::from_slice(&r.get::<_, Vec<u8>>(0)?) else {
                 continue;
@@ -696,8 +731,14 @@ pub(crate) fn changed_rows(store: &mut Store, from: i64) -> Result<(Vec<IndexRow
                 access,
                 live: r.get(6)?,
             });
+            if out.len() >= chunk.max(1) {
+                each(std::mem::take(&mut out))?;
+            }
         }
-        Ok((out, high))
+        if !out.is_empty() {
+            each(out)?;
+        }
+        Ok(high)
     })
 }
 
@@ -768,8 +809,61 @@ pub fn dir_size(dir: &std::path::Path) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::{NewMemory, Node};
     use proptest::prelude::*;
     use tantivy::schema::{STORED, TEXT};
+
+    /// Changed rows come in chunks of at most the size asked for, each row
+    /// once, all of them, after their number; a watermark leaves out what
+    /// it covers.
+    #[test]
+    fn changed_rows_come_in_chunks_each_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::new(dir.path().join("home"));
+        Node::init(&home, Some("a")).unwrap();
+        let mut node = Node::open(&home).unwrap();
+        node.agent_add("alice", "test", &[]).unwrap();
+        let alice = node.requester("alice").unwrap();
+        let items = (0..10).map(|i| (&alice, NewMemory::new(format!("memory {i}"))));
+        let mut ids = node.add_many(items.collect()).unwrap();
+        drop(node);
+        let mut store = Store::open(&home.db_path()).unwrap();
+        for chunk in [1, 3, 10, 64] {
+            let (mut total, mut seen, mut sizes) = (None, Vec::new(), Vec::new());
+            let high = changed_rows(
+                &mut store,
+                0,
+                chunk,
+                |n| total = Some(n),
+                |rows| {
+                    sizes.push(rows.len());
+                    seen.extend(rows.into_iter().map(|r| r.id));
+                    Ok(())
+                },
+            )
+            .unwrap();
+            assert_eq!(total, Some(10));
+            assert!(sizes.iter().all(|s| (1..=chunk).contains(s)), "{sizes:?}");
+            seen.sort_unstable();
+            ids.sort_unstable();
+            assert_eq!(seen, ids, "chunk {chunk}");
+            assert_eq!(high, store.max_seq().unwrap());
+        }
+        let high = store.max_seq().unwrap();
+        let mut none = 0;
+        changed_rows(
+            &mut store,
+            high,
+            3,
+            |_| {},
+            |rows| {
+                none += rows.len();
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(none, 0);
+    }
 
     proptest! {
         /// A hit's id comes back from the two id columns as it was indexed,

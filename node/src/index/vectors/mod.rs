@@ -49,7 +49,7 @@ use self::backing::Source;
 use self::quantize::Quantized;
 use self::snapshot::Provenance;
 use self::table::VectorTable;
-use super::{CatchUp, IndexRow, changed_rows, lock};
+use super::{CatchUp, IndexRow, ROW_CHUNK, changed_rows, lock};
 use crate::error::{NodeError, Result};
 use crate::home::{self, Home};
 use crate::progress::Progress;
@@ -66,8 +66,6 @@ pub const PERSIST_AFTER: u64 = 256;
 pub const PERSIST_SHARE: u64 = 1024;
 /// From this many rows a catch-up embeds on every core.
 const PARALLEL_FROM: usize = 1024;
-/// Rows a catch-up embeds before it stores their vectors.
-const EMBED_CHUNK: usize = 16_384;
 
 /// An open vector index.
 pub struct VectorIndex {
@@ -153,30 +151,38 @@ impl VectorIndex {
                 }
             },
         };
-        let (rows, high) = changed_rows(store, held.provenance.watermark)?;
-        progress.set_len(rows.len() as u64);
-        // In chunks: the vectors of a chunk are stored before the next is
-        // embedded, not all held at once (a first build at 1M).
-        for chunk in rows.chunks(EMBED_CHUNK) {
-            let vectors = embed_rows(model, chunk, progress);
-            for (row, vector) in chunk.iter().zip(vectors) {
-                match vector {
-                    Some(v) => {
-                        held.table.upsert(row.id, v, &row.access);
-                        out.indexed += 1;
-                    }
-                    // Gone, archived, or with no token the model knows:
-                    // nothing to be near.
-                    None => {
-                        if held.table.remove(&row.id) && !row.live {
-                            out.removed += 1;
+        // In chunks: the rows of a chunk are embedded and stored before the
+        // next is read, not all held at once (a first build at 1M).
+        let mut changed = 0u64;
+        let from = held.provenance.watermark;
+        let high = changed_rows(
+            store,
+            from,
+            ROW_CHUNK,
+            |n| progress.set_len(n),
+            |rows| {
+                changed += rows.len() as u64;
+                let vectors = embed_rows(model, &rows, progress);
+                for (row, vector) in rows.iter().zip(vectors) {
+                    match vector {
+                        Some(v) => {
+                            held.table.upsert(row.id, v, &row.access);
+                            out.indexed += 1;
+                        }
+                        // Gone, archived, or with no token the model knows:
+                        // nothing to be near.
+                        None => {
+                            if held.table.remove(&row.id) && !row.live {
+                                out.removed += 1;
+                            }
                         }
                     }
                 }
-            }
-        }
+                Ok(())
+            },
+        )?;
         held.provenance.watermark = high;
-        held.unsaved += rows.len() as u64;
+        held.unsaved += changed;
         let ahead = held.unsaved > 0
             && (held.unsaved >= PERSIST_AFTER || held.unsaved * PERSIST_SHARE >= held.table.len());
         if out.rebuilt || ahead {
