@@ -263,10 +263,13 @@ impl RecallIndex {
             writer = Some(w);
         }
         let (index, fields) = (&self.index, &self.fields);
+        // The rows in one piece: read in chunks between the writer's own
+        // allocations, they left the heap fragmented (resident after a 1M
+        // build 462 → 1,265 MiB, against a peak 60 MiB lower).
         let high = changed_rows(
             store,
             from,
-            ROW_CHUNK,
+            usize::MAX,
             |n| progress.set_len(n),
             |rows| {
                 let writer = match &mut writer {
