@@ -117,7 +117,7 @@ impl StaticModel {
             // failing here is a build defect, not bad input.
             let vocab = vocab::BuiltinVocab::new(builtin::VOCAB, builtin::VOCAB_TABLE)
                 .expect("the built-in vocabulary's table fits its list");
-            let tokenizer = WordPiece::from_json_and_list(builtin::TOKENIZER, Some(vocab))
+            let tokenizer = WordPiece::from_json_with_vocab(builtin::TOKENIZER, Some(vocab))
                 .expect("the built-in tokenizer is valid");
             // The built-in files are named by their checksums: no need to
             // hash 12 MB on every start.

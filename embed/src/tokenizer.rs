@@ -109,12 +109,12 @@ pub struct WordPiece {
 impl WordPiece {
     /// Reads a Hugging Face `tokenizer.json` of a BERT-style WordPiece model.
     pub fn from_json(bytes: &[u8]) -> Result<Self, ModelError> {
-        Self::from_json_and_list(bytes, None)
+        Self::from_json_with_vocab(bytes, None)
     }
 
     /// A `tokenizer.json` whose vocabulary is given apart, laid out at build
     /// time: how the built-in model is compiled in.
-    pub(crate) fn from_json_and_list(
+    pub(crate) fn from_json_with_vocab(
         bytes: &[u8],
         builtin: Option<BuiltinVocab>,
     ) -> Result<Self, ModelError> {

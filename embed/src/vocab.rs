@@ -5,7 +5,8 @@
 //! process that embeds one query pays a few probes, not 30,000 inserts
 //! before its first lookup. A user's is read from its `tokenizer.json` into
 //! a hash map. Both hash with [`token_hash`]. Must never: panic or allocate
-//! on a lookup (the built-in table's layout is checked once, when opened).
+//! on a lookup (the built-in table's entries are read with bounds; its
+//! shape is checked once, when opened).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -81,8 +82,10 @@ fn u32_at(bytes: &[u8], i: usize) -> u32 {
 
 impl BuiltinVocab {
     /// The vocabulary of `tokens` (one a line) laid out in `table` (a `u32`
-    /// slot count, the slots, the line starts), or `None` if the layout
-    /// does not fit the list.
+    /// slot count, the slots, the line starts), or `None` if the layout's
+    /// shape does not fit the list. Only the shape is checked (no pass over
+    /// the table at every start): a lookup reads every entry with bounds, so
+    /// an entry that does not fit finds nothing rather than panicking.
     pub(crate) fn new(tokens: &'static str, table: &'static [u8]) -> Option<Self> {
         let slots = u32::from_le_bytes(table.get(..4)?.try_into().ok()?) as usize;
         if !slots.is_power_of_two() {
@@ -94,14 +97,8 @@ impl BuiltinVocab {
         }
         let len = starts.len() / 4 - 1;
         let tokens = tokens.as_bytes();
-        // Lines in order, each ended by a newline but the last.
-        let ends_ok = (0..len).all(|i| {
-            let (a, b) = (u32_at(starts, i) as usize, u32_at(starts, i + 1) as usize);
-            a < b && b <= tokens.len() + 1 && (b == tokens.len() + 1 || tokens[b - 1] == b'\n')
-        });
-        let last_ok = u32_at(starts, len) as usize == tokens.len() + 1;
-        let slots_ok = (0..slots).all(|i| (u16_at(slot_bytes, i) as usize) <= len);
-        (u32_at(starts, 0) == 0 && ends_ok && last_ok && slots_ok).then_some(BuiltinVocab {
+        let shape = u32_at(starts, 0) == 0 && u32_at(starts, len) as usize == tokens.len() + 1;
+        shape.then_some(BuiltinVocab {
             tokens,
             slots: slot_bytes,
             starts,
@@ -109,12 +106,17 @@ impl BuiltinVocab {
         })
     }
 
-    fn token(&self, id: usize) -> &'static [u8] {
+    /// Token `id`'s bytes (its line without the newline), if the table's
+    /// entry for it lies in the list.
+    fn token(&self, id: usize) -> Option<&'static [u8]> {
+        if id >= self.len {
+            return None;
+        }
         let (a, b) = (
             u32_at(self.starts, id) as usize,
             u32_at(self.starts, id + 1) as usize,
         );
-        &self.tokens[a..b - 1]
+        self.tokens.get(a..b.checked_sub(1)?)
     }
 
     fn get(&self, token: &str) -> Option<u32> {
@@ -126,7 +128,7 @@ impl BuiltinVocab {
                 0 => return None,
                 s => s as usize - 1,
             };
-            if self.token(id) == token.as_bytes() {
+            if self.token(id) == Some(token.as_bytes()) {
                 return Some(id as u32);
             }
             i = (i + 1) & mask;
@@ -157,20 +159,30 @@ mod tests {
     }
 
     #[test]
-    fn a_table_that_does_not_fit_its_list_is_refused() {
+    fn a_table_that_does_not_fit_its_list_is_refused_or_finds_nothing() {
         let list = ["a", "b"];
         let good = layout(&list, 4);
         assert!(BuiltinVocab::new("a\nb", leak(good.clone())).is_some());
         // Another list, a truncated table, a slot count that is not a power
-        // of two, a slot naming an id past the list.
+        // of two: refused.
         assert!(BuiltinVocab::new("a\nbc", leak(good.clone())).is_none());
         assert!(BuiltinVocab::new("a\nb", leak(good[..good.len() - 1].to_vec())).is_none());
         let mut three = good.clone();
         three[0] = 3;
         assert!(BuiltinVocab::new("a\nb", leak(three)).is_none());
-        let mut past = good.clone();
-        past[4] = 9;
-        assert!(BuiltinVocab::new("a\nb", leak(past)).is_none());
         assert!(BuiltinVocab::new("a\nb", &[]).is_none());
+        // Slots naming ids past the list, line starts past the text: the
+        // lookups find nothing, and never panic.
+        let mut past = good.clone();
+        for b in &mut past[4..4 + 2 * 4] {
+            *b = 0x7f;
+        }
+        let v = BuiltinVocab::new("a\nb", leak(past)).unwrap();
+        assert_eq!((v.get("a"), v.get("b"), v.get("c")), (None, None, None));
+        let mut starts = good;
+        let at = starts.len() - 8;
+        starts[at..at + 4].copy_from_slice(&40u32.to_le_bytes());
+        let v = BuiltinVocab::new("a\nb", leak(starts)).unwrap();
+        assert_eq!((v.get("a"), v.get("b")), (None, None));
     }
 }

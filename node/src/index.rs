@@ -812,7 +812,7 @@ pub fn dir_size(dir: &std::path::Path) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{NewMemory, Node};
+    use crate::api::NewMemory;
     use proptest::prelude::*;
     use tantivy::schema::{STORED, TEXT};
 
@@ -821,12 +821,7 @@ mod tests {
     /// it covers.
     #[test]
     fn changed_rows_come_in_chunks_each_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let home = Home::new(dir.path().join("home"));
-        Node::init(&home, Some("a")).unwrap();
-        let mut node = Node::open(&home).unwrap();
-        node.agent_add("alice", "test", &[]).unwrap();
-        let alice = node.requester("alice").unwrap();
+        let (_dir, home, mut node, alice) = crate::api::node::test_node("alice");
         let items = (0..10).map(|i| (&alice, NewMemory::new(format!("memory {i}"))));
         let mut ids = node.add_many(items.collect()).unwrap();
         drop(node);

@@ -1110,6 +1110,20 @@ fn fixed_of(rec: &MemoryRecord) -> MemoryFixed {
     }
 }
 
+/// A new node in a temporary home (kept while the `TempDir` lives) with
+/// one registered agent, and that agent as a requester: the set-up of the
+/// crate's tests that write memories through the node.
+#[cfg(test)]
+pub(crate) fn test_node(agent: &str) -> (tempfile::TempDir, Home, Node, AuthorizedScopes) {
+    let dir = tempfile::tempdir().unwrap();
+    let home = Home::new(dir.path().join("home"));
+    Node::init(&home, Some("a")).unwrap();
+    let mut node = Node::open(&home).unwrap();
+    node.agent_add(agent, "test", &[]).unwrap();
+    let who = node.requester(agent).unwrap();
+    (dir, home, node, who)
+}
+
 #[cfg(test)]
 mod tests {
     use amos_protocol::{Hlc, MemoryTombstone};
@@ -1196,12 +1210,7 @@ mod tests {
     /// with `seq`, in the order given.
     #[test]
     fn add_many_stores_verified_facts_in_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let home = Home::new(dir.path().join("home"));
-        Node::init(&home, Some("a")).unwrap();
-        let mut node = Node::open(&home).unwrap();
-        node.agent_add("alice", "test", &[]).unwrap();
-        let alice = node.requester("alice").unwrap();
+        let (_dir, _home, mut node, alice) = test_node("alice");
         let items: Vec<_> = (0..300)
             .map(|i| {
                 let new = NewMemory {

@@ -8,7 +8,7 @@
 //! views of its sections, [`Backed`]. Must never: hand out a view that is
 //! not aligned for its type or not inside its source (checked when the view
 //! is made, by [`Backed::view`]), or let anything write through a view (a
-//! table that changes a mapped array copies it first, [`Backed::to_mut`]).
+//! table appends what it adds to arrays of its own, `table::Column`).
 
 use std::fmt;
 use std::fs::File;
@@ -60,6 +60,7 @@ impl Source {
 }
 
 /// An array of `T`, owned or a section of a [`Source`].
+#[derive(Clone)]
 pub enum Backed<T: Pod> {
     Owned(Vec<T>),
     View {
@@ -84,17 +85,6 @@ impl<T: Pod> Backed<T> {
             len,
             of: PhantomData,
         })
-    }
-
-    /// The values, to change: a view is copied into memory first.
-    pub fn to_mut(&mut self) -> &mut Vec<T> {
-        if let Backed::View { .. } = self {
-            *self = Backed::Owned(self.to_vec());
-        }
-        match self {
-            Backed::Owned(v) => v,
-            Backed::View { .. } => unreachable!("made owned above"),
-        }
     }
 
     /// Whether the values are read where they lie in a source.
@@ -130,22 +120,6 @@ impl<T: Pod> From<Vec<T>> for Backed<T> {
     }
 }
 
-impl<T: Pod> Clone for Backed<T> {
-    fn clone(&self) -> Self {
-        match self {
-            Backed::Owned(v) => Backed::Owned(v.clone()),
-            Backed::View {
-                source, start, len, ..
-            } => Backed::View {
-                source: Arc::clone(source),
-                start: *start,
-                len: *len,
-                of: PhantomData,
-            },
-        }
-    }
-}
-
 impl<T: Pod + PartialEq> PartialEq for Backed<T> {
     fn eq(&self, other: &Self) -> bool {
         **self == **other
@@ -172,16 +146,5 @@ mod tests {
         assert!(Backed::<u32>::view(&source, usize::MAX, 1).is_none());
         assert!(Backed::<u32>::view(&source, 0, usize::MAX).is_none());
         assert_eq!(&*Backed::<u8>::view(&source, 8, 1).unwrap(), &[3]);
-    }
-
-    #[test]
-    fn changing_a_view_copies_it_and_leaves_the_source() {
-        let source = Arc::new(Source::copy_of(&[5, 6, 7, 8]));
-        let mut v = Backed::<u8>::view(&source, 1, 2).unwrap();
-        let before = v.clone();
-        v.to_mut().push(9);
-        assert!(!v.is_view() && before.is_view());
-        assert_eq!((&*v, &*before), (&[6, 7, 9][..], &[6, 7][..]));
-        assert_eq!(source.bytes(), &[5, 6, 7, 8]);
     }
 }
