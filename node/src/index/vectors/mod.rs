@@ -221,11 +221,12 @@ impl VectorIndex {
         }
         fs::create_dir_all(&self.dir)
             .map_err(NodeError::io("creating the vector index directory"))?;
-        let parts = held.table.to_parts();
+        // Written from the table where it lies: no second copy in file order.
+        let image = held.table.image();
         home::write_replacing_with(&self.file, 0o600, |out| {
-            snapshot::write(&held.provenance, &parts, out)
+            snapshot::write(&held.provenance, &image, out)
         })?;
-        drop(parts);
+        drop(image);
         held.unsaved = 0;
         // Search the file from now on, as a process that loads it does:
         // the table this process built (or added to) is freed for the map.

@@ -55,6 +55,45 @@ pub enum SnapshotError {
     Malformed(&'static str),
 }
 
+/// What a snapshot is written from: `len` vectors in memory-id order and
+/// the access terms they are found under, each array handed over in
+/// pieces, so a table is written where it lies, never first copied into
+/// file order ([`TableParts`] is one piece per array; a
+/// [`VectorTable`](super::table::VectorTable) one per vector).
+pub trait Image {
+    fn dim(&self) -> usize;
+    fn len(&self) -> usize;
+    fn ids(&self) -> Pieces<'_, [u8; 16]>;
+    fn scales(&self) -> Pieces<'_, f32>;
+    /// `code_words(dim)` per vector.
+    fn codes(&self) -> Pieces<'_, u64>;
+    /// `dim` per vector.
+    fn rows(&self) -> Pieces<'_, i8>;
+    /// Every access term with at least one vector, ascending.
+    fn terms(&self) -> Vec<ImageTerm<'_>>;
+    /// Vector `i`'s sign code (`i < len`), for [`TermCodes::OfVectors`].
+    fn code(&self, i: u32) -> &[u64];
+}
+
+/// One of an array's pieces after another, in order.
+pub type Pieces<'a, T> = Box<dyn Iterator<Item = &'a [T]> + 'a>;
+
+/// An access term of an [`Image`]: its vectors (ascending, each below
+/// `len`) and their sign codes.
+pub struct ImageTerm<'a> {
+    pub term: &'a str,
+    pub slots: &'a [u32],
+    pub codes: TermCodes<'a>,
+}
+
+/// Where an [`ImageTerm`]'s packed codes come from.
+pub enum TermCodes<'a> {
+    /// As they were read (a decoded file's, written back as they were).
+    Stored(&'a [u64]),
+    /// Each slot's vector's own code.
+    OfVectors,
+}
+
 /// The bytes of a snapshot of `table` made from `provenance`.
 pub fn encode(provenance: &Provenance, table: &TableParts) -> Vec<u8> {
     let mut out = Vec::new();
@@ -63,34 +102,86 @@ pub fn encode(provenance: &Provenance, table: &TableParts) -> Vec<u8> {
     out
 }
 
-/// [`encode`], written to `out` as it is made.
-pub fn write(provenance: &Provenance, table: &TableParts, out: &mut dyn Write) -> io::Result<()> {
+/// The snapshot of `image` made from `provenance`, written to `out` as it
+/// is made ([`encode`] of the same content gives the same bytes).
+pub fn write(provenance: &Provenance, image: &dyn Image, out: &mut dyn Write) -> io::Result<()> {
     let mut w = Padded { out, at: 0 };
-    let n = table.ids.len();
+    let n = image.len();
     w.put(MAGIC)?;
     w.put(&VERSION.to_le_bytes())?;
-    w.put(&(table.dim as u32).to_le_bytes())?;
+    w.put(&(image.dim() as u32).to_le_bytes())?;
     w.put(&(n as u32).to_le_bytes())?;
     w.put_str(&provenance.model)?;
     w.put_str(&provenance.epoch)?;
     w.put(&provenance.watermark.to_le_bytes())?;
     w.pad()?;
-    w.put(bytemuck::cast_slice(&table.ids))?;
-    w.put(bytemuck::cast_slice(&table.scales))?;
+    w.put_all(image.ids())?;
+    w.put_all(image.scales())?;
     w.pad()?;
-    w.put(bytemuck::cast_slice(&table.codes))?;
-    w.put(bytemuck::cast_slice(&table.rows))?;
+    w.put_all(image.codes())?;
+    w.put_all(image.rows())?;
     w.pad()?;
-    w.put(&(table.access.len() as u32).to_le_bytes())?;
-    for (term, posting) in &table.access {
-        w.put_str(term)?;
-        w.put(&(posting.slots.len() as u32).to_le_bytes())?;
+    let terms = image.terms();
+    w.put(&(terms.len() as u32).to_le_bytes())?;
+    for t in terms {
+        w.put_str(t.term)?;
+        w.put(&(t.slots.len() as u32).to_le_bytes())?;
         w.pad()?;
-        w.put(bytemuck::cast_slice(&posting.slots))?;
+        w.put(bytemuck::cast_slice(t.slots))?;
         w.pad()?;
-        w.put(bytemuck::cast_slice(&posting.codes))?;
+        match t.codes {
+            TermCodes::Stored(codes) => w.put(bytemuck::cast_slice(codes))?,
+            TermCodes::OfVectors => {
+                for s in t.slots {
+                    w.put(bytemuck::cast_slice(image.code(*s)))?;
+                }
+            }
+        }
     }
     Ok(())
+}
+
+impl Image for TableParts {
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    fn ids(&self) -> Pieces<'_, [u8; 16]> {
+        Box::new(std::iter::once(&self.ids[..]))
+    }
+
+    fn scales(&self) -> Pieces<'_, f32> {
+        Box::new(std::iter::once(&self.scales[..]))
+    }
+
+    fn codes(&self) -> Pieces<'_, u64> {
+        Box::new(std::iter::once(&self.codes[..]))
+    }
+
+    fn rows(&self) -> Pieces<'_, i8> {
+        Box::new(std::iter::once(&self.rows[..]))
+    }
+
+    fn terms(&self) -> Vec<ImageTerm<'_>> {
+        self.access
+            .iter()
+            .map(|(term, p)| ImageTerm {
+                term,
+                slots: &p.slots,
+                codes: TermCodes::Stored(&p.codes),
+            })
+            .collect()
+    }
+
+    fn code(&self, i: u32) -> &[u64] {
+        let w = code_words(self.dim);
+        let i = i as usize;
+        &self.codes[i * w..(i + 1) * w]
+    }
 }
 
 /// A writer that knows its offset, to pad to the next multiple of 8.
@@ -109,6 +200,13 @@ impl Padded<'_> {
         let bytes = &s.as_bytes()[..s.len().min(u16::MAX as usize)];
         self.put(&(bytes.len() as u16).to_le_bytes())?;
         self.put(bytes)
+    }
+
+    fn put_all<T: Pod>(&mut self, pieces: Pieces<'_, T>) -> io::Result<()> {
+        for piece in pieces {
+            self.put(bytemuck::cast_slice(piece))?;
+        }
+        Ok(())
     }
 
     fn pad(&mut self) -> io::Result<()> {

@@ -31,6 +31,7 @@ use bytemuck::Pod;
 
 use super::backing::Backed;
 use super::quantize::{self, CodeList, Quantized, Query, Slots, Stages};
+use super::snapshot::{Image, ImageTerm, Pieces, TermCodes};
 
 /// What a search for `limit` keeps at each stage: the `by_sign` it scores
 /// exactly by their rows, chosen from the `by_code` nearest by sign codes.
@@ -214,6 +215,67 @@ pub struct PostingParts {
     pub codes: Backed<u64>,
 }
 
+/// A table's live vectors renumbered `0..len` in memory-id order, with
+/// each term's vectors in that numbering (see [`VectorTable::image`]).
+pub struct Ordered<'a> {
+    table: &'a VectorTable,
+    /// New number → slot.
+    order: Vec<u32>,
+    terms: Vec<(&'a str, Vec<u32>)>,
+}
+
+/// An array's pieces in one run.
+fn gather<T: Pod>(pieces: Pieces<'_, T>) -> Vec<T> {
+    pieces.flatten().copied().collect()
+}
+
+impl Ordered<'_> {
+    fn pieces<'s, T: Pod>(&'s self, column: &'s Column<T>) -> Pieces<'s, T> {
+        Box::new(self.order.iter().map(move |s| column.get(*s as usize)))
+    }
+}
+
+impl Image for Ordered<'_> {
+    fn dim(&self) -> usize {
+        self.table.dim
+    }
+
+    fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    fn ids(&self) -> Pieces<'_, [u8; 16]> {
+        self.pieces(&self.table.ids)
+    }
+
+    fn scales(&self) -> Pieces<'_, f32> {
+        self.pieces(&self.table.scales)
+    }
+
+    fn codes(&self) -> Pieces<'_, u64> {
+        self.pieces(&self.table.codes)
+    }
+
+    fn rows(&self) -> Pieces<'_, i8> {
+        self.pieces(&self.table.rows)
+    }
+
+    fn terms(&self) -> Vec<ImageTerm<'_>> {
+        self.terms
+            .iter()
+            .map(|(term, slots)| ImageTerm {
+                term,
+                slots,
+                codes: TermCodes::OfVectors,
+            })
+            .collect()
+    }
+
+    fn code(&self, i: u32) -> &[u64] {
+        self.table.codes.get(self.order[i as usize] as usize)
+    }
+}
+
 impl VectorTable {
     /// An empty table of `dim`-dimensional vectors.
     pub fn new(dim: usize) -> VectorTable {
@@ -263,47 +325,25 @@ impl VectorTable {
     }
 
     /// The live vectors, in memory-id order (the same content gives the
-    /// same parts, whatever the history of slots).
+    /// same parts, whatever the history of slots), copied out.
     pub fn to_parts(&self) -> TableParts {
-        let mut slots: Vec<u32> = self.live.iter().collect();
-        slots.sort_by_key(|s| self.id(*s));
-        let mut renumber = HashMap::with_capacity(slots.len());
-        let (mut ids, mut scales) = (Vec::with_capacity(slots.len()), Vec::new());
-        let mut codes = Vec::with_capacity(slots.len() * self.words);
-        let mut rows = Vec::with_capacity(slots.len() * self.dim);
-        for (new, slot) in slots.iter().enumerate() {
-            let s = *slot as usize;
-            renumber.insert(*slot, new as u32);
-            ids.extend_from_slice(self.ids.get(s));
-            scales.extend_from_slice(self.scales.get(s));
-            codes.extend_from_slice(self.codes.get(s));
-            rows.extend_from_slice(self.rows.get(s));
-        }
-        let mut access = BTreeMap::new();
-        for (term, posting) in &self.postings {
-            let mut renumbered: Vec<u32> = posting
-                .slots
-                .parts()
-                .into_iter()
-                .flatten()
-                .filter_map(|s| renumber.get(s).copied())
-                .collect();
-            if renumbered.is_empty() {
-                continue;
-            }
-            renumbered.sort_unstable();
-            let w = self.words;
-            let term_codes = renumbered
-                .iter()
-                .flat_map(|s| &codes[*s as usize * w..(*s as usize + 1) * w])
-                .copied()
-                .collect();
-            let p = PostingParts {
-                slots: renumbered.into(),
-                codes: Backed::Owned(term_codes),
-            };
-            access.insert(term.clone(), p);
-        }
+        let image = self.image();
+        let ids = gather(image.ids());
+        let scales = gather(image.scales());
+        let codes = gather(image.codes());
+        let rows = gather(image.rows());
+        let access = image
+            .terms()
+            .into_iter()
+            .map(|t| {
+                let term_codes = t.slots.iter().flat_map(|s| image.code(*s)).copied();
+                let p = PostingParts {
+                    slots: t.slots.to_vec().into(),
+                    codes: Backed::Owned(term_codes.collect()),
+                };
+                (t.term.to_owned(), p)
+            })
+            .collect();
         TableParts {
             dim: self.dim,
             ids: ids.into(),
@@ -311,6 +351,38 @@ impl VectorTable {
             codes: codes.into(),
             rows: rows.into(),
             access,
+        }
+    }
+
+    /// The live vectors in memory-id order, read where they lie: what a
+    /// snapshot is written from without a copy of the table.
+    pub fn image(&self) -> Ordered<'_> {
+        let mut order: Vec<u32> = self.live.iter().collect();
+        order.sort_by_key(|s| self.id(*s));
+        let mut renumber = vec![u32::MAX; self.ids.slots()];
+        for (new, slot) in order.iter().enumerate() {
+            renumber[*slot as usize] = new as u32;
+        }
+        let terms = self
+            .postings
+            .iter()
+            .filter_map(|(term, posting)| {
+                let mut slots: Vec<u32> = posting
+                    .slots
+                    .parts()
+                    .into_iter()
+                    .flatten()
+                    .map(|s| renumber[*s as usize])
+                    .filter(|s| *s != u32::MAX)
+                    .collect();
+                slots.sort_unstable();
+                (!slots.is_empty()).then(|| (term.as_str(), slots))
+            })
+            .collect();
+        Ordered {
+            table: self,
+            order,
+            terms,
         }
     }
 
@@ -543,6 +615,10 @@ mod tests {
             watermark: 1,
         };
         let bytes = snapshot::encode(&provenance, &table.to_parts());
+        // Written from the table where it lies, the same bytes.
+        let mut streamed = Vec::new();
+        snapshot::write(&provenance, &table.image(), &mut streamed).unwrap();
+        assert_eq!(streamed, bytes);
         let (_, parts) = snapshot::decode_bytes(&bytes).unwrap();
         assert!(parts.ids.is_empty() || (parts.rows.is_view() && parts.codes.is_view()));
         VectorTable::from_parts(parts)
