@@ -121,8 +121,9 @@ pub(crate) fn bookkeeping(
     now_ms: u64,
 ) -> Result<()> {
     let stale_before = now_ms.saturating_sub(RECALL_NOTE_EVERY_MS) as i64;
-    let stale: Vec<MemoryId> = {
-        let mut stmt = store.conn().prepare_cached(
+    // One read transaction for the lookups (one WAL read lock, not one each).
+    let stale: Vec<MemoryId> = store.read(|conn| {
+        let mut stmt = conn.prepare_cached(
             "SELECT 1 FROM memories WHERE id = ?1 AND (last_access_ms IS NULL OR last_access_ms < ?2)",
         )?;
         let mut out = Vec::new();
@@ -131,8 +132,8 @@ pub(crate) fn bookkeeping(
                 out.push(*id);
             }
         }
-        out
-    };
+        Ok(out)
+    })?;
     let wait = match stale.is_empty() {
         true => Duration::ZERO,
         false => Duration::from_millis(50),
