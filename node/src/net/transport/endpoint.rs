@@ -44,7 +44,7 @@ fn quinn_server_config(
 /// side asks the other to acknowledge within a millisecond (the ACK
 /// frequency extension) instead of up to 25 ms. A session's last packet —
 /// a stream's end — would otherwise wait a delayed ACK before the session
-/// may close: 25 ms of an idle sync's 6 (design §7).
+/// may close: 25 ms against an idle sync's 6 (docs/design.md §7.4).
 fn transport() -> Arc<quinn::TransportConfig> {
     let mut ack = quinn::AckFrequencyConfig::default();
     ack.max_ack_delay(Some(Duration::from_millis(1)));
