@@ -32,6 +32,7 @@
 //! SQLite and gates them.
 
 pub mod backing;
+pub mod image;
 pub mod quantize;
 pub mod snapshot;
 pub mod table;

@@ -28,6 +28,7 @@ use std::sync::Arc;
 use bytemuck::Pod;
 
 use super::backing::{Backed, Source};
+use super::image::{Image, ImageTerm, Pieces, TermCodes};
 use super::quantize::code_words;
 use super::table::{PostingParts, TableParts};
 
@@ -53,45 +54,6 @@ pub enum SnapshotError {
     Truncated,
     #[error("the vector index file is malformed: {0}")]
     Malformed(&'static str),
-}
-
-/// What a snapshot is written from: `len` vectors in memory-id order and
-/// the access terms they are found under, each array handed over in
-/// pieces, so a table is written where it lies, never first copied into
-/// file order ([`TableParts`] is one piece per array; a
-/// [`VectorTable`](super::table::VectorTable) one per vector).
-pub trait Image {
-    fn dim(&self) -> usize;
-    fn len(&self) -> usize;
-    fn ids(&self) -> Pieces<'_, [u8; 16]>;
-    fn scales(&self) -> Pieces<'_, f32>;
-    /// `code_words(dim)` per vector.
-    fn codes(&self) -> Pieces<'_, u64>;
-    /// `dim` per vector.
-    fn rows(&self) -> Pieces<'_, i8>;
-    /// Every access term with at least one vector, ascending.
-    fn terms(&self) -> Vec<ImageTerm<'_>>;
-    /// Vector `i`'s sign code (`i < len`), for [`TermCodes::OfVectors`].
-    fn code(&self, i: u32) -> &[u64];
-}
-
-/// One of an array's pieces after another, in order.
-pub type Pieces<'a, T> = Box<dyn Iterator<Item = &'a [T]> + 'a>;
-
-/// An access term of an [`Image`]: its vectors (ascending, each below
-/// `len`) and their sign codes.
-pub struct ImageTerm<'a> {
-    pub term: &'a str,
-    pub slots: &'a [u32],
-    pub codes: TermCodes<'a>,
-}
-
-/// Where an [`ImageTerm`]'s packed codes come from.
-pub enum TermCodes<'a> {
-    /// As they were read (a decoded file's, written back as they were).
-    Stored(&'a [u64]),
-    /// Each slot's vector's own code.
-    OfVectors,
 }
 
 /// The bytes of a snapshot of `table` made from `provenance`.

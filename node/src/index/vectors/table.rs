@@ -30,8 +30,8 @@ use amos_protocol::MemoryId;
 use bytemuck::Pod;
 
 use super::backing::Backed;
+use super::image::{Image, ImageTerm, Pieces, TermCodes};
 use super::quantize::{self, CodeList, Quantized, Query, Slots, Stages};
-use super::snapshot::{Image, ImageTerm, Pieces, TermCodes};
 
 /// What a search for `limit` keeps at each stage: the `by_sign` it scores
 /// exactly by their rows, chosen from the `by_code` nearest by sign codes.
@@ -376,7 +376,7 @@ impl VectorTable {
                     .filter(|s| *s != u32::MAX)
                     .collect();
                 slots.sort_unstable();
-                (!slots.is_empty()).then(|| (term.as_str(), slots))
+                (!slots.is_empty()).then_some((term.as_str(), slots))
             })
             .collect();
         Ordered {
