@@ -277,13 +277,12 @@ impl RecallIndex {
                 // holds a delete until the commit, about 1 KiB for each
                 // term deleted alone (1M: a gigabyte), a few bytes a term
                 // in a set. A rebuilt index has none to delete.
+                let keys: Vec<String> = rows.iter().map(|r| id_key(&r.id)).collect();
                 if !rebuilt {
-                    let ids = rows
-                        .iter()
-                        .map(|r| Term::from_field_text(fields.id, &id_key(&r.id)));
-                    writer.delete_query(Box::new(TermSetQuery::new(ids)))?;
+                    let terms = keys.iter().map(|k| Term::from_field_text(fields.id, k));
+                    writer.delete_query(Box::new(TermSetQuery::new(terms)))?;
                 }
-                for row in rows {
+                for (row, key) in rows.into_iter().zip(keys) {
                     progress.inc(1);
                     if !row.live {
                         out.removed += 1;
@@ -291,7 +290,7 @@ impl RecallIndex {
                     }
                     let (hi, lo) = id_halves(&row.id);
                     let mut d = doc!(
-                        fields.id => id_key(&row.id),
+                        fields.id => key,
                         fields.id_hi => hi,
                         fields.id_lo => lo,
                         fields.text => row.text,

@@ -105,11 +105,9 @@ impl Node {
             vectors,
             store,
         } = self.recall_parts(opts.mode)?;
-        // Every read below in one read transaction: the gate, the time view
-        // and resonance see one snapshot of the store, and SQLite takes its
-        // WAL read lock once, not around each statement (one a row: at 10k
-        // a sixth of a search's time went to those locks' fcntl calls).
-        let snapshot = store.conn().unchecked_transaction()?;
+        // Every read below in one snapshot: the gate, the time view and
+        // resonance see one state of the store (and one WAL read lock).
+        let snapshot = store.snapshot()?;
         let terms = index.terms(query)?;
         let query_vector = match vectors {
             Some((_, model)) => model.embed(query),
@@ -525,8 +523,8 @@ impl Node {
             return Ok(Vec::new());
         }
         let now = self.now_ms();
-        // Its reads in one read transaction, as recall's (one WAL read lock).
-        let snapshot = self.store.conn().unchecked_transaction()?;
+        // Its reads in one snapshot, as recall's.
+        let snapshot = self.store.snapshot()?;
         let except: Vec<MemoryId> = hits.iter().map(|h| h.memory.id).collect();
         let pinned = self.store.visible_pinned(who, &except, PACK_CORE, now)?;
         let profile = match who.requester() {

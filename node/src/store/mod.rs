@@ -148,6 +148,15 @@ impl Store {
         Ok(out)
     }
 
+    /// A read transaction held while the caller reads through this store:
+    /// a consistent snapshot, and SQLite's WAL read lock taken once instead
+    /// of around each statement (two fcntl calls per statement: a sixth of
+    /// a search at 10k when its reads ran one row a statement). Ends with
+    /// `commit()` or when dropped; fails if a transaction is already open.
+    pub(crate) fn snapshot(&self) -> Result<rusqlite::Transaction<'_>> {
+        Ok(self.conn.unchecked_transaction()?)
+    }
+
     /// Run `f` inside one read transaction (a consistent snapshot).
     pub fn read<T>(&mut self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let tx = self
