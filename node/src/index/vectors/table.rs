@@ -533,8 +533,16 @@ impl VectorTable {
             .into_iter()
             .map(|(slot, similarity)| (self.id(slot), similarity))
             .collect();
-        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        scored.truncate(limit);
+        // Nearest first, ties by id: a total order (a slot's id is its
+        // own), so the `limit` nearest are found first and only they sorted.
+        let order = |a: &(MemoryId, f32), b: &(MemoryId, f32)| {
+            b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0))
+        };
+        if scored.len() > limit {
+            scored.select_nth_unstable_by(limit - 1, order);
+            scored.truncate(limit);
+        }
+        scored.sort_unstable_by(order);
         scored
     }
 }
