@@ -15,16 +15,16 @@ use crate::error::{NodeError, Result};
 use crate::index::{analyze, owner_term};
 use crate::recall::fuse::{Direct, MIN_SIMILARITY, RecallMode, fuse};
 use crate::recall::pack::{
-    Conflict, Included, PACK_CORE, Pack, PackDecision, PackOptions, decision, duplicate,
-    estimate_tokens, included_of,
+    Conflict, Fingerprint, Included, PACK_CORE, Pack, PackDecision, PackOptions, decision,
+    duplicate, estimate_tokens, included_of,
 };
 use crate::recall::rank::{self, RecallOptions};
 use crate::recall::text::{self};
 use crate::recall::time;
 use crate::recall::{
     ASSOCIATION_MIN, ASSOCIATION_START, FEEDBACK_FACTOR, FeedbackReport, Hit, LINK_FEEDBACK_FACTOR,
-    LINK_STRENGTH_RANGE, MAX_K, REINFORCEMENT_RANGE, RecallKind, bookkeeping, hit, resonance,
-    sort_hits,
+    LINK_STRENGTH_RANGE, MAX_K, REINFORCEMENT_RANGE, RecallKind, bookkeeping, due_for_note, hit,
+    resonance, sort_hits,
 };
 use crate::store::profile::ProfileWeights;
 use crate::store::recall::{self as local, Feedback};
@@ -47,7 +47,7 @@ impl Node {
         let started = Instant::now();
         let hits = self.recall(who, query, opts)?;
         let recalled: Vec<MemoryId> = match opts.note_recall {
-            true => hits.iter().map(|h| h.memory.id).collect(),
+            true => due_for_note(&hits, self.now_ms()),
             false => Vec::new(),
         };
         self.finish_recall(RecallKind::Search, started, &recalled);
@@ -57,7 +57,7 @@ impl Node {
     }
 
     /// After a recall that started at `started`: note `recalled` memories
-    /// (for retention) and record the latency, in one write that never
+    /// (those [`due_for_note`], for retention) and record the latency, in one write that never
     /// waits long for another process's write lock. Never fails the recall:
     /// a busy or failing store skips the bookkeeping (logged at debug).
     pub(crate) fn finish_recall(
@@ -346,7 +346,7 @@ impl Node {
         let started = std::time::Instant::now();
         let hits = self.recall(who, query, &opts.recall)?;
         let recalled: Vec<MemoryId> = match opts.recall.note_recall {
-            true => hits.iter().map(|h| h.memory.id).collect(),
+            true => due_for_note(&hits, self.now_ms()),
             false => Vec::new(),
         };
         let core = self.pinned_core(who, &hits, opts)?;
@@ -372,7 +372,8 @@ impl Node {
             .chain(core.into_iter().map(|h| (h, false)))
         {
             let tokens = estimate_tokens(&h.memory.content);
-            if let Some(d) = duplicate(&h, &included, opts.near_duplicate, tokens) {
+            let print = Fingerprint::of(&h.memory.content);
+            if let Some(d) = duplicate(&h, &print, &included, opts.near_duplicate, tokens) {
                 report.push(d);
                 continue;
             }
@@ -386,7 +387,7 @@ impl Node {
                     format!("pinned: in the reserved room ({pinned_used} of {reserved} tokens)"),
                     tokens,
                 ));
-                included.push(included_of(&h));
+                included.push(included_of(&h, print));
                 items.push(h);
             } else if matched {
                 second.push(h);
@@ -398,7 +399,8 @@ impl Node {
         sort_hits(&mut second);
         for h in second {
             let tokens = estimate_tokens(&h.memory.content);
-            if let Some(d) = duplicate(&h, &included, opts.near_duplicate, tokens) {
+            let print = Fingerprint::of(&h.memory.content);
+            if let Some(d) = duplicate(&h, &print, &included, opts.near_duplicate, tokens) {
                 report.push(d);
                 continue;
             }
@@ -424,13 +426,14 @@ impl Node {
                 None => format!("relevant (score {:.4})", h.score),
             };
             report.push(decision(&h, true, "relevant", why, tokens));
-            included.push(included_of(&h));
+            included.push(included_of(&h, print));
             items.push(h);
         }
 
         for h in leftover {
             let tokens = estimate_tokens(&h.memory.content);
-            if let Some(d) = duplicate(&h, &included, opts.near_duplicate, tokens) {
+            let print = Fingerprint::of(&h.memory.content);
+            if let Some(d) = duplicate(&h, &print, &included, opts.near_duplicate, tokens) {
                 report.push(d);
             } else if used + tokens <= budget {
                 used += tokens;
@@ -441,7 +444,7 @@ impl Node {
                     "pinned: missed the reserved room, fits in what the query left".to_owned(),
                     tokens,
                 ));
-                included.push(included_of(&h));
+                included.push(included_of(&h, print));
                 items.push(h);
             } else {
                 report.push(decision(

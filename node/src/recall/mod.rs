@@ -33,7 +33,6 @@ use std::time::{Duration, Instant};
 
 use amos_acl::Visible;
 use amos_protocol::MemoryId;
-use rusqlite::params;
 use serde::Serialize;
 
 pub use fuse::{Direct, RecallMode};
@@ -107,33 +106,26 @@ pub(crate) fn sort_hits(hits: &mut [Hit]) {
     });
 }
 
-/// Record `ids` as recalled at `now_ms` (local-only), taking the write lock
-/// only when one of them was last noted more than an hour ago.
-/// Note the stale ones of `ids` as recalled (at most once per
-/// [`RECALL_NOTE_EVERY_MS`]) and add a latency sample, in one write. With
-/// nothing to note the write waits for no one: if another process holds the
-/// write lock, the sample is dropped.
+/// The hits recall should note as recalled at `now_ms`: those not noted
+/// within the last [`RECALL_NOTE_EVERY_MS`] (as their rows read).
+pub(crate) fn due_for_note(hits: &[Hit], now_ms: u64) -> Vec<MemoryId> {
+    let stale_before = now_ms.saturating_sub(RECALL_NOTE_EVERY_MS);
+    hits.iter()
+        .filter(|h| h.memory.last_access_ms().is_none_or(|t| t < stale_before))
+        .map(|h| h.memory.id)
+        .collect()
+}
+
+/// Note `stale` ([`due_for_note`]) as recalled and add a latency sample,
+/// in one write. With nothing to note the write waits for no one: if
+/// another process holds the write lock, the sample is dropped.
 pub(crate) fn bookkeeping(
     store: &mut crate::store::Store,
     kind: RecallKind,
     started: Instant,
-    ids: &[MemoryId],
+    stale: &[MemoryId],
     now_ms: u64,
 ) -> Result<()> {
-    let stale_before = now_ms.saturating_sub(RECALL_NOTE_EVERY_MS) as i64;
-    // One read transaction for the lookups (one WAL read lock, not one each).
-    let stale: Vec<MemoryId> = store.read(|conn| {
-        let mut stmt = conn.prepare_cached(
-            "SELECT 1 FROM memories WHERE id = ?1 AND (last_access_ms IS NULL OR last_access_ms < ?2)",
-        )?;
-        let mut out = Vec::new();
-        for id in ids {
-            if stmt.exists(params![&id.0[..], stale_before])? {
-                out.push(*id);
-            }
-        }
-        Ok(out)
-    })?;
     let wait = match stale.is_empty() {
         true => Duration::ZERO,
         false => Duration::from_millis(50),
@@ -143,7 +135,7 @@ pub(crate) fn bookkeeping(
     let elapsed = started.elapsed();
     let done = store.write(|tx| {
         if !stale.is_empty() {
-            memory::note_recalled(tx.conn(), &stale, now_ms)?;
+            memory::note_recalled(tx.conn(), stale, now_ms)?;
         }
         latency::record(tx.conn(), kind, elapsed)
     });

@@ -119,17 +119,33 @@ impl Pack {
     }
 }
 
-pub(crate) struct Included {
-    id: MemoryId,
+/// What the duplicate checks compare of a text, computed once per
+/// candidate: its normalised form (exact duplicates) and its hashed token
+/// set (near duplicates).
+pub(crate) struct Fingerprint {
     norm: String,
     tokens: Vec<u64>,
 }
 
-pub(crate) fn included_of(h: &Hit) -> Included {
+impl Fingerprint {
+    pub(crate) fn of(text: &str) -> Fingerprint {
+        Fingerprint {
+            norm: text::normalize_text(text),
+            tokens: text::token_hashes(text),
+        }
+    }
+}
+
+/// An item in the pack, as later candidates are compared with it.
+pub(crate) struct Included {
+    id: MemoryId,
+    print: Fingerprint,
+}
+
+pub(crate) fn included_of(h: &Hit, print: Fingerprint) -> Included {
     Included {
         id: h.memory.id,
-        norm: text::normalize_text(&h.memory.content),
-        tokens: text::token_hashes(&h.memory.content),
+        print,
     }
 }
 
@@ -151,15 +167,16 @@ pub(crate) fn decision(
     }
 }
 
-/// An exclusion if `h` duplicates (exactly, or nearly) an included item.
+/// An exclusion if `h` (whose text has fingerprint `print`) duplicates
+/// (exactly, or nearly) an included item.
 pub(crate) fn duplicate(
     h: &Hit,
+    print: &Fingerprint,
     included: &[Included],
     threshold: f32,
     tokens: usize,
 ) -> Option<PackDecision> {
-    let norm = text::normalize_text(&h.memory.content);
-    if let Some(dup) = included.iter().find(|i| i.norm == norm) {
+    if let Some(dup) = included.iter().find(|i| i.print.norm == print.norm) {
         return Some(decision(
             h,
             false,
@@ -168,7 +185,7 @@ pub(crate) fn duplicate(
             tokens,
         ));
     }
-    let set = text::token_hashes(&h.memory.content);
+    let set = &print.tokens;
     // Jaccard ≤ min(|a|, |b|) / max(|a|, |b|): skip pairs whose sizes rule it out.
     let size_ok = |n: usize| {
         let (lo, hi) = (n.min(set.len()), n.max(set.len()));
@@ -176,19 +193,17 @@ pub(crate) fn duplicate(
     };
     let (best, j) = included
         .iter()
-        .filter(|i| size_ok(i.tokens.len()))
-        .map(|i| (i, text::jaccard_sorted(&set, &i.tokens)))
+        .filter(|i| size_ok(i.print.tokens.len()))
+        .filter_map(|i| Some((i, text::jaccard_at_least(set, &i.print.tokens, threshold)?)))
         .max_by(|a, b| a.1.total_cmp(&b.1))?;
-    (j >= threshold).then(|| {
-        decision(
-            h,
-            false,
-            "near-duplicate",
-            format!(
-                "near-duplicate of {} (token-set Jaccard {j:.2} ≥ {threshold})",
-                best.id
-            ),
-            tokens,
-        )
-    })
+    Some(decision(
+        h,
+        false,
+        "near-duplicate",
+        format!(
+            "near-duplicate of {} (token-set Jaccard {j:.2} ≥ {threshold})",
+            best.id
+        ),
+        tokens,
+    ))
 }

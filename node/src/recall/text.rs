@@ -13,10 +13,19 @@ pub const NEAR_DUPLICATE: f32 = 0.8;
 
 /// Text compared for exact duplicates: lower case, whitespace folded.
 pub fn normalize_text(text: &str) -> String {
-    text.split_whitespace()
-        .map(str::to_lowercase)
-        .collect::<Vec<_>>()
-        .join(" ")
+    let mut out = String::with_capacity(text.len());
+    for word in text.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        // ASCII lower-cases byte by byte; anything else through
+        // `str::to_lowercase` (a word-final Σ becomes ς, as it should).
+        match word.is_ascii() {
+            true => out.extend(word.bytes().map(|b| char::from(b.to_ascii_lowercase()))),
+            false => out.push_str(&word.to_lowercase()),
+        }
+    }
+    out
 }
 
 /// The set of lower-cased alphanumeric words of `text` (punctuation splits words).
@@ -69,23 +78,38 @@ pub fn subject_value(text: &str) -> Option<(String, String)> {
 
 /// [`token_set`] as sorted, distinct 64-bit hashes: the same Jaccard
 /// similarity (up to hash collisions) at a fraction of the cost, for packs
-/// that compare every candidate with every included item.
+/// that compare every candidate with every included item. The hashes live
+/// only as long as one pack: they are never stored or sent.
 pub fn token_hashes(text: &str) -> Vec<u64> {
-    use std::hash::{Hash, Hasher};
     let mut out: Vec<u64> = text
         .split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
-        .map(|w| {
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            for c in w.chars().flat_map(char::to_lowercase) {
-                c.hash(&mut h);
-            }
-            h.finish()
-        })
+        .map(word_hash)
         .collect();
     out.sort_unstable();
     out.dedup();
     out
+}
+
+/// A lower-cased word's hash: each step `(rotl(h, 5) ^ c) × K` with `K`
+/// odd is a bijection of the state, so two distinct words of one length
+/// never collide; a final mix spreads the bits.
+fn word_hash(word: &str) -> u64 {
+    const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+    let step = |h: u64, c: u32| (h.rotate_left(5) ^ u64::from(c)).wrapping_mul(K);
+    let h = match word.is_ascii() {
+        true => word
+            .bytes()
+            .fold(0, |h, b| step(h, u32::from(b.to_ascii_lowercase()))),
+        false => word
+            .chars()
+            .flat_map(char::to_lowercase)
+            .fold(0, |h, c| step(h, u32::from(c))),
+    };
+    // murmur3's finaliser
+    let h = (h ^ (h >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+    let h = (h ^ (h >> 33)).wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
 }
 
 /// Jaccard similarity of two sorted, distinct slices (two empty ones: 1.0).
@@ -106,6 +130,38 @@ pub fn jaccard_sorted(a: &[u64], b: &[u64]) -> f32 {
         }
     }
     inter as f32 / (a.len() + b.len() - inter) as f32
+}
+
+/// [`jaccard_sorted`] when it is at least `threshold`, else `None`; stops
+/// as soon as the elements left cannot lift it that high (most pairs in a
+/// pack differ within their first few elements).
+pub fn jaccard_at_least(a: &[u64], b: &[u64], threshold: f32) -> Option<f32> {
+    if a.is_empty() && b.is_empty() {
+        return (1.0 >= threshold).then_some(1.0);
+    }
+    let total = a.len() + b.len();
+    // Exact in f32 (small integers), and monotone in `inter`: once the
+    // best still possible is below the threshold, the result is too.
+    let ratio = |inter: usize| inter as f32 / (total - inter) as f32;
+    let (mut i, mut j, mut inter) = (0, 0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Equal => {
+                inter += 1;
+                i += 1;
+                j += 1;
+                continue;
+            }
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+        }
+        let left = (a.len() - i).min(b.len() - j);
+        if ratio(inter + left) < threshold {
+            return None;
+        }
+    }
+    let jaccard = ratio(inter);
+    (jaccard >= threshold).then_some(jaccard)
 }
 
 /// Whether two texts contradict under [`subject_value`]; returns the subject.
@@ -215,6 +271,45 @@ mod tests {
                 let got = jaccard_sorted(&token_hashes(a), &token_hashes(b));
                 assert!((want - got).abs() < 1e-6, "{a:?} {b:?}: {want} vs {got}");
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// The one-pass normaliser is the plain one: lower-case each
+        /// whitespace-separated word, join with one space.
+        #[test]
+        fn normalize_text_is_the_plain_normaliser(text in "(?s)[a-zA-Z ΣσςÉé\t\n.,İ]{0,40}") {
+            let plain = text
+                .split_whitespace()
+                .map(str::to_lowercase)
+                .collect::<Vec<_>>()
+                .join(" ");
+            proptest::prop_assert_eq!(normalize_text(&text), plain);
+        }
+
+        /// The early-stopping Jaccard is the full one wherever it reaches
+        /// the threshold, and `None` exactly where it does not.
+        #[test]
+        fn jaccard_at_least_is_the_thresholded_jaccard(
+            a in proptest::collection::btree_set(0u64..24, 0..16),
+            b in proptest::collection::btree_set(0u64..24, 0..16),
+            threshold in 0.0f32..=1.0,
+        ) {
+            let (a, b): (Vec<u64>, Vec<u64>) = (a.into_iter().collect(), b.into_iter().collect());
+            let full = jaccard_sorted(&a, &b);
+            let want = (full >= threshold).then_some(full);
+            proptest::prop_assert_eq!(jaccard_at_least(&a, &b, threshold), want);
+        }
+
+        /// Hashed token sets give the Jaccard of the string sets.
+        #[test]
+        fn hashed_jaccard_is_the_set_jaccard(
+            a in "[a-cA-CéÉ ,.]{0,24}",
+            b in "[a-cA-CéÉ ,.]{0,24}",
+        ) {
+            let want = jaccard(&token_set(&a), &token_set(&b));
+            let got = jaccard_sorted(&token_hashes(&a), &token_hashes(&b));
+            proptest::prop_assert!((want - got).abs() < 1e-6, "{} vs {}", want, got);
         }
     }
 

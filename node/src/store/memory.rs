@@ -74,6 +74,8 @@ pub struct MemoryRecord {
     /// a `full` peer); false for memories from scoped peers.
     pub(crate) owner_trusted: bool,
     pub(crate) seq: i64,
+    /// Local-only: when recall last noted it (`None`: never).
+    pub(crate) last_access_ms: Option<u64>,
 }
 
 impl MemoryRecord {
@@ -152,6 +154,10 @@ impl MemoryRecord {
     pub fn seq(&self) -> i64 {
         self.seq
     }
+    /// Local-only: when recall last noted it (`None`: never).
+    pub fn last_access_ms(&self) -> Option<u64> {
+        self.last_access_ms
+    }
 }
 
 impl Gated for MemoryRecord {
@@ -175,7 +181,7 @@ impl Gated for MemoryRecord {
 /// The columns [`from_row`] reads, in order.
 const COLUMNS: &str = "id, owner, origin, created_ms, v, kind, content, tags, importance, \
      confidence, pinned, expires_ms, supersedes, grants, effective, tombstone_fact IS NOT NULL, \
-     archived, reinforcement, seq, owner_trusted, valid_from_ms, valid_to_ms";
+     archived, reinforcement, seq, owner_trusted, valid_from_ms, valid_to_ms, last_access_ms";
 
 /// Rows that can be shown at all: content present (a memory whose acl fact
 /// arrived before its content is not yet a memory), not tombstoned.
@@ -184,54 +190,55 @@ pub(crate) const LIVE: &str = "content_fact IS NOT NULL AND tombstone_fact IS NU
 /// Decode one row selected with [`COLUMNS`]. Rows with unparsable fields (which
 /// only a damaged store can hold) come back as `None`: invisible, fail closed.
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Option<MemoryRecord>> {
-    let id: Vec<u8> = r.get(0)?;
-    let owner: String = r.get(1)?;
-    let origin: Vec<u8> = r.get(2)?;
-    let v: Option<Vec<u8>> = r.get(4)?;
-    let kind: Option<String> = r.get(5)?;
-    let tags: Option<String> = r.get(7)?;
-    let supersedes: Option<Vec<u8>> = r.get(12)?;
-    let (Some(id), Ok(owner), Ok(origin)) = (
-        MemoryId::from_slice(&id),
-        AgentId::parse(&owner),
-        <[u8; 32]>::try_from(origin.as_slice()),
+    // Borrowed where a field is parsed rather than kept: no copy of the
+    // id, origin, clock, type or tags on their way to their types.
+    let blob = |i: usize| -> rusqlite::Result<Option<&[u8]>> {
+        r.get_ref(i)?.as_blob_or_null().map_err(Into::into)
+    };
+    let text = |i: usize| -> rusqlite::Result<Option<&str>> {
+        r.get_ref(i)?.as_str_or_null().map_err(Into::into)
+    };
+    let (Some(id), Ok(owner), Some(origin)) = (
+        blob(0)?.and_then(MemoryId::from_slice),
+        AgentId::parse(text(1)?.unwrap_or_default()),
+        blob(2)?.and_then(|o| <[u8; 32]>::try_from(o).ok()),
     ) else {
         return Ok(None);
     };
-    let kind = kind
-        .and_then(|k| MemoryType::parse(&k).ok())
+    let kind = text(5)?
+        .and_then(|k| MemoryType::parse(k).ok())
         .unwrap_or_default();
     Ok(Some(MemoryRecord {
         id,
         owner,
         origin: NodeId(origin),
         created_ms: r.get::<_, i64>(3)? as u64,
-        updated_ms: v
-            .as_deref()
+        updated_ms: blob(4)?
             .and_then(Hlc::from_sort_key)
             .map(|h| h.wall_ms)
             .unwrap_or(0),
         kind,
         content: r.get::<_, Option<String>>(6)?.unwrap_or_default(),
-        tags: tags
-            .and_then(|t| serde_json::from_str(&t).ok())
+        tags: text(7)?
+            .and_then(|t| serde_json::from_str(t).ok())
             .unwrap_or_default(),
         importance: r.get::<_, Option<f64>>(8)?.unwrap_or(0.5) as f32,
         confidence: r.get::<_, Option<f64>>(9)?.unwrap_or(1.0) as f32,
         pinned: r.get::<_, Option<bool>>(10)?.unwrap_or(false),
         expires_ms: r.get::<_, Option<i64>>(11)?.map(|e| e as u64),
-        supersedes: supersedes.as_deref().and_then(MemoryId::from_slice),
+        supersedes: blob(12)?.and_then(MemoryId::from_slice),
         validity: Validity {
             from_ms: r.get::<_, Option<i64>>(20)?.map(|t| t as u64),
             to_ms: r.get::<_, Option<i64>>(21)?.map(|t| t as u64),
         },
-        grants: split_grants(&r.get::<_, String>(13)?),
-        effective: split_grants(&r.get::<_, String>(14)?),
+        grants: split_grants(text(13)?.unwrap_or_default()),
+        effective: split_grants(text(14)?.unwrap_or_default()),
         tombstoned: r.get(15)?,
         archived: r.get(16)?,
         reinforcement: r.get::<_, f64>(17)? as f32,
         seq: r.get(18)?,
         owner_trusted: r.get(19)?,
+        last_access_ms: r.get::<_, Option<i64>>(22)?.map(|t| t.max(0) as u64),
     }))
 }
 
