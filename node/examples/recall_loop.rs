@@ -9,7 +9,9 @@
 //!
 //! HOME is the node home, `search` or `pack` what to time, then the passes
 //! over QUERIES (a workload's `queries.jsonl`). Writes nothing but what a
-//! recall writes anyway (recall counts, latency samples).
+//! recall writes anyway (recall counts, latency samples). With
+//! `RECALL_LOOP_ANSWERS=1` it also prints every answer of the first pass
+//! (ids and scores; a pack's decisions), to compare two builds' answers.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -38,17 +40,31 @@ fn main() -> Result<()> {
         }
     }
     let mut node = Node::open(&Home::new(PathBuf::from(home)))?;
+    let answers = std::env::var_os("RECALL_LOOP_ANSWERS").is_some_and(|v| v == "1");
     let mut ms = Vec::new();
-    for _ in 0..passes {
+    for pass in 0..passes {
         for (who, query) in &asks {
             let t0 = Instant::now();
             let who = node.requester(who)?;
-            match what.as_str() {
-                "pack" => drop(node.pack(&who, query, 1200)?),
-                "search" => drop(node.search(&who, query, 10)?),
+            let answer: Vec<String> = match what.as_str() {
+                "pack" => {
+                    let pack = node.pack(&who, query, 1200)?;
+                    pack.report
+                        .iter()
+                        .map(|d| format!("{} {} {:.6} {}", d.id, d.decision, d.score, d.reason))
+                        .collect()
+                }
+                "search" => node
+                    .search(&who, query, 10)?
+                    .iter()
+                    .map(|h| format!("{} {:.6}", h.memory.id(), h.score))
+                    .collect(),
                 other => return Err(NodeError::BadInput(format!("not search or pack: {other}"))),
-            }
+            };
             ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            if answers && pass == 0 {
+                println!("{query}\n  {}", answer.join("\n  "));
+            }
         }
     }
     ms.sort_by(f64::total_cmp);
