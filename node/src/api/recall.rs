@@ -57,9 +57,10 @@ impl Node {
     }
 
     /// After a recall that started at `started`: note `recalled` memories
-    /// (those [`due_for_note`], for retention) and record the latency, in one write that never
-    /// waits long for another process's write lock. Never fails the recall:
-    /// a busy or failing store skips the bookkeeping (logged at debug).
+    /// (those [`due_for_note`], for retention) and record the latency, in
+    /// one write that never waits long for another process's write lock.
+    /// Never fails the recall: a busy or failing store skips the
+    /// bookkeeping (logged at debug).
     pub(crate) fn finish_recall(
         &mut self,
         kind: RecallKind,
