@@ -732,6 +732,51 @@ fn retention_archives_expired_and_idle_memories_but_never_pinned_ones() {
 }
 
 #[test]
+fn a_recall_notes_each_hit_at_most_once_an_hour() {
+    let h = Home::new();
+    org(&h);
+    let t0: u64 = 1_900_000_000_000;
+    let hour: u64 = 60 * 60 * 1000;
+    let (seen, other) = {
+        let mut node = open_at(&h, t0);
+        let alice = node.requester("alice").expect("alice");
+        let seen = node
+            .add(&alice, new_mem("quokka feeding schedule", &["global"]))
+            .expect("add");
+        let other = node
+            .add(&alice, new_mem("wombat burrow survey", &["global"]))
+            .expect("add");
+        (seen, other)
+    };
+    let noted = |id: &amos_protocol::MemoryId| -> (i64, Option<i64>) {
+        ro_db(&h)
+            .query_row(
+                "SELECT recall_count, last_access_ms FROM memories WHERE id = ?1",
+                [&id.0[..]],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .expect("row")
+    };
+    assert_eq!(noted(&seen), (0, None));
+    // Search and pack at t0 + 1 s, again up to an hour later: one note;
+    // more than an hour after it, a second.
+    let later = t0 + 2000 + hour;
+    for (at, want) in [(t0 + 1000, 1), (t0 + 1000 + hour, 1), (later, 2)] {
+        let mut node = open_at(&h, at);
+        let bob = node.requester("bob").expect("bob");
+        node.search(&bob, "quokka", 5).expect("search");
+        node.pack(&bob, "quokka", 400).expect("pack");
+        drop(node);
+        let (count, last) = noted(&seen);
+        assert_eq!(count, want, "notes of the hit by {at}");
+        let noted_at = if want == 1 { t0 + 1000 } else { later };
+        assert_eq!(last, Some(noted_at as i64));
+    }
+    // A memory no recall found is never noted.
+    assert_eq!(noted(&other), (0, None));
+}
+
+#[test]
 fn consolidate_merges_near_duplicates_and_keeps_every_source_reachable() {
     let h = Home::new();
     org(&h);
