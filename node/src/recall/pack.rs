@@ -185,16 +185,12 @@ pub(crate) fn duplicate(
             tokens,
         ));
     }
-    let set = &print.tokens;
-    // Jaccard ≤ min(|a|, |b|) / max(|a|, |b|): skip pairs whose sizes rule it out.
-    let size_ok = |n: usize| {
-        let (lo, hi) = (n.min(set.len()), n.max(set.len()));
-        hi == 0 || lo as f32 >= threshold * hi as f32
-    };
     let (best, j) = included
         .iter()
-        .filter(|i| size_ok(i.print.tokens.len()))
-        .filter_map(|i| Some((i, text::jaccard_at_least(set, &i.print.tokens, threshold)?)))
+        .filter_map(|i| {
+            let j = text::jaccard_at_least(&print.tokens, &i.print.tokens, threshold)?;
+            Some((i, j))
+        })
         .max_by(|a, b| a.1.total_cmp(&b.1))?;
     Some(decision(
         h,
