@@ -1,8 +1,8 @@
 //! Splits the built-in model's tokenizer.json into its settings and its
-//! vocabulary, one token a line in id order, for `include_bytes!`: the list is
-//! half the size of the JSON map and quicker to read, and its lookup table
-//! (`src/vocab.rs`, `BuiltinVocab`), laid out here so that no process builds
-//! one. The files in models/minilm-l6-static stay model2vec's format.
+//! vocabulary, the latter laid out as its own lookup table (tokens bucketed
+//! by hash, `src/vocab_layout.rs`) for `include_bytes!`: smaller than the
+//! JSON map and read in place, so no process builds one. The files in
+//! models/minilm-l6-static stay model2vec's format.
 
 use std::fs;
 use std::path::PathBuf;
@@ -26,7 +26,6 @@ fn main() {
     let mut tokens: Vec<Option<&str>> = vec![None; vocab.len()];
     for (token, id) in vocab {
         let id = id.as_u64().expect("an integer id") as usize;
-        assert!(!token.contains('\n'), "token {token:?} holds a newline");
         let slot = tokens.get_mut(id).expect("ids are 0..n");
         assert!(slot.replace(token).is_none(), "id {id} twice");
     }
@@ -34,9 +33,7 @@ fn main() {
         .into_iter()
         .map(|t| t.expect("ids are 0..n"))
         .collect();
-    fs::write(out.join("vocab.txt"), list.join("\n")).expect("write vocab.txt");
-    // Twice the slots of the tokens, at least: short probe runs.
-    let table = vocab_layout::layout(&list, (2 * list.len()).next_power_of_two());
+    let table = vocab_layout::layout(&list, vocab_layout::buckets_for(list.len()));
     fs::write(out.join("vocab-table.bin"), table).expect("write vocab-table.bin");
     fs::write(out.join("tokenizer-settings.json"), json.to_string()).expect("write settings");
 }

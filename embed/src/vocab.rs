@@ -1,9 +1,9 @@
 //! A tokenizer's vocabulary: token → id.
 //!
-//! Owns its two forms. The built-in model's is laid out by `build.rs` as an
-//! open-addressing table over the token list compiled into the binary, so a
-//! process that embeds one query pays a few probes, not 30,000 inserts
-//! before its first lookup. A user's is read from its `tokenizer.json` into
+//! Owns its two forms. The built-in model's is laid out by `build.rs` as a
+//! table of tokens bucketed by hash, compiled into the binary, so a process
+//! that embeds one query reads a bucket or two, not 30,000 inserts before
+//! its first lookup. A user's is read from its `tokenizer.json` into
 //! a hash map. Both hash with [`token_hash`]. Must never: panic or allocate
 //! on a lookup (the built-in table's entries are read with bounds; its
 //! shape is checked once, when opened).
@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::hash::BuildHasherDefault;
 
-use crate::vocab_layout::{FxHasher, token_hash};
+use crate::vocab_layout::{CONTINUED, CONTINUED_FLAG, FxHasher, token_hash};
 
 /// A vocabulary read from a file.
 pub(crate) type OwnedVocab = HashMap<String, u32, BuildHasherDefault<FxHasher>>;
@@ -48,16 +48,14 @@ impl Vocab {
     }
 }
 
-/// The built-in vocabulary, all of it borrowed from the binary: the tokens
-/// one a line in id order, and a table of `slots` (a power of two of them,
-/// `u16` each: 0 empty, else id + 1, placed by [`token_hash`] with linear
-/// probing) followed by each line's start (`len + 1` `u32`s, the last one
-/// past the final line's end).
+/// The built-in vocabulary, borrowed from the binary: the token count, the
+/// bucket offsets and the bucketed records [`crate::vocab_layout::layout`]
+/// writes.
 #[derive(Clone, Copy)]
 pub(crate) struct BuiltinVocab {
-    tokens: &'static [u8],
-    slots: &'static [u8],
-    starts: &'static [u8],
+    /// `buckets + 1` offsets into `records`, 4 bytes each.
+    offsets: &'static [u8],
+    records: &'static [u8],
     len: usize,
 }
 
@@ -67,71 +65,54 @@ impl fmt::Debug for BuiltinVocab {
     }
 }
 
-fn u16_at(bytes: &[u8], i: usize) -> u16 {
-    u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]])
-}
-
-fn u32_at(bytes: &[u8], i: usize) -> u32 {
-    u32::from_le_bytes([
-        bytes[4 * i],
-        bytes[4 * i + 1],
-        bytes[4 * i + 2],
-        bytes[4 * i + 3],
-    ])
+fn u32_at(bytes: &[u8], i: usize) -> Option<usize> {
+    let b = bytes.get(4 * i..4 * i + 4)?;
+    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
 }
 
 impl BuiltinVocab {
-    /// The vocabulary of `tokens` (one a line) laid out in `table` (a `u32`
-    /// slot count, the slots, the line starts), or `None` if the layout's
-    /// shape does not fit the list. Only the shape is checked (no pass over
-    /// the table at every start): a lookup reads every entry with bounds, so
-    /// an entry that does not fit finds nothing rather than panicking.
-    pub(crate) fn new(tokens: &'static str, table: &'static [u8]) -> Option<Self> {
-        let slots = u32::from_le_bytes(table.get(..4)?.try_into().ok()?) as usize;
-        if !slots.is_power_of_two() {
+    /// The vocabulary laid out in `table`, or `None` if the layout's shape
+    /// does not hold (a bucket count that is not a power of two, offsets
+    /// that do not end at the records' end). Only the shape is checked (no
+    /// pass over the table at every start): a lookup reads every record with
+    /// bounds, so a record that does not fit finds nothing rather than
+    /// panicking.
+    pub(crate) fn new(table: &'static [u8]) -> Option<Self> {
+        let len = u32_at(table, 0)?;
+        let buckets = u32_at(table, 1)?;
+        if !buckets.is_power_of_two() {
             return None;
         }
-        let (slot_bytes, starts) = table.get(4..)?.split_at_checked(2 * slots)?;
-        if starts.len() % 4 != 0 || starts.len() < 4 {
-            return None;
-        }
-        let len = starts.len() / 4 - 1;
-        let tokens = tokens.as_bytes();
-        let shape = u32_at(starts, 0) == 0 && u32_at(starts, len) as usize == tokens.len() + 1;
+        let (offsets, records) = table
+            .get(8..)?
+            .split_at_checked(4 * buckets.checked_add(1)?)?;
+        let shape =
+            u32_at(offsets, 0) == Some(0) && u32_at(offsets, buckets) == Some(records.len());
         shape.then_some(BuiltinVocab {
-            tokens,
-            slots: slot_bytes,
-            starts,
+            offsets,
+            records,
             len,
         })
     }
 
-    /// Token `id`'s bytes (its line without the newline), if the table's
-    /// entry for it lies in the list.
-    fn token(&self, id: usize) -> Option<&'static [u8]> {
-        if id >= self.len {
-            return None;
-        }
-        let (a, b) = (
-            u32_at(self.starts, id) as usize,
-            u32_at(self.starts, id + 1) as usize,
-        );
-        self.tokens.get(a..b.checked_sub(1)?)
-    }
-
     fn get(&self, token: &str) -> Option<u32> {
-        let mask = self.slots.len() / 2 - 1;
-        let mut i = token_hash(token.as_bytes()) as usize & mask;
-        // A table with no empty slot ends after one full round.
-        for _ in 0..=mask {
-            let id = match u16_at(self.slots, i) {
-                0 => return None,
-                s => s as usize - 1,
-            };
-            if self.token(id) == Some(token.as_bytes()) {
-                return Some(id as u32);
+        let (flag, body) = match token.strip_prefix(CONTINUED) {
+            Some(body) => (CONTINUED_FLAG, body.as_bytes()),
+            None => (0, token.as_bytes()),
+        };
+        let mask = self.offsets.len() / 4 - 2;
+        let b = token_hash(token.as_bytes()) as usize & mask;
+        let mut records = self
+            .records
+            .get(u32_at(self.offsets, b)?..u32_at(self.offsets, b + 1)?)?;
+        // Each record: length byte (with the flag), u16 id, the bytes.
+        while let [head, lo, hi, rest @ ..] = records {
+            let n = usize::from(head & !CONTINUED_FLAG);
+            let bytes = rest.get(..n)?;
+            if head & CONTINUED_FLAG == flag && bytes == body {
+                return Some(u32::from(u16::from_le_bytes([*lo, *hi])));
             }
-            i = (i + 1) & mask;
+            records = &rest[n..];
         }
         None
     }
@@ -140,49 +121,58 @@ impl BuiltinVocab {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vocab_layout::layout;
+    use crate::vocab_layout::{buckets_for, layout};
 
     fn leak(bytes: Vec<u8>) -> &'static [u8] {
         Box::leak(bytes.into_boxed_slice())
     }
 
     #[test]
-    fn a_full_table_finds_every_token_and_ends_for_the_rest() {
-        let list = ["a", "b", "##c", "d"];
-        let v = BuiltinVocab::new("a\nb\n##c\nd", leak(layout(&list, 4))).unwrap();
-        for (id, t) in list.iter().enumerate() {
-            assert_eq!(v.get(t), Some(id as u32));
+    fn every_token_finds_its_id_and_nothing_else_is_found() {
+        let list = ["a", "b", "##c", "##", "", "c", "####", "[UNK]"];
+        for buckets in [1, 2, 8] {
+            let v = BuiltinVocab::new(leak(layout(&list, buckets))).unwrap();
+            for (id, t) in list.iter().enumerate() {
+                assert_eq!(v.get(t), Some(id as u32), "{t:?} in {buckets}");
+            }
+            // A continued token is not its body, nor its body continued.
+            for absent in ["d", "#c", "##a", "###", "#", "c##", "[unk]", "a\n"] {
+                assert_eq!(v.get(absent), None, "{absent:?} in {buckets}");
+            }
+            assert_eq!(Vocab::Builtin(v).max_id(), Some(7));
         }
-        // No empty slot: the probe stops after one round.
-        assert_eq!(v.get("e"), None);
-        assert_eq!(Vocab::Builtin(v).max_id(), Some(3));
+        assert_eq!(buckets_for(0), 1);
+        assert_eq!(buckets_for(29_528), 4096);
     }
 
     #[test]
-    fn a_table_that_does_not_fit_its_list_is_refused_or_finds_nothing() {
-        let list = ["a", "b"];
-        let good = layout(&list, 4);
-        assert!(BuiltinVocab::new("a\nb", leak(good.clone())).is_some());
-        // Another list, a truncated table, a slot count that is not a power
-        // of two: refused.
-        assert!(BuiltinVocab::new("a\nbc", leak(good.clone())).is_none());
-        assert!(BuiltinVocab::new("a\nb", leak(good[..good.len() - 1].to_vec())).is_none());
+    fn a_table_that_does_not_hold_its_shape_is_refused_or_finds_nothing() {
+        let list = ["a", "bb"];
+        let good = layout(&list, 2);
+        assert!(BuiltinVocab::new(leak(good.clone())).is_some());
+        // Truncated, a bucket count that is not a power of two, an offset
+        // that does not end at the records' end: refused.
+        assert!(BuiltinVocab::new(leak(good[..good.len() - 1].to_vec())).is_none());
+        assert!(BuiltinVocab::new(&[]).is_none());
         let mut three = good.clone();
-        three[0] = 3;
-        assert!(BuiltinVocab::new("a\nb", leak(three)).is_none());
-        assert!(BuiltinVocab::new("a\nb", &[]).is_none());
-        // Slots naming ids past the list, line starts past the text: the
-        // lookups find nothing, and never panic.
+        three[4] = 3;
+        assert!(BuiltinVocab::new(leak(three)).is_none());
+        let mut last = good.clone();
+        last[8 + 8] += 1;
+        assert!(BuiltinVocab::new(leak(last)).is_none());
+        // A middle offset past the records, lengths past a bucket's end:
+        // the lookups find nothing, and never panic.
         let mut past = good.clone();
-        for b in &mut past[4..4 + 2 * 4] {
-            *b = 0x7f;
+        past[8 + 4] = 0x7f;
+        let v = BuiltinVocab::new(leak(past)).unwrap();
+        assert_eq!((v.get("a"), v.get("bb"), v.get("c")), (None, None, None));
+        let mut long = good;
+        for b in &mut long[8 + 12..] {
+            if *b == 1 || *b == 2 {
+                *b = 0x7f;
+            }
         }
-        let v = BuiltinVocab::new("a\nb", leak(past)).unwrap();
-        assert_eq!((v.get("a"), v.get("b"), v.get("c")), (None, None, None));
-        let mut starts = good;
-        let at = starts.len() - 8;
-        starts[at..at + 4].copy_from_slice(&40u32.to_le_bytes());
-        let v = BuiltinVocab::new("a\nb", leak(starts)).unwrap();
-        assert_eq!((v.get("a"), v.get("b")), (None, None));
+        let v = BuiltinVocab::new(leak(long)).unwrap();
+        assert_eq!((v.get("a"), v.get("bb")), (None, None));
     }
 }

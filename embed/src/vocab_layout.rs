@@ -1,11 +1,14 @@
 //! How the built-in vocabulary's lookup table is laid out, shared by
-//! `build.rs` (which lays it out) and the tokenizer (which probes it, and
+//! `build.rs` (which lays it out) and the tokenizer (which reads it, and
 //! keys a user's vocabulary by the same hash): [`token_hash`] and
-//! [`layout`].
+//! [`layout`]. The table is the vocabulary itself, bucketed by hash (no
+//! token list beside it), so the binary carries 283 KB for it rather than
+//! tokenizer.json's 446 KB, and a process builds nothing before its first
+//! lookup.
 //!
 //! The hash is Fx (the multiply-rotate hash rustc uses for its own tables) with
 //! MurmurHash3's finaliser. The keys are a model's vocabulary, fixed once
-//! loaded, so a text can only look entries up, never lengthen a probe chain.
+//! loaded, so a text can only look entries up, never lengthen a bucket.
 //! Must never: change on one side only (the built-in table is compiled with
 //! it), or depend on anything but the bytes (no per-process seed).
 
@@ -58,35 +61,59 @@ pub fn token_hash(token: &[u8]) -> u64 {
     h.finish()
 }
 
-/// The lookup table of `list` (ids are positions) in `slots` slots (a power
-/// of two, more than the tokens, or probing never ends here): the `u32`
-/// slot count, the `u16` slots (0 empty, else id + 1, each token at its
-/// hash or the next free slot after it), then the start of each token's
-/// line in the list joined by newlines, and one past the last line's end.
+/// The prefix the built-in layout keeps as a flag rather than as bytes:
+/// WordPiece's continuing-subword mark, on a fifth of BERT's tokens.
+pub const CONTINUED: &str = "##";
+
+/// The length byte's flag for a token that began with [`CONTINUED`].
+pub const CONTINUED_FLAG: u8 = 0x80;
+
+/// The buckets a token list of `tokens` is laid out in: a power of two,
+/// four to eight tokens to a bucket.
+#[cfg_attr(not(test), allow(dead_code))]
+pub fn buckets_for(tokens: usize) -> usize {
+    (tokens / 8).max(1).next_power_of_two()
+}
+
+/// The lookup table of `list` (ids are positions) in `buckets` buckets (a
+/// power of two): the `u32` token count and bucket count, `buckets + 1`
+/// `u32` offsets (bucket `b`'s records lie between offsets `b` and `b + 1`
+/// of the record area that follows), then each bucket's records, tokens
+/// put in bucket `token_hash(token) & (buckets - 1)`: a length byte
+/// ([`CONTINUED_FLAG`] set and the prefix dropped for a token that began
+/// with [`CONTINUED`]), the `u16` id, the token's bytes. All little-endian.
 // build.rs lays the table out; the library only in its tests.
 #[cfg_attr(not(test), allow(dead_code))]
-pub fn layout(list: &[&str], slots: usize) -> Vec<u8> {
-    assert!(list.len() < u16::MAX as usize, "ids must fit a u16 slot");
-    assert!(slots.is_power_of_two() && slots >= list.len());
-    let mask = slots - 1;
-    let mut table = vec![0u16; slots];
+pub fn layout(list: &[&str], buckets: usize) -> Vec<u8> {
+    assert!(list.len() <= u16::MAX as usize, "ids must fit a u16");
+    assert!(buckets.is_power_of_two());
+    let mask = buckets - 1;
+    let mut records = vec![Vec::new(); buckets];
     for (id, token) in list.iter().enumerate() {
-        let mut i = token_hash(token.as_bytes()) as usize & mask;
-        while table[i] != 0 {
-            i = (i + 1) & mask;
-        }
-        table[i] = id as u16 + 1;
+        let (flag, body) = match token.strip_prefix(CONTINUED) {
+            Some(body) => (CONTINUED_FLAG, body),
+            None => (0, *token),
+        };
+        assert!(
+            body.len() < usize::from(CONTINUED_FLAG),
+            "token {token:?} is too long"
+        );
+        let r = &mut records[token_hash(token.as_bytes()) as usize & mask];
+        r.push(flag | body.len() as u8);
+        r.extend_from_slice(&(id as u16).to_le_bytes());
+        r.extend_from_slice(body.as_bytes());
     }
-    let mut out = Vec::with_capacity(4 + 2 * slots + 4 * (list.len() + 1));
-    out.extend_from_slice(&(slots as u32).to_le_bytes());
-    for s in table {
-        out.extend_from_slice(&s.to_le_bytes());
+    let mut out = Vec::new();
+    out.extend_from_slice(&(list.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(buckets as u32).to_le_bytes());
+    let mut at = 0u32;
+    for r in &records {
+        out.extend_from_slice(&at.to_le_bytes());
+        at += r.len() as u32;
     }
-    let mut start = 0u32;
-    for token in list {
-        out.extend_from_slice(&start.to_le_bytes());
-        start += token.len() as u32 + 1;
+    out.extend_from_slice(&at.to_le_bytes());
+    for r in &records {
+        out.extend_from_slice(r);
     }
-    out.extend_from_slice(&start.to_le_bytes());
     out
 }
