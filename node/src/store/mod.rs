@@ -43,13 +43,6 @@ use crate::error::{NodeError, Result};
 /// SQLite's page cache per connection, in KiB.
 const PAGE_CACHE_KIB: i64 = 32 * 1024;
 
-/// How much of the database file a connection reads in place, mapped,
-/// rather than copying each page it misses into its cache with a `pread`.
-/// A 100k-memory store (115 MB) fits whole; a 1M one maps its first 128 MiB,
-/// which bounds what the mapping adds to the resident set (issue 15's 1M
-/// target is ≤ 1 GiB).
-const MAPPED_BYTES: i64 = 128 << 20;
-
 /// How long a writer waits for another process's write lock.
 pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -126,7 +119,6 @@ impl Store {
         // Recall re-reads every candidate row: keep the hot pages cached
         // (SQLite's default is 2 MiB).
         conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)?;
-        conn.pragma_update(None, "mmap_size", MAPPED_BYTES)?;
         conn.pragma_update(None, "foreign_keys", true)?;
         schema::migrate(&mut conn).map_err(|e| match e {
             NodeError::Db(e) => corrupt_if_not_db(path)(e),
