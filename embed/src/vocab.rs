@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::hash::BuildHasherDefault;
 
-use crate::vocab_layout::{CONTINUED, CONTINUED_FLAG, FxHasher, token_hash};
+use crate::vocab_layout::{CONTINUED_FLAG, FxHasher, split_continued, token_hash};
 
 /// A vocabulary read from a file.
 pub(crate) type OwnedVocab = HashMap<String, u32, BuildHasherDefault<FxHasher>>;
@@ -96,10 +96,7 @@ impl BuiltinVocab {
     }
 
     fn get(&self, token: &str) -> Option<u32> {
-        let (flag, body) = match token.strip_prefix(CONTINUED) {
-            Some(body) => (CONTINUED_FLAG, body.as_bytes()),
-            None => (0, token.as_bytes()),
-        };
+        let (flag, body) = split_continued(token);
         let mask = self.offsets.len() / 4 - 2;
         let b = token_hash(token.as_bytes()) as usize & mask;
         let mut records = self
@@ -166,12 +163,16 @@ mod tests {
         past[8 + 4] = 0x7f;
         let v = BuiltinVocab::new(leak(past)).unwrap();
         assert_eq!((v.get("a"), v.get("bb"), v.get("c")), (None, None, None));
-        let mut long = good;
-        for b in &mut long[8 + 12..] {
-            if *b == 1 || *b == 2 {
-                *b = 0x7f;
-            }
-        }
+        // One bucket: its records start right after the two offsets. A
+        // first record whose length runs past the bucket's end ends the
+        // lookup; the same table with the length intact finds both.
+        let one = layout(&list, 1);
+        let first = 8 + 8;
+        assert_eq!(one[first], 1, "the first record is \"a\", one byte long");
+        let v = BuiltinVocab::new(leak(one.clone())).unwrap();
+        assert_eq!((v.get("a"), v.get("bb")), (Some(0), Some(1)));
+        let mut long = one;
+        long[first] = 0x7f;
         let v = BuiltinVocab::new(leak(long)).unwrap();
         assert_eq!((v.get("a"), v.get("bb")), (None, None));
     }

@@ -68,6 +68,17 @@ pub const CONTINUED: &str = "##";
 /// The length byte's flag for a token that began with [`CONTINUED`].
 pub const CONTINUED_FLAG: u8 = 0x80;
 
+/// A token as the layout keeps it: [`CONTINUED_FLAG`] and the rest for a
+/// token that begins with [`CONTINUED`], else no flag and the whole token.
+/// Both the layout and its lookups split a token here, so they cannot
+/// disagree.
+pub fn split_continued(token: &str) -> (u8, &[u8]) {
+    match token.strip_prefix(CONTINUED) {
+        Some(body) => (CONTINUED_FLAG, body.as_bytes()),
+        None => (0, token.as_bytes()),
+    }
+}
+
 /// The buckets a token list of `tokens` is laid out in: a power of two,
 /// four to eight tokens to a bucket.
 #[cfg_attr(not(test), allow(dead_code))]
@@ -90,10 +101,7 @@ pub fn layout(list: &[&str], buckets: usize) -> Vec<u8> {
     let mask = buckets - 1;
     let mut records = vec![Vec::new(); buckets];
     for (id, token) in list.iter().enumerate() {
-        let (flag, body) = match token.strip_prefix(CONTINUED) {
-            Some(body) => (CONTINUED_FLAG, body),
-            None => (0, *token),
-        };
+        let (flag, body) = split_continued(token);
         assert!(
             body.len() < usize::from(CONTINUED_FLAG),
             "token {token:?} is too long"
@@ -101,7 +109,7 @@ pub fn layout(list: &[&str], buckets: usize) -> Vec<u8> {
         let r = &mut records[token_hash(token.as_bytes()) as usize & mask];
         r.push(flag | body.len() as u8);
         r.extend_from_slice(&(id as u16).to_le_bytes());
-        r.extend_from_slice(body.as_bytes());
+        r.extend_from_slice(body);
     }
     let mut out = Vec::new();
     out.extend_from_slice(&(list.len() as u32).to_le_bytes());
