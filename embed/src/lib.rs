@@ -422,3 +422,36 @@ fn float_vector(bytes: &[u8], t: &Tensor) -> Result<Vec<f32>, ModelError> {
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::builtin;
+
+    /// The built-in model's share of the binary (issue 15: its growth must
+    /// not exceed the model's size): what `builtin` compiles in, against the
+    /// model's own files. The code that reads it is measured apart
+    /// (docs/bench.md, "The binary's growth").
+    #[test]
+    fn the_builtin_data_is_no_larger_than_the_model_files() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/minilm-l6-static");
+        let files: u64 = ["model.safetensors", "tokenizer.json", "config.json"]
+            .iter()
+            .map(|f| std::fs::metadata(dir.join(f)).unwrap().len())
+            .sum();
+        let compiled = [
+            builtin::TENSORS,
+            builtin::TOKENIZER,
+            builtin::VOCAB_TABLE,
+            builtin::CONFIG,
+            builtin::SUMS.as_bytes(),
+        ]
+        .iter()
+        .map(|b| b.len() as u64)
+        .sum::<u64>();
+        assert!(
+            compiled <= files,
+            "{compiled} bytes compiled in for {files} bytes of model files"
+        );
+    }
+}

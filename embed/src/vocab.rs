@@ -76,7 +76,9 @@ impl BuiltinVocab {
     /// that do not end at the records' end). Only the shape is checked (no
     /// pass over the table at every start): a lookup reads every record with
     /// bounds, so a record that does not fit finds nothing rather than
-    /// panicking.
+    /// panicking, and a record whose id is not below the header's token
+    /// count (what [`Vocab::max_id`] and so the model's row check go by)
+    /// finds nothing either.
     pub(crate) fn new(table: &'static [u8]) -> Option<Self> {
         let len = u32_at(table, 0)?;
         let buckets = u32_at(table, 1)?;
@@ -107,7 +109,10 @@ impl BuiltinVocab {
             let n = usize::from(head & !CONTINUED_FLAG);
             let bytes = rest.get(..n)?;
             if head & CONTINUED_FLAG == flag && bytes == body {
-                return Some(u32::from(u16::from_le_bytes([*lo, *hi])));
+                // An id at or past the header's count is not a token: the
+                // model's rows are checked against that count.
+                let id = u16::from_le_bytes([*lo, *hi]);
+                return (usize::from(id) < self.len).then_some(u32::from(id));
             }
             records = &rest[n..];
         }
@@ -175,5 +180,18 @@ mod tests {
         long[first] = 0x7f;
         let v = BuiltinVocab::new(leak(long)).unwrap();
         assert_eq!((v.get("a"), v.get("bb")), (None, None));
+    }
+
+    #[test]
+    fn an_id_past_the_header_count_is_not_found() {
+        // The header says one token; the records hold ids 0 and 1. The
+        // model's rows are checked against max_id, so id 1 must not come
+        // out of a lookup (it would index past them).
+        let mut table = layout(&["a", "bb"], 2);
+        assert_eq!(table[..4], 2u32.to_le_bytes());
+        table[..4].copy_from_slice(&1u32.to_le_bytes());
+        let v = BuiltinVocab::new(leak(table)).unwrap();
+        assert_eq!((v.get("a"), v.get("bb")), (Some(0), None));
+        assert_eq!(Vocab::Builtin(v).max_id(), Some(0));
     }
 }
