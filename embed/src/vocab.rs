@@ -56,6 +56,8 @@ pub(crate) struct BuiltinVocab {
     /// `buckets + 1` offsets into `records`, 4 bytes each.
     offsets: &'static [u8],
     records: &'static [u8],
+    /// `buckets - 1`: a token's bucket is its hash and this.
+    mask: usize,
     len: usize,
 }
 
@@ -93,14 +95,14 @@ impl BuiltinVocab {
         shape.then_some(BuiltinVocab {
             offsets,
             records,
+            mask: buckets - 1,
             len,
         })
     }
 
     fn get(&self, token: &str) -> Option<u32> {
         let (flag, body) = split_continued(token);
-        let mask = self.offsets.len() / 4 - 2;
-        let b = token_hash(token.as_bytes()) as usize & mask;
+        let b = token_hash(token.as_bytes()) as usize & self.mask;
         let mut records = self
             .records
             .get(u32_at(self.offsets, b)?..u32_at(self.offsets, b + 1)?)?;
