@@ -12,7 +12,7 @@
 //! on a visible memory refuse others with [`NodeError::Refused`].
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use amos_acl::{AuthorizedScopes, Visible};
 use amos_protocol::{
@@ -146,6 +146,10 @@ pub(crate) struct RecallParts<'a> {
     pub index: &'a RecallIndex,
     pub vectors: Option<(&'a VectorIndex, &'a StaticModel)>,
     pub store: &'a mut Store,
+    /// The thread a recall's vector walk runs on while it reads rows
+    /// (`None`: one core, or no thread could be started; the walk then
+    /// runs first, on the caller's thread).
+    pub walker: Option<&'a rayon::ThreadPool>,
 }
 
 /// An open node: identity, store and (lazily) the index.
@@ -157,9 +161,30 @@ pub struct Node {
     index: Option<RecallIndex>,
     /// The vector index and the model that fills it, opened on first use.
     vectors: Option<(VectorIndex, Cow<'static, StaticModel>)>,
+    /// The recall's second thread ([`RecallParts::walker`]), started with
+    /// the second recall that walks the vectors: a process that recalls
+    /// once (a CLI command) would pay more to start it than it saves.
+    pub(crate) walker: OnceLock<Option<rayon::ThreadPool>>,
+    /// Whether a recall has walked the vectors yet.
+    walked: bool,
     pub(crate) clock: Arc<dyn WallClock>,
     /// The front end reads come through, for the read audit (`api::reads`).
     pub(crate) front: &'static str,
+}
+
+/// The one-thread pool a recall's vector walk runs on, where there is a
+/// second core for it; `None` otherwise, or when no thread can be started.
+fn start_walker() -> Option<rayon::ThreadPool> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores < 2 {
+        return None;
+    }
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .thread_name(|_| "amos-vector-walk".to_owned())
+        .build()
+        .map_err(|e| tracing::debug!(error = %e, "no vector-walk thread; walking in line"))
+        .ok()
 }
 
 impl std::fmt::Debug for Node {
@@ -201,6 +226,8 @@ impl Node {
             store,
             index: None,
             vectors: None,
+            walker: OnceLock::new(),
+            walked: false,
             clock,
             front: "cli",
         })
@@ -271,6 +298,8 @@ impl Node {
             index,
             vectors,
             store,
+            walker,
+            walked,
             ..
         } = self;
         let index = index
@@ -284,10 +313,16 @@ impl Node {
             }
             _ => None,
         };
+        let walker = match vectors {
+            Some(_) if *walked => walker.get_or_init(start_walker).as_ref(),
+            _ => None,
+        };
+        *walked |= vectors.is_some();
         Ok(RecallParts {
             index,
             vectors,
             store,
+            walker,
         })
     }
 

@@ -105,6 +105,7 @@ impl Node {
             index,
             vectors,
             store,
+            walker,
         } = self.recall_parts(opts.mode)?;
         // Every read below in one snapshot: the gate, the time view and
         // resonance see one state of the store (and one WAL read lock).
@@ -130,16 +131,56 @@ impl Node {
         let mut hits: Vec<Hit> = loop {
             // Both lists are pre-filtered by the requester's access terms
             // before a candidate takes a slot; the gate below decides.
-            let lexical = match semantic_only {
-                true => Vec::new(),
-                false => index.search(&terms, access.as_deref(), limit)?,
-            };
             // The vectors are asked for half as many (their walk costs more).
             let semantic_limit = (limit / 2).max(20);
-            let semantic = match vectors {
-                Some((v, _)) => v.search(&query_vector, access.as_deref(), semantic_limit)?,
-                None => Vec::new(),
+            // The vector walk runs on the walker thread while this one asks
+            // the full-text index and reads the lexical candidates' rows
+            // through the gate; then the semantic ones not read yet. Every
+            // row is read on this thread, in the one snapshot: the walk
+            // touches only the vector index.
+            let mut nearest: Option<Result<Vec<(MemoryId, f32)>>> = None;
+            let mut walk = {
+                let (slot, q, a) = (&mut nearest, &query_vector, access.as_deref());
+                move || {
+                    if let Some((v, _)) = vectors {
+                        *slot = Some(v.search(q, a, semantic_limit));
+                    }
+                }
             };
+            let lexical_rows = || -> Result<_> {
+                let lexical = match semantic_only {
+                    true => Vec::new(),
+                    false => index.search(&terms, access.as_deref(), limit)?,
+                };
+                let mut read: Vec<MemoryId> = lexical.iter().map(|c| c.0).collect();
+                read.extend(changed.iter().copied());
+                read.sort_unstable();
+                read.dedup();
+                let visible = store.visible(who, &read, now)?;
+                Ok((lexical, read, visible))
+            };
+            let (lexical, read, mut visible) = match walker {
+                Some(pool) if vectors.is_some() => pool.in_place_scope(|s| {
+                    s.spawn(move |_| walk());
+                    lexical_rows()
+                }),
+                _ => {
+                    walk();
+                    lexical_rows()
+                }
+            }?;
+            let semantic = nearest.transpose()?.unwrap_or_default();
+            let mut rest: Vec<MemoryId> = semantic
+                .iter()
+                .map(|c| c.0)
+                .filter(|id| read.binary_search(id).is_err())
+                .collect();
+            if !rest.is_empty() {
+                rest.sort_unstable();
+                rest.dedup();
+                visible.extend(store.visible(who, &rest, now)?);
+                visible.sort_unstable_by_key(|m| m.id);
+            }
             // Widen while either list may hold more than it returned: the
             // semantic list does not once its farthest candidate is below
             // the cosine floor (no candidate further out could count).
@@ -149,16 +190,7 @@ impl Node {
             let top_bm25 = lexical.iter().map(|c| c.1).fold(0.0f32, f32::max);
             let bm25: HashMap<MemoryId, f32> = lexical.iter().copied().collect();
             let cosine: HashMap<MemoryId, f32> = semantic.iter().copied().collect();
-            let mut ids: Vec<MemoryId> = lexical.iter().map(|c| c.0).collect();
-            ids.extend(semantic.iter().map(|c| c.0));
-            ids.extend(changed.iter().copied());
-            ids.sort_unstable();
-            ids.dedup();
-            let visible: Vec<_> = store
-                .visible(who, &ids, now)?
-                .into_iter()
-                .filter(|m| !m.archived)
-                .collect();
+            let visible: Vec<_> = visible.into_iter().filter(|m| !m.archived).collect();
             let in_time = time::view(store.conn(), who, visible, &opts.time, now)?;
             // Each visible candidate's two scores, as of the query's time:
             // under --known-at a memory answers by its text then (the
@@ -629,5 +661,128 @@ impl Node {
             exact: exact.len(),
             search_ms,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use amos_protocol::{MemoryId, Scope};
+
+    use crate::recall::fuse::RecallMode;
+    use crate::recall::pack::PackOptions;
+    use crate::recall::rank::RecallOptions;
+    use crate::{Home, NewMemory, Node};
+
+    const QUERIES: [&str; 3] = [
+        "where are the database passwords kept",
+        "how do we roll back a release",
+        "note about the cache",
+    ];
+
+    /// Every mode's hits (id and score) for each query as `agent`, and a
+    /// pack's decisions: everything a recall answers with.
+    fn answers(node: &mut Node, agent: &str) -> Vec<String> {
+        let who = node.requester(agent).unwrap();
+        let mut out = Vec::new();
+        for query in QUERIES {
+            for mode in RecallMode::ALL {
+                let opts = RecallOptions {
+                    mode,
+                    note_recall: false,
+                    ..RecallOptions::top(10)
+                };
+                for h in node.search_with(&who, query, &opts).unwrap() {
+                    out.push(format!("{query} {mode} {} {:.6}", h.memory.id, h.score));
+                }
+            }
+            let mut pack = PackOptions::new(300);
+            pack.recall.note_recall = false;
+            for d in node.pack_with(&who, query, &pack).unwrap().report {
+                out.push(format!(
+                    "{query} pack {} {} {:.6}",
+                    d.id, d.decision, d.score
+                ));
+            }
+        }
+        out
+    }
+
+    /// The vector walk beside the row reads (the walker thread) and in line
+    /// before them give the same answers, hit for hit and score for score,
+    /// and the semantic candidates count in both: a memory that shares no
+    /// word with its question is found, and one bob may not see is not.
+    #[test]
+    fn a_recall_answers_the_same_with_its_vector_walk_beside_it_or_in_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::new(dir.path().join("home"));
+        Node::init(&home, None).unwrap();
+        let mut node = Node::open(&home).unwrap();
+        for a in ["alice", "bob"] {
+            node.agent_add(a, "agent", &[]).unwrap();
+        }
+        let alice = node.requester("alice").unwrap();
+        let topics = ["deploy", "backup", "cache", "login", "queue", "budget"];
+        let mut shared: Vec<NewMemory> = (0..240)
+            .map(|i| {
+                let mut m = NewMemory::new(format!(
+                    "note {i} about the {} of service {}",
+                    topics[i % topics.len()],
+                    i % 17
+                ));
+                m.share = vec![Scope::Global];
+                m
+            })
+            .collect();
+        // Found by meaning only: no word in common with its question.
+        let mut by_meaning =
+            NewMemory::new("Secrets live in Vault; credentials never go in env files");
+        by_meaning.share = vec![Scope::Global];
+        shared.push(by_meaning);
+        let mut ids = node
+            .add_many(shared.into_iter().map(|m| (&alice, m)).collect())
+            .unwrap();
+        let by_meaning = ids.pop().unwrap();
+        let hidden = node
+            .add(
+                &alice,
+                NewMemory::new("The database passwords are kept in the vault"),
+            )
+            .unwrap();
+
+        let beside = answers(&mut node, "bob");
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        match cores {
+            1 => eprintln!("SKIPPED in part: one core, so no walker thread to compare with"),
+            _ => assert!(
+                node.walker.get().is_some_and(Option::is_some),
+                "the walk ran on its own thread"
+            ),
+        }
+        drop(node);
+        let mut node = Node::open(&home).unwrap();
+        assert!(node.walker.set(None).is_ok());
+        let in_line = answers(&mut node, "bob");
+        assert_eq!(beside, in_line);
+
+        let found = |mode: &str, id: MemoryId| {
+            let (head, id) = (format!("{} {mode} ", QUERIES[0]), id.to_string());
+            beside
+                .iter()
+                .any(|a| a.starts_with(&head) && a.contains(&id))
+        };
+        assert!(found("semantic", by_meaning) && found("hybrid", by_meaning));
+        assert!(
+            !found("lexical", by_meaning),
+            "it shares no word with the query"
+        );
+        assert!(
+            !beside.iter().any(|a| a.contains(&hidden.to_string())),
+            "bob may not see it"
+        );
+        assert!(
+            answers(&mut node, "alice")
+                .iter()
+                .any(|a| a.contains(&hidden.to_string()))
+        );
     }
 }
