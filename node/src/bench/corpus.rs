@@ -16,7 +16,7 @@ use std::time::Instant;
 use amos_acl::AuthorizedScopes;
 use serde::{Deserialize, Serialize};
 
-use super::stats::{Millis, PhaseMemory, millis, peak_rss_bytes, reset_peak_rss};
+use super::stats::{Machine, Millis, PhaseMemory, millis, peak_rss_bytes, reset_peak_rss};
 use super::sync::{self, SyncReport};
 use super::text::{self, TextReport};
 use super::workload::{Org, WorkloadMemory, WorkloadQuery};
@@ -55,6 +55,8 @@ pub struct BenchConfig {
 /// What `amos bench --json` prints.
 #[derive(Debug, Serialize)]
 pub struct BenchReport {
+    /// What ran it: CPU, cores, the load when it began, amos's version.
+    pub machine: Machine,
     pub memories: usize,
     pub queries: usize,
     pub passes: usize,
@@ -208,6 +210,7 @@ pub fn build_org(node: &mut Node, org: &Org) -> Result<HashMap<String, Authorize
 
 /// Run the benchmark.
 pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
+    let machine = Machine::now();
     let org: Org = serde_json::from_str(&fs::read_to_string(cfg.corpus.join("org.json")).map_err(
         |e| {
             NodeError::BadInput(format!(
@@ -472,6 +475,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         (None, Some(tmp))
     };
     Ok(BenchReport {
+        machine,
         memories: loaded,
         queries: queries.len(),
         passes: cfg.passes,

@@ -1,5 +1,5 @@
-//! Figures shared by the bench sections: latency percentiles and the
-//! process's peak memory.
+//! Figures shared by the bench sections: latency percentiles, the
+//! process's peak memory and the machine a run measured.
 
 use serde::Serialize;
 
@@ -77,6 +77,50 @@ impl PhaseMemory {
     }
 }
 
+/// The machine a run measured, so that runs on different machines are not
+/// read as one: figures move more between machines than between builds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Machine {
+    /// The CPU's model name (Linux `/proc/cpuinfo`), null elsewhere.
+    pub cpu: Option<String>,
+    /// The cores this process may use.
+    pub cores: usize,
+    /// The one-minute load average when the run began (Linux
+    /// `/proc/loadavg`), null elsewhere: a busy machine's figures are not
+    /// a quiet one's.
+    pub load_before: Option<f64>,
+    /// The amos version that ran.
+    pub amos: &'static str,
+}
+
+impl Machine {
+    /// This machine, now.
+    pub fn now() -> Machine {
+        let read = |path: &str| std::fs::read_to_string(path).ok();
+        Machine {
+            cpu: read("/proc/cpuinfo").and_then(|s| cpu_model(&s)),
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            load_before: read("/proc/loadavg").and_then(|s| load_1m(&s)),
+            amos: env!("CARGO_PKG_VERSION"),
+        }
+    }
+}
+
+/// The first `model name` of a `/proc/cpuinfo`.
+fn cpu_model(cpuinfo: &str) -> Option<String> {
+    cpuinfo
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(key, _)| key.trim() == "model name")
+        .map(|(_, value)| value.trim().to_owned())
+        .filter(|v| !v.is_empty())
+}
+
+/// The one-minute load average of a `/proc/loadavg`.
+fn load_1m(loadavg: &str) -> Option<f64> {
+    loadavg.split_whitespace().next()?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,5 +131,21 @@ mod tests {
         assert_eq!(m.p50, 51.0);
         assert_eq!(m.p99, 99.0);
         assert_eq!(millis(vec![]).p50, 0.0);
+    }
+
+    #[test]
+    fn the_machine_is_read_from_cpuinfo_and_loadavg() {
+        let cpuinfo = "processor\t: 0\nvendor_id\t: GenuineIntel\n\
+                       model name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu\n\n\
+                       processor\t: 1\nmodel name\t: Another\n";
+        assert_eq!(
+            cpu_model(cpuinfo).as_deref(),
+            Some("Intel(R) Xeon(R) Processor")
+        );
+        assert_eq!(cpu_model("processor\t: 0\nmodel name\t:\n"), None);
+        assert_eq!(cpu_model(""), None);
+        assert_eq!(load_1m("0.53 0.73 0.57 1/234 5678\n"), Some(0.53));
+        assert_eq!(load_1m("busy"), None);
+        assert!(Machine::now().cores >= 1);
     }
 }

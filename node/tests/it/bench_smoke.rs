@@ -162,6 +162,15 @@ fn bench_runs_on_a_generated_workload() {
     for field in ["add_ms", "search_ms", "pack_ms"] {
         assert!(v[field]["p50"].is_f64() && v[field]["p99"].is_f64(), "{v}");
     }
+    // The machine that ran it, so that runs on two machines are not read as one.
+    assert!(
+        v["machine"]["cores"].as_u64().is_some_and(|n| n >= 1),
+        "{v}"
+    );
+    assert_eq!(v["machine"]["amos"], env!("CARGO_PKG_VERSION"), "{v}");
+    if cfg!(target_os = "linux") {
+        assert!(v["machine"]["load_before"].is_f64(), "{v}");
+    }
     assert_eq!(v["memories"], 1000);
     assert_eq!(v["queries"], 200);
     assert_eq!(v["passes"], 1);
