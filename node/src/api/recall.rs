@@ -358,8 +358,8 @@ impl Node {
         self.pack_with(who, query, &PackOptions::new(budget))
     }
 
-    /// A context pack with explicit options; notes its hits as recalled
-    /// (with `opts.recall.note_recall`) and records the latency (kind
+    /// A context pack with explicit options; notes the memories it holds
+    /// as recalled (with `opts.recall.note_recall`) and records the latency (kind
     /// `pack`; its search is not counted again as a `search`).
     pub fn pack_with(
         &mut self,
@@ -378,10 +378,6 @@ impl Node {
         }
         let started = std::time::Instant::now();
         let hits = self.recall(who, query, &opts.recall)?;
-        let recalled: Vec<MemoryId> = match opts.recall.note_recall {
-            true => due_for_note(&hits, self.now_ms()),
-            false => Vec::new(),
-        };
         let core = self.pinned_core(who, &hits, opts)?;
 
         let budget = opts.budget;
@@ -534,6 +530,12 @@ impl Node {
             let ids: Vec<String> = items.iter().map(|h| h.memory.id.to_string()).collect();
             self.feedback(who, &ids, true)?;
         }
+        // What the pack holds was recalled; a hit it left out was not (as
+        // the read audit, which names only what was shown).
+        let recalled: Vec<MemoryId> = match opts.recall.note_recall {
+            true => due_for_note(&items, self.now_ms()),
+            false => Vec::new(),
+        };
         self.finish_recall(RecallKind::Pack, started, &recalled);
         let shown: Vec<MemoryId> = items.iter().map(|h| h.memory.id).collect();
         self.audit_reads(who, &shown, "pack");

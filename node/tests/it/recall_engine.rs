@@ -786,6 +786,59 @@ fn a_recall_notes_each_hit_at_most_once_an_hour() {
 }
 
 #[test]
+fn a_pack_notes_what_it_holds_and_not_a_hit_it_leaves_out() {
+    let h = Home::new();
+    org(&h);
+    let t0: u64 = 1_900_000_000_000;
+    let (short, long) = {
+        let mut node = open_at(&h, t0);
+        let alice = node.requester("alice").expect("alice");
+        let short = node
+            .add(&alice, new_mem("quokka feeding schedule", &["global"]))
+            .expect("add");
+        let long = node
+            .add(
+                &alice,
+                new_mem(
+                    &format!(
+                        "quokka enclosure notes: {}",
+                        "the keepers log every visit. ".repeat(12)
+                    ),
+                    &["global"],
+                ),
+            )
+            .expect("add");
+        (short, long)
+    };
+    let noted = |id: &amos_protocol::MemoryId| -> Option<i64> {
+        ro_db(&h)
+            .query_row(
+                "SELECT last_access_ms FROM memories WHERE id = ?1",
+                [&id.0[..]],
+                |r| r.get(0),
+            )
+            .expect("row")
+    };
+    let mut node = open_at(&h, t0 + 1000);
+    let bob = node.requester("bob").expect("bob");
+    // Room for the short memory, not for the long one (about 100 tokens).
+    let pack = node.pack(&bob, "quokka", 40).expect("pack");
+    let decided = |id: &amos_protocol::MemoryId| {
+        let d = pack
+            .report
+            .iter()
+            .find(|d| d.id == id.to_string())
+            .expect("decided");
+        (d.included, d.decision)
+    };
+    assert_eq!(decided(&short), (true, "relevant"));
+    assert_eq!(decided(&long), (false, "over-budget"));
+    drop(node);
+    assert_eq!(noted(&short), Some((t0 + 1000) as i64), "included: noted");
+    assert_eq!(noted(&long), None, "left out: not noted");
+}
+
+#[test]
 fn consolidate_merges_near_duplicates_and_keeps_every_source_reachable() {
     let h = Home::new();
     org(&h);
