@@ -12,7 +12,7 @@
 //! on a visible memory refuse others with [`NodeError::Refused`].
 
 use std::borrow::Cow;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use amos_acl::{AuthorizedScopes, Visible};
 use amos_protocol::{
@@ -146,9 +146,10 @@ pub(crate) struct RecallParts<'a> {
     pub index: &'a RecallIndex,
     pub vectors: Option<(&'a VectorIndex, &'a StaticModel)>,
     pub store: &'a mut Store,
-    /// The thread a recall's vector walk runs on while it reads rows
-    /// (`None`: one core, or no thread could be started; the walk then
-    /// runs first, on the caller's thread).
+    /// The thread a recall's vector walk runs on while it reads rows; only
+    /// with `vectors` (`None`: a lexical recall, a node's first, one core,
+    /// or no thread could be started; the walk then runs first, on the
+    /// caller's thread).
     pub walker: Option<&'a rayon::ThreadPool>,
 }
 
@@ -164,7 +165,8 @@ pub struct Node {
     /// The recall's second thread ([`RecallParts::walker`]), started with
     /// the second recall that walks the vectors: a process that recalls
     /// once (a CLI command) would pay more to start it than it saves.
-    pub(crate) walker: OnceLock<Option<rayon::ThreadPool>>,
+    /// (`None`: not tried yet; `Some(None)`: no thread, walk in line.)
+    pub(crate) walker: Option<Option<rayon::ThreadPool>>,
     /// Whether a recall has walked the vectors yet.
     walked: bool,
     pub(crate) clock: Arc<dyn WallClock>,
@@ -226,7 +228,7 @@ impl Node {
             store,
             index: None,
             vectors: None,
-            walker: OnceLock::new(),
+            walker: None,
             walked: false,
             clock,
             front: "cli",
@@ -314,7 +316,7 @@ impl Node {
             _ => None,
         };
         let walker = match vectors {
-            Some(_) if *walked => walker.get_or_init(start_walker).as_ref(),
+            Some(_) if *walked => walker.get_or_insert_with(start_walker).as_ref(),
             _ => None,
         };
         *walked |= vectors.is_some();

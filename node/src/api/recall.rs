@@ -160,7 +160,7 @@ impl Node {
                 Ok((lexical, read, visible))
             };
             let (lexical, read, mut visible) = match walker {
-                Some(pool) if vectors.is_some() => pool.in_place_scope(|s| {
+                Some(pool) => pool.in_place_scope(|s| {
                     s.spawn(move |_| walk());
                     lexical_rows()
                 }),
@@ -756,13 +756,13 @@ mod tests {
         match cores {
             1 => eprintln!("SKIPPED in part: one core, so no walker thread to compare with"),
             _ => assert!(
-                node.walker.get().is_some_and(Option::is_some),
+                node.walker.as_ref().is_some_and(Option::is_some),
                 "the walk ran on its own thread"
             ),
         }
         drop(node);
         let mut node = Node::open(&home).unwrap();
-        assert!(node.walker.set(None).is_ok());
+        node.walker = Some(None);
         let in_line = answers(&mut node, "bob");
         assert_eq!(beside, in_line);
 
