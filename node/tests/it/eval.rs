@@ -27,6 +27,10 @@ fn heldout() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("eval/heldout.jsonl")
 }
 
+fn unseen() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("eval/unseen.jsonl")
+}
+
 /// `set`'s figures in `mode` must reach `floor` (hit@1, hit@5, MRR).
 fn at_least(v: &Value, mode: &str, floor: [f64; 3]) {
     let m = &v["modes"][mode];
@@ -43,11 +47,14 @@ fn at_least(v: &Value, mode: &str, floor: [f64; 3]) {
 /// |---|---|---|---|
 /// | golden | 0.667 / 0.956 / 0.759 | 0.756 / 0.956 / 0.842 | 0.800 / 0.956 / 0.863 |
 /// | held-out | 0.605 / 0.860 / 0.688 | 0.767 / 0.977 / 0.849 | 0.837 / 0.953 / 0.891 |
+/// | unseen (2026-12-04) | 0.627 / 0.707 / 0.663 | 0.693 / 0.893 / 0.785 | 0.707 / 0.880 / 0.780 |
 ///
 /// (hit@1 / hit@5 / MRR). The analyzer before stemming measured lexical
 /// 0.644 / 0.889 / 0.736 on golden. The thresholds sit just below: a change
 /// that costs recall quality on these sets fails here; one that gains
-/// should raise them. Hybrid must beat lexical at hit@1 on both.
+/// should raise them. Hybrid must beat lexical at hit@1 on all three (by
+/// less on the unseen set, whose paraphrases share no content word with
+/// their memory: docs/recall.md).
 #[test]
 fn the_shipped_golden_sets_keep_their_figures() {
     let r = eval(&golden());
@@ -74,9 +81,19 @@ fn the_shipped_golden_sets_keep_their_figures() {
     at_least(&h, "lexical", [0.58, 0.84, 0.67]);
     at_least(&h, "semantic", [0.74, 0.95, 0.83]);
     at_least(&h, "hybrid", [0.81, 0.93, 0.87]);
-    for v in [&v, &h] {
+
+    let r = eval(&unseen());
+    assert_eq!(r.code, 0, "{r:?}");
+    let u = r.json();
+    let queries = u["queries"].as_u64().unwrap();
+    assert!(queries >= 30);
+    assert!(u["paraphrases"].as_u64().unwrap() * 3 >= queries);
+    at_least(&u, "lexical", [0.61, 0.69, 0.65]);
+    at_least(&u, "semantic", [0.67, 0.87, 0.77]);
+    at_least(&u, "hybrid", [0.69, 0.86, 0.76]);
+    for (v, margin) in [(&v, 0.1), (&h, 0.1), (&u, 0.05)] {
         let hit1 = |m: &str| v["modes"][m]["hit_at_1"].as_f64().unwrap();
-        assert!(hit1("hybrid") > hit1("lexical") + 0.1, "{}", v["file"]);
+        assert!(hit1("hybrid") > hit1("lexical") + margin, "{}", v["file"]);
     }
 }
 
