@@ -197,7 +197,12 @@ class Bert:
 
     def sentence(self, texts, vocab):
         """sentence-transformers' encode: [CLS] ... [SEP], mean over real tokens, L2 norm."""
-        seqs = [[vocab["[CLS]"]] + wordpiece(bert_words(t), vocab)[:254] + [vocab["[SEP]"]] for t in texts]
+        return self.encode([[vocab["[CLS]"]] + wordpiece(bert_words(t), vocab)[:254] + [vocab["[SEP]"]]
+                            for t in texts])
+
+    def encode(self, seqs):
+        """Token id sequences (with their [CLS] and [SEP]), padded into one batch: the mean of
+        each one's outputs over its real tokens, L2-normalised."""
         l = max(len(s) for s in seqs)
         ids = np.zeros((len(seqs), l), dtype=np.int64)
         mask = np.zeros((len(seqs), l), dtype=np.int64)
@@ -327,11 +332,17 @@ def main():
     print(f"vocab {table.shape[0]} x {table.shape[1]} {args.dtype}, {args.pool} pooling, "
           f"sif {args.sif:g}, zipf {args.zipf:g}, PCA explains {explained:.1%}, "
           f"{sum((args.out / f).stat().st_size for f in files)} bytes, {time.time() - t0:.0f}s")
+    validate(bert, vocab, table, new_vocab, weights)
+
+
+def validate(bert, teacher_vocab, table, vocab, weights):
+    """Print the teacher's and the static model's cosines on SANITY_PAIRS; exit unless every
+    paraphrase beats its unrelated text under the static model."""
     print(f"{'teacher para':>12} {'unrel':>6} | {'static para':>11} {'unrel':>6} | query")
     ok = True
     for q, para, unrel in SANITY_PAIRS:
-        te = bert.sentence([q, para, unrel], vocab)
-        se = static_embed([q, para, unrel], table, new_vocab, weights)
+        te = bert.sentence([q, para, unrel], teacher_vocab)
+        se = static_embed([q, para, unrel], table, vocab, weights)
         tp, tu = te[0] @ te[1], te[0] @ te[2]
         sp, su = se[0] @ se[1], se[0] @ se[2]
         ok &= sp > su

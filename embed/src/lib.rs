@@ -95,12 +95,17 @@ pub struct StaticModel {
     /// Optional token id → table row (model2vec's `mapping` tensor).
     mapping: Option<Vec<u32>>,
     normalize: bool,
+    /// The cosine under which the model's author holds two texts unrelated
+    /// (`min_similarity` in `config.json`, amos's own key), if it names one.
+    min_similarity: Option<f32>,
 }
 
 #[derive(serde::Deserialize)]
 struct Config {
     #[serde(default = "yes")]
     normalize: bool,
+    #[serde(default)]
+    min_similarity: Option<f32>,
 }
 
 fn yes() -> bool {
@@ -187,14 +192,19 @@ impl StaticModel {
         config: Option<&[u8]>,
         fingerprint: Option<String>,
     ) -> Result<Self, ModelError> {
-        let normalize = match config {
-            None => true,
+        let (normalize, min_similarity) = match config {
+            None => (true, None),
             Some(bytes) => {
-                serde_json::from_slice::<Config>(bytes)
-                    .map_err(|e| ModelError::Config(format!("not a model config ({e})")))?
-                    .normalize
+                let c = serde_json::from_slice::<Config>(bytes)
+                    .map_err(|e| ModelError::Config(format!("not a model config ({e})")))?;
+                (c.normalize, c.min_similarity)
             }
         };
+        if min_similarity.is_some_and(|m| !(-1.0..1.0).contains(&m)) {
+            return Err(ModelError::Config(
+                "min_similarity must be a cosine in [-1, 1)".into(),
+            ));
+        }
         let mut toc = safetensors::parse(&tensors)?;
         let table = toc
             .remove("embeddings")
@@ -268,7 +278,15 @@ impl StaticModel {
             weights,
             mapping,
             normalize,
+            min_similarity,
         })
+    }
+
+    /// The cosine floor the model's `config.json` names (`min_similarity`):
+    /// below it, its author holds two texts unrelated. `None` when it names
+    /// none; the caller then has its own default.
+    pub fn min_similarity(&self) -> Option<f32> {
+        self.min_similarity
     }
 
     /// Where the model came from: the built-in name or the directory.

@@ -13,7 +13,7 @@ use crate::api::node::Node;
 use crate::api::node::RecallParts;
 use crate::error::{NodeError, Result};
 use crate::index::{analyze, owner_term};
-use crate::recall::fuse::{Direct, MIN_SIMILARITY, RecallMode, fuse};
+use crate::recall::fuse::{Direct, MIN_SIMILARITY, RecallMode, floor_of, fuse};
 use crate::recall::pack::{
     Conflict, Fingerprint, Included, PACK_CORE, Pack, PackDecision, PackOptions, decision,
     duplicate, estimate_tokens, included_of,
@@ -116,6 +116,7 @@ impl Node {
             None => Vec::new(),
         };
         let semantic_only = opts.mode == RecallMode::Semantic;
+        let floor = vectors.map_or(MIN_SIMILARITY, |(_, model)| floor_of(model));
         if terms.is_empty() && (query_vector.iter().all(|x| *x == 0.0) || !opts.mode.semantic()) {
             return Ok(Vec::new());
         }
@@ -184,8 +185,8 @@ impl Node {
             // Widen while either list may hold more than it returned: the
             // semantic list does not once its farthest candidate is below
             // the cosine floor (no candidate further out could count).
-            let semantic_done = semantic.len() < semantic_limit
-                || semantic.last().is_some_and(|c| c.1 < MIN_SIMILARITY);
+            let semantic_done =
+                semantic.len() < semantic_limit || semantic.last().is_some_and(|c| c.1 < floor);
             let exhausted = lexical.len() < limit && semantic_done;
             let top_bm25 = lexical.iter().map(|c| c.1).fold(0.0f32, f32::max);
             let bm25: HashMap<MemoryId, f32> = lexical.iter().copied().collect();
@@ -226,7 +227,7 @@ impl Node {
             for list in [&mut lexical_now, &mut semantic_now] {
                 list.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
             }
-            let direct = fuse(opts.mode, &lexical_now, &semantic_now, |_| true);
+            let direct = fuse(opts.mode, &lexical_now, &semantic_now, floor, |_| true);
             let hits: Vec<Hit> = in_time
                 .into_iter()
                 .filter_map(|(m, vt)| {

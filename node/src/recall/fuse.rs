@@ -5,8 +5,9 @@
 //! * `semantic`: the nearest vectors; relevance = cosine similarity.
 //! * `hybrid` (the default): both lists, fused by a convex combination of
 //!   the scores, each scaled to the list's best visible candidate:
-//!   `0.4 × bm25 / best_bm25 + 0.6 × (cos − 0.25) / (best_cos − 0.25)`
-//!   ([`LEXICAL_WEIGHT`], [`MIN_SIMILARITY`]). So relevance is in [0, 1],
+//!   `0.4 × bm25 / best_bm25 + 0.6 × (cos − floor) / (best_cos − floor)`
+//!   ([`LEXICAL_WEIGHT`]; the floor is the model's, [`MIN_SIMILARITY`]
+//!   where it names none). So relevance is in [0, 1],
 //!   1 only for a memory best in both lists. (Reciprocal-rank fusion was
 //!   tried first and measured worse on the golden set: a long tail of weak
 //!   matches in both lists outranked a strong match in one; see
@@ -26,10 +27,17 @@ use serde::Serialize;
 /// The lexical share of a hybrid relevance (the semantic share is the rest).
 pub const LEXICAL_WEIGHT: f32 = 0.4;
 
-/// A semantic candidate below this cosine is not a candidate at all: the
-/// nearest vectors of a store always exist, but an unrelated memory should
-/// not answer a query just because nothing closer was there.
+/// A semantic candidate below the model's cosine floor is not a candidate
+/// at all: the nearest vectors of a store always exist, but an unrelated
+/// memory should not answer a query just because nothing closer was there.
+/// The floor belongs to the model (`min_similarity` in its `config.json`;
+/// the built-in model's is 0.17); this one is for a model that names none.
 pub const MIN_SIMILARITY: f32 = 0.25;
+
+/// The cosine floor of semantic candidates under `model`.
+pub fn floor_of(model: &amos_embed::StaticModel) -> f32 {
+    model.min_similarity().unwrap_or(MIN_SIMILARITY)
+}
 
 /// Which candidates a recall draws on (`--mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -101,11 +109,13 @@ pub struct Direct {
 /// Fuse the `lexical` (BM25) and `semantic` (cosine) candidate lists, each
 /// best first, into each visible candidate's [`Direct`] relevance under
 /// `mode`. Candidates `visible` refuses are skipped before ranks are
-/// counted; semantic ones below [`MIN_SIMILARITY`] are no candidates.
+/// counted; semantic ones below `floor` (the model's, [`floor_of`]) are no
+/// candidates.
 pub fn fuse(
     mode: RecallMode,
     lexical: &[(MemoryId, f32)],
     semantic: &[(MemoryId, f32)],
+    floor: f32,
     visible: impl Fn(&MemoryId) -> bool,
 ) -> HashMap<MemoryId, Direct> {
     let mut out: HashMap<MemoryId, Direct> = HashMap::new();
@@ -119,7 +129,7 @@ pub fn fuse(
     if mode.semantic() {
         let near = semantic
             .iter()
-            .filter(|(id, sim)| *sim >= MIN_SIMILARITY && visible(id));
+            .filter(|(id, sim)| *sim >= floor && visible(id));
         for (rank, (id, sim)) in near.enumerate() {
             let d = out.entry(*id).or_default();
             d.semantic = Some(*sim);
@@ -131,14 +141,14 @@ pub fn fuse(
     let top_cosine = out
         .values()
         .filter_map(|d| d.semantic)
-        .fold(MIN_SIMILARITY, f32::max);
+        .fold(floor, f32::max);
     for d in out.values_mut() {
         let lexical = match top_bm25 > 0.0 {
             true => d.bm25 / top_bm25,
             false => 0.0,
         };
         let semantic = d.semantic.map_or(0.0, |c| {
-            ((c - MIN_SIMILARITY) / (top_cosine - MIN_SIMILARITY).max(f32::EPSILON)).max(0.0)
+            ((c - floor) / (top_cosine - floor).max(f32::EPSILON)).max(0.0)
         });
         d.relevance = match mode {
             RecallMode::Lexical => d.bm25,
@@ -161,7 +171,7 @@ mod tests {
     fn hybrid_rewards_agreement_and_lexical_keeps_bm25() {
         let lex = [(id(1), 9.0), (id(2), 5.0)];
         let sem = [(id(2), 0.9), (id(3), 0.8)];
-        let h = fuse(RecallMode::Hybrid, &lex, &sem, |_| true);
+        let h = fuse(RecallMode::Hybrid, &lex, &sem, MIN_SIMILARITY, |_| true);
         assert!((h[&id(1)].relevance - LEXICAL_WEIGHT).abs() < 1e-6);
         assert!(
             h[&id(2)].relevance > h[&id(1)].relevance,
@@ -169,10 +179,10 @@ mod tests {
         );
         assert!(h[&id(2)].relevance <= 1.0);
         assert_eq!(h[&id(3)].semantic_rank, Some(2));
-        let l = fuse(RecallMode::Lexical, &lex, &sem, |_| true);
+        let l = fuse(RecallMode::Lexical, &lex, &sem, MIN_SIMILARITY, |_| true);
         assert_eq!(l.len(), 2);
         assert_eq!(l[&id(1)].relevance, 9.0);
-        let s = fuse(RecallMode::Semantic, &lex, &sem, |_| true);
+        let s = fuse(RecallMode::Semantic, &lex, &sem, MIN_SIMILARITY, |_| true);
         assert_eq!(s.len(), 2);
         assert!((s[&id(2)].relevance - 0.9).abs() < 1e-6);
     }
@@ -182,8 +192,16 @@ mod tests {
         let hidden = id(9);
         let lex = [(hidden, 20.0), (id(1), 9.0), (id(2), 5.0)];
         let sem = [(hidden, 0.99), (id(2), 0.9)];
-        let with = fuse(RecallMode::Hybrid, &lex, &sem, |m| *m != hidden);
-        let without = fuse(RecallMode::Hybrid, &lex[1..], &sem[1..], |_| true);
+        let with = fuse(RecallMode::Hybrid, &lex, &sem, MIN_SIMILARITY, |m| {
+            *m != hidden
+        });
+        let without = fuse(
+            RecallMode::Hybrid,
+            &lex[1..],
+            &sem[1..],
+            MIN_SIMILARITY,
+            |_| true,
+        );
         assert_eq!(with, without);
         assert!(!with.contains_key(&hidden));
     }
@@ -206,11 +224,11 @@ mod tests {
             let (lexical, semantic) = (sorted(lexical), sorted(semantic));
             let is_hidden = |m: &MemoryId| hidden.contains(&m.0[0]);
             for mode in RecallMode::ALL {
-                let gated = fuse(mode, &lexical, &semantic, |m| !is_hidden(m));
+                let gated = fuse(mode, &lexical, &semantic, MIN_SIMILARITY, |m| !is_hidden(m));
                 let keep = |l: &[(MemoryId, f32)]| {
                     l.iter().copied().filter(|(m, _)| !is_hidden(m)).collect::<Vec<_>>()
                 };
-                let never_there = fuse(mode, &keep(&lexical), &keep(&semantic), |_| true);
+                let never_there = fuse(mode, &keep(&lexical), &keep(&semantic), MIN_SIMILARITY, |_| true);
                 proptest::prop_assert_eq!(&gated, &never_there);
                 proptest::prop_assert!(gated.keys().all(|m| !is_hidden(m)));
             }
@@ -220,6 +238,15 @@ mod tests {
     #[test]
     fn far_vectors_are_no_candidates() {
         let sem = [(id(1), MIN_SIMILARITY - 0.01)];
-        assert!(fuse(RecallMode::Semantic, &[], &sem, |_| true).is_empty());
+        assert!(fuse(RecallMode::Semantic, &[], &sem, MIN_SIMILARITY, |_| true).is_empty());
+        // The floor is the one given: a lower one lets it in.
+        let lower = fuse(
+            RecallMode::Semantic,
+            &[],
+            &sem,
+            MIN_SIMILARITY - 0.1,
+            |_| true,
+        );
+        assert_eq!(lower[&id(1)].semantic_rank, Some(1));
     }
 }

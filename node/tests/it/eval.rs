@@ -41,13 +41,14 @@ fn at_least(v: &Value, mode: &str, floor: [f64; 3]) {
 }
 
 /// Measured on the shipped sets with the stemming analyzer (`amos-en-2`)
-/// and the built-in model (384-dim int8), 2026-12-01:
+/// and the built-in model (384-dim int8, tuned on WordNet's definitions by
+/// models/tune.py, cosine floor 0.17), 2026-12-04:
 ///
 /// | set | lexical | semantic | hybrid |
 /// |---|---|---|---|
-/// | golden | 0.667 / 0.956 / 0.759 | 0.756 / 0.956 / 0.842 | 0.800 / 0.956 / 0.863 |
-/// | held-out | 0.605 / 0.860 / 0.688 | 0.767 / 0.977 / 0.849 | 0.837 / 0.953 / 0.891 |
-/// | unseen (2026-12-04) | 0.627 / 0.707 / 0.663 | 0.693 / 0.893 / 0.785 | 0.707 / 0.880 / 0.780 |
+/// | golden | 0.667 / 0.956 / 0.759 | 0.756 / 0.956 / 0.830 | 0.800 / 0.978 / 0.860 |
+/// | held-out | 0.605 / 0.860 / 0.688 | 0.814 / 1.000 / 0.896 | 0.860 / 0.977 / 0.918 |
+/// | unseen | 0.627 / 0.707 / 0.663 | 0.707 / 0.920 / 0.787 | 0.760 / 0.907 / 0.812 |
 ///
 /// (hit@1 / hit@5 / MRR). The analyzer before stemming measured lexical
 /// 0.644 / 0.889 / 0.736 on golden. The thresholds sit just below: a change
@@ -71,16 +72,16 @@ fn the_shipped_golden_sets_keep_their_figures() {
     }
     assert_eq!(lexical["results"].as_array().unwrap().len() as u64, queries);
     at_least(&v, "lexical", [0.65, 0.94, 0.74]);
-    at_least(&v, "semantic", [0.73, 0.94, 0.82]);
-    at_least(&v, "hybrid", [0.78, 0.95, 0.84]);
+    at_least(&v, "semantic", [0.73, 0.94, 0.81]);
+    at_least(&v, "hybrid", [0.78, 0.96, 0.84]);
 
     let r = eval(&heldout());
     assert_eq!(r.code, 0, "{r:?}");
     let h = r.json();
     assert!(h["queries"].as_u64().unwrap() >= 30);
     at_least(&h, "lexical", [0.58, 0.84, 0.67]);
-    at_least(&h, "semantic", [0.74, 0.95, 0.83]);
-    at_least(&h, "hybrid", [0.81, 0.93, 0.87]);
+    at_least(&h, "semantic", [0.79, 0.98, 0.88]);
+    at_least(&h, "hybrid", [0.84, 0.96, 0.90]);
 
     let r = eval(&unseen());
     assert_eq!(r.code, 0, "{r:?}");
@@ -89,9 +90,9 @@ fn the_shipped_golden_sets_keep_their_figures() {
     assert!(queries >= 30);
     assert!(u["paraphrases"].as_u64().unwrap() * 3 >= queries);
     at_least(&u, "lexical", [0.61, 0.69, 0.65]);
-    at_least(&u, "semantic", [0.67, 0.87, 0.77]);
-    at_least(&u, "hybrid", [0.69, 0.86, 0.76]);
-    for (v, margin) in [(&v, 0.1), (&h, 0.1), (&u, 0.05)] {
+    at_least(&u, "semantic", [0.69, 0.90, 0.77]);
+    at_least(&u, "hybrid", [0.74, 0.89, 0.79]);
+    for (v, margin) in [(&v, 0.1), (&h, 0.1), (&u, 0.1)] {
         let hit1 = |m: &str| v["modes"][m]["hit_at_1"].as_f64().unwrap();
         assert!(hit1("hybrid") > hit1("lexical") + margin, "{}", v["file"]);
     }

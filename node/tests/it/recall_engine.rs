@@ -743,8 +743,13 @@ fn a_recall_notes_each_hit_at_most_once_an_hour() {
         let seen = node
             .add(&alice, new_mem("quokka feeding schedule", &["global"]))
             .expect("add");
+        // Unrelated in words and in meaning (a marsupial would be near
+        // enough for the semantic half of the search to find it).
         let other = node
-            .add(&alice, new_mem("wombat burrow survey", &["global"]))
+            .add(
+                &alice,
+                new_mem("invoice numbering for the Berlin office", &["global"]),
+            )
             .expect("add");
         (seen, other)
     };
