@@ -53,9 +53,8 @@ fn at_least(v: &Value, mode: &str, floor: [f64; 3]) {
 /// (hit@1 / hit@5 / MRR). The analyzer before stemming measured lexical
 /// 0.644 / 0.889 / 0.736 on golden. The thresholds sit just below: a change
 /// that costs recall quality on these sets fails here; one that gains
-/// should raise them. Hybrid must beat lexical at hit@1 on all three (by
-/// less on the unseen set, whose paraphrases share no content word with
-/// their memory: docs/recall.md).
+/// should raise them. Hybrid must beat lexical at hit@1 by 10 points on all
+/// three (the target, 15, is met on held-out only: docs/recall.md).
 #[test]
 fn the_shipped_golden_sets_keep_their_figures() {
     let r = eval(&golden());
@@ -92,9 +91,9 @@ fn the_shipped_golden_sets_keep_their_figures() {
     at_least(&u, "lexical", [0.61, 0.69, 0.65]);
     at_least(&u, "semantic", [0.69, 0.90, 0.77]);
     at_least(&u, "hybrid", [0.74, 0.89, 0.79]);
-    for (v, margin) in [(&v, 0.1), (&h, 0.1), (&u, 0.1)] {
+    for v in [&v, &h, &u] {
         let hit1 = |m: &str| v["modes"][m]["hit_at_1"].as_f64().unwrap();
-        assert!(hit1("hybrid") > hit1("lexical") + margin, "{}", v["file"]);
+        assert!(hit1("hybrid") > hit1("lexical") + 0.1, "{}", v["file"]);
     }
 }
 
