@@ -8,8 +8,8 @@ teacher's sentence embeddings of real texts, the idea of model2vec's "tokenlearn
 ridge regression in numpy/scipy (no torch, no GPU):
 
   1. texts: WordNet 3.0's definitions ("laptop, laptop computer: a portable computer small enough
-     to use in your lap") and usage examples, from Debian's wordnet-base package; --texts of them
-     (40,000), chosen by the order of their SHA-256 (deterministic, no seed);
+     to use in your lap") and usage examples, from Debian's wordnet-base package: all 160,175 of
+     them (--texts N takes the first N by the order of their SHA-256: deterministic, no seed);
   2. targets: the teacher's sentence embedding of each (all-MiniLM-L6-v2, its BERT forward pass
      from distill.py, mean pooling, L2 norm), centred (their common direction removed);
   3. the base model's rows (model.safetensors of distill.py's output: int8 rows times their
@@ -87,6 +87,20 @@ def teacher_embeddings(bert, vocab, texts, batch=256):
     return out
 
 
+def cached_teacher_embeddings(cache, bert, vocab, texts):
+    """teacher_embeddings, kept under `cache` by the SHA-256 of the texts in order."""
+    key = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
+    path = cache / f"teacher-{key}.npy"
+    if path.exists():
+        print(f"teacher: {len(texts)} embeddings from {path}")
+        return np.load(path)
+    out = teacher_embeddings(bert, vocab, texts)
+    cache.mkdir(parents=True, exist_ok=True)
+    np.save(path.with_suffix(".tmp.npy"), out)
+    path.with_suffix(".tmp.npy").rename(path)
+    return out
+
+
 def unit(x):
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
@@ -116,8 +130,10 @@ def main():
     ap.add_argument("--teacher", required=True, type=Path, help="unpacked all-MiniLM-L6-v2 directory")
     ap.add_argument("--wordnet", required=True, type=Path, help="directory with WordNet 3.0's data.* files")
     ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--texts", type=int, default=40000)
+    ap.add_argument("--texts", type=int, default=None, help="the first N texts by SHA-256 (default: all)")
     ap.add_argument("--lambdas", default="0.01,0.1,1")
+    ap.add_argument("--cache", type=Path, help="a directory to keep the teacher's embeddings in "
+                    "(one .npy per text list, named by its SHA-256), so a second run skips the teacher")
     args = ap.parse_args()
     t0 = time.time()
     distill.erf = scipy.special.erf  # the same function as distill.py's, in C: 3x faster
@@ -133,11 +149,14 @@ def main():
 
     # 1. The texts.
     corpus = wordnet_texts(args.wordnet)
-    texts = sorted(corpus, key=lambda t: hashlib.sha256(t.encode()).digest())[: args.texts]
+    ordered = sorted(corpus, key=lambda t: hashlib.sha256(t.encode()).digest())
+    texts = ordered[: args.texts]
     print(f"wordnet: {len(corpus)} texts, {len(texts)} used")
 
-    # 2. The teacher's view of them, centred.
-    T = teacher_embeddings(bert, teacher_vocab, texts).astype(np.float64)
+    # 2. The teacher's view of them, centred (with --cache, of every text, kept for the next run).
+    T = teacher_embeddings(bert, teacher_vocab, texts) if args.cache is None else \
+        cached_teacher_embeddings(args.cache, bert, teacher_vocab, ordered)[: len(texts)]
+    T = T.astype(np.float64)
     Tc = T - T.mean(0)
 
     # 3. The base rows turned onto the targets' axes; the regression's matrices.
