@@ -87,18 +87,23 @@ def teacher_embeddings(bert, vocab, texts, batch=256):
     return out
 
 
-def cached_teacher_embeddings(cache, bert, vocab, texts):
-    """teacher_embeddings, kept under `cache` by the SHA-256 of the texts in order."""
-    key = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
+def teacher_view(bert, vocab, ordered, n, cache=None, weights=None):
+    """The teacher's embeddings of the first `n` of `ordered`. With `cache`, those of every text
+    are made once and kept there, named by the teacher's `weights` file (its SHA-256) and the texts
+    in order, and sliced: a later run with another --texts or --lambdas skips the teacher."""
+    if cache is None:
+        return teacher_embeddings(bert, vocab, ordered[:n])
+    key = hashlib.sha256("\n".join([sha256(weights), *ordered]).encode()).hexdigest()[:16]
     path = cache / f"teacher-{key}.npy"
     if path.exists():
-        print(f"teacher: {len(texts)} embeddings from {path}")
-        return np.load(path)
-    out = teacher_embeddings(bert, vocab, texts)
+        print(f"teacher: {len(ordered)} embeddings from {path}")
+        return np.load(path)[:n]
+    out = teacher_embeddings(bert, vocab, ordered)
     cache.mkdir(parents=True, exist_ok=True)
-    np.save(path.with_suffix(".tmp.npy"), out)
-    path.with_suffix(".tmp.npy").rename(path)
-    return out
+    tmp = cache / f"teacher-{key}.tmp.npy"
+    np.save(tmp, out)
+    tmp.rename(path)
+    return out[:n]
 
 
 def unit(x):
@@ -133,7 +138,8 @@ def main():
     ap.add_argument("--texts", type=int, default=None, help="the first N texts by SHA-256 (default: all)")
     ap.add_argument("--lambdas", default="0.01,0.1,1")
     ap.add_argument("--cache", type=Path, help="a directory to keep the teacher's embeddings in "
-                    "(one .npy per text list, named by its SHA-256), so a second run skips the teacher")
+                    "(one .npy, named by the SHA-256 of the teacher's weights and the texts), so a second run "
+                    "skips the teacher")
     args = ap.parse_args()
     t0 = time.time()
     distill.erf = scipy.special.erf  # the same function as distill.py's, in C: 3x faster
@@ -153,10 +159,9 @@ def main():
     texts = ordered[: args.texts]
     print(f"wordnet: {len(corpus)} texts, {len(texts)} used")
 
-    # 2. The teacher's view of them, centred (with --cache, of every text, kept for the next run).
-    T = teacher_embeddings(bert, teacher_vocab, texts) if args.cache is None else \
-        cached_teacher_embeddings(args.cache, bert, teacher_vocab, ordered)[: len(texts)]
-    T = T.astype(np.float64)
+    # 2. The teacher's view of them, centred.
+    T = teacher_view(bert, teacher_vocab, ordered, len(texts), args.cache,
+                     args.teacher / "model.safetensors").astype(np.float64)
     Tc = T - T.mean(0)
 
     # 3. The base rows turned onto the targets' axes; the regression's matrices.
