@@ -15,6 +15,7 @@
 //! is `amos-acl` and the node API) nor which of two facts wins (that is
 //! `amos-sync`); `put` writes what the gate admitted.
 
+pub mod checkpoint;
 pub mod echo;
 pub mod foreign;
 pub mod invites;
@@ -49,6 +50,16 @@ pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 /// An open store.
 pub struct Store {
     conn: Connection,
+    /// The checkpoint thread beside a file-backed store's connection.
+    checkpoints: Option<checkpoint::Checkpoints>,
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Some(c) = &self.checkpoints {
+            c.stop();
+        }
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -124,7 +135,10 @@ impl Store {
             NodeError::Db(e) => corrupt_if_not_db(path)(e),
             e => e,
         })?;
-        Ok(Store { conn })
+        // After the migration: its schema changes checkpoint as SQLite
+        // always did, before any thread beside this connection exists.
+        let checkpoints = Some(checkpoint::install(&mut conn, path)?);
+        Ok(Store { conn, checkpoints })
     }
 
     /// The raw connection, for reads.
