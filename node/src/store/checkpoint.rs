@@ -281,7 +281,7 @@ mod tests {
                 Ok(())
             })
             .unwrap();
-        let checkpoints = store.checkpoints.as_ref().unwrap();
+        let checkpoints = &store.checkpoints;
         assert!(checkpoints.started());
         assert_eq!(checkpoints.wait_for_runs(1, Duration::from_secs(60)), 1);
         assert!(db_bytes(&path) >= 1_500 * 4_000, "{}", db_bytes(&path));

@@ -50,15 +50,13 @@ pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 /// An open store.
 pub struct Store {
     conn: Connection,
-    /// The checkpoint thread beside a file-backed store's connection.
-    checkpoints: Option<checkpoint::Checkpoints>,
+    /// The checkpoint thread beside the connection.
+    checkpoints: checkpoint::Checkpoints,
 }
 
 impl Drop for Store {
     fn drop(&mut self) {
-        if let Some(c) = &self.checkpoints {
-            c.stop();
-        }
+        self.checkpoints.stop();
     }
 }
 
@@ -137,7 +135,7 @@ impl Store {
         })?;
         // After the migration: its schema changes checkpoint as SQLite
         // always did, before any thread beside this connection exists.
-        let checkpoints = Some(checkpoint::install(&mut conn, path)?);
+        let checkpoints = checkpoint::install(&mut conn, path)?;
         Ok(Store { conn, checkpoints })
     }
 
