@@ -33,8 +33,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
+use rusqlite::Connection;
 use rusqlite::wal::CheckpointMode;
-use rusqlite::{Connection, OpenFlags};
 
 /// Pages in the log at which the checkpoint thread is woken (SQLite's own
 /// automatic checkpoint mark).
@@ -133,10 +133,7 @@ impl Shared {
     /// The thread: a connection of its own, one passive checkpoint per
     /// wake (asks that arrive during one are folded into the next).
     fn run(&self) {
-        let conn = match Connection::open_with_flags(
-            &self.path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        ) {
+        let conn = match super::connect_existing(&self.path) {
             Ok(conn) => conn,
             Err(e) => {
                 tracing::debug!(error = %e, "checkpoint thread cannot open the store");
@@ -250,7 +247,7 @@ mod tests {
     }
 
     #[test]
-    fn a_full_log_is_copied_back_by_the_thread_not_the_commit() {
+    fn a_full_log_wakes_the_thread_which_copies_it_back() {
         let dir = tempfile::tempdir().unwrap();
         let (mut conn, checkpoints, path) = open(dir.path());
         fill(&mut conn, 1_500);
@@ -286,8 +283,14 @@ mod tests {
         assert!(checkpoints.started());
         assert_eq!(checkpoints.wait_for_runs(1, Duration::from_secs(60)), 1);
         assert!(db_bytes(&path) >= 1_500 * 4_000, "{}", db_bytes(&path));
-        // Dropping the store ends the thread (it joins; a hang fails the run).
+        // Dropping the store ends the thread before it returns: the
+        // thread's and the hook's holds on the shared state are gone.
+        let shared = Arc::downgrade(&checkpoints.shared);
         drop(store);
+        assert!(
+            shared.upgrade().is_none(),
+            "the checkpoint thread outlived its store"
+        );
     }
 
     #[test]

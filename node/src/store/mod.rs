@@ -78,6 +78,15 @@ fn corrupt_if_not_db(path: &Path) -> impl Fn(rusqlite::Error) -> NodeError + '_ 
     }
 }
 
+/// A connection to the existing database file at `path` (never creates
+/// one), used by one thread at a time.
+pub(crate) fn connect_existing(path: &Path) -> rusqlite::Result<Connection> {
+    Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+}
+
 impl Store {
     /// Create (or open) the database at `path`, migrate it, and give it a log
     /// epoch if it has none.
@@ -106,11 +115,7 @@ impl Store {
                 path.display()
             )));
         }
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(corrupt_if_not_db(path))?;
+        let conn = connect_existing(path).map_err(corrupt_if_not_db(path))?;
         Store::configure(conn, path)
     }
 
