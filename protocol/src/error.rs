@@ -23,6 +23,12 @@ pub enum ProtocolError {
     /// The signature does not verify for the fact's author.
     #[error("bad signature")]
     BadSignature,
+    /// A fact carries a time past [`crate::MAX_TIME_MS`] (docs/design.md
+    /// §4): `what` names the field, `ms` is its value.
+    #[error(
+        "invalid fact: {what} ({ms} ms) is past 9999-12-31T23:59:59.999Z, the latest time amos keeps"
+    )]
+    TimeOutOfBounds { what: &'static str, ms: u64 },
 }
 
 impl ProtocolError {

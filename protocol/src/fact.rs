@@ -20,7 +20,8 @@ use bincode::error::{DecodeError, EncodeError};
 use bincode::{Decode, Encode};
 
 use crate::{
-    AgentId, Grants, Hlc, MemoryId, MemoryType, NodeId, ProjectId, ProtocolError, Relation, TeamId,
+    AgentId, Grants, Hlc, MAX_TIME_MS, MemoryId, MemoryType, NodeId, ProjectId, ProtocolError,
+    Relation, TeamId,
 };
 
 /// Largest memory text, in bytes of UTF-8.
@@ -46,9 +47,38 @@ impl Fact {
     }
 
     /// Check the data-model rules a decoded fact must obey (slugs, sizes,
-    /// finite weights). Signature checks are separate ([`crate::SignedFact::verify`]).
+    /// finite weights, times within [`MAX_TIME_MS`]). Signature checks are
+    /// separate ([`crate::SignedFact::verify`]). The time bound is checked
+    /// last: a [`ProtocolError::TimeOutOfBounds`] says every other rule holds.
     pub fn validate(&self) -> Result<(), ProtocolError> {
+        self.body.validate()?;
+        self.check_times()
+    }
+
+    /// Every rule of [`Fact::validate`] but the time bound.
+    pub(crate) fn validate_except_times(&self) -> Result<(), ProtocolError> {
         self.body.validate()
+    }
+
+    /// Every time this fact carries is at most [`MAX_TIME_MS`]
+    /// (docs/design.md §4): its clock's wall time and, for a memory fact,
+    /// its creation, expiry and valid time. Past it, a
+    /// [`ProtocolError::TimeOutOfBounds`] naming the first such field.
+    pub fn check_times(&self) -> Result<(), ProtocolError> {
+        let at = |what: &'static str, ms: Option<u64>| match ms {
+            Some(ms) if ms > MAX_TIME_MS => Err(ProtocolError::TimeOutOfBounds { what, ms }),
+            _ => Ok(()),
+        };
+        at("clock", Some(self.clock.wall_ms))?;
+        if let Some((_, fixed)) = self.body.memory() {
+            at("created", Some(fixed.created_ms))?;
+        }
+        if let FactBody::MemoryContent(m) = &self.body {
+            at("expires", m.expires_ms)?;
+            at("valid_from", m.validity.from_ms)?;
+            at("valid_to", m.validity.to_ms)?;
+        }
+        Ok(())
     }
 }
 
@@ -702,5 +732,145 @@ mod tests {
             })
             .is_ok()
         );
+    }
+
+    #[test]
+    fn every_time_a_fact_carries_is_bounded_and_the_bound_itself_is_kept() {
+        let fact = |wall_ms: u64, body: FactBody| Fact {
+            clock: Hlc {
+                wall_ms,
+                logical: 0,
+                node: NodeId([2; 32]),
+            },
+            body,
+        };
+        let m = content(None, Validity::default());
+        let fixed = MemoryFixed {
+            created_ms: MAX_TIME_MS,
+            ..m.fixed.clone()
+        };
+        // Each time field at the bound: kept.
+        let at_bound = MemoryContent {
+            fixed: fixed.clone(),
+            expires_ms: Some(MAX_TIME_MS),
+            validity: Validity {
+                from_ms: Some(MAX_TIME_MS - 1),
+                to_ms: Some(MAX_TIME_MS),
+            },
+            ..m.clone()
+        };
+        let acl = MemoryAcl {
+            id: m.id,
+            fixed: fixed.clone(),
+            grants: Grants::private(),
+        };
+        let tomb = MemoryTombstone { id: m.id, fixed };
+        for body in [
+            FactBody::MemoryContent(at_bound.clone()),
+            FactBody::MemoryAcl(acl.clone()),
+            FactBody::MemoryTombstone(tomb.clone()),
+        ] {
+            assert_eq!(fact(MAX_TIME_MS, body).validate(), Ok(()));
+        }
+        // Each one past it: refused, naming the field.
+        let past = MAX_TIME_MS + 1;
+        let late_created = MemoryFixed {
+            created_ms: past,
+            ..m.fixed.clone()
+        };
+        let cases = [
+            ("clock", fact(past, FactBody::MemoryContent(m.clone()))),
+            (
+                "clock",
+                fact(
+                    u64::MAX,
+                    FactBody::Team(TeamFact {
+                        id: TeamId::parse("a").unwrap(),
+                        origin: NodeId([2; 32]),
+                        name: "a".into(),
+                        present: true,
+                    }),
+                ),
+            ),
+            (
+                "created",
+                fact(
+                    1,
+                    FactBody::MemoryContent(MemoryContent {
+                        fixed: late_created.clone(),
+                        ..m.clone()
+                    }),
+                ),
+            ),
+            (
+                "created",
+                fact(
+                    1,
+                    FactBody::MemoryAcl(MemoryAcl {
+                        fixed: late_created.clone(),
+                        ..acl
+                    }),
+                ),
+            ),
+            (
+                "created",
+                fact(
+                    1,
+                    FactBody::MemoryTombstone(MemoryTombstone {
+                        fixed: late_created,
+                        ..tomb
+                    }),
+                ),
+            ),
+            (
+                "expires",
+                fact(
+                    1,
+                    FactBody::MemoryContent(MemoryContent {
+                        expires_ms: Some(past),
+                        ..m.clone()
+                    }),
+                ),
+            ),
+            (
+                "valid_from",
+                fact(
+                    1,
+                    FactBody::MemoryContent(content(
+                        None,
+                        Validity {
+                            from_ms: Some(past),
+                            to_ms: None,
+                        },
+                    )),
+                ),
+            ),
+            (
+                "valid_to",
+                fact(
+                    1,
+                    FactBody::MemoryContent(content(
+                        None,
+                        Validity {
+                            from_ms: None,
+                            to_ms: Some(u64::MAX),
+                        },
+                    )),
+                ),
+            ),
+        ];
+        for (what, f) in cases {
+            match f.validate() {
+                Err(ProtocolError::TimeOutOfBounds { what: w, ms }) => {
+                    assert_eq!(w, what);
+                    assert!(ms > MAX_TIME_MS);
+                }
+                other => panic!("{what}: {other:?}"),
+            }
+            assert!(f.check_times().is_err(), "{what}");
+        }
+        // The bound is 9999-12-31T23:59:59.999Z.
+        assert_eq!(MAX_TIME_MS, 253_402_300_800_000 - 1);
+        assert_eq!((MAX_TIME_MS + 1) / 86_400_000, 2_932_897);
     }
 }

@@ -9,6 +9,15 @@ use bincode::{Decode, Encode};
 
 use crate::NodeId;
 
+/// The latest time amos keeps: 9999-12-31T23:59:59.999Z, in milliseconds
+/// since the Unix epoch. A protocol rule (docs/design.md §4): every time a
+/// fact carries (its clock's wall time, a memory's creation, expiry and
+/// valid time) is at most this, [`crate::Fact::validate`] refuses a fact
+/// past it, and every parser of a time a person or another system wrote
+/// refuses one past it. RFC 3339 has four-digit years: every time up to
+/// here has one spelling there.
+pub const MAX_TIME_MS: u64 = 253_402_300_799_999;
+
 /// One timestamp. Ties are impossible between nodes because `node` is part of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
 pub struct Hlc {

@@ -37,9 +37,9 @@ pub use fact::{
     AgentFact, Fact, FactBody, LinkFact, MembershipFact, MemoryAcl, MemoryContent, MemoryFixed,
     MemoryText, MemoryTombstone, OrgScope, ProfileFact, ProjectFact, Register, TeamFact, Validity,
 };
-pub use hlc::{Hlc, HlcState};
+pub use hlc::{Hlc, HlcState, MAX_TIME_MS};
 pub use id::{AgentId, MemoryId, MemoryType, NodeId, ProjectId, Relation, Slug, TeamId};
 pub use mesh::MeshKey;
 pub use scope::{Grants, Scope};
 pub use sign::{NodeIdentity, SignedFact, Verified};
-pub use verify::{BatchError, verify_all, verify_each, verify_one};
+pub use verify::{BatchError, CheckedBatch, verify_all, verify_batch, verify_each, verify_one};

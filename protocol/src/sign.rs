@@ -197,7 +197,9 @@ mod tests {
     }
 
     fn arb_body(origin: NodeId) -> impl Strategy<Value = FactBody> {
-        let fixed = (arb_slug(), any::<u64>())
+        // Times within the bound (docs/design.md §4): `sign` refuses others.
+        let time = || 0..=crate::MAX_TIME_MS;
+        let fixed = (arb_slug(), time())
             .prop_map(move |(o, c)| MemoryFixed {
                 owner: AgentId::parse(&o).unwrap(),
                 created_ms: c,
@@ -215,11 +217,11 @@ mod tests {
                 prop::collection::vec(arb_slug(), 0..4),
                 0.0f32..=1.0,
                 any::<bool>(),
-                prop::option::of(any::<u64>()),
+                prop::option::of(time()),
                 (
                     prop::option::of(any::<[u8; 16]>().prop_map(MemoryId)),
-                    prop::option::of(any::<u64>()),
-                    prop::option::of(any::<u64>()),
+                    prop::option::of(time()),
+                    prop::option::of(time()),
                 ),
             )
                 .prop_filter("non-blank", |t| !t.3.trim().is_empty())
@@ -278,40 +280,41 @@ mod tests {
     }
 
     fn arb_signed() -> impl Strategy<Value = SignedFact> {
-        (any::<u8>(), any::<u64>(), any::<u32>()).prop_flat_map(|(seed, wall, logical)| {
-            let id = identity(seed);
-            let node = id.node_id();
-            arb_body(node).prop_map(move |body| {
-                let fact = Fact {
-                    clock: Hlc {
-                        wall_ms: wall,
-                        logical,
-                        node,
-                    },
-                    body,
-                };
-                identity(seed).sign(fact).unwrap().into_inner()
-            })
-        })
+        (any::<u8>(), 0..=crate::MAX_TIME_MS, any::<u32>()).prop_flat_map(
+            |(seed, wall, logical)| {
+                let id = identity(seed);
+                let node = id.node_id();
+                arb_body(node).prop_map(move |body| {
+                    let fact = Fact {
+                        clock: Hlc {
+                            wall_ms: wall,
+                            logical,
+                            node,
+                        },
+                        body,
+                    };
+                    identity(seed).sign(fact).unwrap().into_inner()
+                })
+            },
+        )
     }
 
     /// Facts by `identity(seed)`, of every kind `arb_body` makes.
     fn arb_facts(seed: u8) -> impl Strategy<Value = Vec<Fact>> {
         let node = identity(seed).node_id();
-        prop::collection::vec((arb_body(node), any::<u64>(), any::<u32>()), 0..40).prop_map(
-            move |v| {
-                v.into_iter()
-                    .map(|(body, wall_ms, logical)| Fact {
-                        clock: Hlc {
-                            wall_ms,
-                            logical,
-                            node,
-                        },
-                        body,
-                    })
-                    .collect()
-            },
-        )
+        let wall = 0..=crate::MAX_TIME_MS;
+        prop::collection::vec((arb_body(node), wall, any::<u32>()), 0..40).prop_map(move |v| {
+            v.into_iter()
+                .map(|(body, wall_ms, logical)| Fact {
+                    clock: Hlc {
+                        wall_ms,
+                        logical,
+                        node,
+                    },
+                    body,
+                })
+                .collect()
+        })
     }
 
     /// A batch signed with one inversion holds exactly the signatures

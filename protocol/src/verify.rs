@@ -93,6 +93,42 @@ pub fn verify_all<B: AsRef<[u8]> + Sync>(
     Ok(out)
 }
 
+/// A batch checked by [`verify_batch`]: the facts that verified, and the
+/// facts set aside for a time past [`crate::MAX_TIME_MS`].
+#[derive(Debug, Default)]
+pub struct CheckedBatch {
+    pub verified: Vec<Verified<SignedFact>>,
+    /// Facts whose signature by their author verified and which keep every
+    /// other rule of [`crate::Fact::validate`], but carry a time past the
+    /// bound, each with the [`ProtocolError::TimeOutOfBounds`] naming it.
+    /// Not verified facts: only to be refused (the audit log), never applied.
+    pub out_of_bounds: Vec<(SignedFact, ProtocolError)>,
+}
+
+/// [`verify_all`], except that a fact whose one fault is a time past
+/// [`crate::MAX_TIME_MS`] is set aside rather than failing the batch. The
+/// bound came after facts were signed and sent: a node that took one
+/// before it was a rule may still hold it and send it on. Failing a whole
+/// batch for it would stop every session from that node for good; setting
+/// it aside lets the receiver refuse that fact alone, in its audit log, and
+/// apply the rest. Any other bad fact fails the batch as in [`verify_all`].
+pub fn verify_batch<B: AsRef<[u8]> + Sync>(facts: &[B]) -> Result<CheckedBatch, BatchError> {
+    let mut out = CheckedBatch::default();
+    for (index, r) in run_with(facts, true, Bound::SetAside)
+        .into_iter()
+        .enumerate()
+    {
+        match r {
+            Ok(f) => match f.fact.check_times() {
+                Ok(()) => out.verified.push(Verified::assume_verified(f)),
+                Err(e) => out.out_of_bounds.push((f, e)),
+            },
+            Err(error) => return Err(BatchError { index, error }),
+        }
+    }
+    Ok(out)
+}
+
 /// Decode and verify every fact of `facts`, each on its own: one result per
 /// fact, in order (a bad fact does not fail the others).
 pub fn verify_each<B: AsRef<[u8]> + Sync>(
@@ -107,11 +143,29 @@ pub fn verify_each<B: AsRef<[u8]> + Sync>(
 /// Check `facts` (split over threads when large). With `stop`, the results
 /// end at the first bad fact.
 fn run<B: AsRef<[u8]> + Sync>(facts: &[B], stop: bool) -> Vec<Result<SignedFact, ProtocolError>> {
+    run_with(facts, stop, Bound::Check)
+}
+
+/// Whether a check applies the time bound of [`crate::Fact::validate`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bound {
+    /// A fact past it is bad.
+    Check,
+    /// The caller checks it (after the signature): [`verify_batch`].
+    SetAside,
+}
+
+/// [`run`], with the time bound applied or left to the caller.
+fn run_with<B: AsRef<[u8]> + Sync>(
+    facts: &[B],
+    stop: bool,
+    bound: Bound,
+) -> Vec<Result<SignedFact, ProtocolError>> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(MAX_THREADS);
     if facts.len() < PARALLEL_MIN || threads < 2 {
-        return check_chunk(facts, stop, &mut KeyCache::default());
+        return check_chunk_with(facts, stop, &mut KeyCache::default(), bound);
     }
     let per = facts.len().div_ceil(threads);
     let parts: Vec<Option<Vec<Result<SignedFact, ProtocolError>>>> = std::thread::scope(|s| {
@@ -120,7 +174,9 @@ fn run<B: AsRef<[u8]> + Sync>(facts: &[B], stop: bool) -> Vec<Result<SignedFact,
             .map(|c| {
                 let handle = std::thread::Builder::new()
                     .name("amos-verify".into())
-                    .spawn_scoped(s, move || check_chunk(c, stop, &mut KeyCache::default()));
+                    .spawn_scoped(s, move || {
+                        check_chunk_with(c, stop, &mut KeyCache::default(), bound)
+                    });
                 (c, handle)
             })
             .collect();
@@ -129,7 +185,7 @@ fn run<B: AsRef<[u8]> + Sync>(facts: &[B], stop: bool) -> Vec<Result<SignedFact,
             .map(|(c, h)| match h {
                 Ok(h) => h.join().ok(),
                 // No thread to be had: this thread does that share.
-                Err(_) => Some(check_chunk(c, stop, &mut KeyCache::default())),
+                Err(_) => Some(check_chunk_with(c, stop, &mut KeyCache::default(), bound)),
             })
             .collect()
     });
@@ -153,8 +209,16 @@ fn run<B: AsRef<[u8]> + Sync>(facts: &[B], stop: bool) -> Vec<Result<SignedFact,
 
 /// Decode a fact canonically and check it against the data model.
 fn decode_valid(bytes: &[u8]) -> Result<SignedFact, ProtocolError> {
+    decode_valid_with(bytes, Bound::Check)
+}
+
+/// [`decode_valid`], with the time bound applied or left to the caller.
+fn decode_valid_with(bytes: &[u8], bound: Bound) -> Result<SignedFact, ProtocolError> {
     let fact = codec::decode_signed(bytes)?;
-    fact.fact.validate()?;
+    match bound {
+        Bound::Check => fact.fact.validate()?,
+        Bound::SetAside => fact.fact.validate_except_times()?,
+    }
     Ok(fact)
 }
 
@@ -253,6 +317,16 @@ pub(crate) fn check_chunk<B: AsRef<[u8]>>(
     stop: bool,
     keys: &mut KeyCache,
 ) -> Vec<Result<SignedFact, ProtocolError>> {
+    check_chunk_with(items, stop, keys, Bound::Check)
+}
+
+/// [`check_chunk`], with the time bound applied or left to the caller.
+fn check_chunk_with<B: AsRef<[u8]>>(
+    items: &[B],
+    stop: bool,
+    keys: &mut KeyCache,
+    bound: Bound,
+) -> Vec<Result<SignedFact, ProtocolError>> {
     let strict_only = items.len() < BATCH_MIN;
     let mut out: Vec<Result<SignedFact, ProtocolError>> = Vec::with_capacity(items.len());
     // The facts in the batch equation: their index in `out`, message, key.
@@ -261,7 +335,7 @@ pub(crate) fn check_chunk<B: AsRef<[u8]>>(
     let mut sigs: Vec<Signature> = Vec::with_capacity(items.len());
     let mut vks: Vec<VerifyingKey> = Vec::with_capacity(items.len());
     for bytes in items {
-        let checked = decode_valid(bytes.as_ref()).and_then(|fact| {
+        let checked = decode_valid_with(bytes.as_ref(), bound).and_then(|fact| {
             let ok = match keys.get(fact.fact.author().0) {
                 AuthorKey::Invalid => false,
                 AuthorKey::Strict => check_strict(&fact).is_ok(),
@@ -375,6 +449,58 @@ mod tests {
                     assert_eq!(r.is_err(), i == bad_at, "n = {n}, fact {i}");
                 }
             }
+        }
+    }
+
+    /// An agent fact by `id` with its clock past the bound, signed
+    /// without the check [`NodeIdentity::sign`] makes.
+    fn late_fact(id: &NodeIdentity) -> Vec<u8> {
+        let fact = Fact {
+            clock: Hlc {
+                wall_ms: crate::MAX_TIME_MS + 1,
+                logical: 0,
+                node: id.node_id(),
+            },
+            body: FactBody::Agent(AgentFact {
+                id: AgentId::parse("eve").unwrap(),
+                kind: "test".into(),
+                display_name: "eve".into(),
+                present: true,
+            }),
+        };
+        let signature = id.sign_raw(&signing_bytes(&fact));
+        SignedFact { fact, signature }.to_bytes()
+    }
+
+    #[test]
+    fn a_fact_past_the_time_bound_is_set_aside_and_the_rest_verifies() {
+        for n in [0, 3, 10, PARALLEL_MIN + 7] {
+            let mut batch = facts(n);
+            batch.insert(n / 2, late_fact(&ident(4)));
+            // Everywhere else, a fact past the bound fails the batch.
+            assert!(matches!(
+                verify_all(&batch).unwrap_err().error,
+                ProtocolError::TimeOutOfBounds { what: "clock", .. }
+            ));
+            assert!(verify_one(&batch[n / 2]).is_err());
+            let checked = verify_batch(&batch).unwrap();
+            assert_eq!(checked.verified.len(), n, "n = {n}");
+            assert_eq!(checked.out_of_bounds.len(), 1);
+            assert_eq!(checked.out_of_bounds[0].0.to_bytes(), batch[n / 2]);
+            assert!(matches!(
+                checked.out_of_bounds[0].1,
+                ProtocolError::TimeOutOfBounds { what: "clock", .. }
+            ));
+            // Set aside only with a good signature: forged, it fails the batch.
+            let mut forged = batch.clone();
+            flip_last(&mut forged[n / 2]);
+            assert_eq!(
+                verify_batch(&forged).unwrap_err(),
+                BatchError {
+                    index: n / 2,
+                    error: ProtocolError::BadSignature
+                }
+            );
         }
     }
 

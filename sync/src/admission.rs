@@ -37,6 +37,11 @@ pub enum Refusal {
     UnknownPeer,
     /// A text change or snapshot that does not decode.
     MalformedText(String),
+    /// A fact signed by its author and valid but for a time past
+    /// `amos_protocol::MAX_TIME_MS` (docs/design.md §4): the error says which.
+    /// `amos_protocol::verify_batch` sets such a fact aside; the node refuses
+    /// it here, alone, and applies the rest of its batch.
+    TimeOutOfBounds(String),
 }
 
 impl Refusal {
@@ -53,11 +58,12 @@ impl Refusal {
             Refusal::LinkNotOrigin => "link_not_origin",
             Refusal::UnknownPeer => "unknown_peer",
             Refusal::MalformedText(_) => "malformed_text",
+            Refusal::TimeOutOfBounds(_) => "time_out_of_bounds",
         }
     }
 
     /// Every code [`Refusal::code`] can return.
-    pub const CODES: [&'static str; 8] = [
+    pub const CODES: [&'static str; 9] = [
         "not_origin",
         "outside_policy",
         "fixed_field_mismatch",
@@ -66,6 +72,7 @@ impl Refusal {
         "link_not_origin",
         "unknown_peer",
         "malformed_text",
+        "time_out_of_bounds",
     ];
 }
 
@@ -84,6 +91,7 @@ impl fmt::Display for Refusal {
             }
             Refusal::UnknownPeer => f.write_str("sender is not a registered peer"),
             Refusal::MalformedText(e) => write!(f, "malformed text: {e}"),
+            Refusal::TimeOutOfBounds(e) => f.write_str(e),
         }
     }
 }

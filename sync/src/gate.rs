@@ -516,6 +516,7 @@ mod tests {
             Refusal::LinkNotOrigin,
             Refusal::UnknownPeer,
             Refusal::MalformedText(String::new()),
+            Refusal::TimeOutOfBounds(String::new()),
         ];
         let codes: std::collections::BTreeSet<_> = all.iter().map(Refusal::code).collect();
         assert_eq!(codes.len(), all.len());
