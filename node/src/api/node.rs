@@ -16,9 +16,10 @@ use std::sync::Arc;
 
 use amos_acl::{AuthorizedScopes, Visible};
 use amos_protocol::{
-    AgentFact, AgentId, Fact, FactBody, Grants, LinkFact, MembershipFact, MemoryAcl, MemoryContent,
-    MemoryFixed, MemoryId, MemoryText, MemoryTombstone, MemoryType, NodeId, NodeIdentity, OrgScope,
-    ProjectFact, ProjectId, Relation, Scope, SignedFact, TeamFact, TeamId, Validity, Verified,
+    AgentFact, AgentId, Fact, FactBody, Grants, LinkFact, MAX_TIME_MS, MembershipFact, MemoryAcl,
+    MemoryContent, MemoryFixed, MemoryId, MemoryText, MemoryTombstone, MemoryType, NodeId,
+    NodeIdentity, OrgScope, ProjectFact, ProjectId, Relation, Scope, SignedFact, TeamFact, TeamId,
+    Validity, Verified,
     fact::{check_tags, check_text, check_unit},
 };
 use rand::RngExt;
@@ -53,8 +54,14 @@ pub struct NewMemory {
 
 /// A point in time as a user writes it: an RFC 3339 time or date
 /// (`2026-03-01`, `2026-03-01T09:30:00Z`), `now`, or an offset from `now_ms`
-/// (`-7d`, `+12h`; a bare duration such as `7d` counts back).
+/// (`-7d`, `+12h`; a bare duration such as `7d` counts back). A time past
+/// [`MAX_TIME_MS`] is refused (docs/design.md §4).
 pub fn parse_time(s: &str, now_ms: u64) -> Result<u64> {
+    within_bound(parse_time_unbounded(s, now_ms)?, "time", s)
+}
+
+/// [`parse_time`] without the bound: only a malformed time is an error.
+pub(crate) fn parse_time_unbounded(s: &str, now_ms: u64) -> Result<u64> {
     let s = s.trim();
     if s == "now" {
         return Ok(now_ms);
@@ -65,7 +72,7 @@ pub fn parse_time(s: &str, now_ms: u64) -> Result<u64> {
         _ => (-1, s),
     };
     if let Ok(d) = humantime::parse_duration(rest.trim()) {
-        let d = d.as_millis() as u64;
+        let d = duration_ms(d);
         return Ok(if sign > 0 {
             now_ms.saturating_add(d)
         } else {
@@ -80,8 +87,33 @@ pub fn parse_time(s: &str, now_ms: u64) -> Result<u64> {
             ))
         })?;
     Ok(t.duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
+        .map(duration_ms)
         .unwrap_or(0))
+}
+
+/// A duration in whole ms, saturating (`as u64` would wrap a huge one
+/// round to a small time).
+fn duration_ms(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `ms`, if it is at most [`MAX_TIME_MS`], the latest time amos keeps;
+/// past it, one line naming the input: what (`time`, `--expires`, …) and
+/// how the user wrote it.
+pub(crate) fn within_bound(ms: u64, what: &str, input: &str) -> Result<u64> {
+    if ms <= MAX_TIME_MS {
+        return Ok(ms);
+    }
+    let input = input.trim();
+    let when = if input.starts_with(|c: char| c.is_ascii_digit()) && !input.contains('-') {
+        format!("{input} from now")
+    } else {
+        input.to_owned()
+    };
+    Err(NodeError::BadInput(format!(
+        "{what} {when} is past {}, the latest time amos keeps",
+        crate::clock::rfc3339(MAX_TIME_MS)
+    )))
 }
 
 /// A validity's ends must be in order; an unset start is the memory's
@@ -102,10 +134,15 @@ pub(crate) fn check_validity(v: &Validity, created_ms: u64) -> Result<()> {
 }
 
 /// An expiry as a user writes it: a duration from `now_ms` (`30d`, `12h`)
-/// or an RFC 3339 time.
+/// or an RFC 3339 time. One past [`MAX_TIME_MS`] is refused.
 pub fn parse_expiry(s: &str, now_ms: u64) -> Result<u64> {
+    within_bound(parse_expiry_unbounded(s, now_ms)?, "expiry", s)
+}
+
+/// [`parse_expiry`] without the bound: only a malformed expiry is an error.
+pub(crate) fn parse_expiry_unbounded(s: &str, now_ms: u64) -> Result<u64> {
     if let Ok(d) = humantime::parse_duration(s) {
-        return Ok(now_ms.saturating_add(d.as_millis() as u64));
+        return Ok(now_ms.saturating_add(duration_ms(d)));
     }
     let t = humantime::parse_rfc3339_weak(s).map_err(|_| {
         NodeError::BadInput(format!(
@@ -113,7 +150,7 @@ pub fn parse_expiry(s: &str, now_ms: u64) -> Result<u64> {
         ))
     })?;
     Ok(t.duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
+        .map(duration_ms)
         .unwrap_or(0))
 }
 

@@ -10,8 +10,8 @@
 
 use amos_acl::PeerPolicy;
 use amos_protocol::wire::{Epoch, MAX_DIGEST_SCOPES, Watermark};
-use amos_protocol::{NodeId, Scope, SignedFact, Verified};
-use amos_sync::{ApplyReport, Sender, apply_batch};
+use amos_protocol::{CheckedBatch, NodeId, Scope, SignedFact, Verified};
+use amos_sync::{ApplyReport, Refusal, Sender, apply_batch};
 
 use crate::api::node::Node;
 use crate::error::{NodeError, Result};
@@ -164,6 +164,28 @@ impl Node {
         facts: Vec<Verified<SignedFact>>,
         from_epoch: Option<&Epoch>,
     ) -> Result<(ApplyReport, Option<(i64, i64)>)> {
+        let batch = CheckedBatch {
+            verified: facts,
+            out_of_bounds: Vec::new(),
+        };
+        self.apply_checked_seqs(from, batch, from_epoch)
+    }
+
+    /// [`Node::apply_from_seqs`] of a batch `amos_protocol::verify_batch`
+    /// checked (the QUIC session's path): its facts past the latest time
+    /// amos keeps are refused, each in the audit log under
+    /// `time_out_of_bounds`, in the same transaction that applies the rest
+    /// (docs/design.md §4). They never reach the store, not even their clock.
+    pub fn apply_checked_seqs(
+        &mut self,
+        from: &NodeId,
+        batch: CheckedBatch,
+        from_epoch: Option<&Epoch>,
+    ) -> Result<(ApplyReport, Option<(i64, i64)>)> {
+        let CheckedBatch {
+            verified: facts,
+            out_of_bounds,
+        } = batch;
         let policy = self.peer_policy(from)?.ok_or_else(|| {
             NodeError::Refused(format!("{} is not a registered peer", from.short()))
         })?;
@@ -186,7 +208,12 @@ impl Node {
         self.store.write(|tx| {
             let before = crate::store::max_seq(tx.conn())?;
             let mut r = SqlReplica::new(tx, me, now);
-            let report = apply_batch(&mut r, &sender, facts, now, DEFAULT_MAX_SKEW_MS)?;
+            for (fact, why) in &out_of_bounds {
+                use amos_sync::ReplicaStore;
+                r.refuse(fact, from, &Refusal::TimeOutOfBounds(why.to_string()))?;
+            }
+            let mut report = apply_batch(&mut r, &sender, facts, now, DEFAULT_MAX_SKEW_MS)?;
+            report.refused += out_of_bounds.len() as u64;
             r.finish()?;
             let seqs = tx.last_seq().map(|last| (before + 1, last));
             if let (Some(run), Some(epoch)) = (seqs, from_epoch) {

@@ -8,11 +8,13 @@
 use amos_protocol::{MemoryId, MemoryType, Scope, Validity};
 use serde::Deserialize;
 
-use crate::api::{NewMemory, parse_expiry, parse_time};
+use crate::api::NewMemory;
+use crate::api::node::{parse_expiry_unbounded, parse_time_unbounded, within_bound};
 use crate::error::{NodeError, Result};
 use crate::recall::TimeQuery;
 
-/// A point in time a user wrote, read at `now_ms`; a bad one names its field.
+/// A point in time a user wrote, read at `now_ms`; a bad one (malformed,
+/// or past the latest time amos keeps) names its field.
 fn time_field(
     v: Option<&str>,
     now_ms: u64,
@@ -20,12 +22,13 @@ fn time_field(
     label: &impl Fn(&str) -> String,
 ) -> Result<Option<u64>> {
     v.map(|s| {
-        parse_time(s, now_ms).map_err(|_| {
+        let ms = parse_time_unbounded(s, now_ms).map_err(|_| {
             NodeError::BadInput(format!(
                 "malformed {} {s:?}: use an RFC 3339 time or date (2026-03-01), now, or an offset (-7d)",
                 label(name)
             ))
-        })
+        })?;
+        within_bound(ms, &label(name), s)
     })
     .transpose()
 }
@@ -127,12 +130,13 @@ impl AddRequest {
         new.expires_ms = self
             .expires
             .map(|e| {
-                parse_expiry(&e, now_ms).map_err(|_| {
+                let ms = parse_expiry_unbounded(&e, now_ms).map_err(|_| {
                     NodeError::BadInput(format!(
                         "malformed {} {e:?}: an expiry is a duration (30d, 12h) or an RFC 3339 time",
                         label("expires")
                     ))
-                })
+                })?;
+                within_bound(ms, &label("expires"), &e)
             })
             .transpose()?;
         new.validity = validity(

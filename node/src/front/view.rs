@@ -14,10 +14,7 @@ use crate::recall::time::ValidTime;
 use crate::recall::{Hit, Pack};
 use crate::store::memory::MemoryRecord;
 
-pub fn rfc3339(ms: u64) -> String {
-    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
-        .to_string()
-}
+pub use crate::clock::rfc3339;
 
 /// One peer's line of a sync pass, as `amos sync now` prints it.
 pub fn outcome_line(o: &crate::events::PeerOutcome) -> String {

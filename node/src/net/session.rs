@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::net::transport::{TransportError, read_frame, with_timeout, write_frame};
 use amos_protocol::wire::{Epoch, SyncMessage, SyncV1, Watermark};
-use amos_protocol::{NodeId, SignedFact, Verified};
+use amos_protocol::{CheckedBatch, NodeId};
 use amos_sync::session::{Action, Event, Session, SessionError};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
@@ -501,7 +501,7 @@ pub(crate) fn session_thread(
 }
 
 /// A batch of a peer's facts being verified on a thread of its own
-/// (`amos_protocol::verify_all`: batch ed25519, over several threads when
+/// (`amos_protocol::verify_batch`: batch ed25519, over several threads when
 /// large), so that the session thread can apply the batch before it
 /// meanwhile.
 pub(crate) struct Verifying {
@@ -509,7 +509,7 @@ pub(crate) struct Verifying {
     /// The peer's log epoch (its `Hello`'s): the batch's `seq`s that hold
     /// only what the peer has are recorded as its echo ranges under it.
     epoch: Option<Epoch>,
-    job: std::thread::JoinHandle<std::result::Result<Vec<Verified<SignedFact>>, String>>,
+    job: std::thread::JoinHandle<std::result::Result<CheckedBatch, String>>,
 }
 
 impl Verifying {
@@ -518,7 +518,7 @@ impl Verifying {
             facts: facts.len() as u64,
             epoch,
             job: std::thread::spawn(move || {
-                amos_protocol::verify_all(&facts).map_err(|e| e.to_string())
+                amos_protocol::verify_batch(&facts).map_err(|e| e.to_string())
             }),
         }
     }
@@ -531,12 +531,14 @@ impl Verifying {
         peer: &NodeId,
         observer: Option<&Observer>,
     ) -> std::result::Result<(), MeshError> {
-        let verified = self
+        let checked = self
             .job
             .join()
             .map_err(|_| MeshError::BadFact("the verifying thread failed".into()))?
             .map_err(MeshError::BadFact)?;
-        let (report, seqs) = node.apply_from_seqs(peer, verified, self.epoch.as_ref())?;
+        // A fact past the latest time amos keeps is refused alone (the
+        // audit log); the rest of its batch applies.
+        let (report, seqs) = node.apply_checked_seqs(peer, checked, self.epoch.as_ref())?;
         events::emit(SyncEvent::Applied(&report));
         if let Some((first, last)) = seqs {
             events::emit(SyncEvent::Stored { peer, first, last });

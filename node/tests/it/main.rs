@@ -16,6 +16,7 @@ mod deploy;
 mod discovery;
 mod doctor;
 mod eval;
+mod far_future;
 mod gate_and_recall;
 mod import;
 mod mcp;

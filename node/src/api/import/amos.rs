@@ -22,16 +22,13 @@ use serde_json::{Value, json};
 
 use super::{Plan, PlanLink, PlanMemory, Source, bad_line, unit_or};
 use crate::api::node::Node;
+use crate::clock::rfc3339;
 use crate::error::{NodeError, Result};
 use crate::store::moves;
 use crate::store::profile::ProfileWeights;
 
 const KIND: &str = "amos-export";
 
-fn rfc3339(ms: u64) -> String {
-    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
-        .to_string()
-}
 const VERSION: i64 = 1;
 
 /// What `amos export` wrote.

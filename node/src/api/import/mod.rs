@@ -261,47 +261,74 @@ pub fn source_validity(created_ms: Option<u64>, valid_to_ms: Option<u64>) -> Val
 
 /// Parse the timestamps sources write: RFC 3339 / ISO 8601 with `T` or a
 /// space, optional fraction, `Z`, `±HH:MM` or no zone (UTC); or a number of
-/// seconds since 1970 (ChatGPT). `None` if it is neither.
+/// seconds since 1970 (ChatGPT). `None` if it is neither, or if it is past
+/// [`amos_protocol::MAX_TIME_MS`] (docs/design.md §4): a source's time out
+/// of bounds is no time, as a malformed one. Never panics, whatever `s` holds.
 pub fn parse_time(s: &str) -> Option<u64> {
+    parse_time_unbounded(s).filter(|ms| *ms <= amos_protocol::MAX_TIME_MS)
+}
+
+fn parse_time_unbounded(s: &str) -> Option<u64> {
     let s = s.trim();
     if let Ok(secs) = s.parse::<f64>() {
+        // `as` saturates: 1e300 seconds is u64::MAX, past the bound.
         return (secs.is_finite() && secs >= 0.0).then_some((secs * 1000.0) as u64);
     }
     let b = s.as_bytes();
-    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || !(b[10] == b'T' || b[10] == b' ') {
+    // Every byte sliced below is an ASCII digit or separator, checked
+    // before any slice: a multi-byte character can never be cut.
+    let digits = |r: std::ops::Range<usize>| -> Option<i64> {
+        let d = b.get(r)?;
+        if d.is_empty() || !d.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        d.iter().try_fold(0i64, |n, c| {
+            n.checked_mul(10)?.checked_add(i64::from(c - b'0'))
+        })
+    };
+    if b.len() < 19
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !(b[10] == b'T' || b[10] == b' ')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
         return None;
     }
-    let num = |r: std::ops::Range<usize>| -> Option<i64> { s.get(r)?.parse().ok() };
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let (y, mo, d) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
+    let (h, mi, sec) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
     if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
         return None;
     }
-    let mut rest = &s[19..];
+    let mut rest = &b[19..];
     let mut ms = 0i64;
-    if let Some(frac) = rest.strip_prefix('.') {
-        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
+    if let Some(frac) = rest.strip_prefix(b".") {
+        let n = frac.iter().take_while(|c| c.is_ascii_digit()).count();
+        if n == 0 {
             return None;
         }
-        let f = &frac[..digits.min(3)];
-        ms = f.parse::<i64>().ok()? * 10i64.pow(3 - f.len() as u32);
-        rest = &frac[digits..];
+        let f = digits(20..20 + n.min(3))?;
+        ms = f * 10i64.pow(3 - n.min(3) as u32);
+        rest = &frac[n..];
     }
     let offset_min = match rest {
-        "" | "Z" | "z" => 0,
-        _ => {
-            let sign = match rest.as_bytes()[0] {
-                b'+' => 1,
-                b'-' => -1,
-                _ => return None,
-            };
-            let hm = rest[1..].replace(':', "");
-            if hm.len() != 4 {
+        b"" | b"Z" | b"z" => 0,
+        [sign @ (b'+' | b'-'), zone @ ..] => {
+            let sign = if *sign == b'+' { 1 } else { -1 };
+            let hm: Vec<u8> = zone.iter().copied().filter(|c| *c != b':').collect();
+            if hm.len() != 4 || !hm.iter().all(u8::is_ascii_digit) || zone.len() > 5 {
                 return None;
             }
-            sign * (hm[..2].parse::<i64>().ok()? * 60 + hm[2..].parse::<i64>().ok()?)
+            let (zh, zm) = (
+                i64::from(hm[0] - b'0') * 10 + i64::from(hm[1] - b'0'),
+                i64::from(hm[2] - b'0') * 10 + i64::from(hm[3] - b'0'),
+            );
+            if zh > 23 || zm > 59 {
+                return None;
+            }
+            sign * (zh * 60 + zm)
         }
+        _ => return None,
     };
     // Days from the civil date (Howard Hinnant's algorithm).
     let (y2, m2) = if mo <= 2 {
@@ -894,8 +921,53 @@ mod tests {
             "yesterday",
             "2025-13-01T00:00:00Z",
             "2025-03-01T10:00:00+0",
+            // Issue 37: a zone that is not ASCII digits (this one panicked
+            // at a byte slice inside the 'é').
+            "2025-03-01T10:00:00+aé1",
+            "2025-03-01T10:00:00+é:1",
+            "2025-03-01T10:00:00+1é",
+            "2025-03-01T10:00:00+99:00",
+            "2025-03-01T10:00:00+01:00:00",
+            "+025-03-01T10:00:00Z",
+            "2025-03-01T10é00:00Z",
+            "2025-03-01T10:00:00.é",
+            // Past 9999-12-31T23:59:59.999Z (issue 37): no time.
+            "1e12",
+            "1e300",
+            "253402300800",
+            "9999-12-31T23:59:59-00:01",
         ] {
             assert_eq!(parse_time(bad), None, "{bad}");
+        }
+        // The bound itself is kept.
+        assert_eq!(
+            parse_time("9999-12-31T23:59:59.999Z"),
+            Some(amos_protocol::MAX_TIME_MS)
+        );
+        assert_eq!(parse_time("253402300799"), Some(253_402_300_799_000));
+    }
+
+    proptest::proptest! {
+        /// Issue 37: any text, no panic, nothing past the bound.
+        #[test]
+        fn any_text_parses_without_panic_within_the_bound(s in ".{0,40}") {
+            if let Some(ms) = parse_time(&s) {
+                proptest::prop_assert!(ms <= amos_protocol::MAX_TIME_MS);
+            }
+        }
+
+        /// Texts shaped like the times sources write, with any byte put in.
+        #[test]
+        fn near_times_parse_without_panic(
+            i in 0usize..30,
+            c in proptest::char::any(),
+        ) {
+            let mut s: Vec<char> = "2025-03-01T10:00:00.123+01:00".chars().collect();
+            s.insert(i.min(s.len()), c);
+            let s: String = s.into_iter().collect();
+            if let Some(ms) = parse_time(&s) {
+                proptest::prop_assert!(ms <= amos_protocol::MAX_TIME_MS);
+            }
         }
     }
 
