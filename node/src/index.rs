@@ -60,11 +60,18 @@ struct Fields {
     id_lo: Field,
     text: Field,
     access: Field,
+    /// [`EXPIRING`] on a memory with an expiry, whose time is the
+    /// `expires` column: the few documents a search must check the clock for.
+    expiring: Field,
+    expires: Field,
 }
 
 /// The column names of [`Fields::id_hi`] and [`Fields::id_lo`].
 const ID_HI: &str = "id_hi";
 const ID_LO: &str = "id_lo";
+/// The column of [`Fields::expires`], and the term of [`Fields::expiring`].
+const EXPIRES: &str = "expires";
+const EXPIRING: &str = "yes";
 
 fn schema() -> (Schema, Fields) {
     let mut b = Schema::builder();
@@ -83,12 +90,16 @@ fn schema() -> (Schema, Fields) {
         ),
     );
     let access = b.add_text_field("access", STRING);
+    let expiring = b.add_text_field("expiring", STRING);
+    let expires = b.add_u64_field(EXPIRES, FAST);
     let fields = Fields {
         id,
         id_hi,
         id_lo,
         text,
         access,
+        expiring,
+        expires,
     };
     (b.build(), fields)
 }
@@ -298,6 +309,10 @@ impl RecallIndex {
                     for term in row.access {
                         d.add_text(fields.access, term);
                     }
+                    if let Some(at) = row.expires_ms {
+                        d.add_text(fields.expiring, EXPIRING);
+                        d.add_u64(fields.expires, at);
+                    }
                     writer.add_document(d)?;
                     out.indexed += 1;
                 }
@@ -325,17 +340,26 @@ impl RecallIndex {
         Ok(analyze(text))
     }
 
-    /// BM25 candidates for `terms`, restricted to documents carrying one of
-    /// `access` terms (`None` = no restriction, for the local admin).
+    /// BM25 candidates for `terms` among the documents a requester holding
+    /// `access` terms may be shown (`None`: every document, for the local
+    /// admin), less those expired by `now_ms`: its *audience*.
+    ///
+    /// Scores depend on the audience alone. The statistics BM25 weighs a
+    /// term by (the number of documents, how many hold the term, their
+    /// average length) are counted over the audience's documents, not the
+    /// whole index (docs/design.md §9), so adding, changing or removing a
+    /// memory the requester cannot see leaves every score, rank and count
+    /// it gets bit for bit as it was.
     ///
     /// The text query alone is scored (a union of term scorers, so tantivy's
     /// Block-WAND skips blocks that cannot reach the current top `limit`);
-    /// the access restriction is a per-segment bitset checked before a hit
-    /// may enter the top, so only visible documents raise the bar.
+    /// the audience is a per-segment bitset checked before a hit may enter
+    /// the top, so only visible documents raise the bar.
     pub fn search(
         &self,
         terms: &[String],
         access: Option<&[String]>,
+        now_ms: u64,
         limit: usize,
     ) -> Result<Vec<(MemoryId, f32)>> {
         if terms.is_empty() || limit == 0 {
@@ -353,36 +377,29 @@ impl RecallIndex {
             .collect();
         let query = BooleanQuery::new(text);
         let searcher = self.reader.searcher();
-        let mut cache = self
-            .cache
-            .lock()
-            .map_err(|_| NodeError::Index("index statistics cache poisoned".into()))?;
-        cache.refresh(&searcher, self.fields.text)?;
-        let allowed = match access {
-            Some(access) => Some(cache.access_sets(&searcher, self.fields.access, access)?),
-            None => None,
+        let audience = {
+            let mut cache = self.cache()?;
+            cache.refresh(&searcher, &self.fields)?;
+            cache.audience(&searcher, &self.fields, access, now_ms)?
         };
-        let weight = {
-            let stats = CachedStats {
+        if audience.docs == 0 {
+            return Ok(Vec::new());
+        }
+        let weight = query.weight(EnableScoring::enabled_from_statistics_provider(
+            &AudienceStats {
                 searcher: &searcher,
-                cache: std::cell::RefCell::new(&mut cache),
-            };
-            query.weight(EnableScoring::enabled_from_statistics_provider(
-                &stats, &searcher,
-            ))?
-        };
+                audience: &audience,
+            },
+            &searcher,
+        ))?;
         let mut top = TopHits::new(limit);
         for (ord, seg) in searcher.segment_readers().iter().enumerate() {
-            let alive = seg.alive_bitset();
-            let allowed = allowed.as_ref().and_then(|a| a.get(ord));
-            if allowed.is_some_and(|a| a.len() == 0) {
+            let Some(allowed) = audience.sets.get(ord).filter(|a| a.len() > 0) else {
                 continue;
-            }
+            };
             let mut threshold = top.threshold();
             weight.for_each_pruning(threshold, seg, &mut |doc, score| {
-                let visible = alive.is_none_or(|a| a.is_alive(doc))
-                    && allowed.is_none_or(|a| a.contains(doc));
-                if visible {
+                if allowed.contains(doc) {
                     top.push(score, ord as u32, doc);
                     threshold = top.threshold();
                 }
@@ -416,6 +433,23 @@ impl RecallIndex {
             out.truncate(limit);
         }
         Ok(out)
+    }
+
+    /// The memories still indexed that have expired by `now_ms`: an expiry
+    /// touches no row, so they stay in both indexes until something does,
+    /// and every candidate search must skip them (the vector search is
+    /// handed this list).
+    pub fn expired(&self, now_ms: u64) -> Result<Vec<MemoryId>> {
+        let searcher = self.reader.searcher();
+        let mut cache = self.cache()?;
+        cache.refresh(&searcher, &self.fields)?;
+        Ok(cache.expired(now_ms).iter().map(|e| e.id).collect())
+    }
+
+    fn cache(&self) -> Result<std::sync::MutexGuard<'_, GenerationCache>> {
+        self.cache
+            .lock()
+            .map_err(|_| NodeError::Index("index statistics cache poisoned".into()))
     }
 
     /// Documents in the index and bytes on disk.
@@ -519,105 +553,189 @@ impl TopHits {
     }
 }
 
-/// What searches of one reader generation share: BM25 statistics over the
-/// documents alive in the index, and the documents each access set admits.
+/// What searches of one reader generation share: the documents that
+/// expire, each access set's documents, and each audience's documents and
+/// BM25 statistics. A reload starts a new generation; nothing is computed
+/// again within one.
 ///
-/// Tantivy's own statistics count deleted (replaced) documents until their
-/// segments merge, so an index that saw edits would rank differently from a
-/// rebuild of the same store; with these, relevance depends only on the
-/// documents indexed now, and deleting or rebuilding the index gives the
-/// same results. They are computed once per reader generation (a reload
-/// starts a new one), not per search.
+/// Every count here is of the documents alive in the index. Tantivy's own
+/// statistics count deleted (replaced) documents until their segments
+/// merge, so an index that saw edits would rank differently from a rebuild
+/// of the same store; with these, relevance depends only on the documents
+/// indexed now, and deleting or rebuilding the index gives the same results.
 #[derive(Default)]
 struct GenerationCache {
     /// The searcher generation these values describe.
     generation: Option<u64>,
-    /// Tokens of the text field summed over alive documents.
-    total_tokens: u64,
-    /// Alive documents per term.
-    doc_freq: HashMap<Term, u64>,
-    /// Per access set (sorted terms): per segment, the alive documents
-    /// carrying one of its terms.
-    access: HashMap<Vec<String>, Arc<Vec<BitSet>>>,
+    /// The alive documents that expire, soonest first (ties by id).
+    expiring: Vec<Expiring>,
+    /// Per access set (sorted terms; `None`: every document): per segment,
+    /// the alive documents carrying one of its terms.
+    access: HashMap<Option<Vec<String>>, Arc<Vec<BitSet>>>,
+    /// Per access set and how many of `expiring` had expired: the
+    /// audience a search of that set at such a time ranks.
+    audiences: HashMap<(Option<Vec<String>>, usize), Arc<Audience>>,
+}
+
+/// An alive document with an expiry.
+#[derive(Clone, Copy)]
+struct Expiring {
+    at: u64,
+    seg: u32,
+    doc: u32,
+    id: MemoryId,
+}
+
+/// The documents one search may rank, and the BM25 statistics over them
+/// alone.
+struct Audience {
+    /// Per segment: the alive documents carrying one of the access terms,
+    /// less the expired ones.
+    sets: Vec<BitSet>,
+    /// How many there are.
+    docs: u64,
+    /// Tokens of their text summed.
+    tokens: u64,
+    /// How many of them hold a term (filled as terms are asked for).
+    doc_freq: Mutex<HashMap<Term, u64>>,
 }
 
 /// Bounds on what one generation caches (cleared when exceeded).
-const MAX_CACHED_TERMS: usize = 200_000;
+const MAX_CACHED_TERMS: usize = 50_000;
 const MAX_CACHED_ACCESS_SETS: usize = 256;
+
+/// Each member of `bits`, in order.
+fn members(bits: &BitSet) -> impl Iterator<Item = u32> + '_ {
+    (0..bits.max_value().div_ceil(64)).flat_map(move |bucket| {
+        let mut set = bits.tinyset(bucket);
+        std::iter::from_fn(move || set.pop_lowest().map(|b| bucket * 64 + b))
+    })
+}
 
 impl GenerationCache {
     /// Start over if `searcher` is of another generation than the cache.
-    fn refresh(&mut self, searcher: &Searcher, text: Field) -> Result<()> {
+    fn refresh(&mut self, searcher: &Searcher, fields: &Fields) -> Result<()> {
         let generation = searcher.generation().generation_id();
         if self.generation == Some(generation) {
             return Ok(());
         }
         *self = GenerationCache::default();
-        // Summed from the per-document norms (not the segments' exact
-        // totals, which include deleted documents) so every index of the
-        // same documents agrees.
-        let mut total = 0u64;
-        for seg in searcher.segment_readers() {
-            let norms = seg.get_fieldnorms_reader(text)?;
-            total += match seg.alive_bitset() {
-                None => (0..seg.max_doc())
-                    .map(|d| u64::from(norms.fieldnorm(d)))
-                    .sum::<u64>(),
-                Some(_) => seg
-                    .doc_ids_alive()
-                    .map(|d| u64::from(norms.fieldnorm(d)))
-                    .sum::<u64>(),
+        let term = Term::from_field_text(fields.expiring, EXPIRING);
+        for (ord, seg) in searcher.segment_readers().iter().enumerate() {
+            let Some(mut postings) = seg
+                .inverted_index(fields.expiring)?
+                .read_postings(&term, IndexRecordOption::Basic)
+                .map_err(|e| NodeError::Index(format!("reading expiry postings: {e}")))?
+            else {
+                continue;
             };
+            let fast = seg.fast_fields();
+            let (at, hi, lo) = (fast.u64(EXPIRES)?, fast.u64(ID_HI)?, fast.u64(ID_LO)?);
+            let alive = seg.alive_bitset();
+            let mut doc = postings.doc();
+            while doc != TERMINATED {
+                if alive.is_none_or(|a| a.is_alive(doc))
+                    && let (Some(at), Some(hi), Some(lo)) =
+                        (at.first(doc), hi.first(doc), lo.first(doc))
+                {
+                    self.expiring.push(Expiring {
+                        at,
+                        seg: ord as u32,
+                        doc,
+                        id: id_of_halves(hi, lo),
+                    });
+                }
+                doc = postings.advance();
+            }
         }
-        self.total_tokens = total;
+        self.expiring
+            .sort_unstable_by(|a, b| a.at.cmp(&b.at).then_with(|| a.id.cmp(&b.id)));
         self.generation = Some(generation);
         Ok(())
     }
 
-    fn doc_freq(&mut self, searcher: &Searcher, term: &Term) -> tantivy::Result<u64> {
-        if let Some(&n) = self.doc_freq.get(term) {
-            return Ok(n);
-        }
-        let mut n = 0u64;
-        for seg in searcher.segment_readers() {
-            let inverted = seg.inverted_index(term.field())?;
-            let Some(alive) = seg.alive_bitset() else {
-                n += u64::from(inverted.doc_freq(term)?);
-                continue;
-            };
-            if let Some(mut postings) = inverted.read_postings(term, IndexRecordOption::Basic)? {
-                let mut doc = postings.doc();
-                while doc != TERMINATED {
-                    n += u64::from(alive.is_alive(doc));
-                    doc = postings.advance();
-                }
-            }
-        }
-        if self.doc_freq.len() >= MAX_CACHED_TERMS {
-            self.doc_freq.clear();
-        }
-        self.doc_freq.insert(term.clone(), n);
-        Ok(n)
+    /// The documents expired by `now_ms` (the gate's rule: at or before).
+    fn expired(&self, now_ms: u64) -> &[Expiring] {
+        let n = self.expiring.partition_point(|e| e.at <= now_ms);
+        &self.expiring[..n]
     }
 
-    /// Per segment, the documents carrying any of `terms` in `field`.
+    /// The audience of a search by a requester holding `access` terms at
+    /// `now_ms`, with its statistics.
+    fn audience(
+        &mut self,
+        searcher: &Searcher,
+        fields: &Fields,
+        access: Option<&[String]>,
+        now_ms: u64,
+    ) -> Result<Arc<Audience>> {
+        let key = access.map(|terms| {
+            let mut key = terms.to_vec();
+            key.sort();
+            key.dedup();
+            key
+        });
+        let expired = self.expired(now_ms).len();
+        if let Some(a) = self.audiences.get(&(key.clone(), expired)) {
+            return Ok(a.clone());
+        }
+        let mut sets: Vec<BitSet> = (*self.access_sets(searcher, fields.access, &key)?).clone();
+        for e in &self.expiring[..expired] {
+            if let Some(set) = sets.get_mut(e.seg as usize) {
+                set.remove(e.doc);
+            }
+        }
+        let mut tokens = 0u64;
+        for (set, seg) in sets.iter().zip(searcher.segment_readers()) {
+            if set.len() > 0 {
+                let norms = seg.get_fieldnorms_reader(fields.text)?;
+                tokens += members(set)
+                    .map(|d| u64::from(norms.fieldnorm(d)))
+                    .sum::<u64>();
+            }
+        }
+        let audience = Arc::new(Audience {
+            docs: sets.iter().map(|s| s.len() as u64).sum(),
+            tokens,
+            sets,
+            doc_freq: Mutex::default(),
+        });
+        if self.audiences.len() >= MAX_CACHED_ACCESS_SETS {
+            self.audiences.clear();
+        }
+        self.audiences.insert((key, expired), audience.clone());
+        Ok(audience)
+    }
+
+    /// Per segment, the alive documents carrying any of `terms` in `field`
+    /// (`None`: every alive document).
     fn access_sets(
         &mut self,
         searcher: &Searcher,
         field: Field,
-        terms: &[String],
+        terms: &Option<Vec<String>>,
     ) -> Result<Arc<Vec<BitSet>>> {
-        let mut key = terms.to_vec();
-        key.sort();
-        key.dedup();
-        if let Some(sets) = self.access.get(&key) {
+        if let Some(sets) = self.access.get(terms) {
             return Ok(sets.clone());
         }
         let mut sets = Vec::with_capacity(searcher.segment_readers().len());
         for seg in searcher.segment_readers() {
+            let alive = seg.alive_bitset();
+            let Some(terms) = terms else {
+                let mut bits = BitSet::with_max_value_and_full(seg.max_doc());
+                if let Some(alive) = alive {
+                    for doc in 0..seg.max_doc() {
+                        if !alive.is_alive(doc) {
+                            bits.remove(doc);
+                        }
+                    }
+                }
+                sets.push(bits);
+                continue;
+            };
             let mut bits = BitSet::with_max_value(seg.max_doc());
             let inverted = seg.inverted_index(field)?;
-            for t in &key {
+            for t in terms {
                 let term = Term::from_field_text(field, t);
                 let postings = inverted
                     .read_postings(&term, IndexRecordOption::Basic)
@@ -625,7 +743,9 @@ impl GenerationCache {
                 if let Some(mut postings) = postings {
                     let mut doc = postings.doc();
                     while doc != TERMINATED {
-                        bits.insert(doc);
+                        if alive.is_none_or(|a| a.is_alive(doc)) {
+                            bits.insert(doc);
+                        }
                         doc = postings.advance();
                     }
                 }
@@ -636,29 +756,61 @@ impl GenerationCache {
         if self.access.len() >= MAX_CACHED_ACCESS_SETS {
             self.access.clear();
         }
-        self.access.insert(key, sets.clone());
+        self.access.insert(terms.clone(), sets.clone());
         Ok(sets)
     }
 }
 
-/// The [`Bm25StatisticsProvider`] over a [`GenerationCache`].
-struct CachedStats<'s, 'c> {
-    searcher: &'s Searcher,
-    cache: std::cell::RefCell<&'c mut GenerationCache>,
+impl Audience {
+    /// How many of the audience's documents hold `term`.
+    fn doc_freq(&self, searcher: &Searcher, term: &Term) -> tantivy::Result<u64> {
+        let mut memo = self
+            .doc_freq
+            .lock()
+            .map_err(|_| tantivy::TantivyError::InternalError("doc_freq poisoned".into()))?;
+        if let Some(&n) = memo.get(term) {
+            return Ok(n);
+        }
+        let mut n = 0u64;
+        for (set, seg) in self.sets.iter().zip(searcher.segment_readers()) {
+            if set.len() == 0 {
+                continue;
+            }
+            let inverted = seg.inverted_index(term.field())?;
+            if let Some(mut postings) = inverted.read_postings(term, IndexRecordOption::Basic)? {
+                let mut doc = postings.doc();
+                while doc != TERMINATED {
+                    n += u64::from(set.contains(doc));
+                    doc = postings.advance();
+                }
+            }
+        }
+        if memo.len() >= MAX_CACHED_TERMS {
+            memo.clear();
+        }
+        memo.insert(term.clone(), n);
+        Ok(n)
+    }
 }
 
-impl Bm25StatisticsProvider for CachedStats<'_, '_> {
+/// The [`Bm25StatisticsProvider`] over one [`Audience`].
+struct AudienceStats<'s> {
+    searcher: &'s Searcher,
+    audience: &'s Audience,
+}
+
+impl Bm25StatisticsProvider for AudienceStats<'_> {
     fn total_num_tokens(&self, _field: Field) -> tantivy::Result<u64> {
         // Only the text field is ever scored.
-        Ok(self.cache.borrow().total_tokens)
+        Ok(self.audience.tokens)
     }
 
     fn total_num_docs(&self) -> tantivy::Result<u64> {
-        Ok(self.searcher.num_docs())
+        Ok(self.audience.docs)
     }
 
     fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
-        self.cache.borrow_mut().doc_freq(self.searcher, term)
+        self.audience.doc_freq(self.searcher, term)
     }
 }
 
@@ -671,6 +823,8 @@ pub(crate) struct IndexRow {
     /// The access terms it is found under: its owner (where the owner rule
     /// holds) and its effective grants.
     pub access: Vec<String>,
+    /// When it stops being visible to anyone, if it expires.
+    pub expires_ms: Option<u64>,
     /// Live and not archived: indexed; otherwise removed.
     pub live: bool,
 }
@@ -699,7 +853,7 @@ pub(crate) fn changed_rows(
         start(total as u64);
         let mut stmt = conn.prepare(
             "SELECT id, content, tags, kind, CASE WHEN owner_trusted = 1 THEN owner END, effective,
-                    content_fact IS NOT NULL AND tombstone_fact IS NULL AND archived = 0
+                    content_fact IS NOT NULL AND tombstone_fact IS NULL AND archived = 0, expires_ms
              FROM memories WHERE touched > ?1 AND touched <= ?2",
         )?;
         let mut rows = stmt.query(params![from, high])?;
@@ -736,6 +890,7 @@ pub(crate) fn changed_rows(
                 id,
                 text,
                 access,
+                expires_ms: r.get::<_, Option<i64>>(7)?.map(|e| e.max(0) as u64),
                 live: r.get(6)?,
             });
             if out.len() >= chunk.max(1) {

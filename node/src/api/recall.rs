@@ -121,6 +121,12 @@ impl Node {
             return Ok(Vec::new());
         }
         let access = access_terms(who);
+        // Memories expired since they were indexed are in both indexes
+        // still; neither may offer them (nor count them, for BM25).
+        let expired = match vectors {
+            Some(_) => index.expired(now)?,
+            None => Vec::new(),
+        };
         // The index holds today's text: under --known-at, a memory whose
         // text changed since may have matched then, so it is a candidate too
         // (the gate below still decides; its text then is matched below).
@@ -141,17 +147,17 @@ impl Node {
             // touches only the vector index.
             let mut nearest: Option<Result<Vec<(MemoryId, f32)>>> = None;
             let mut walk = {
-                let (slot, q, a) = (&mut nearest, &query_vector, access.as_deref());
+                let (slot, q, a, x) = (&mut nearest, &query_vector, access.as_deref(), &expired);
                 move || {
                     if let Some((v, _)) = vectors {
-                        *slot = Some(v.search(q, a, semantic_limit));
+                        *slot = Some(v.search(q, a, x, semantic_limit));
                     }
                 }
             };
             let lexical_rows = || -> Result<_> {
                 let lexical = match semantic_only {
                     true => Vec::new(),
-                    false => index.search(&terms, access.as_deref(), limit)?,
+                    false => index.search(&terms, access.as_deref(), now, limit)?,
                 };
                 let mut read: Vec<MemoryId> = lexical.iter().map(|c| c.0).collect();
                 read.extend(changed.iter().copied());
@@ -646,9 +652,9 @@ impl Node {
         };
         let q = model.embed(query);
         let access = access_terms(who);
-        let exact = index.search_as(&q, access.as_deref(), limit, true)?;
+        let exact = index.search_as(&q, access.as_deref(), &[], limit, true)?;
         let started = Instant::now();
-        let got = index.search_as(&q, access.as_deref(), limit, false)?;
+        let got = index.search_as(&q, access.as_deref(), &[], limit, false)?;
         let search_ms = started.elapsed().as_secs_f64() * 1e3;
         let Some(last) = exact.last().map(|e| e.1) else {
             return Ok(VectorProbe { search_ms, ..none });

@@ -46,11 +46,19 @@ fn at_least(v: &Value, mode: &str, floor: [f64; 3]) {
 ///
 /// | set | lexical | semantic | hybrid |
 /// |---|---|---|---|
-/// | golden | 0.667 / 0.956 / 0.759 | 0.756 / 0.978 / 0.838 | 0.822 / 1.000 / 0.879 |
-/// | held-out | 0.605 / 0.860 / 0.688 | 0.791 / 1.000 / 0.878 | 0.860 / 0.977 / 0.915 |
+/// | golden | 0.644 / 0.956 / 0.753 | 0.756 / 0.978 / 0.838 | 0.822 / 1.000 / 0.881 |
+/// | held-out | 0.605 / 0.860 / 0.689 | 0.791 / 1.000 / 0.878 | 0.837 / 0.977 / 0.903 |
 /// | unseen | 0.627 / 0.707 / 0.663 | 0.747 / 0.907 / 0.814 | 0.760 / 0.880 / 0.811 |
 ///
-/// (hit@1 / hit@5 / MRR). The analyzer before stemming measured lexical
+/// (hit@1 / hit@5 / MRR), with BM25's statistics counted over each
+/// requester's visible memories (docs/design.md §9, "Statistics"); counted
+/// over the whole store, as before 2026-12-06, golden lexical was 0.667 /
+/// 0.956 / 0.759 and held-out hybrid 0.860 / 0.977 / 0.915. That change
+/// moved eight of the 489 question-mode pairs by one place: five up, three
+/// down, among them two from 1st to 2nd (golden lexical "postmortem
+/// deadline after an incident" as erin, held-out hybrid "I got a strange
+/// email asking for my password" as kim); those two floors were lowered
+/// by that one question each. The analyzer before stemming measured lexical
 /// 0.644 / 0.889 / 0.736 on golden. The thresholds sit just below: a change
 /// that costs recall quality on these sets fails here; one that gains
 /// should raise them. Two were lowered with the model of 2026-12-05, which
@@ -59,7 +67,7 @@ fn at_least(v: &Value, mode: &str, floor: [f64; 3]) {
 /// (hit@5 0.907 → 0.880), while it gained on golden and in unseen's
 /// semantic mode (docs/recall.md, "The model before"). On the golden set
 /// hybrid must beat lexical at hit@1 by the issue's 15 points (it does by
-/// one question: 37 of 45 first against 30); on the other two by 10.
+/// two questions: 37 of 45 first against 29); on the other two by 10.
 #[test]
 fn the_shipped_golden_sets_keep_their_figures() {
     let r = eval(&golden());
@@ -75,7 +83,7 @@ fn the_shipped_golden_sets_keep_their_figures() {
         assert!(lexical[part]["queries"].as_u64().unwrap() > 0);
     }
     assert_eq!(lexical["results"].as_array().unwrap().len() as u64, queries);
-    at_least(&v, "lexical", [0.65, 0.94, 0.74]);
+    at_least(&v, "lexical", [0.64, 0.94, 0.74]);
     at_least(&v, "semantic", [0.73, 0.96, 0.82]);
     at_least(&v, "hybrid", [0.80, 0.98, 0.86]);
 
@@ -85,7 +93,7 @@ fn the_shipped_golden_sets_keep_their_figures() {
     assert!(h["queries"].as_u64().unwrap() >= 30);
     at_least(&h, "lexical", [0.58, 0.84, 0.67]);
     at_least(&h, "semantic", [0.77, 0.98, 0.86]);
-    at_least(&h, "hybrid", [0.84, 0.96, 0.90]);
+    at_least(&h, "hybrid", [0.83, 0.96, 0.90]);
 
     let r = eval(&unseen());
     assert_eq!(r.code, 0, "{r:?}");

@@ -33,6 +33,7 @@ mod recall_engine;
 mod repair;
 mod replication;
 mod revocation_mesh;
+mod score_invariance;
 mod semantic;
 mod sync_session;
 mod text_edits;

@@ -258,17 +258,21 @@ impl VectorIndex {
         &self,
         query: &[f32],
         access: Option<&[String]>,
+        skip: &[MemoryId],
         limit: usize,
     ) -> Result<Vec<(MemoryId, f32)>> {
-        self.search_as(query, access, limit, false)
+        self.search_as(query, access, skip, limit, false)
     }
 
     /// [`search`](Self::search) scoring every allowed vector (`exact`), or
-    /// as a search does.
+    /// as a search does. The vectors of `skip` (memories expired since
+    /// they were indexed, [`RecallIndex::expired`](super::RecallIndex::expired))
+    /// never take a candidate place.
     pub fn search_as(
         &self,
         query: &[f32],
         access: Option<&[String]>,
+        skip: &[MemoryId],
         limit: usize,
         exact: bool,
     ) -> Result<Vec<(MemoryId, f32)>> {
@@ -287,8 +291,8 @@ impl VectorIndex {
             )));
         }
         Ok(match exact {
-            true => held.table.nearest_exact(&query, access, limit),
-            false => held.table.nearest(&query, access, limit),
+            true => held.table.nearest_exact(&query, access, skip, limit),
+            false => held.table.nearest_skipping(&query, access, skip, limit),
         })
     }
 

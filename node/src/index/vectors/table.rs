@@ -466,7 +466,20 @@ impl VectorTable {
         terms: Option<&[String]>,
         limit: usize,
     ) -> Vec<(MemoryId, f32)> {
-        self.nearest_in(query, terms, limit, stages(limit))
+        self.nearest_in(query, terms, &[], limit, stages(limit))
+    }
+
+    /// [`nearest`](Self::nearest), with the vectors of `skip` never taking
+    /// a candidate place (memories no one may see any more, such as those
+    /// expired since they were stored).
+    pub fn nearest_skipping(
+        &self,
+        query: &Query,
+        terms: Option<&[String]>,
+        skip: &[MemoryId],
+        limit: usize,
+    ) -> Vec<(MemoryId, f32)> {
+        self.nearest_in(query, terms, skip, limit, stages(limit))
     }
 
     /// [`nearest`](Self::nearest) with every allowed vector scored by its
@@ -475,19 +488,21 @@ impl VectorTable {
         &self,
         query: &Query,
         terms: Option<&[String]>,
+        skip: &[MemoryId],
         limit: usize,
     ) -> Vec<(MemoryId, f32)> {
         let all = Stages {
             by_code: usize::MAX,
             by_sign: usize::MAX,
         };
-        self.nearest_in(query, terms, limit, all)
+        self.nearest_in(query, terms, skip, limit, all)
     }
 
     fn nearest_in(
         &self,
         query: &Query,
         terms: Option<&[String]>,
+        skip_ids: &[MemoryId],
         limit: usize,
         stages: Stages,
     ) -> Vec<(MemoryId, f32)> {
@@ -528,6 +543,11 @@ impl VectorTable {
         // Dead slots are skipped; so is a slot already seen under another
         // of the requester's terms.
         let mut skip = self.live.complement(self.ids.slots());
+        for slot in skip_ids.iter().filter_map(|id| self.slot_of(id)) {
+            if let Some(word) = skip.get_mut(slot as usize / 64) {
+                *word |= 1 << (slot % 64);
+            }
+        }
         let near = quantize::nearest(store, query, &lists, &mut skip, stages);
         let mut scored: Vec<(MemoryId, f32)> = near
             .into_iter()
