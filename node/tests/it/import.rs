@@ -592,3 +592,55 @@ fn an_import_may_not_change_a_team_another_node_created() {
     assert_eq!(b.fingerprint(), before, "nothing half-imported");
     assert_eq!(b.json(&["digest"])["digest"], digest);
 }
+
+/// Issue 37 item 6: a 12 KB SQLite file whose `content` is a generated
+/// column of a gigabyte is refused before a row is read (one line, exit
+/// 2, nothing imported), and so is a stored value longer than the
+/// foreign connection's length limit.
+#[test]
+fn a_sqlite_bomb_is_refused_without_being_computed() {
+    let h = Home::new();
+    let dir = tempfile::tempdir().unwrap();
+    let make = |name: &str, sql: &str| {
+        let p = dir.path().join(name);
+        rusqlite::Connection::open(&p)
+            .unwrap()
+            .execute_batch(sql)
+            .unwrap();
+        p.display().to_string()
+    };
+    let bomb = make(
+        "bomb.db",
+        "CREATE TABLE memories(id TEXT PRIMARY KEY, owner TEXT, type TEXT,
+           content TEXT GENERATED ALWAYS AS (printf('%.*c', 999999999, 'a')) VIRTUAL,
+           visibility TEXT, created_at TEXT);
+         INSERT INTO memories(id, owner, type, visibility, created_at)
+           VALUES ('m1', 'mallory', 'note', '[]', '2025-01-01T00:00:00Z');",
+    );
+    assert!(std::fs::metadata(&bomb).unwrap().len() < 16 * 1024);
+    let long = make(
+        "long.db",
+        "CREATE TABLE memories(id TEXT PRIMARY KEY, owner TEXT, type TEXT, content TEXT,
+           visibility TEXT, created_at TEXT);
+         INSERT INTO memories VALUES ('m1', 'mallory', 'note', 'fine', '[]', NULL);
+         INSERT INTO memories VALUES ('m2', 'mallory', 'note',
+           printf('%.*c', 4 * 1024 * 1024, 'a'), '[]', NULL);",
+    );
+    let fp = h.fingerprint();
+    for (file, needle) in [
+        (&bomb, "table memories has a generated column \"content\""),
+        (&long, "memories row 2: a value longer than 1048576 bytes"),
+    ] {
+        for dry in [true, false] {
+            let mut args = vec!["import", "agent-memory-os", file.as_str()];
+            if dry {
+                args.push("--dry-run");
+            }
+            let r = h.run(&args);
+            assert_eq!(r.code, 2, "{r:?}");
+            assert!(r.stderr.contains(needle), "{needle}: {r:?}");
+            assert_eq!(r.stderr.lines().count(), 1, "one line: {r:?}");
+        }
+    }
+    assert_eq!(h.fingerprint(), fp, "nothing imported");
+}

@@ -142,42 +142,44 @@ pub fn read_db(path: &Path) -> Result<Plan> {
     }
     let at = |t: &str, i: usize| format!("{name}: {t} row {}", i + 1);
     let mut g = Gathered::default();
-    let table = |t: &str| -> Result<Vec<Map<String, Value>>> {
+    // Each table read one row at a time (`ForeignDb::each_row` bounds a
+    // value and refuses computed columns); a missing table is empty.
+    let each = |t: &str, f: &mut dyn FnMut(usize, Map<String, Value>)| -> Result<()> {
         if db.has_table(t)? {
-            db.rows(t)
-        } else {
-            Ok(Vec::new())
+            db.each_row(t, |i, r| {
+                f(i, r);
+                Ok(())
+            })?;
         }
+        Ok(())
     };
-    for (i, r) in table("memories")?.into_iter().enumerate() {
-        g.memories.push((r, false, at("memories", i)));
-    }
-    for (i, r) in table("memories_archive")?.into_iter().enumerate() {
-        g.memories.push((r, true, at("memories_archive", i)));
-    }
+    each("memories", &mut |i, r| {
+        g.memories.push((r, false, at("memories", i)))
+    })?;
+    each("memories_archive", &mut |i, r| {
+        g.memories.push((r, true, at("memories_archive", i)))
+    })?;
     for t in ["memory_links", "memory_links_archive"] {
-        for (i, r) in table(t)?.into_iter().enumerate() {
-            g.links.push((r, at(t, i)));
-        }
+        each(t, &mut |i, r| g.links.push((r, at(t, i))))?;
     }
-    for (i, r) in table("recall_profiles")?.into_iter().enumerate() {
-        g.profiles.push((r, at("recall_profiles", i)));
-    }
-    for (i, r) in table("tombstones")?.into_iter().enumerate() {
-        g.tombstones.push((r, at("tombstones", i)));
-    }
-    for r in table("agents")? {
+    each("recall_profiles", &mut |i, r| {
+        g.profiles.push((r, at("recall_profiles", i)))
+    })?;
+    each("tombstones", &mut |i, r| {
+        g.tombstones.push((r, at("tombstones", i)))
+    })?;
+    each("agents", &mut |_, r| {
         if let Some(id) = r.get("id").and_then(Value::as_str) {
             g.agents.push(id.to_owned());
         }
-    }
+    })?;
     // Members from the join tables, as a bundle carries them.
     let mut members: BTreeMap<(String, String), Vec<Value>> = BTreeMap::new();
     for (t, key, kind) in [
         ("team_members", "team_id", "team"),
         ("project_members", "project_id", "project"),
     ] {
-        for r in table(t)? {
+        each(t, &mut |_, r| {
             if let (Some(s), Some(a)) = (
                 r.get(key).and_then(Value::as_str),
                 r.get("agent_id").and_then(Value::as_str),
@@ -187,10 +189,10 @@ pub fn read_db(path: &Path) -> Result<Plan> {
                     .or_default()
                     .push(Value::from(a));
             }
-        }
+        })?;
     }
     for (t, kind) in [("teams", "team"), ("projects", "project")] {
-        for (i, mut r) in table(t)?.into_iter().enumerate() {
+        each(t, &mut |i, mut r| {
             let id = r.get("id").and_then(Value::as_str).unwrap_or("").to_owned();
             let m = members.remove(&(kind.to_owned(), id)).unwrap_or_default();
             r.insert("members".into(), Value::Array(m));
@@ -199,14 +201,14 @@ pub fn read_db(path: &Path) -> Result<Plan> {
             } else {
                 g.projects.push((r, at(t, i)));
             }
-        }
+        })?;
     }
-    for (i, mut r) in table("org_tombstones")?.into_iter().enumerate() {
+    each("org_tombstones", &mut |i, mut r| {
         if let Some(k) = r.remove("kind") {
             r.insert("tomb_kind".into(), k);
         }
         g.org_tombstones.push((r, at("org_tombstones", i)));
-    }
+    })?;
     map(g)
 }
 
