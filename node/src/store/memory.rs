@@ -243,22 +243,6 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Option<MemoryRecord>> {
 }
 
 /// Live memories by id, in the order given; missing ids are skipped.
-///
-/// Outside a transaction the rows are read in one read snapshot (one
-/// lock and one look at the WAL for all of them, not one per row).
-fn get_many(conn: &Connection, ids: &[MemoryId]) -> Result<Vec<MemoryRecord>> {
-    let snapshot = if conn.is_autocommit() && ids.len() > 1 {
-        Some(conn.unchecked_transaction()?)
-    } else {
-        None
-    };
-    let out = read_many(conn, ids)?;
-    if let Some(tx) = snapshot {
-        tx.commit()?;
-    }
-    Ok(out)
-}
-
 fn read_many(conn: &Connection, ids: &[MemoryId]) -> Result<Vec<MemoryRecord>> {
     let sql = format!("SELECT {COLUMNS} FROM memories WHERE id = ?1 AND {LIVE}");
     let mut stmt = conn.prepare_cached(&sql)?;
@@ -327,6 +311,29 @@ pub(crate) fn note_recalled(conn: &Connection, ids: &[MemoryId], now_ms: u64) ->
 
 // ---------------------------------------------------------------- the gate
 
+/// The gate on one row just read: `m` if `who` may see it at `now_ms`.
+/// The id of another memory is output too (§5, invariant 2): the one `m`
+/// supersedes stays only if `who` may see that memory as well, else it
+/// reads as `None`, as if `m` replaced nothing.
+fn admit(
+    conn: &Connection,
+    who: &AuthorizedScopes,
+    mut m: MemoryRecord,
+    now_ms: u64,
+) -> Result<Option<Visible<MemoryRecord>>> {
+    if !who.may_see(&m, now_ms) {
+        return Ok(None);
+    }
+    if let Some(old) = m.supersedes
+        && !read_many(conn, &[old])?
+            .first()
+            .is_some_and(|o| who.may_see(o, now_ms))
+    {
+        m.supersedes = None;
+    }
+    Ok(who.admit(m, now_ms))
+}
+
 /// Live memories by id, in the order given, each passed through the gate
 /// for `who` at `now_ms`; missing and invisible ids are skipped alike.
 /// Archived memories are included (recall leaves them out itself).
@@ -336,10 +343,21 @@ pub(crate) fn visible(
     ids: &[MemoryId],
     now_ms: u64,
 ) -> Result<Vec<Visible<MemoryRecord>>> {
-    Ok(get_many(conn, ids)?
-        .into_iter()
-        .filter_map(|m| who.admit(m, now_ms))
-        .collect())
+    // Outside a transaction, one read snapshot (one lock and one look at
+    // the WAL) for all the rows and the memories they supersede.
+    let snapshot = if conn.is_autocommit() && !ids.is_empty() {
+        Some(conn.unchecked_transaction()?)
+    } else {
+        None
+    };
+    let mut out = Vec::with_capacity(ids.len());
+    for m in read_many(conn, ids)? {
+        out.extend(admit(conn, who, m, now_ms)?);
+    }
+    if let Some(tx) = snapshot {
+        tx.commit()?;
+    }
+    Ok(out)
 }
 
 /// An SQL condition on `m` (a `memories` row) that pre-filters to rows the
@@ -431,10 +449,10 @@ impl Store {
                 fetch,
             )?;
             let exhausted = rows.len() < fetch;
-            let visible: Vec<_> = rows
-                .into_iter()
-                .filter_map(|m| who.admit(m, now_ms))
-                .collect();
+            let mut visible = Vec::with_capacity(rows.len());
+            for m in rows {
+                visible.extend(admit(self.conn(), who, m, now_ms)?);
+            }
             if visible.len() >= limit || exhausted {
                 return Ok(visible.into_iter().take(limit).collect());
             }
@@ -468,7 +486,7 @@ impl Store {
                 continue;
             }
             // The gate, on the row just read.
-            if let Some(v) = who.admit(m, now_ms) {
+            if let Some(v) = admit(self.conn(), who, m, now_ms)? {
                 out.push(v);
                 if out.len() == limit {
                     break;

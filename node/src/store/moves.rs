@@ -92,6 +92,8 @@ pub struct StoredLink {
 }
 
 /// The present links leaving any of `ids` (either end may be outside).
+/// Ungated: the far end may be a memory the caller may not show; the node
+/// API passes the ends through the read gate before any leaves.
 pub fn links_from(conn: &Connection, ids: &[MemoryId]) -> Result<Vec<StoredLink>> {
     let mut stmt = conn.prepare_cached(
         "SELECT to_id, relation, weight FROM links WHERE from_id = ?1 AND present = 1

@@ -1458,3 +1458,70 @@ fn every_stored_fact_verifies_and_is_authored_here() {
     assert_eq!(count("agents", "fact"), Some(4));
     assert_eq!(count("memberships", "fact"), Some(3), "{seen:?}");
 }
+
+/// Issue 37 item 8: the id a memory supersedes is an id of another memory;
+/// bob, who sees alice's superseder but not the private memory it
+/// replaces, never reads that id — not by `get`, `list`, `search` or a
+/// timeline on the CLI, not through MCP, not on the console's page —
+/// while alice, who sees both, does.
+#[test]
+fn the_id_of_a_hidden_superseded_memory_never_reaches_another_agent() {
+    let h = Home::new();
+    h.ok(&["agent", "add", "alice"]);
+    h.ok(&["agent", "add", "bob"]);
+    let private = h.add("alice", "the vault code is 4711", &[]);
+    let shared = h.json(&[
+        "add",
+        "the vault code changed this week",
+        "--as",
+        "alice",
+        "--supersedes",
+        &private,
+        "--share",
+        "agent:bob",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // alice sees both: the id is hers to read.
+    let mine = h.json(&["get", &shared, "--as", "alice"]);
+    assert_eq!(mine["supersedes"], private.as_str(), "{mine}");
+    // bob sees the superseder, not what it replaces.
+    let his = h.json(&["get", &shared, "--as", "bob"]);
+    assert_eq!(his["content"], "the vault code changed this week");
+    assert_eq!(his["supersedes"], Value::Null, "{his}");
+    for args in [
+        vec!["get", &shared, "--as", "bob"],
+        vec!["list", "--as", "bob"],
+        vec!["list", "--as", "bob", "--since", "2000-01-01"],
+        vec!["search", "vault code", "--as", "bob"],
+        vec!["timeline", "--as", "bob"],
+    ] {
+        let mut a = vec!["--json"];
+        a.extend(args.iter().copied());
+        let r = h.ok(&a);
+        assert!(!r.stdout.contains(&private), "{args:?}: {}", r.stdout);
+    }
+    // MCP: the same memory object.
+    let mut bob = crate::mcp::Client::start(&h, "bob");
+    for (tool, args) in [
+        ("memory_get", serde_json::json!({"id": shared})),
+        ("memory_search", serde_json::json!({"query": "vault code"})),
+        ("memory_timeline", serde_json::json!({})),
+    ] {
+        let got = bob.ok(tool, args).to_string();
+        assert!(got.contains(&shared), "{tool}: {got}");
+        assert!(!got.contains(&private), "{tool}: {got}");
+    }
+    let mut alice = crate::mcp::Client::start(&h, "alice");
+    assert_eq!(
+        alice.ok("memory_get", serde_json::json!({"id": shared}))["supersedes"],
+        private.as_str()
+    );
+    // The console's page of the memory shows no supersession at all; it
+    // must not start leaking one.
+    let c = crate::common::console::Console::start(h.path());
+    let page = c.get(&format!("/memories/{shared}?as=bob"));
+    assert_eq!(page.status, 200);
+    assert!(!page.body.contains(&private), "{}", page.body);
+}

@@ -644,3 +644,25 @@ fn a_sqlite_bomb_is_refused_without_being_computed() {
     }
     assert_eq!(h.fingerprint(), fp, "nothing imported");
 }
+
+/// Issue 37 item 8: `amos export --agent alice` writes a link only when
+/// alice may see both of its ends: bob's link from alice's memory to his
+/// private one stays out, with its id.
+#[test]
+fn an_export_carries_no_link_to_a_memory_the_agent_cannot_see() {
+    let h = Home::new();
+    h.ok(&["agent", "add", "alice"]);
+    h.ok(&["agent", "add", "bob"]);
+    let shared = h.add("alice", "alice's plan for the launch", &["agent:bob"]);
+    let own = h.add("alice", "alice's launch checklist", &[]);
+    let hidden = h.add("bob", "bob's private doubts about the launch", &[]);
+    h.ok(&["link", &shared, &hidden, "--as", "bob"]);
+    h.ok(&["link", &shared, &own, "--as", "alice"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("alice.jsonl");
+    let r = h.json(&["export", "--agent", "alice", file.to_str().unwrap()]);
+    assert_eq!(r["links"], 1, "{r}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(!text.contains(&hidden), "{text}");
+    assert!(text.contains(&own));
+}

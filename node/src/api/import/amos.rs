@@ -96,7 +96,17 @@ impl Node {
                 n += 1;
             }
         }
-        let links = moves::links_from(self.store.conn(), &shown)?;
+        // A link is an id of another memory: only those whose other end
+        // the agent may see too leave (the gate, as for the memories).
+        let mut links = moves::links_from(self.store.conn(), &shown)?;
+        let mut ends: Vec<_> = links.iter().map(|l| l.to).collect();
+        ends.sort();
+        ends.dedup();
+        let mut seen = std::collections::BTreeSet::new();
+        for chunk in ends.chunks(512) {
+            seen.extend(self.store.visible(&who, chunk, now)?.iter().map(|m| m.id()));
+        }
+        links.retain(|l| seen.contains(&l.to));
         for l in &links {
             lines.push(json!({
                 "kind": "link",
