@@ -279,7 +279,8 @@ enum Cmd {
         #[arg(value_enum)]
         source: moves::ImportSource,
         path: PathBuf,
-        /// The agent that owns what mem0, chatgpt and hermes imports [env: AMOS_AGENT]
+        /// The agent that owns what mem0, chatgpt and hermes imports; for amos, the
+        /// export's own agent [env: AMOS_AGENT]
         #[arg(long = "as", env = "AMOS_AGENT", value_name = "AGENT")]
         agent: Option<String>,
         /// Grants for mem0, chatgpt and hermes imports (default: private; repeatable)
@@ -288,6 +289,14 @@ enum Cmd {
         /// Print what would be imported; write nothing
         #[arg(long)]
         dry_run: bool,
+        /// Add the file's members to teams and projects that already exist here
+        /// (agent-memory-os; without it they are left out and listed)
+        #[arg(long)]
+        add_members: bool,
+        /// Let the file write memories and profiles of agents that already exist
+        /// here (agent-memory-os, amos; without it they are left out and counted)
+        #[arg(long)]
+        existing_agents: bool,
     },
     /// Write everything an agent owns to FILE as JSON Lines (`amos import amos` reads it)
     Export {

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 
-use amos_node::api::import::{self, ImportReport};
+use amos_node::api::import::{self, ImportOptions, ImportReport};
 use amos_node::progress::Progress;
 use amos_protocol::AgentId;
 
@@ -27,6 +27,8 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
             agent,
             share,
             dry_run,
+            add_members,
+            existing_agents,
         } => {
             let owned = |what: &str| -> Result<(AgentId, Vec<Scope>)> {
                 let agent = agent.as_deref().map(str::trim).filter(|a| !a.is_empty());
@@ -46,17 +48,47 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                 node.check_share(&scopes)?;
                 Ok((agent, scopes))
             };
-            if matches!(source, ImportSource::AgentMemoryOs | ImportSource::Amos)
-                && (!share.is_empty() || agent.is_some())
-                && std::env::var_os("AMOS_AGENT").is_none()
+            // `--as` given on the command line, not only AMOS_AGENT's.
+            let as_given = std::env::args().any(|a| a == "--as" || a.starts_with("--as="));
+            if source == ImportSource::AgentMemoryOs
+                && (!share.is_empty() || (agent.is_some() && as_given))
             {
                 return Err(bad(
-                    "--as and --share are for mem0, chatgpt and hermes: agent-memory-os and amos files name their owners and grants",
+                    "--as and --share are for mem0, chatgpt and hermes: an agent-memory-os home names its owners and grants",
                 ));
             }
+            if source == ImportSource::Amos && !share.is_empty() {
+                return Err(bad(
+                    "--share is for mem0, chatgpt and hermes: an amos export names its grants",
+                ));
+            }
+            if add_members && source != ImportSource::AgentMemoryOs {
+                return Err(bad(
+                    "--add-members is for agent-memory-os: only its homes carry teams and projects",
+                ));
+            }
+            // Whether the operator named the owner: mem0, chatgpt and hermes
+            // always do (`--as`); an amos export's agent is confirmed by
+            // `--as`; an agent-memory-os home only by the flag.
+            let mut named = existing_agents
+                || matches!(
+                    source,
+                    ImportSource::Mem0 | ImportSource::Chatgpt | ImportSource::Hermes
+                );
             let plan = match source {
                 ImportSource::AgentMemoryOs => import::aos::read(&path)?,
-                ImportSource::Amos => import::amos::read(&path)?,
+                ImportSource::Amos => {
+                    // An export is its header agent's; `--as` may only
+                    // confirm it (AMOS_AGENT alone does not select).
+                    let a = match agent.as_deref().map(str::trim) {
+                        Some(a) if as_given && !a.is_empty() => {
+                            Some(AgentId::parse(a).map_err(NodeError::from)?)
+                        }
+                        _ => None,
+                    };
+                    named |= a.is_some();
+                    import::amos::read(&path, a.as_ref())?
+                }
                 ImportSource::Mem0 => {
                     let (a, s) = owned("mem0")?;
                     import::mem0::read(&path, &a, &s)?
@@ -71,7 +103,12 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                 }
             };
             let progress = Progress::bar(out.feedback(), "import", "memories", 0);
-            let r = node.import(&plan, dry_run, &progress)?;
+            let opts = ImportOptions {
+                dry_run,
+                add_members,
+                existing_agents: named,
+            };
+            let r = node.import(&plan, &opts, &progress)?;
             drop(progress);
             out.emit(&r, || report_text(&r));
         }
@@ -207,6 +244,31 @@ fn report_text(r: &ImportReport) -> String {
     }
     if !r.memories_by_scope.is_empty() {
         s.push_str(&format!("\nby scope: {}", counts(&r.memories_by_scope)));
+    }
+    if !r.memories_by_owner.is_empty() {
+        s.push_str(&format!("\nby owner: {}", counts(&r.memories_by_owner)));
+    }
+    if r.pinned > 0 {
+        s.push_str(&format!("\npinned: {}", r.pinned));
+    }
+    if !r.joins.is_empty() {
+        s.push_str(&format!(
+            "\n{} to teams and projects that exist here (--add-members): {}",
+            if r.dry_run { "would add" } else { "added" },
+            r.joins.join(", ")
+        ));
+    }
+    if !r.joins_refused.is_empty() {
+        s.push_str(&format!(
+            "\nleft out, members of teams and projects that exist here (add them with --add-members): {}",
+            r.joins_refused.join(", ")
+        ));
+    }
+    if !r.owners_refused.is_empty() {
+        s.push_str(&format!(
+            "\nleft out, memories of agents that already exist here (--existing-agents, or --as AGENT for an amos export): {}",
+            counts(&r.owners_refused)
+        ));
     }
     for (why, n) in &r.unmapped {
         s.push_str(&format!("\nnot mapped ({n}×): {why}"));

@@ -8,9 +8,10 @@
 //! leaving one of them, and the agent's `profile`. Memories leave the
 //! store only through the read gate, as the agent itself sees them.
 //!
-//! Must never export what the agent does not own, nor tombstone a memory
-//! this node may not speak for (one made on a node that is not a full
-//! peer).
+//! Must never export what the agent does not own, nor a link to a memory
+//! the agent may not see, nor tombstone a memory this node may not speak
+//! for (one made on a node that is not a full peer); nor import from an
+//! export anything but its header agent's memories and profile.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
@@ -179,13 +180,16 @@ fn bad(at: &str, why: impl std::fmt::Display) -> NodeError {
     NodeError::BadInput(format!("{at}: {why}"))
 }
 
-/// Read an `amos export` file.
-pub fn read(path: &Path) -> Result<Plan> {
+/// Read an `amos export` file: the memories and profile of the agent its
+/// header names, and only those (a record of another agent is left out
+/// and reported: an export is one agent's). `as_agent` (`--as`) must be
+/// that agent: naming another refuses the file, nothing read.
+pub fn read(path: &Path, as_agent: Option<&AgentId>) -> Result<Plan> {
     let name = path.display().to_string();
     let f = std::fs::File::open(path)
         .map_err(|e| NodeError::BadInput(format!("cannot read {name}: {e}")))?;
     let mut plan = Plan::new(Source::Amos);
-    let mut header = false;
+    let mut header: Option<AgentId> = None;
     let mut profile = None;
     for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
         let n = i + 1;
@@ -197,7 +201,7 @@ pub fn read(path: &Path) -> Result<Plan> {
         let v: Value = serde_json::from_str(&line)
             .map_err(|e| bad_line(&name, n, format!("not JSON: {e}")))?;
         let kind = v.get("kind").and_then(Value::as_str).unwrap_or("");
-        if !header {
+        let Some(agent) = &header else {
             if kind != KIND {
                 return Err(bad_line(
                     &name,
@@ -215,9 +219,24 @@ pub fn read(path: &Path) -> Result<Plan> {
                     ),
                 ));
             }
-            header = true;
+            let agent = v
+                .get("agent")
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad(&at, "the header names no agent"))
+                .and_then(|a| AgentId::parse(a).map_err(|e| bad(&at, e)))?;
+            if let Some(a) = as_agent
+                && a != &agent
+            {
+                return Err(bad(
+                    &at,
+                    format!(
+                        "an export of {agent}, not of {a}: nothing imported (import it without --as, or --as {agent})"
+                    ),
+                ));
+            }
+            header = Some(agent);
             continue;
-        }
+        };
         let s = |k: &str| {
             v.get(k)
                 .and_then(Value::as_str)
@@ -226,6 +245,12 @@ pub fn read(path: &Path) -> Result<Plan> {
         match kind {
             "memory" => {
                 let owner = AgentId::parse(s("owner")?).map_err(|e| bad(&at, e))?;
+                if &owner != agent {
+                    plan.unmapped(format!(
+                        "a memory of {owner} in {agent}'s export: left out (an export imports only its agent's)"
+                    ));
+                    continue;
+                }
                 let mut grants = Vec::new();
                 for g in v
                     .get("grants")
@@ -271,7 +296,13 @@ pub fn read(path: &Path) -> Result<Plan> {
                 weight: unit_or(v.get("weight").and_then(Value::as_f64), 1.0),
             }),
             "profile" => {
-                let agent = AgentId::parse(s("agent")?).map_err(|e| bad(&at, e))?;
+                let of = AgentId::parse(s("agent")?).map_err(|e| bad(&at, e))?;
+                if &of != agent {
+                    plan.unmapped(format!(
+                        "the profile of {of} in {agent}'s export: left out (an export imports only its agent's)"
+                    ));
+                    continue;
+                }
                 let mut w = Vec::new();
                 let weights: BTreeMap<String, f32> = v
                     .get("weights")
@@ -283,12 +314,12 @@ pub fn read(path: &Path) -> Result<Plan> {
                 for (k, x) in weights {
                     w.push((MemoryType::parse(&k).map_err(|e| bad(&at, e))?, x));
                 }
-                profile = Some((agent, w));
+                profile = Some((of, w));
             }
             other => plan.unmapped(format!("record kind {other:?} unknown: left out")),
         }
     }
-    if !header {
+    if header.is_none() {
         return Err(bad_line(&name, 1, "empty: not an amos export"));
     }
     // Links to memories not in the file (another agent's) are left out by

@@ -16,7 +16,10 @@
 //! another origin are refused like `amos team add` refuses them), widen a
 //! grant (a token it cannot map makes the memory *private* and is
 //! reported), or write anything when the input is malformed (the parser
-//! fails first, with the line number, exit 2).
+//! fails first, with the line number, exit 2). Nor reach beyond what the
+//! file brings without the operator's word ([`ImportOptions`]): no member
+//! added to a team or project that already exists here, no memory or
+//! profile of an agent that already exists here (docs/design.md §5.1).
 
 pub mod amos;
 pub mod aos;
@@ -27,6 +30,7 @@ pub mod mem0;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
+use amos_acl::OrgGraph;
 use amos_protocol::{
     AgentFact, AgentId, Fact, FactBody, Grants, LinkFact, MembershipFact, MemoryAcl, MemoryContent,
     MemoryFixed, MemoryId, MemoryText, MemoryTombstone, MemoryType, NodeId, OrgScope, ProfileFact,
@@ -209,6 +213,23 @@ impl Plan {
     }
 }
 
+/// How to import a plan: what the operator asked for on the command line.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ImportOptions {
+    /// Report what the import would do; write nothing (`--dry-run`).
+    pub dry_run: bool,
+    /// Add the file's members to teams and projects that already exist
+    /// here (`--add-members`). Without it a file never changes who is in
+    /// a team or project it did not bring: those memberships are left out
+    /// and listed.
+    pub add_members: bool,
+    /// Let the file write memories for, and set the profile of, agents
+    /// that already exist here: the operator named the owner (`--as`) or
+    /// said `--existing-agents`. Without it a file speaks only for the
+    /// agents it brings: the rest is left out and counted.
+    pub existing_agents: bool,
+}
+
 /// A source's name for an agent, team or project as an amos slug: lower
 /// case, other characters as `-`, at most 64 characters. `None` if nothing
 /// usable is left.
@@ -385,10 +406,23 @@ pub struct ImportReport {
     /// Memories already held (an earlier import): left alone.
     pub memories_held: usize,
     pub archived: usize,
+    /// New memories by owner: whose memories the import writes.
+    pub memories_by_owner: BTreeMap<String, usize>,
+    /// New memories pinned in the source (kept pinned).
+    pub pinned: usize,
     pub agents: usize,
     pub teams: usize,
     pub projects: usize,
     pub memberships: usize,
+    /// Members added to teams and projects that already exist here
+    /// (`--add-members`), as `SCOPE AGENT`.
+    pub joins: Vec<String>,
+    /// Members of teams and projects that already exist here, left out
+    /// for want of `--add-members`, as `SCOPE AGENT`.
+    pub joins_refused: Vec<String>,
+    /// Memories left out because their owner already exists here and the
+    /// operator did not name it (`--as`, `--existing-agents`), by owner.
+    pub owners_refused: BTreeMap<String, usize>,
     pub links: usize,
     pub links_held: usize,
     pub profiles: usize,
@@ -421,7 +455,13 @@ fn scope_kind(s: &Scope) -> &'static str {
 }
 
 /// Decide, from the store as `conn` shows it, what `plan` adds.
-fn prepare(conn: &Connection, me: NodeId, plan: &Plan, now_ms: u64) -> Result<Prepared> {
+fn prepare(
+    conn: &Connection,
+    me: NodeId,
+    plan: &Plan,
+    opts: &ImportOptions,
+    now_ms: u64,
+) -> Result<Prepared> {
     let mut report = ImportReport {
         source: plan.source.as_str().into(),
         unmapped: plan.unmapped.clone(),
@@ -448,8 +488,13 @@ fn prepare(conn: &Connection, me: NodeId, plan: &Plan, now_ms: u64) -> Result<Pr
     }
     agents.extend(plan.profiles.iter().map(|p| p.0.clone()));
     let mut new_agents = 0;
+    // Agents here before this import: the file speaks for them only with
+    // the operator's word (`opts.existing_agents`).
+    let mut existing: BTreeSet<&AgentId> = BTreeSet::new();
     for a in &agents {
-        if !org::agent_present(conn, a)? {
+        if org::agent_present(conn, a)? {
+            existing.insert(a);
+        } else {
             new_agents += 1;
             org_facts.push(FactBody::Agent(AgentFact {
                 id: a.clone(),
@@ -463,12 +508,36 @@ fn prepare(conn: &Connection, me: NodeId, plan: &Plan, now_ms: u64) -> Result<Pr
     // Teams, projects, memberships.
     let mut teams: BTreeSet<TeamId> = BTreeSet::new();
     let (mut new_teams, mut new_projects, mut new_members) = (0, 0, 0);
+    let (mut joins, mut joins_refused) = (Vec::new(), Vec::new());
     // A team or project already as the source has it needs no authority
     // here; one to create or to add members to must be this node's (or a
     // full peer's), else the whole import is refused.
+    //
+    // A file reaches no further than what it brings: a team or project
+    // that has a record here (present, or deleted here) gets no member
+    // from it, and is not made again, unless the operator says
+    // `--add-members` (§5.1); those memberships are listed either way.
+    let org_graph = org::StoredOrg(conn);
     for t in &plan.teams {
         let scope = OrgScope::Team(t.id.clone());
-        if !org::team_present(conn, &t.id) {
+        let held = org_graph.team(&t.id);
+        if held.is_some() && !opts.add_members {
+            if held.as_ref().is_some_and(|h| h.present) {
+                teams.insert(t.id.clone());
+            } else {
+                unmapped(format!(
+                    "team {} was deleted here: left out (--add-members makes it again)",
+                    t.id
+                ));
+            }
+            for a in &t.members {
+                if !org::is_member(conn, &scope, a)? {
+                    joins_refused.push(format!("{scope} {a}"));
+                }
+            }
+            continue;
+        }
+        if !held.as_ref().is_some_and(|h| h.present) {
             let origin = check_org_authority(conn, me, &scope)?;
             new_teams += 1;
             org_facts.push(FactBody::Team(TeamFact {
@@ -483,6 +552,9 @@ fn prepare(conn: &Connection, me: NodeId, plan: &Plan, now_ms: u64) -> Result<Pr
             if !org::is_member(conn, &scope, a)? {
                 check_org_authority(conn, me, &scope)?;
                 new_members += 1;
+                if held.is_some() {
+                    joins.push(format!("{scope} {a}"));
+                }
                 org_facts.push(membership(scope.clone(), a));
             }
         }
@@ -507,6 +579,23 @@ fn prepare(conn: &Connection, me: NodeId, plan: &Plan, now_ms: u64) -> Result<Pr
             ));
             continue;
         }
+        let held = state.is_some();
+        if held && !opts.add_members {
+            if state.as_ref().is_some_and(|s| s.present) {
+                projects.insert(p.id.clone());
+            } else {
+                unmapped(format!(
+                    "project {} was deleted here: left out (--add-members makes it again)",
+                    p.id
+                ));
+            }
+            for a in &p.members {
+                if !org::is_member(conn, &scope, a)? {
+                    joins_refused.push(format!("{scope} {a}"));
+                }
+            }
+            continue;
+        }
         if !state.is_some_and(|s| s.present) {
             // As `amos project create`: authority over the team too.
             check_org_authority(conn, me, &OrgScope::Team(p.team.clone()))?;
@@ -525,10 +614,15 @@ fn prepare(conn: &Connection, me: NodeId, plan: &Plan, now_ms: u64) -> Result<Pr
             if !org::is_member(conn, &scope, a)? {
                 check_org_authority(conn, me, &scope)?;
                 new_members += 1;
+                if held {
+                    joins.push(format!("{scope} {a}"));
+                }
                 org_facts.push(membership(scope.clone(), a));
             }
         }
     }
+    report.joins = joins;
+    report.joins_refused = joins_refused;
     report.agents = new_agents;
     report.teams = new_teams;
     report.projects = new_projects;
@@ -555,6 +649,13 @@ fn prepare(conn: &Connection, me: NodeId, plan: &Plan, now_ms: u64) -> Result<Pr
                 "a second memory with the same {} id: left out",
                 plan.source.as_str()
             ));
+            continue;
+        }
+        if !opts.existing_agents && existing.contains(&m.owner) {
+            *report
+                .owners_refused
+                .entry(m.owner.to_string())
+                .or_default() += 1;
             continue;
         }
         if let Err(e) = check_text(&m.text) {
@@ -605,6 +706,13 @@ fn prepare(conn: &Connection, me: NodeId, plan: &Plan, now_ms: u64) -> Result<Pr
             .memories_by_type
             .entry(m.kind.as_str().into())
             .or_default() += 1;
+        *report
+            .memories_by_owner
+            .entry(m.owner.to_string())
+            .or_default() += 1;
+        if m.pinned {
+            report.pinned += 1;
+        }
         let tags = clean_tags(m.tags.iter().cloned(), 0);
         let mut validity = source_validity(m.created_ms, m.valid_to_ms);
         if validity.to_ms != m.valid_to_ms || check_validity(&validity, now_ms).is_err() {
@@ -693,6 +801,8 @@ fn prepare(conn: &Connection, me: NodeId, plan: &Plan, now_ms: u64) -> Result<Pr
     }
 
     // Profiles: the source's weights replace the agent's; equal is held.
+    // An agent that was here before the import keeps its own unless the
+    // operator named it.
     for (agent, weights) in &plan.profiles {
         let mut map = BTreeMap::new();
         for (k, w) in weights {
@@ -714,6 +824,12 @@ fn prepare(conn: &Connection, me: NodeId, plan: &Plan, now_ms: u64) -> Result<Pr
             BTreeMap::new()
         };
         if held == map {
+            continue;
+        }
+        if !opts.existing_agents && existing.contains(agent) {
+            unmapped(format!(
+                "profile of {agent}, who already exists here: left out (--existing-agents sets it)"
+            ));
             continue;
         }
         report.profiles += 1;
@@ -754,18 +870,21 @@ impl Node {
     }
 
     /// Write `plan` as facts of this node, in one transaction, or (with
-    /// `dry_run`) only report what that would do. `progress` counts
+    /// `opts.dry_run`) only report what that would do. `progress` counts
     /// memories as they are stored.
     pub fn import(
         &mut self,
         plan: &Plan,
-        dry_run: bool,
+        opts: &ImportOptions,
         progress: &Progress,
     ) -> Result<ImportReport> {
         let me = self.node_id();
         let now = self.now_ms();
-        if dry_run {
-            let mut r = self.store.read(|conn| prepare(conn, me, plan, now))?.report;
+        if opts.dry_run {
+            let mut r = self
+                .store
+                .read(|conn| prepare(conn, me, plan, opts, now))?
+                .report;
             r.dry_run = true;
             return Ok(r);
         }
@@ -776,7 +895,7 @@ impl Node {
                 memories,
                 after,
                 mut report,
-            } = prepare(tx.conn(), me, plan, now)?;
+            } = prepare(tx.conn(), me, plan, opts, now)?;
             progress.set_len(memories.len() as u64);
             let mut unsigned = Vec::with_capacity(org.len() + 2 * memories.len() + after.len());
             let mut archived = Vec::new();
@@ -875,7 +994,11 @@ mod tests {
             ));
         }
         let report = node
-            .import(&plan, false, &crate::progress::Progress::hidden())
+            .import(
+                &plan,
+                &ImportOptions::default(),
+                &crate::progress::Progress::hidden(),
+            )
             .unwrap();
         assert_eq!(report.memories, 301);
         let mut stmt = node
