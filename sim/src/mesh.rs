@@ -916,10 +916,13 @@ impl Mesh {
                     );
                 }
                 Action::CompareDigest { scopes, digest, .. } => {
-                    if self.nodes[me].replica.compare_digest(&scopes, &digest) {
-                        self.stats.digests_agree += 1;
-                    } else {
-                        self.stats.digests_disagree += 1;
+                    match self.nodes[me]
+                        .replica
+                        .compare_digest(&peer_id, &scopes, &digest)
+                    {
+                        Some(true) => self.stats.digests_agree += 1,
+                        Some(false) => self.stats.digests_disagree += 1,
+                        None => {}
                     }
                 }
                 Action::Finished => {

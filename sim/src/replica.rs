@@ -279,17 +279,23 @@ impl SimReplica {
         (d, n)
     }
 
-    /// Whether a peer's session digest over `scopes` matches ours.
-    pub fn compare_digest(&mut self, scopes: &[Scope], digest: &[u8; 32]) -> bool {
-        let policy = if scopes.is_empty() {
-            PeerPolicy::Full
-        } else {
-            match PeerPolicy::scoped(scopes.iter().cloned()) {
-                Ok(p) => p,
-                Err(_) => return false,
-            }
-        };
-        self.digest_over(&policy).0 == *digest
+    /// Whether `peer`'s session digest over `scopes` matches ours; `None`:
+    /// not compared, the scopes name one we do not give it
+    /// (`amos_sync::digest::compared_over`, the node's rule).
+    pub fn compare_digest(
+        &mut self,
+        peer: &NodeId,
+        scopes: &[Scope],
+        digest: &[u8; 32],
+    ) -> Option<bool> {
+        let ours = self
+            .store
+            .peers
+            .get(peer)
+            .cloned()
+            .unwrap_or(PeerPolicy::Scoped(Default::default()));
+        let policy = amos_sync::digest::compared_over(&ours, scopes)?;
+        Some(self.digest_over(&policy).0 == *digest)
     }
 
     /// Restore this replica from `backup` as `amos restore` does: the old
@@ -357,6 +363,6 @@ mod tests {
         let (scopes, d, n) = a.session_digest(&ib.node_id());
         assert!(scopes.is_empty());
         assert_eq!(n, 1);
-        assert!(b.compare_digest(&scopes, &d));
+        assert_eq!(b.compare_digest(&ia.node_id(), &scopes, &d), Some(true));
     }
 }

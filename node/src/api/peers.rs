@@ -303,18 +303,30 @@ impl Node {
     /// Compare `peer`'s session digest over `scopes` (empty: all) — the
     /// policy it gives us — with ours over the same scopes, and record the
     /// outcome in its row. Ours is computed here and never sent. Returns
-    /// whether the two agree.
+    /// whether the two agree; `None`: not compared, because `scopes` names
+    /// one the policy we give `peer` does not (docs/design.md §7.3,
+    /// `amos_sync::digest::compared_over`) — then the row holds no
+    /// comparison, so no disagreement asks for a repair.
+    ///
+    /// Must never: compute our digest over a fact the policy we give `peer`
+    /// keeps from it. The scopes come from the peer; were ours computed over
+    /// them as named, whether they agree (and the repair a disagreement asks
+    /// for, which the peer sees) would tell it whether we hold anything in a
+    /// scope it was never given.
     pub fn peer_compare_digest(
         &mut self,
         peer: &NodeId,
         scopes: &[Scope],
         digest: &[u8; 32],
         facts: u64,
-    ) -> Result<bool> {
-        let policy = if scopes.is_empty() {
-            PeerPolicy::Full
-        } else {
-            PeerPolicy::scoped(scopes.iter().cloned())?
+    ) -> Result<Option<bool>> {
+        let ours = self.peer_policy(peer)?.ok_or_else(|| {
+            NodeError::Refused(format!("{} is not a registered peer", peer.short()))
+        })?;
+        let Some(policy) = amos_sync::digest::compared_over(&ours, scopes) else {
+            self.store
+                .write(|tx| peers::clear_digest(tx.conn(), peer))?;
+            return Ok(None);
         };
         let (mine, n) = replica::digest_bytes(self.store.conn(), &policy)?;
         let check = peers::DigestCheck {
@@ -326,7 +338,7 @@ impl Node {
         };
         self.store
             .write(|tx| peers::record_digest(tx.conn(), peer, &check))?;
-        Ok(check.agree)
+        Ok(Some(check.agree))
     }
 
     /// Stream, in batches, the wire bytes of every fact that may go to a peer

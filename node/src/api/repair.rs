@@ -360,4 +360,66 @@ mod tests {
             "it completed"
         );
     }
+
+    /// A peer given `team:apollo` that names `team:apollo,team:zeus` (or
+    /// `full`) as the scopes of its digest learns nothing of zeus: whether
+    /// we hold nothing of zeus or its team, member and a memory, its digest
+    /// is not compared and no
+    /// repair is wanted; named within our policy, it is compared as ever.
+    #[test]
+    fn a_peer_digest_over_scopes_we_never_gave_it_tells_it_nothing() {
+        let team = |t: &str| Scope::Team(TeamId::parse(t).unwrap());
+        let mut seen = Vec::new();
+        for holds_zeus in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let home = Home::new(dir.path().join("a"));
+            Node::init(&home, Some("a")).unwrap();
+            let peer_home = Home::new(dir.path().join("b"));
+            Node::init(&peer_home, Some("b")).unwrap();
+            let peer = Node::open(&peer_home).unwrap().node_id();
+            let mut a = Node::open(&home).unwrap();
+            a.team_create("apollo", None).unwrap();
+            a.agent_add("alice", "agent", &["apollo".into()]).unwrap();
+            let alice = a.requester("alice").unwrap();
+            let note = |text: &str, share| NewMemory {
+                share,
+                ..NewMemory::new(text)
+            };
+            a.add(
+                &alice,
+                note("apollo launch is friday", vec![team("apollo")]),
+            )
+            .unwrap();
+            if holds_zeus {
+                a.team_create("zeus", None).unwrap();
+                a.agent_add("zed", "agent", &["zeus".into()]).unwrap();
+                let zed = a.requester("zed").unwrap();
+                a.add(&zed, note("zeus budget", vec![team("zeus")]))
+                    .unwrap();
+            }
+            a.peer_add(&peer.to_string(), Some("127.0.0.1:9"), "team:apollo")
+                .unwrap();
+            // What the peer holds after a sync: exactly what we let it have.
+            let (_, theirs, n) = a.session_digest(&peer).unwrap();
+            let mut outcome = Vec::new();
+            for claimed in [vec![team("apollo"), team("zeus")], vec![]] {
+                let compared = a.peer_compare_digest(&peer, &claimed, &theirs, n).unwrap();
+                let row = a.peer_list().unwrap()[0].digest.clone();
+                outcome.push((compared, row, a.repair_wanted(&peer).unwrap()));
+            }
+            seen.push(outcome);
+            // Within our policy the comparison runs and agrees.
+            assert_eq!(
+                a.peer_compare_digest(&peer, &[team("apollo")], &theirs, n)
+                    .unwrap(),
+                Some(true)
+            );
+        }
+        assert_eq!(seen[0], seen[1], "the peer's view does not depend on zeus");
+        for (compared, row, wanted) in &seen[1] {
+            assert_eq!(*compared, None, "not compared");
+            assert_eq!(*row, None, "no comparison recorded");
+            assert_eq!(*wanted, None, "no repair");
+        }
+    }
 }

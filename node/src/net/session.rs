@@ -429,8 +429,14 @@ pub(crate) fn session_thread(
                     facts,
                 } => {
                     let agree = node.peer_compare_digest(&peer, &scopes, &digest, facts)?;
-                    debug!(agree, "compared digests with {}", peer.short());
-                    digest_agree = Some(agree);
+                    match agree {
+                        Some(agree) => debug!(agree, "compared digests with {}", peer.short()),
+                        None => debug!(
+                            "{}'s digest covers scopes we do not give it: not compared",
+                            peer.short()
+                        ),
+                    }
+                    digest_agree = agree;
                 }
                 Action::BuildRepairSet => {
                     if !repair_tried {

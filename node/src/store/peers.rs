@@ -133,6 +133,19 @@ pub fn record_digest(conn: &Connection, id: &NodeId, d: &DigestCheck) -> Result<
     Ok(())
 }
 
+/// Forget the last digest comparison with `id` (and any disagreement, so
+/// none asks for a repair): its latest digest could not be compared
+/// (docs/design.md §7.3).
+pub fn clear_digest(conn: &Connection, id: &NodeId) -> Result<()> {
+    conn.execute(
+        "UPDATE peers SET digest_agree = NULL, digest_ms = NULL, digest_scopes = NULL,
+            digest_peer_facts = NULL, digest_my_facts = NULL, disagree_since_ms = NULL
+         WHERE node_id = ?1",
+        [&id.0[..]],
+    )?;
+    Ok(())
+}
+
 /// The digest columns of a `peers` row read from column `first` on
 /// (`digest_agree`, `digest_ms`, `digest_scopes`, `digest_peer_facts`,
 /// `digest_my_facts`): `None` if never compared.

@@ -121,11 +121,39 @@ fn peers_record_whether_their_digests_agree_and_the_console_shows_it() {
     let r = row(&console_b, &ida);
     assert!(r.contains("class=\"digest digest-agree\""), "{r}");
 
+    // b loses one of a's memories behind its back (no watermark shows it).
+    // The next session moves nothing, and both digests over apollo — the
+    // scopes each gives the other — disagree; b's console shows it.
+    lose_one(&b, "apollo note 1");
+    let (code, peers) = b.sync(&["now"]);
+    assert_eq!(code, 0, "{peers:?}\n{}", server_a.log());
+    assert_eq!(peers[0]["digest_agree"], false, "{peers:?}");
+    let on_b = digest_of(&b, &ida);
+    assert_eq!(on_b["agree"], false, "{on_b}");
+    assert_eq!(on_b["scopes"], "team:apollo");
+    assert!(
+        on_b["my_facts"].as_u64() < on_b["peer_facts"].as_u64(),
+        "b holds fewer apollo facts than a offers: {on_b}"
+    );
+    assert_eq!(digest_of(&a, &idb)["agree"], false);
+    let r = row(&console_b, &ida);
+    assert!(r.contains("class=\"digest digest-disagree\""), "{r}");
+    assert!(r.contains("scopes team:apollo"), "what was compared: {r}");
+    // b's next session repairs (its digests disagree; docs/design.md
+    // §7.9) and heals the loss; the one after agrees.
+    b.ok(&["sync", "now"]);
+    assert_eq!(a.digest("team:apollo"), b.digest("team:apollo"));
+    let text = b.ok(&["sync", "now"]).stdout;
+    assert!(text.contains("digests agree"), "{text}");
+
     // b narrows what it takes from a to `global`: it drops and refuses a's
-    // apollo facts, which a still offers. a dials b (b's serve accepts)
-    // until a session moves nothing: b's digest over apollo now lacks them
-    // — disagree on b; a compares b's digest over `global`, where both hold
-    // nothing — agree on a.
+    // apollo facts, which a still offers. Sessions until one moves
+    // nothing: each side's digest now names a scope the other does not
+    // give it (a's apollo, b's global), so neither compares — that would
+    // reveal what it holds outside what it gives (docs/design.md §7.3) —
+    // and neither row holds a comparison, nor does a repair follow.
+    let repaired = repair_ms(&b);
+    assert!(repaired.is_some());
     b.ok(&["peers", "policy", &ida, "global"]);
     let mut peers = Vec::new();
     for _ in 0..3 {
@@ -136,33 +164,132 @@ fn peers_record_whether_their_digests_agree_and_the_console_shows_it() {
             break;
         }
     }
-    assert_eq!(peers[0]["digest_agree"], true, "a's own comparison");
-    let on_b = digest_of(&b, &ida);
-    assert_eq!(on_b["agree"], false, "{on_b}");
-    assert_eq!(on_b["scopes"], "team:apollo");
-    assert!(
-        on_b["my_facts"].as_u64() < on_b["peer_facts"].as_u64(),
-        "b holds fewer apollo facts than a offers: {on_b}"
-    );
+    assert_eq!(peers[0]["facts_in"], 0, "{peers:?}");
+    assert!(peers[0].get("digest_agree").is_none(), "{peers:?}");
+    assert!(digest_of(&a, &idb).is_null() && digest_of(&b, &ida).is_null());
     assert_ne!(a.digest("team:apollo"), b.digest("team:apollo"));
-    let on_a = digest_of(&a, &idb);
-    assert_eq!(
-        (&on_a["agree"], &on_a["scopes"]),
-        (&Value::from(true), &Value::from("global"))
-    );
     let r = row(&console_b, &ida);
-    assert!(r.contains("class=\"digest digest-disagree\""), "{r}");
-    assert!(r.contains("scopes team:apollo"), "what was compared: {r}");
-    let console_a = Console::start(a.path());
-    assert!(row(&console_a, &idb).contains("digest-agree"));
-    // b's next session repairs (its digests disagree; docs/design.md §7.9):
-    // it cannot help, b refuses what a offers. Once per disagreement: the
-    // session after compares again, and the text of `amos sync now` says
-    // so.
-    b.ok(&["sync", "now"]);
-    assert!(b.json(&["peers", "list"])["peers"][0]["last_session"].is_object());
+    assert!(r.contains("class=\"digest digest-unknown\""), "{r}");
     let text = b.ok(&["sync", "now"]).stdout;
-    assert!(text.contains("digests disagree"), "{text}");
+    assert!(!text.contains("digests"), "{text}");
+    assert_eq!(repair_ms(&b), repaired, "no repair on b since the loss's");
+}
+
+/// Delete the memory row holding `text` from `h`'s store behind its back
+/// (a loss no watermark shows), and its digest cache with it.
+fn lose_one(h: &Home, text: &str) {
+    let conn = rusqlite::Connection::open(h.path().join("amos.db")).unwrap();
+    conn.pragma_update(None, "foreign_keys", true).unwrap();
+    let n = conn
+        .execute("DELETE FROM memories WHERE content = ?1", [text])
+        .unwrap();
+    assert_eq!(n, 1, "deleted one row");
+    conn.execute("DELETE FROM digest_cache", []).unwrap();
+}
+
+/// When `h` last tried a repair with its one peer (`None`: never).
+fn repair_ms(h: &Home) -> Option<i64> {
+    let conn = rusqlite::Connection::open(h.path().join("amos.db")).unwrap();
+    conn.query_row("SELECT repair_ms FROM peers", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// Issue 37, item 3. A peer given `team:apollo` sets its own policy for us
+/// to `team:apollo,team:secret`, so its session digest names
+/// `team:secret`. Were ours computed over the scopes it names, whether we
+/// hold anything under `team:secret` (here: nothing, or the team, its
+/// member and two memories) would decide whether the digests
+/// agree, and a disagreement our next session's repair (more bytes, a
+/// repair round the peer sees). Between two real `amos serve --no-mdns`
+/// processes, with the peer dialling us (our `serve` compares) and us
+/// dialling it (our `sync now` compares): all the peer sees, and our own
+/// row, are the same whether we hold secret memories or not, and no repair
+/// is tried.
+#[test]
+fn a_peer_naming_a_scope_we_never_gave_it_learns_nothing_of_what_we_hold_there() {
+    let mut seen = Vec::new();
+    for secrets in [0, 2] {
+        let victim = Home::apollo();
+        if secrets > 0 {
+            victim.ok(&["team", "create", "secret"]);
+            victim.ok(&["agent", "add", "sam", "--team", "secret"]);
+        }
+        for i in 0..3 {
+            victim.add("alice", &format!("apollo note {i}"), &["team:apollo"]);
+        }
+        for i in 0..secrets {
+            victim.add("sam", &format!("secret note {i}"), &["team:secret"]);
+        }
+        let peer = Home::new();
+        let start = |h: &Home| {
+            let addr = format!("127.0.0.1:{}", free_port());
+            Server::start_with(h.path(), None, &addr, &["--no-mdns", "--no-push"])
+        };
+        let (server_v, server_p) = (start(&victim), start(&peer));
+        let (idv, idp) = (id(&victim), id(&peer));
+        victim.ok(&[
+            "peers",
+            "add",
+            &idp,
+            &server_p.addr,
+            "--policy",
+            "team:apollo",
+        ]);
+        let claim = "team:apollo,team:secret";
+        peer.ok(&["peers", "add", &idv, &server_v.addr, "--policy", claim]);
+
+        // The peer dials until a session moves nothing (its digest crosses),
+        // then twice more: the session after a disagreement would repair.
+        let mut sessions = Vec::new();
+        for _ in 0..4 {
+            let (code, p) = peer.sync(&["now"]);
+            assert_eq!(code, 0, "{p:?}\n{}", server_v.log());
+            if p[0]["facts_in"] == 0 && p[0]["facts_out"] == 0 {
+                break;
+            }
+        }
+        for _ in 0..2 {
+            let (code, p) = peer.sync(&["now"]);
+            assert_eq!(code, 0, "{p:?}\n{}", server_v.log());
+            let s = peer_row(&peer, &idv)["last_session"].clone();
+            sessions.push((
+                p[0]["digest_agree"].clone(),
+                s["facts_in"].clone(),
+                s["facts_out"].clone(),
+                s["bytes_in"].clone(),
+                s["bytes_out"].clone(),
+            ));
+        }
+        let served = digest_of(&victim, &idp);
+        // We dial the peer: our `sync now` compares its digest.
+        let (code, p) = victim.sync(&["now"]);
+        assert_eq!(code, 0, "{p:?}\n{}", server_p.log());
+        let dialled = (p[0]["digest_agree"].clone(), digest_of(&victim, &idp));
+        let (code, p) = peer.sync(&["now"]);
+        assert_eq!(code, 0, "{p:?}");
+        let s = peer_row(&peer, &idv)["last_session"].clone();
+        sessions.push((
+            p[0]["digest_agree"].clone(),
+            s["facts_in"].clone(),
+            s["facts_out"].clone(),
+            s["bytes_in"].clone(),
+            s["bytes_out"].clone(),
+        ));
+
+        let repairs = (repair_ms(&victim), repair_ms(&peer));
+        let peer_own = digest_of(&peer, &idv)["agree"].clone();
+        seen.push((served, dialled, sessions, repairs, peer_own));
+    }
+    assert_eq!(
+        seen[0], seen[1],
+        "what the peer sees, and our rows, do not depend on team:secret"
+    );
+    let (served, dialled, _, repairs, peer_own) = &seen[1];
+    assert!(served.is_null(), "not compared, nothing recorded: {served}");
+    assert!(dialled.0.is_null() && dialled.1.is_null(), "{dialled:?}");
+    assert_eq!(*repairs, (None, None), "no repair on either side");
+    // The peer's own comparison (over apollo, which we give it) agrees.
+    assert_eq!(*peer_own, true);
 }
 
 /// A session's figures (facts and bytes each way, when, how long) land in

@@ -90,7 +90,11 @@ fn page(node: &crate::api::Node, app: &App, flash: Vec<String>) -> Result<PeersP
                 .map_or("unknown", |d| super::live::digest_word(Some(d.agree)))
                 .into(),
             digest_note: p.digest.as_ref().map_or_else(
-                || "no session has compared digests yet".into(),
+                || {
+                    "no comparison: none yet, or the peer's last digest named a scope \
+                     this node does not give it"
+                        .into()
+                },
                 |d| {
                     format!(
                         "scopes {} at {}: the peer holds {} facts, this node {}",
