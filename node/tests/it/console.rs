@@ -32,7 +32,7 @@ fn org() -> (Home, String, String, String) {
 }
 
 #[test]
-fn every_route_needs_the_token_and_the_first_visit_sets_the_cookie() {
+fn every_route_needs_a_session_and_the_token_opens_one_without_being_the_cookie() {
     let h = Home::apollo();
     // `amos init` made the token, readable by its owner only.
     let token_file = h.path().join("console.token");
@@ -62,16 +62,42 @@ fn every_route_needs_the_token_and_the_first_visit_sets_the_cookie() {
         let a = c.post_with(p, &[("csrf", &c.csrf())], &[]);
         assert_eq!(a.status, 401, "POST {p} without a token");
     }
-    let first = c.get_with(&format!("/?token={}", c.token), &[]);
-    assert_eq!(first.status, 200);
+    // The printed URL opens a session: a redirect to the address without
+    // the token, setting a cookie that holds a fresh secret, never the
+    // token (every server on 127.0.0.1, whatever its port, receives the
+    // console's cookies).
+    let first = c.get_with(&format!("/peers?token={}&x=1", c.token), &[]);
+    assert_eq!(first.status, 303, "{first:?}");
+    assert_eq!(first.header("location"), Some("/peers?x=1"));
     let cookie = first
         .header("set-cookie")
         .expect("the first visit sets the cookie");
-    assert!(cookie.starts_with(&c.cookie()), "{cookie}");
+    assert!(
+        !cookie.contains(&c.token),
+        "the token in a cookie: {cookie}"
+    );
+    assert!(
+        cookie.starts_with(&format!("amos_console_{}=", c.port)),
+        "{cookie}"
+    );
     assert!(
         cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
         "{cookie}"
     );
+    let session = cookie.split(';').next().unwrap();
+    assert_ne!(session, c.cookie(), "a session per visit");
+    let first = c.get_with("/peers?x=1", &[("Cookie", session)]);
+    assert_eq!(first.status, 200);
+    // The token itself is no cookie.
+    let token_cookie = format!("amos_console_{}={}", c.port, c.token);
+    assert_eq!(c.get_with("/", &[("Cookie", &token_cookie)]).status, 401);
+    let csrf = c.csrf();
+    let a = c.post_with(
+        &format!("/org/team?token={}", c.token),
+        &[("csrf", &csrf), ("id", "zeus")],
+        &[],
+    );
+    assert_eq!(a.status, 401, "a POST with the token but no session");
     assert!(
         first
             .header("server-timing")

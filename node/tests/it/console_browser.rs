@@ -126,6 +126,14 @@ impl Browser {
         self.call("POST", &self.s("/url"), Some(json!({ "url": url })));
     }
 
+    /// The address bar's URL.
+    fn current_url(&self) -> String {
+        self.call("GET", &self.s("/url"), None)
+            .as_str()
+            .expect("url")
+            .to_owned()
+    }
+
     fn find_all(&self, css: &str) -> Vec<String> {
         let v = self.call(
             "POST",
@@ -297,9 +305,25 @@ fn the_console_in_a_real_browser() {
     let console = Console::start(a.path());
     let browser = Browser::start(&tmp.path().join("profile"));
 
-    // Node page, reached with the printed URL (the cookie is set there).
+    // Node page, reached with the printed URL: its redirect sets the
+    // session cookie and takes the token out of the address bar.
     browser.goto(&console.url());
     assert_eq!(browser.text("#node-id"), id(&a));
+    assert_eq!(browser.current_url(), format!("{}/", console.base));
+
+    // Cookies go to every port of a host: a plain HTTP server on another
+    // port of 127.0.0.1 receives the console's — a session of this run,
+    // never the token.
+    let (other, head) = other_port();
+    browser.goto(&format!("http://127.0.0.1:{other}/"));
+    let head = head
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the browser's request to the other port");
+    assert!(
+        head.contains(&format!("amos_console_{}=", console.port)),
+        "{head}"
+    );
+    assert!(!head.contains(&console.token), "the token left: {head}");
     browser.shot(&shots, "1-node");
 
     // Two agents: each sees exactly what the CLI lists.
@@ -437,6 +461,38 @@ impl Drop for Serving {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A plain HTTP server on a free port of 127.0.0.1, on a thread: it answers
+/// `ok` to everything and hands over the head of the first request that
+/// has one.
+fn other_port() -> (u16, std::sync::mpsc::Receiver<String>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            if head.is_empty() {
+                continue;
+            }
+            let _ = conn.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+            );
+            let _ = tx.send(String::from_utf8_lossy(&head).into_owned());
+        }
+    });
+    (port, rx)
 }
 
 /// `amos serve --no-mdns --listen 127.0.0.1:PORT --console 127.0.0.1:0` on

@@ -1,13 +1,17 @@
-//! The console's gate in front of every route: the access token (query
-//! parameter or cookie; a valid query token sets the cookie), the Host
-//! header on a loopback console (DNS rebinding), and for every request that
-//! is not a GET or HEAD the CSRF token (form field `csrf` or header
-//! `X-CSRF-Token`) and a same-origin check (`Sec-Fetch-Site`, `Origin`).
-//! It also stamps every answer with the security headers and a
-//! `Server-Timing` header (the handler's time, for the page-time figures).
+//! The console's gate in front of every route: a live session's cookie
+//! ([`super::sessions`]), or a GET with the access token as `?token=`,
+//! answered by a redirect (303) to the same address without it that sets a
+//! new session's cookie; the Host header on a loopback console (DNS
+//! rebinding); and for every request that is not a GET or HEAD the CSRF
+//! token (form field `csrf` or header `X-CSRF-Token`) and a same-origin
+//! check (`Sec-Fetch-Site`, `Origin`). It also stamps every answer with the
+//! security headers and a `Server-Timing` header (the handler's time, for
+//! the page-time figures).
 //!
-//! Must never: let a request past without the token, or a state-changing
-//! one without the CSRF token; echo the token into a page.
+//! Must never: let a request past without a live session, or a
+//! state-changing one without the CSRF token; put the token in a cookie
+//! (every server on the console's host receives its cookies, whatever its
+//! port) or echo it into a page.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -28,12 +32,18 @@ pub const MAX_FORM: usize = 256 * 1024;
 pub(crate) async fn guard(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let mut resp = match check(&app, req).await {
-        Ok((req, set_cookie)) => {
-            let mut resp = next.run(req).await;
-            if set_cookie {
+        Ok(Verdict::Pass(req)) => next.run(req).await,
+        Ok(Verdict::Exchange { location, session }) => {
+            let mut resp = Response::new(Body::empty());
+            *resp.status_mut() = StatusCode::SEE_OTHER;
+            if let Ok(v) = HeaderValue::from_str(&location) {
+                resp.headers_mut().insert(header::LOCATION, v);
+            }
+            if let Some(secret) = session {
                 let c = format!(
-                    "{}={}; Path=/; HttpOnly; SameSite=Strict",
-                    app.cookie, app.token
+                    "{}={secret}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
+                    app.cookie,
+                    app.sessions.lifetime().as_secs()
                 );
                 if let Ok(v) = HeaderValue::from_str(&c) {
                     resp.headers_mut().append(header::SET_COOKIE, v);
@@ -71,9 +81,20 @@ pub(crate) async fn guard(State(app): State<Arc<App>>, req: Request, next: Next)
     resp
 }
 
-/// The request, let through (its body re-attached), and whether the
-/// answer should set the cookie.
-async fn check(app: &App, req: Request) -> Result<(Request, bool), PageError> {
+/// What the gate does with a request.
+enum Verdict {
+    /// Let through (its body re-attached).
+    Pass(Request),
+    /// A GET with the access token: redirect to `location` (the same
+    /// address without the token), setting this new session's cookie
+    /// (`None`: the request's session is live already).
+    Exchange {
+        location: String,
+        session: Option<String>,
+    },
+}
+
+async fn check(app: &App, req: Request) -> Result<Verdict, PageError> {
     let headers = req.headers();
     if app.addr.ip().is_loopback() && !host_ok(app, headers) {
         return Err(PageError::new(
@@ -81,23 +102,41 @@ async fn check(app: &App, req: Request) -> Result<(Request, bool), PageError> {
             "this console answers only to its own address (Host header refused)",
         ));
     }
-    let query_token = req.uri().query().and_then(|q| {
-        form_urlencoded_pairs(q)
-            .into_iter()
-            .find(|(k, _)| k == "token")
-            .map(|(_, v)| v)
-    });
-    let cookie_ok = cookie(headers, &app.cookie).is_some_and(|c| same(&c, &app.token));
-    let query_ok = query_token.as_deref().is_some_and(|t| same(t, &app.token));
-    if !cookie_ok && !query_ok {
+    let query = req.uri().query().map(form_urlencoded_pairs);
+    let query_token = query
+        .iter()
+        .flatten()
+        .find(|(k, _)| k == "token")
+        .map(|(_, v)| v.as_str());
+    let get = matches!(*req.method(), Method::GET | Method::HEAD);
+    let session_ok = cookie(headers, &app.cookie).is_some_and(|c| app.sessions.check(&c));
+    // The token only ever opens a session, on a GET (the address the
+    // console prints); it is never a credential by itself.
+    if get && query_token.is_some_and(|t| same(t, &app.token)) {
+        let rest: Vec<&(String, String)> = query
+            .iter()
+            .flatten()
+            .filter(|(k, _)| k != "token")
+            .collect();
+        // One leading slash: `//host` or `/\host` would leave the console.
+        let mut location = format!("/{}", req.uri().path().trim_start_matches(['/', '\\']));
+        if !rest.is_empty() {
+            location.push('?');
+            location.push_str(&serde_urlencoded::to_string(&rest).unwrap_or_default());
+        }
+        return Ok(Verdict::Exchange {
+            location,
+            session: (!session_ok).then(|| app.sessions.open()),
+        });
+    }
+    if !session_ok {
         return Err(PageError::new(
             StatusCode::UNAUTHORIZED,
             "the console needs its access token: open the URL `amos console --print-url` prints",
         ));
     }
-    let set_cookie = query_ok && !cookie_ok;
-    if matches!(*req.method(), Method::GET | Method::HEAD) {
-        return Ok((req, set_cookie));
+    if get {
+        return Ok(Verdict::Pass(req));
     }
     // State-changing: same origin only, and the CSRF token.
     if let Some(site) = headers.get("sec-fetch-site") {
@@ -146,7 +185,7 @@ async fn check(app: &App, req: Request) -> Result<(Request, bool), PageError> {
             "missing or wrong CSRF token: reload the page and try again",
         ));
     }
-    Ok((Request::from_parts(parts, Body::from(bytes)), false))
+    Ok(Verdict::Pass(Request::from_parts(parts, Body::from(bytes))))
 }
 
 fn host_ok(app: &App, headers: &HeaderMap) -> bool {
@@ -173,4 +212,101 @@ fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
 
 fn form_urlencoded_pairs(s: &str) -> Vec<(String, String)> {
     serde_urlencoded::from_str::<Vec<(String, String)>>(s).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+
+    use super::super::sessions::Sessions;
+    use super::super::{ConsoleOptions, bind_with, serve_on};
+    use crate::api::node::Node;
+    use crate::clock::WallClock;
+    use crate::home::Home;
+
+    /// A clock the test moves.
+    struct Moving(AtomicU64);
+    impl WallClock for Moving {
+        fn now_ms(&self) -> u64 {
+            self.0.load(Ordering::Relaxed)
+        }
+    }
+
+    /// One plain HTTP/1.1 GET: the answer's head (status line and headers).
+    fn get(port: u16, path: &str, cookie: Option<&str>) -> String {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let cookie = cookie
+            .map(|c| format!("Cookie: {c}\r\n"))
+            .unwrap_or_default();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{cookie}Connection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        answer[..answer.find("\r\n\r\n").unwrap()].to_owned()
+    }
+
+    fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+        head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim())
+        })
+    }
+
+    /// The token is exchanged for a session: a redirect to the address
+    /// without it, a cookie that holds a fresh secret, never the token,
+    /// which itself is no cookie; the session ends at its lifetime.
+    #[test]
+    fn the_token_buys_an_expiring_session_and_is_never_the_cookie() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::new(dir.path());
+        Node::init(&home, Some("a")).unwrap();
+        let clock = std::sync::Arc::new(Moving(AtomicU64::new(5_000_000)));
+        let sessions = Sessions::new(Duration::from_secs(3600), clock.clone());
+        let opts = ConsoleOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            allow_remote: false,
+            serving: None,
+        };
+        let rt = crate::net::runtime().unwrap();
+        let (listener, app) = rt.block_on(bind_with(&home, &opts, sessions)).unwrap();
+        let (port, token) = (app.addr.port(), app.token.clone());
+        rt.spawn(serve_on(listener, app, std::future::pending()));
+
+        let head = get(port, &format!("/memories?as=alice&token={token}&q=x"), None);
+        assert!(head.starts_with("HTTP/1.1 303"), "{head}");
+        assert_eq!(header(&head, "location"), Some("/memories?as=alice&q=x"));
+        let set = header(&head, "set-cookie").expect("a session cookie");
+        assert!(!set.contains(&token), "the cookie holds no token: {set}");
+        for attr in ["Path=/", "HttpOnly", "SameSite=Strict", "Max-Age=3600"] {
+            assert!(set.contains(attr), "{attr}: {set}");
+        }
+        let session = set.split(';').next().unwrap().to_owned();
+        let (name, secret) = session.split_once('=').unwrap();
+        assert_eq!(name, format!("amos_console_{port}"));
+        assert_eq!(secret.len(), 64);
+        assert!(get(port, "/", Some(&session)).starts_with("HTTP/1.1 200"));
+        // With a live session, the token is still stripped; no new session.
+        let again = get(port, &format!("/?token={token}"), Some(&session));
+        assert!(again.starts_with("HTTP/1.1 303"), "{again}");
+        assert_eq!(header(&again, "location"), Some("/"));
+        assert_eq!(header(&again, "set-cookie"), None);
+        // The token in a cookie (what the cookie held before) opens nothing.
+        let as_cookie = format!("{name}={token}");
+        assert!(get(port, "/", Some(&as_cookie)).starts_with("HTTP/1.1 401"));
+        // `//host` never leaves the console.
+        let odd = get(port, &format!("//evil.example/?token={token}"), None);
+        assert_eq!(header(&odd, "location"), Some("/evil.example/"), "{odd}");
+
+        clock.0.store(5_000_000 + 3_599_999, Ordering::Relaxed);
+        assert!(get(port, "/", Some(&session)).starts_with("HTTP/1.1 200"));
+        clock.0.store(5_000_000 + 3_600_000, Ordering::Relaxed);
+        let expired = get(port, "/", Some(&session));
+        assert!(expired.starts_with("HTTP/1.1 401"), "expired: {expired}");
+    }
 }

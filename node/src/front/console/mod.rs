@@ -5,10 +5,12 @@
 //!
 //! Stable addresses: `/` node, `/peers`, `/memories?as=AGENT&q=QUERY`,
 //! `/memories/ID?as=AGENT`, `/org`, `/audit`; `/events` streams peer status
-//! (server-sent events). Every request needs the access token ([`token`]):
-//! as `?token=` (the first visit sets a cookie) or that cookie; every
-//! state-changing request also needs the CSRF token and is refused when it
-//! comes from another site ([`guard`]).
+//! (server-sent events). Every request needs a session: the access token
+//! ([`token`]), given as `?token=` in the printed URL, opens one
+//! ([`sessions`]: a per-visit secret, in memory, for 12 hours) and is
+//! answered by a redirect to the address without it that sets the
+//! session's cookie; every state-changing request also needs the CSRF
+//! token and is refused when it comes from another site ([`guard`]).
 //!
 //! Must never: decide anything itself — every operation is one call on the
 //! node API (`crate::api`, `crate::net` for sync and join), with the same
@@ -26,6 +28,7 @@ mod org;
 mod page;
 mod peers;
 mod qr;
+mod sessions;
 pub mod token;
 
 use std::net::SocketAddr;
@@ -69,7 +72,10 @@ pub(crate) struct App {
     pub node: Mutex<Node>,
     pub token: String,
     pub csrf: String,
+    /// The session cookie's name (the port: two consoles on one host keep
+    /// theirs apart).
     pub cookie: String,
+    pub sessions: sessions::Sessions,
     pub started: Instant,
     pub addr: SocketAddr,
     pub serving: Option<Serving>,
@@ -160,6 +166,19 @@ pub fn run(home: &Home, opts: &ConsoleOptions, ready: impl FnOnce(&str)) -> Resu
 }
 
 async fn bind(home: &Home, opts: &ConsoleOptions) -> Result<(TcpListener, Arc<App>)> {
+    let sessions = sessions::Sessions::new(
+        sessions::SESSION_LIFETIME,
+        Arc::new(crate::clock::SystemClock),
+    );
+    bind_with(home, opts, sessions).await
+}
+
+/// [`bind`] with these sessions (a test's lifetime and clock).
+async fn bind_with(
+    home: &Home,
+    opts: &ConsoleOptions,
+    sessions: sessions::Sessions,
+) -> Result<(TcpListener, Arc<App>)> {
     let token = token::ensure(home)?;
     let mut node = Node::open(home)?;
     // Reads shown on the console's pages are audited as the console's.
@@ -175,6 +194,7 @@ async fn bind(home: &Home, opts: &ConsoleOptions) -> Result<(TcpListener, Arc<Ap
         node: Mutex::new(node),
         csrf: token::csrf_of(&token),
         cookie: format!("amos_console_{}", addr.port()),
+        sessions,
         token,
         started: Instant::now(),
         addr,

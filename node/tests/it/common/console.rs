@@ -1,7 +1,8 @@
 //! A running `amos console` for the console tests: started on
-//! 127.0.0.1:0, ready once it prints its URL, stopped with SIGTERM on drop;
-//! and a small HTTP client over it (ureq, no redirects followed, statuses
-//! returned rather than raised).
+//! 127.0.0.1:0, ready once it prints its URL, its token exchanged for a
+//! session cookie (the printed URL's redirect), stopped with SIGTERM on
+//! drop; and a small HTTP client over it (ureq, no redirects followed,
+//! statuses returned rather than raised).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
@@ -16,6 +17,8 @@ pub struct Console {
     pub base: String,
     pub token: String,
     pub port: u16,
+    /// `amos_console_PORT=SECRET`: the session the printed URL opened.
+    session: String,
 }
 
 /// One HTTP answer.
@@ -58,12 +61,24 @@ impl Console {
             .split_once("/?token=")
             .unwrap_or_else(|| panic!("the console printed {url:?}, not its URL"));
         let port = base.rsplit(':').next().unwrap().parse().expect("port");
-        Console {
+        let mut c = Console {
             child: Some(child),
             base: base.to_owned(),
             token: token.to_owned(),
             port,
-        }
+            session: String::new(),
+        };
+        c.session = c.open_session();
+        c
+    }
+
+    /// Open a session with the printed URL: the `name=secret` its
+    /// redirect's cookie sets.
+    pub fn open_session(&self) -> String {
+        let first = self.get_with(&format!("/?token={}", self.token), &[]);
+        assert_eq!(first.status, 303, "{first:?}");
+        let set = first.header("set-cookie").expect("a session cookie");
+        set.split(';').next().unwrap().to_owned()
     }
 
     /// The URL with the token, as printed.
@@ -71,8 +86,9 @@ impl Console {
         format!("{}/?token={}", self.base, self.token)
     }
 
+    /// The session's cookie.
     pub fn cookie(&self) -> String {
-        format!("amos_console_{}={}", self.port, self.token)
+        self.session.clone()
     }
 
     /// The CSRF token, read from a page's meta tag.
