@@ -121,9 +121,7 @@ pub struct BackupReport {
 
 /// `YYYYMMDDTHHMMSSmmmZ` for a Unix time in ms (sorts by time).
 fn backup_stamp(ms: u64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
-    humantime::format_rfc3339_millis(t)
-        .to_string()
+    crate::clock::rfc3339(ms)
         .chars()
         .filter(|c| c.is_ascii_alphanumeric())
         .collect()

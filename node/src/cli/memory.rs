@@ -182,14 +182,12 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                 lines
                     .iter()
                     .map(|l| {
-                        let at =
-                            std::time::UNIX_EPOCH + std::time::Duration::from_millis(l.wall_ms);
                         let size = l
                             .bytes
                             .map_or_else(|| "compacted".to_owned(), |b| format!("{b} B"));
                         format!(
                             "{}  {:<8}  {}  {}",
-                            humantime::format_rfc3339_millis(at),
+                            amos_node::clock::rfc3339(l.wall_ms),
                             l.kind,
                             &l.author[..10.min(l.author.len())],
                             size

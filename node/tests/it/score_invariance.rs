@@ -328,3 +328,38 @@ fn expired_memories_take_no_candidate_place() {
     }
     assert_eq!(before, top(&h), "expired memories moved bob's answer");
 }
+
+/// Each row of a console memories page: its id and the score cell (the
+/// table's last cell on a search page).
+fn console_rows(page: &str) -> Vec<(String, String)> {
+    page.split("<tr data-id=\"")
+        .skip(1)
+        .map(|row| {
+            let row = &row[..row.find("</tr>").expect("row end")];
+            let id = row[..row.find('"').expect("id end")].to_owned();
+            let last = row.rfind("<td>").expect("a cell") + "<td>".len();
+            let score =
+                row[last..row[last..].find("</td>").map_or(row.len(), |e| last + e)].to_owned();
+            (id, score)
+        })
+        .collect()
+}
+
+#[test]
+fn console_scores_ignore_another_agents_private_memories() {
+    let h = zebra_home();
+    let c = crate::common::console::Console::start(h.path());
+    let before = c.get("/memories?as=bob&q=zebra+kiwi");
+    assert_eq!(before.status, 200, "{before:?}");
+    let before = console_rows(&before.body);
+    assert_eq!(before.len(), 2, "{before:?}");
+    for i in 1..=3 {
+        h.add("alice", &format!("zebra private {i}"), &[]);
+    }
+    let after = c.get("/memories?as=bob&q=zebra+kiwi");
+    assert_eq!(
+        before,
+        console_rows(&after.body),
+        "alice's private memories moved bob's scores"
+    );
+}
