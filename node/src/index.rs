@@ -26,7 +26,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use amos_protocol::MemoryId;
-use rusqlite::params;
 use tantivy::columnar::Column;
 use tantivy::query::{
     Bm25StatisticsProvider, BooleanQuery, EnableScoring, Occur, Query, TermQuery, TermSetQuery,
@@ -843,65 +842,28 @@ pub(crate) fn changed_rows(
     start: impl FnOnce(u64),
     mut each: impl FnMut(Vec<IndexRow>) -> Result<()>,
 ) -> Result<i64> {
-    store.read(|conn| {
-        let high = store::max_seq(conn)?;
-        let total: i64 = conn.query_row(
-            "SELECT count(*) FROM memories WHERE touched > ?1 AND touched <= ?2",
-            params![from, high],
-            |r| r.get(0),
-        )?;
-        start(total as u64);
-        let mut stmt = conn.prepare(
-            "SELECT id, content, tags, kind, CASE WHEN owner_trusted = 1 THEN owner END, effective,
-                    content_fact IS NOT NULL AND tombstone_fact IS NULL AND archived = 0, expires_ms
-             FROM memories WHERE touched > ?1 AND touched <= ?2",
-        )?;
-        let mut rows = stmt.query(params![from, high])?;
-        let mut out = Vec::with_capacity(chunk.min(total as usize));
-        while let Some(r) = rows.next()? {
-            let Some(id) = MemoryId::from_slice(&r.get::<_, Vec<u8>>(0)?) else {
-                continue;
-            };
-            let tags: Vec<String> = r
-                .get::<_, Option<String>>(2)?
-                .and_then(|t| serde_json::from_str(&t).ok())
-                .unwrap_or_default();
-            let text = format!(
-                "{} {} {}",
-                r.get::<_, Option<String>>(1)?.unwrap_or_default(),
-                tags.join(" "),
-                r.get::<_, Option<String>>(3)?.unwrap_or_default()
-            );
-            // The owner rule holds only where the memory's origin is trusted
-            // (this node or a full peer); elsewhere the owner is just a name.
-            let mut access: Vec<String> = r
-                .get::<_, Option<String>>(4)?
-                .iter()
-                .map(|o| owner_term(o))
-                .collect();
-            let effective: String = r.get(5)?;
-            access.extend(
-                effective
-                    .split(',')
-                    .filter(|g| !g.is_empty())
-                    .map(str::to_owned),
-            );
-            out.push(IndexRow {
-                id,
-                text,
-                access,
-                expires_ms: r.get::<_, Option<i64>>(7)?.map(|e| e.max(0) as u64),
-                live: r.get(6)?,
-            });
-            if out.len() >= chunk.max(1) {
-                each(std::mem::take(&mut out))?;
-            }
-        }
-        if !out.is_empty() {
-            each(out)?;
-        }
-        Ok(high)
+    store::catchup::changed_rows(store, from, chunk, start, |rows| {
+        each(rows.into_iter().map(IndexRow::from).collect())
     })
+}
+
+impl From<store::catchup::ChangedRow> for IndexRow {
+    fn from(r: store::catchup::ChangedRow) -> IndexRow {
+        let mut access: Vec<String> = r.trusted_owner.iter().map(|o| owner_term(o)).collect();
+        access.extend(
+            r.effective
+                .split(',')
+                .filter(|g| !g.is_empty())
+                .map(str::to_owned),
+        );
+        IndexRow {
+            id: r.id,
+            text: r.text,
+            access,
+            expires_ms: r.expires_ms,
+            live: r.live,
+        }
+    }
 }
 
 /// `(epoch, watermark)` from a commit's payload, if any.

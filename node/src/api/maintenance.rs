@@ -10,7 +10,6 @@ use std::path::Path;
 
 use amos_protocol::{FactBody, Hlc, LinkFact, MemoryId, Relation};
 use rand::RngExt;
-use rusqlite::{Connection, MAIN_DB, OpenFlags, params};
 use serde::Serialize;
 
 use crate::api::node::Node;
@@ -18,7 +17,7 @@ use crate::error::{NodeError, Result};
 use crate::index::{CatchUp, RecallIndex};
 use crate::progress::{Feedback, Progress};
 use crate::recall::text::{NEAR_DUPLICATE, near_duplicates, normalize_text, token_set};
-use crate::store::{self, hex, schema::SCHEMA_VERSION};
+use crate::store::{self, hex, hygiene, schema::SCHEMA_VERSION, status};
 
 #[derive(Debug, Serialize)]
 pub struct Status {
@@ -135,10 +134,6 @@ fn is_backup_stamp(s: &str) -> bool {
         && b[..8].iter().chain(&b[9..18]).all(u8::is_ascii_digit)
 }
 
-fn count(conn: &Connection, sql: &str) -> Result<i64> {
-    Ok(conn.query_row(sql, [], |r| r.get(0))?)
-}
-
 impl Node {
     pub fn index_lag(&mut self) -> Result<i64> {
         let store = &self.store;
@@ -159,31 +154,13 @@ impl Node {
 
     fn status_marking(&mut self, mark_seen: bool) -> Result<Status> {
         // Refusals since the last status: remember the newest audit entry seen.
-        let (newest, seen): (i64, i64) = self.store.conn().query_row(
-            "SELECT coalesce((SELECT max(id) FROM audit), 0),
-                    coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'status_audit_seen'), 0)",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
-        let audit_refusals_new = count(
-            self.store.conn(),
-            &format!("SELECT count(*) FROM audit WHERE id > {seen}"),
-        )?;
-        if mark_seen && newest > seen {
-            self.store.write(|tx| {
-                tx.conn().execute(
-                    "INSERT INTO meta(key, value) VALUES ('status_audit_seen', ?1)
-                     ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                    [newest.to_string()],
-                )?;
-                Ok(())
-            })?;
+        let mark = status::audit_mark(&self.store)?;
+        let audit_refusals_new = status::audit_refusals_after(&self.store, mark.seen)?;
+        if mark_seen && mark.newest > mark.seen {
+            self.store
+                .write(|tx| status::mark_audit_seen(tx, mark.newest))?;
         }
-        let conn = self.store.conn();
-        let live = format!(
-            "SELECT count(*) FROM memories WHERE {}",
-            store::memory::LIVE
-        );
+        let org = status::org_counts(&self.store)?;
         Ok(Status {
             node_id: self.node_id().to_string(),
             name: self.name().to_owned(),
@@ -191,71 +168,37 @@ impl Node {
             schema_version: self.store.schema_version()?,
             epoch: self.store.epoch()?,
             seq: self.store.max_seq()?,
-            memories: count(conn, &live)?,
-            agents: count(conn, "SELECT count(*) FROM agents WHERE present = 1")?,
-            teams: count(conn, "SELECT count(*) FROM teams WHERE present = 1")?,
-            projects: count(conn, "SELECT count(*) FROM projects WHERE present = 1")?,
+            memories: status::live_memories(&self.store)?,
+            agents: org.agents,
+            teams: org.teams,
+            projects: org.projects,
             index_lag: self.index_lag()?,
             peers: self.peer_list()?,
             quarantined: self.quarantined()?,
-            audit_refusals: count(self.store.conn(), "SELECT count(*) FROM audit")?,
+            audit_refusals: status::audit_refusals(&self.store)?,
             audit_refusals_new,
         })
     }
 
     /// Integrity of store, index and links.
     pub fn check(&mut self) -> Result<CheckReport> {
-        let conn = self.store.conn();
-        let integrity: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
+        let integrity = status::quick_check(&self.store)?;
         let schema_version = self.store.schema_version()?;
-        let live = format!(
-            "SELECT count(*) FROM memories WHERE {}",
-            store::memory::LIVE
-        );
-        let memories = count(conn, &live)?;
-        let dangling_links = count(
-            conn,
-            "SELECT count(*) FROM links l WHERE l.present = 1 AND (
-                NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = l.from_id)
-                OR NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = l.to_id))",
-        )?;
-        let dangling = {
-            let mut stmt = conn.prepare(
-                "SELECT l.from_id, l.to_id, l.relation FROM links l WHERE l.present = 1 AND (
-                    NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = l.from_id)
-                    OR NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = l.to_id))
-                 ORDER BY l.from_id, l.to_id LIMIT 100",
-            )?;
-            let rows = stmt.query_map([], |r| {
-                Ok((
-                    r.get::<_, Vec<u8>>(0)?,
-                    r.get::<_, Vec<u8>>(1)?,
-                    r.get::<_, String>(2)?,
-                ))
-            })?;
-            let mut out = Vec::new();
-            for row in rows {
-                let (from, to, relation) = row?;
-                let show =
-                    |b: &[u8]| MemoryId::from_slice(b).map_or_else(|| hex(b), |id| id.to_string());
-                out.push(DanglingLink {
-                    from: show(&from),
-                    to: show(&to),
-                    relation,
-                });
-            }
-            out
-        };
+        let memories = status::live_memories(&self.store)?;
+        let dangling_links = status::dangling_links(&self.store)?;
+        let show = |b: &[u8]| MemoryId::from_slice(b).map_or_else(|| hex(b), |id| id.to_string());
+        let dangling = status::dangling_link_rows(&self.store, 100)?
+            .into_iter()
+            .map(|row| DanglingLink {
+                from: show(&row.from),
+                to: show(&row.to),
+                relation: row.relation,
+            })
+            .collect();
         let index_lag = self.index_lag()?;
         let (index, store) = self.caught_up_index()?;
         let (index_docs, _) = index.stats();
-        let live_unarchived = count(
-            store.conn(),
-            &format!(
-                "SELECT count(*) FROM memories WHERE {} AND archived = 0",
-                store::memory::LIVE
-            ),
-        )?;
+        let live_unarchived = status::live_unarchived_memories(store)?;
         Ok(CheckReport {
             ok: integrity == "ok"
                 && schema_version == SCHEMA_VERSION
@@ -294,12 +237,7 @@ impl Node {
     pub fn backup(&self, file: &Path) -> Result<u64> {
         let tmp = file.with_extension("amos-backup-tmp");
         let _ = std::fs::remove_file(&tmp);
-        self.store
-            .conn()
-            .backup(MAIN_DB, &tmp, None::<fn(rusqlite::backup::Progress)>)
-            .map_err(|e| {
-                NodeError::BadInput(format!("cannot write backup {}: {e}", file.display()))
-            })?;
+        self.store.backup_to(&tmp)?;
         std::fs::rename(&tmp, file)
             .map_err(NodeError::io(format!("writing {}", file.display())))?;
         Ok(std::fs::metadata(file).map(|m| m.len()).unwrap_or(0))
@@ -359,42 +297,19 @@ impl Node {
     /// memories unless `force`. Gives the store a new log epoch and drops the
     /// index (it rebuilds on next use).
     pub fn restore(&mut self, file: &Path, force: bool) -> Result<()> {
-        {
-            let src = Connection::open_with_flags(file, OpenFlags::SQLITE_OPEN_READ_ONLY)
-                .map_err(|e| NodeError::BadInput(format!("cannot open {}: {e}", file.display())))?;
-            let version: u32 = src
-                .query_row("PRAGMA user_version", [], |r| r.get(0))
-                .map_err(|_| {
-                    NodeError::BadInput(format!("{} is not an amos backup", file.display()))
-                })?;
-            let has_meta = src
-                .query_row("SELECT count(*) FROM meta WHERE key = 'epoch'", [], |r| {
-                    r.get::<_, i64>(0)
-                })
-                .unwrap_or(0);
-            if version == 0 || version > SCHEMA_VERSION || has_meta != 1 {
-                return Err(NodeError::BadInput(format!(
-                    "{} is not an amos backup",
-                    file.display()
-                )));
-            }
+        if !status::is_backup(file, SCHEMA_VERSION)? {
+            return Err(NodeError::BadInput(format!(
+                "{} is not an amos backup",
+                file.display()
+            )));
         }
-        let live = count(self.store.conn(), "SELECT count(*) FROM memories")?;
-        if live > 0 && !force {
+        if status::memory_rows(&self.store)? > 0 && !force {
             return Err(NodeError::Refused(
                 "the store holds memories; pass --force to replace it".into(),
             ));
         }
-        let conn = &mut self.store;
-        conn_restore(conn, file)?;
         let epoch: [u8; 16] = rand::rng().random();
-        self.store.write(|tx| {
-            tx.conn().execute(
-                "UPDATE meta SET value = ?1 WHERE key = 'epoch'",
-                params![hex(&epoch)],
-            )?;
-            Ok(())
-        })?;
+        self.store.restore_from(file, epoch)?;
         let _ = std::fs::remove_dir_all(self.home().index_dir());
         Ok(())
     }
@@ -414,25 +329,16 @@ impl Node {
         apply: bool,
     ) -> Result<HygieneReport> {
         let now = self.now_ms();
-        /// id, created_ms, v, last_access_ms, expires_ms
-        type Row = (Vec<u8>, i64, Option<Vec<u8>>, Option<i64>, Option<i64>);
-        let rows: Vec<Row> = {
-            let mut stmt = self.store.conn().prepare(&format!(
-                "SELECT id, created_ms, v, last_access_ms, expires_ms FROM memories
-                 WHERE {} AND archived = 0 AND pinned = 0 ORDER BY created_ms, id",
-                store::memory::LIVE
-            ))?;
-            stmt.query_map([], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-            })?
-            .collect::<rusqlite::Result<_>>()?
-        };
         let mut ids = Vec::new();
         let mut actions = Vec::new();
-        for (id, created, v, last_access, expires) in rows {
-            let Some(id) = MemoryId::from_slice(&id) else {
-                continue;
-            };
+        for row in hygiene::retention_candidates(&self.store)? {
+            let (id, created, v, last_access, expires) = (
+                row.id,
+                row.created_ms,
+                row.v,
+                row.last_access_ms,
+                row.expires_ms,
+            );
             let reason = if expires.is_some_and(|e| e as u64 <= now) {
                 "expired".to_owned()
             } else {
@@ -471,37 +377,17 @@ impl Node {
     /// tombstoned. Pinned memories are never sources.
     /// Dry run unless `apply`.
     pub fn consolidate(&mut self, apply: bool) -> Result<HygieneReport> {
-        type Row = (Vec<u8>, String, String, String, String, bool);
-        let rows: Vec<Row> = {
-            let mut stmt = self.store.conn().prepare(&format!(
-                "SELECT id, owner, grants, kind, content, pinned FROM memories
-                 WHERE {} AND archived = 0 ORDER BY pinned DESC, created_ms, id",
-                store::memory::LIVE
-            ))?;
-            stmt.query_map([], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get::<_, Option<String>>(3)?.unwrap_or_default(),
-                    r.get(4)?,
-                    r.get::<_, Option<bool>>(5)?.unwrap_or(false),
-                ))
-            })?
-            .collect::<rusqlite::Result<_>>()?
-        };
         let mut ids = Vec::new();
         let mut groups = Vec::new();
         let mut norms = Vec::new();
         let mut pinned = Vec::new();
-        for (id, owner, grants, kind, content, pin) in rows {
-            let Some(id) = MemoryId::from_slice(&id) else {
-                continue;
-            };
+        for row in hygiene::consolidation_candidates(&self.store)? {
+            let id = row.id;
+            let content = row.content;
             ids.push(id);
             norms.push(normalize_text(&content));
-            groups.push(((owner, grants, kind), token_set(&content)));
-            pinned.push(pin);
+            groups.push(((row.owner, row.grants, row.kind), token_set(&content)));
+            pinned.push(row.pinned);
         }
         let similar = near_duplicates(&groups, NEAR_DUPLICATE);
         let mut merges: Vec<(MemoryId, MemoryId)> = Vec::new();
@@ -556,13 +442,7 @@ impl Node {
 
     /// Whether `source` was already merged into `keep` by a consolidation.
     fn consolidated(&self, keep: &MemoryId, source: &MemoryId) -> Result<bool> {
-        Ok(self
-            .store
-            .conn()
-            .prepare_cached(
-                "SELECT 1 FROM links WHERE from_id = ?1 AND to_id = ?2 AND relation = ?3 AND present = 1",
-            )?
-            .exists(params![&keep.0[..], &source.0[..], CONSOLIDATES])?)
+        store::moves::link_present(&self.store, keep, source, &Relation::parse(CONSOLIDATES)?)
     }
 
     /// The common tail of the hygiene jobs: archive `ids` (local-only state)
@@ -586,8 +466,4 @@ impl Node {
             actions,
         })
     }
-}
-
-fn conn_restore(store: &mut store::Store, file: &Path) -> Result<()> {
-    store.restore_from(file)
 }

@@ -33,7 +33,7 @@ use crate::recall::RecallMode;
 use crate::recall::time::{self, TimeQuery, ValidTime};
 use crate::store::memory::MemoryRecord;
 use crate::store::org::{self, AgentInfo, ProjectInfo, StoredOrg, TeamInfo};
-use crate::store::{Store, Tx};
+use crate::store::{Readable, Store, Tx};
 use amos_embed::StaticModel;
 
 /// A new memory as a caller describes it.
@@ -529,7 +529,7 @@ impl Node {
 
     // ---------------------------------------------------------------- org graph
 
-    pub(crate) fn check_grant_target(conn: &rusqlite::Connection, s: &Scope) -> Result<()> {
+    pub(crate) fn check_grant_target(conn: &(impl Readable + ?Sized), s: &Scope) -> Result<()> {
         let ok = match s {
             Scope::Private | Scope::Global => true,
             Scope::Agent(a) => org::agent_present(conn, a)?,
@@ -1072,7 +1072,7 @@ pub(crate) fn sign_each(
 /// Returns the scope's origin. Every other node would refuse such a fact
 /// from us, so it is refused here first.
 pub(crate) fn check_org_authority(
-    conn: &rusqlite::Connection,
+    conn: &(impl Readable + ?Sized),
     me: NodeId,
     scope: &OrgScope,
 ) -> Result<NodeId> {

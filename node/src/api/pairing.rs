@@ -28,7 +28,7 @@ use crate::api::peers::upsert_peer;
 use crate::error::{NodeError, Result};
 use crate::events::PeerOutcome;
 use crate::home::{Home, write_atomic};
-use crate::store::{invites, org, peers};
+use crate::store::{Readable, invites, org, peers};
 
 /// Longest life of an invite.
 pub const MAX_INVITE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -386,7 +386,7 @@ pub fn join_offline(home: &Home, code_text: &str) -> Result<JoinReport> {
 
 /// The offline pairing proof this node's bundles to `peer` carry, if any.
 pub fn join_proof_for(
-    conn: &rusqlite::Connection,
+    conn: &(impl Readable + ?Sized),
     peer: &NodeId,
 ) -> Result<Option<amos_protocol::PairingProof>> {
     Ok(peers::join_proof(conn, peer)?.and_then(|b| {
@@ -398,7 +398,7 @@ pub fn join_proof_for(
 
 /// Whether any invite is still pending: the serving node accepts a handshake
 /// from an unknown key only then (and that connection may only pair).
-pub fn invites_pending(conn: &rusqlite::Connection, now_ms: u64) -> Result<bool> {
+pub fn invites_pending(conn: &(impl Readable + ?Sized), now_ms: u64) -> Result<bool> {
     invites::any_pending(conn, now_ms)
 }
 
@@ -554,7 +554,7 @@ mod tests {
     fn an_expired_invite_is_refused_by_the_inviter_and_records_nothing() {
         let (_d, home, joiner, code) = setup();
         let late = T0 + DEFAULT_INVITE_TTL.as_millis() as u64;
-        let conn = rusqlite::Connection::open(home.db_path()).unwrap();
+        let conn = crate::store::Watch::open(&home.db_path()).unwrap();
         assert!(invites_pending(&conn, late - 1).unwrap());
         assert!(!invites_pending(&conn, late).unwrap());
         let e = try_join(&home, late, &joiner, &code).err().unwrap();
@@ -587,7 +587,7 @@ mod tests {
             matches!(&e, NodeError::Refused(r) if r.contains("already used")),
             "{e}"
         );
-        let conn = rusqlite::Connection::open(home.db_path()).unwrap();
+        let conn = crate::store::Watch::open(&home.db_path()).unwrap();
         assert!(!invites_pending(&conn, T0 + 2).unwrap());
     }
 

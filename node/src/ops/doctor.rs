@@ -17,6 +17,7 @@ use crate::api::pairing;
 use crate::error::Result;
 use crate::net::{self, Probe};
 use crate::store::schema::SCHEMA_VERSION;
+use crate::store::status;
 
 #[derive(Debug, Serialize)]
 pub struct DoctorCheck {
@@ -123,10 +124,7 @@ pub fn run(node: &mut Node, probe_network: bool) -> Result<DoctorReport> {
     }
 
     // Store and index.
-    let integrity: String = node
-        .store()
-        .conn()
-        .query_row("PRAGMA quick_check", [], |r| r.get(0))?;
+    let integrity = status::quick_check(node.store())?;
     if integrity == "ok" {
         c.ok("database", "quick_check ok");
     } else {
@@ -181,7 +179,7 @@ pub fn run(node: &mut Node, probe_network: bool) -> Result<DoctorReport> {
     }
 
     // Org records: the same team or project id created on two nodes.
-    let conflicts = org_conflicts(node.store().conn())?;
+    let conflicts = org_conflicts(node)?;
     if conflicts.is_empty() {
         c.ok(
             "org_origins",
@@ -250,23 +248,16 @@ pub fn clock_ahead_s(node: &Node) -> Result<Option<u64>> {
     Ok((hlc.wall_ms > now + 10 * 60 * 1000).then(|| (hlc.wall_ms - now) / 1000))
 }
 
-fn org_conflicts(conn: &rusqlite::Connection) -> Result<Vec<(String, String)>> {
-    let mut stmt = conn.prepare(
-        "SELECT DISTINCT register, peer FROM audit WHERE code = 'org_origin_conflict'
-         ORDER BY register",
-    )?;
-    let rows = stmt.query_map([], |r| {
-        Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
-    })?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (register, peer) = row?;
-        let peer = <[u8; 32]>::try_from(peer.as_slice())
-            .map(|a| amos_protocol::NodeId(a).to_string())
-            .unwrap_or_default();
-        out.push((register, peer));
-    }
-    Ok(out)
+fn org_conflicts(node: &Node) -> Result<Vec<(String, String)>> {
+    Ok(status::org_origin_conflicts(node.store())?
+        .into_iter()
+        .map(|(register, peer)| {
+            let peer = <[u8; 32]>::try_from(peer.as_slice())
+                .map(|a| amos_protocol::NodeId(a).to_string())
+                .unwrap_or_default();
+            (register, peer)
+        })
+        .collect())
 }
 
 /// The listening address `amos serve` recorded (or the default): free, or

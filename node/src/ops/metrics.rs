@@ -31,7 +31,7 @@ use crate::events::{self, Listener, Role, SessionStats, SyncEvent, SyncResult};
 use crate::home::Home;
 use crate::index::RecallIndex;
 use crate::recall::latency;
-use crate::store::Store;
+use crate::store::{Store, Watch, status};
 
 /// The longest request head the responder reads.
 pub const MAX_REQUEST: usize = 8 * 1024;
@@ -181,16 +181,9 @@ struct StoreGauges {
 /// Count rows per stable code (`amos_sync::Refusal::code`,
 /// `amos_sync::DeferReason::code`); a code this binary does not know
 /// (written by a newer one) counts as `other`. Never free text.
-fn grouped(
-    conn: &rusqlite::Connection,
-    sql: &str,
-    known: &[&'static str],
-) -> Result<BTreeMap<&'static str, i64>> {
+fn grouped(rows: Vec<(String, i64)>, known: &[&'static str]) -> BTreeMap<&'static str, i64> {
     let mut out = BTreeMap::new();
-    let mut stmt = conn.prepare(sql)?;
-    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
-    for row in rows {
-        let (code, n) = row?;
+    for (code, n) in rows {
         let class = known
             .iter()
             .find(|k| **k == code)
@@ -198,7 +191,7 @@ fn grouped(
             .unwrap_or("other");
         *out.entry(class).or_default() += n;
     }
-    Ok(out)
+    out
 }
 
 /// Every deferral code (`amos_sync::DeferReason::code`).
@@ -208,9 +201,7 @@ const DEFER_CODES: [&str; 3] = ["clock_skew", "missing_endpoint", "missing_scope
 /// `amos status` counts as seen).
 fn read_store(home: &Home) -> Result<StoreGauges> {
     let store = Store::open(&home.db_path())?;
-    let conn = store.conn();
     let index_lag = RecallIndex::open(home)?.lag(&store)?;
-    let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0));
     let db = home.db_path();
     let store_bytes = ["", "-wal", "-shm"]
         .iter()
@@ -221,24 +212,13 @@ fn read_store(home: &Home) -> Result<StoreGauges> {
         })
         .sum();
     Ok(StoreGauges {
-        memories: count(&format!(
-            "SELECT count(*) FROM memories WHERE {}",
-            crate::store::memory::LIVE
-        ))?,
-        peers: count("SELECT count(*) FROM peers")?,
+        memories: status::live_memories(&store)?,
+        peers: status::peer_count(&store)?,
         index_lag,
         store_bytes,
-        refused_by_reason: grouped(
-            conn,
-            "SELECT code, count(*) FROM audit GROUP BY code",
-            &Refusal::CODES,
-        )?,
-        quarantined_by_reason: grouped(
-            conn,
-            "SELECT code, count(*) FROM deferred GROUP BY code",
-            &DEFER_CODES,
-        )?,
-        recall: latency::read(conn)?,
+        refused_by_reason: grouped(status::audit_codes(&store)?, &Refusal::CODES),
+        quarantined_by_reason: grouped(status::deferred_codes(&store)?, &DEFER_CODES),
+        recall: latency::read(&store)?,
     })
 }
 
@@ -634,12 +614,8 @@ async fn scrape_store(home: &Home) -> Option<StoreGauges> {
 async fn health(home: &Home) -> std::result::Result<(), String> {
     let home = home.clone();
     let check = tokio::task::spawn_blocking(move || -> Result<()> {
-        let conn = rusqlite::Connection::open_with_flags(
-            home.db_path(),
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
-        conn.busy_timeout(Duration::from_secs(2))?;
-        conn.query_row("SELECT count(*) FROM peers", [], |r| r.get::<_, i64>(0))?;
+        let watch = Watch::open(&home.db_path())?;
+        status::peer_count(&watch)?;
         Ok(())
     });
     match tokio::time::timeout(SCRAPE_TIMEOUT, check).await {
@@ -716,19 +692,15 @@ mod tests {
 
     #[test]
     fn refusals_are_counted_by_code_never_by_text() {
-        let conn = rusqlite::Connection::open_in_memory().unwrap();
-        conn.execute_batch(
-            "CREATE TABLE audit(code TEXT, reason TEXT);
-             INSERT INTO audit VALUES ('not_origin', 'secret text'), ('not_origin', 'x'),
-                 ('org_not_origin', 'team:secret'), ('from_the_future', 'y');",
-        )
-        .unwrap();
+        let rows = [
+            ("not_origin", 2),
+            ("org_not_origin", 1),
+            ("from_the_future", 1),
+        ];
         let got = grouped(
-            &conn,
-            "SELECT code, count(*) FROM audit GROUP BY code",
+            rows.iter().map(|(c, n)| (c.to_string(), *n)).collect(),
             &Refusal::CODES,
-        )
-        .unwrap();
+        );
         let want: BTreeMap<&str, i64> =
             [("not_origin", 2), ("org_not_origin", 1), ("other", 1)].into();
         assert_eq!(got, want);

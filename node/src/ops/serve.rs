@@ -32,6 +32,7 @@ use crate::net::accept::{serve_connection, shutdown_signal};
 use crate::net::dial::{periodic_pass, sync_with};
 use crate::net::push::{PushConfig, PushScheduler};
 use crate::net::runtime;
+use crate::store::Watch;
 use crate::store::replica::PeerInfo;
 use crate::store::replica::{self};
 // ---------------------------------------------------------------------------
@@ -96,8 +97,7 @@ fn watch_seq(
     tx: mpsc::UnboundedSender<PushInput>,
     stop: Arc<AtomicBool>,
 ) -> Result<()> {
-    let conn = rusqlite::Connection::open(home.db_path())?;
-    conn.busy_timeout(Duration::from_secs(2))?;
+    let conn = Watch::open(&home.db_path())?;
     std::thread::Builder::new()
         .name("amos-seq-watch".into())
         .spawn(move || {
@@ -144,19 +144,17 @@ pub(crate) async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> 
         info!("agents.toml: {change}");
     }
     // The acceptor's own connection: the peers table as it is at each handshake.
-    let conn = rusqlite::Connection::open(home.db_path())?;
-    conn.busy_timeout(Duration::from_secs(2))?;
-    let conn = Mutex::new(conn);
+    let conn = Mutex::new(Watch::open(&home.db_path())?);
     let clock = SystemClock;
     let acceptor = move |id: &NodeId| {
         let Ok(conn) = conn.lock() else {
             return false;
         };
-        match replica::peer_policy(&conn, id) {
+        match replica::peer_policy(&*conn, id) {
             Ok(Some(_)) => true,
             // A stranger may only pair, and only while an invite is pending;
             // serve_connection lets such a connection do nothing else.
-            Ok(None) => match pairing::invites_pending(&conn, clock.now_ms()) {
+            Ok(None) => match pairing::invites_pending(&*conn, clock.now_ms()) {
                 Ok(true) => {
                     info!("accepting a handshake from {id}: not a peer, may only pair");
                     true

@@ -11,9 +11,8 @@
 
 use std::time::Duration;
 
-use rusqlite::{Connection, params};
-
 use crate::error::Result;
+use crate::store::{self, Readable, Tx};
 
 /// Upper bounds of the histogram's buckets, in microseconds (1 ms … 10 s).
 pub const BUCKETS_US: [i64; 13] = [
@@ -48,15 +47,9 @@ fn bucket_of(us: i64) -> i64 {
 }
 
 /// Add one sample: one UPSERT, inside the caller's write transaction.
-pub fn record(conn: &Connection, kind: RecallKind, elapsed: Duration) -> Result<()> {
+pub fn record(tx: &Tx<'_>, kind: RecallKind, elapsed: Duration) -> Result<()> {
     let us = i64::try_from(elapsed.as_micros()).unwrap_or(INF);
-    conn.prepare_cached(
-        "INSERT INTO recall_latency(kind, bucket, count, sum_us) VALUES (?1, ?2, 1, ?3)
-         ON CONFLICT(kind, bucket) DO UPDATE
-         SET count = count + 1, sum_us = sum_us + excluded.sum_us",
-    )?
-    .execute(params![kind.as_str(), bucket_of(us), us])?;
-    Ok(())
+    store::latency::record(tx, kind.as_str(), bucket_of(us), us)
 }
 
 /// One kind's histogram as Prometheus wants it.
@@ -72,25 +65,15 @@ pub struct Histogram {
 }
 
 /// Every kind's histogram (all zero for a kind never recorded).
-pub fn read(conn: &Connection) -> Result<Vec<Histogram>> {
-    let mut stmt = conn.prepare_cached("SELECT kind, bucket, count, sum_us FROM recall_latency")?;
-    let rows = stmt
-        .query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, i64>(1)?,
-                r.get::<_, i64>(2)?,
-                r.get::<_, i64>(3)?,
-            ))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+pub fn read(r: &(impl Readable + ?Sized)) -> Result<Vec<Histogram>> {
+    let rows = store::latency::buckets(r)?;
     Ok(RecallKind::ALL
         .iter()
         .map(|&kind| {
             let mine: Vec<(i64, u64, i64)> = rows
                 .iter()
-                .filter(|r| r.0 == kind.as_str())
-                .map(|r| (r.1, r.2.max(0) as u64, r.3))
+                .filter(|r| r.kind == kind.as_str())
+                .map(|r| (r.bound_us, r.count.max(0) as u64, r.sum_us))
                 .collect();
             // A row whose bound is not one of ours (the bounds changed)
             // still counts toward the next bound above it.
@@ -117,17 +100,17 @@ mod tests {
 
     #[test]
     fn samples_land_in_cumulative_buckets_per_kind() {
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(
-            "CREATE TABLE recall_latency (kind TEXT NOT NULL, bucket INTEGER NOT NULL,
-             count INTEGER NOT NULL, sum_us INTEGER NOT NULL, PRIMARY KEY (kind, bucket))",
-        )
-        .unwrap();
-        for ms in [0, 1, 3, 3, 40, 20_000] {
-            record(&conn, RecallKind::Search, Duration::from_millis(ms)).unwrap();
-        }
-        record(&conn, RecallKind::Pack, Duration::from_micros(1_001)).unwrap();
-        let h = read(&conn).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = crate::store::Store::create(&dir.path().join("db"), [1; 16]).unwrap();
+        store
+            .write(|tx| {
+                for ms in [0, 1, 3, 3, 40, 20_000] {
+                    record(tx, RecallKind::Search, Duration::from_millis(ms))?;
+                }
+                record(tx, RecallKind::Pack, Duration::from_micros(1_001))
+            })
+            .unwrap();
+        let h = read(&store).unwrap();
         let (search, pack) = (&h[0], &h[1]);
         assert_eq!(search.kind, RecallKind::Search);
         assert_eq!(search.count, 6);
@@ -152,24 +135,27 @@ mod tests {
         let alice = node.requester("alice").unwrap();
         node.add(&alice, NewMemory::new("orion launch window".to_owned()))
             .unwrap();
-        let searches = |node: &Node| read(node.store().conn()).unwrap()[0].count;
+        let searches = |node: &Node| read(node.store()).unwrap()[0].count;
         assert_eq!(node.search(&alice, "orion", 10).unwrap().len(), 1);
         assert_eq!(searches(&node), 1);
 
         // Another process holds the write lock while we search.
-        let other = Connection::open(home.db_path()).unwrap();
-        other.execute_batch("BEGIN IMMEDIATE").unwrap();
-        let started = std::time::Instant::now();
-        assert_eq!(node.search(&alice, "orion", 10).unwrap().len(), 1);
-        // A design bound (the store's busy timeout is 60 s), not a speed claim.
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the search waited for the write lock"
-        );
-        other.execute_batch("COMMIT").unwrap();
+        let mut other = crate::store::Store::open(&home.db_path()).unwrap();
+        other
+            .write(|_| {
+                let started = std::time::Instant::now();
+                assert_eq!(node.search(&alice, "orion", 10).unwrap().len(), 1);
+                // A design bound (the store's busy timeout is 60 s), not a speed claim.
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "the search waited for the write lock"
+                );
+                Ok(())
+            })
+            .unwrap();
         assert_eq!(searches(&node), 1, "the sample was dropped");
         node.pack(&alice, "orion", 100).unwrap();
         assert_eq!(searches(&node), 1, "a pack is not also a search");
-        assert_eq!(read(node.store().conn()).unwrap()[1].count, 1);
+        assert_eq!(read(node.store()).unwrap()[1].count, 1);
     }
 }

@@ -130,15 +130,12 @@ pub(crate) fn bookkeeping(
         true => Duration::ZERO,
         false => Duration::from_millis(50),
     };
-    store.conn().busy_timeout(wait)?;
     // The time to the answer; this write is bookkeeping, not recall.
     let elapsed = started.elapsed();
-    let done = store.write(|tx| {
+    store.write_waiting(wait, |tx| {
         if !stale.is_empty() {
-            memory::note_recalled(tx.conn(), stale, now_ms)?;
+            memory::note_recalled(tx, stale, now_ms)?;
         }
-        latency::record(tx.conn(), kind, elapsed)
-    });
-    store.conn().busy_timeout(crate::store::BUSY_TIMEOUT)?;
-    done
+        latency::record(tx, kind, elapsed)
+    })
 }

@@ -16,12 +16,11 @@ use std::collections::HashMap;
 
 use amos_acl::{AuthorizedScopes, Visible};
 use amos_protocol::MemoryId;
-use rusqlite::Connection;
-use rusqlite::types::Value;
 
 use super::rank::{ResonanceConfig, ResonancePath};
 use crate::error::Result;
-use crate::store::memory::{self, MemoryRecord, access_clause};
+use crate::store::memory::{self, MemoryRecord};
+use crate::store::{Readable, links};
 
 /// Hard cap on the neighbours read per memory before the fan-out cut (the
 /// SQL orders by link strength, so these are the strongest visible ones).
@@ -38,7 +37,7 @@ pub struct Resonant {
 /// over links. `known` holds the best relevance each memory already has;
 /// only memories that resonance would rank higher come back.
 pub fn spread(
-    conn: &Connection,
+    conn: &(impl Readable + ?Sized),
     who: &AuthorizedScopes,
     now_ms: u64,
     seeds: &[(MemoryId, f32)],
@@ -86,7 +85,7 @@ pub fn spread(
 /// the gate, strongest first, at most `fan_out`, each with `weight ×
 /// strength` of its strongest link.
 fn visible_neighbours(
-    conn: &Connection,
+    conn: &(impl Readable + ?Sized),
     who: &AuthorizedScopes,
     now_ms: u64,
     id: &MemoryId,
@@ -95,36 +94,9 @@ fn visible_neighbours(
     if fan_out == 0 {
         return Ok(Vec::new());
     }
-    let mut args: Vec<Value> = vec![id.0.to_vec().into(), (now_ms as i64).into()];
-    let access = access_clause(who, &mut args);
-    let sql = format!(
-        "SELECT n.other, max(n.w) AS w FROM (
-            SELECT to_id AS other, weight * strength AS w FROM links WHERE from_id = ?1 AND present = 1
-            UNION ALL
-            SELECT from_id AS other, weight * strength AS w FROM links WHERE to_id = ?1 AND present = 1
-            UNION ALL
-            SELECT b AS other, strength AS w FROM associations WHERE a = ?1
-            UNION ALL
-            SELECT a AS other, strength AS w FROM associations WHERE b = ?1
-         ) n JOIN memories m ON m.id = n.other
-         WHERE m.content_fact IS NOT NULL AND m.tombstone_fact IS NULL AND m.archived = 0 AND (m.expires_ms IS NULL OR m.expires_ms > ?2) AND {access}
-         GROUP BY n.other ORDER BY w DESC, n.other LIMIT {NEIGHBOUR_READ_CAP}",
-    );
-    let links: Vec<(Vec<u8>, f64)> = {
-        let mut stmt = conn.prepare_cached(&sql)?;
-        stmt.query_map(rusqlite::params_from_iter(args), |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })?
-        .collect::<rusqlite::Result<_>>()?
-    };
-    let ids: Vec<MemoryId> = links
-        .iter()
-        .filter_map(|(b, _)| MemoryId::from_slice(b))
-        .collect();
-    let strength: HashMap<MemoryId, f32> = links
-        .iter()
-        .filter_map(|(b, w)| MemoryId::from_slice(b).map(|id| (id, *w as f32)))
-        .collect();
+    let links = links::neighbours(conn, who, now_ms, id, NEIGHBOUR_READ_CAP)?;
+    let ids: Vec<MemoryId> = links.iter().map(|(id, _)| *id).collect();
+    let strength: HashMap<MemoryId, f32> = links.into_iter().collect();
     let mut out = Vec::new();
     // The gate, on rows re-read from SQLite, before anything else.
     for v in memory::visible(conn, who, &ids, now_ms)? {

@@ -15,10 +15,10 @@ use std::collections::HashMap;
 
 use amos_acl::{AuthorizedScopes, Visible};
 use amos_protocol::MemoryId;
-use rusqlite::Connection;
 use serde::Serialize;
 
 use crate::error::Result;
+use crate::store::Readable;
 use crate::store::memory::{MemoryRecord, visible_superseders};
 use crate::store::text::content_at;
 
@@ -155,7 +155,7 @@ pub fn admits(q: &TimeQuery, m: &MemoryRecord, sup: &Supersessions) -> bool {
 /// after T is left out and an edited one reads as its records stood at T
 /// (its text and validity then), re-admitted through the gate.
 pub fn view(
-    conn: &Connection,
+    conn: &(impl Readable + ?Sized),
     who: &AuthorizedScopes,
     recs: Vec<Visible<MemoryRecord>>,
     q: &TimeQuery,

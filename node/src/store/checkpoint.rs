@@ -133,7 +133,7 @@ impl Shared {
     /// The thread: a connection of its own, one passive checkpoint per
     /// wake (asks that arrive during one are folded into the next).
     fn run(&self) {
-        let conn = match super::connect_existing(&self.path) {
+        let conn = match super::connect(&self.path, super::Connect::EXISTING) {
             Ok(conn) => conn,
             Err(e) => {
                 tracing::debug!(error = %e, "checkpoint thread cannot open the store");

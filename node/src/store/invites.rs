@@ -67,7 +67,8 @@ pub fn mark_used(conn: &Connection, id: &[u8], joiner: &[u8], now_ms: u64) -> Re
 }
 
 /// Whether any invite is unused and unexpired at `now_ms`.
-pub fn any_pending(conn: &Connection, now_ms: u64) -> Result<bool> {
+pub fn any_pending(conn: &(impl super::Readable + ?Sized), now_ms: u64) -> Result<bool> {
+    let conn = super::sql(conn);
     Ok(conn
         .query_row(
             "SELECT EXISTS(SELECT 1 FROM invites WHERE used_ms IS NULL AND expires_ms > ?1)",

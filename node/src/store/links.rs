@@ -1,11 +1,18 @@
 //! The `links` rows that touch one memory, both directions, as stored.
 //!
+//! Also the neighbours resonance spreads over (links and local
+//! associations), pre-filtered by the requester's scopes.
+//!
 //! Boundary: returns ids only; whoever shows a link must pass its other end
 //! through the read gate (`Store::visible`) first — nothing here gates.
 
+use amos_acl::AuthorizedScopes;
 use amos_protocol::MemoryId;
 use rusqlite::Connection;
+use rusqlite::types::Value;
 
+use super::memory::{LIVE, access_clause};
+use super::{Readable, sql};
 use crate::error::Result;
 
 /// One present link touching a memory.
@@ -42,6 +49,48 @@ pub fn touching(conn: &Connection, id: &MemoryId, limit: usize) -> Result<Vec<Li
                 relation,
                 weight: weight as f32,
             });
+        }
+    }
+    Ok(out)
+}
+
+/// The neighbours of `id` over present links and local associations (either
+/// direction), each with `weight × strength` of its strongest link (an
+/// association's weight is its strength), strongest first, at most `cap`.
+/// Only rows `who`'s scopes (or ownership) may admit, live, unexpired at
+/// `now_ms` and not archived, so hidden neighbours take up no slot. A
+/// pre-filter: the caller passes every id through the gate before use.
+pub fn neighbours(
+    r: &(impl Readable + ?Sized),
+    who: &AuthorizedScopes,
+    now_ms: u64,
+    id: &MemoryId,
+    cap: usize,
+) -> Result<Vec<(MemoryId, f32)>> {
+    let mut args: Vec<Value> = vec![id.0.to_vec().into(), (now_ms as i64).into()];
+    let access = access_clause(who, &mut args);
+    let query = format!(
+        "SELECT n.other, max(n.w) AS w FROM (
+            SELECT to_id AS other, weight * strength AS w FROM links WHERE from_id = ?1 AND present = 1
+            UNION ALL
+            SELECT from_id AS other, weight * strength AS w FROM links WHERE to_id = ?1 AND present = 1
+            UNION ALL
+            SELECT b AS other, strength AS w FROM associations WHERE a = ?1
+            UNION ALL
+            SELECT a AS other, strength AS w FROM associations WHERE b = ?1
+         ) n JOIN memories m ON m.id = n.other
+         WHERE {LIVE} AND m.archived = 0 AND (m.expires_ms IS NULL OR m.expires_ms > ?2) AND {access}
+         GROUP BY n.other ORDER BY w DESC, n.other LIMIT {cap}",
+    );
+    let mut stmt = sql(r).prepare_cached(&query)?;
+    let rows = stmt.query_map(rusqlite::params_from_iter(args), |r| {
+        Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, f64>(1)?))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (b, w) = row?;
+        if let Some(id) = MemoryId::from_slice(&b) {
+            out.push((id, w as f32));
         }
     }
     Ok(out)

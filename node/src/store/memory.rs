@@ -299,8 +299,8 @@ fn list_candidates(
 }
 
 /// Record that memories were recalled (local-only state).
-pub(crate) fn note_recalled(conn: &Connection, ids: &[MemoryId], now_ms: u64) -> Result<()> {
-    let mut stmt = conn.prepare_cached(
+pub(crate) fn note_recalled(tx: &super::Tx<'_>, ids: &[MemoryId], now_ms: u64) -> Result<()> {
+    let mut stmt = super::sql(tx).prepare_cached(
         "UPDATE memories SET recall_count = recall_count + 1, last_access_ms = ?2 WHERE id = ?1",
     )?;
     for id in ids {
@@ -338,11 +338,12 @@ fn admit(
 /// for `who` at `now_ms`; missing and invisible ids are skipped alike.
 /// Archived memories are included (recall leaves them out itself).
 pub(crate) fn visible(
-    conn: &Connection,
+    r: &(impl super::Readable + ?Sized),
     who: &AuthorizedScopes,
     ids: &[MemoryId],
     now_ms: u64,
 ) -> Result<Vec<Visible<MemoryRecord>>> {
+    let conn = super::sql(r);
     // Outside a transaction, one read snapshot (one lock and one look at
     // the WAL) for all the rows and the memories they supersede.
     let snapshot = if conn.is_autocommit() && !ids.is_empty() {
@@ -392,11 +393,12 @@ pub(crate) fn access_clause(who: &AuthorizedScopes, args: &mut Vec<Value>) -> St
 /// count: archiving is local, and what replaced what must read the same on
 /// every node.
 pub(crate) fn visible_superseders(
-    conn: &Connection,
+    conn: &(impl super::Readable + ?Sized),
     who: &AuthorizedScopes,
     ids: &[MemoryId],
     now_ms: u64,
 ) -> Result<Vec<(MemoryId, Visible<MemoryRecord>)>> {
+    let conn = super::sql(conn);
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT id FROM memories WHERE supersedes = ?1 AND {LIVE}"
     ))?;

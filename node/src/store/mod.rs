@@ -15,10 +15,13 @@
 //! is `amos-acl` and the node API) nor which of two facts wins (that is
 //! `amos-sync`); `put` writes what the gate admitted.
 
+pub mod catchup;
 pub mod checkpoint;
 pub mod echo;
 pub mod foreign;
+pub mod hygiene;
 pub mod invites;
+pub mod latency;
 pub mod links;
 pub mod memory;
 pub mod moves;
@@ -30,6 +33,7 @@ pub mod recall;
 pub mod repair;
 pub mod replica;
 pub mod schema;
+pub mod status;
 pub mod text;
 
 use std::path::Path;
@@ -78,20 +82,109 @@ fn corrupt_if_not_db(path: &Path) -> impl Fn(rusqlite::Error) -> NodeError + '_ 
     }
 }
 
-/// A connection to the existing database file at `path` (never creates
-/// one), used by one thread at a time.
-pub(crate) fn connect_existing(path: &Path) -> rusqlite::Result<Connection> {
-    Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
+/// Whether a connection may create the file, write it, or only read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Create the file if it is missing (`amos init`, a new store).
+    Create,
+    /// Read and write an existing file; never create one.
+    Existing,
+    /// Read an existing file; never write or create.
+    ReadOnly,
+}
+
+/// How a connection to a store's file is opened. Every connection amos
+/// opens to a store file goes through [`connect`] with one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Connect {
+    pub access: Access,
+    /// How long a statement waits for another process's lock.
+    pub wait: Duration,
+}
+
+impl Connect {
+    /// The store itself ([`Store::open`]) and its checkpoint thread.
+    pub const EXISTING: Connect = Connect {
+        access: Access::Existing,
+        wait: BUSY_TIMEOUT,
+    };
+    /// A new store ([`Store::create`]).
+    pub const CREATE: Connect = Connect {
+        access: Access::Create,
+        wait: BUSY_TIMEOUT,
+    };
+    /// A file read and never written: a backup about to be restored.
+    pub const READ_ONLY: Connect = Connect {
+        access: Access::ReadOnly,
+        wait: BUSY_TIMEOUT,
+    };
+    /// A watcher beside a serving node (the handshake acceptor, the `seq`
+    /// poller, the health probe): it reads one small table and must answer
+    /// soon, so it waits [`WATCH_WAIT`] for a writer, not [`BUSY_TIMEOUT`],
+    /// and fails that read instead (the next poll or handshake reads again).
+    pub const WATCH: Connect = Connect {
+        access: Access::Existing,
+        wait: WATCH_WAIT,
+    };
+}
+
+/// How long a watcher's read ([`Connect::WATCH`]) waits for a writer.
+pub const WATCH_WAIT: Duration = Duration::from_secs(2);
+
+/// The one connection factory: the flags of `how.access` (never shared
+/// between threads: `NO_MUTEX`), its busy timeout, and the per-connection
+/// pragmas every connection runs with. The file-wide settings (WAL, the
+/// schema) are [`Store::create`]'s and [`Store::open`]'s.
+pub(crate) fn connect(path: &Path, how: Connect) -> rusqlite::Result<Connection> {
+    let flags = match how.access {
+        Access::Create => OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
+        Access::Existing => OpenFlags::SQLITE_OPEN_READ_WRITE,
+        Access::ReadOnly => OpenFlags::SQLITE_OPEN_READ_ONLY,
+    } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(how.wait)?;
+    // NORMAL in WAL mode: a committed write survives a crash of the
+    // process; a power cut may lose the last commits but never corrupts.
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    // Recall re-reads every candidate row: keep the hot pages cached
+    // (SQLite's default is 2 MiB).
+    conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)?;
+    conn.pragma_update(None, "foreign_keys", true)?;
+    Ok(conn)
+}
+
+/// A connection for a thread beside the node that only watches (the serving
+/// node's handshake acceptor and `seq` poller, the health probe): opened by
+/// [`connect`] with [`Connect::WATCH`]; reads through [`Readable`].
+pub struct Watch {
+    conn: Connection,
+}
+
+impl Watch {
+    pub fn open(path: &Path) -> Result<Watch> {
+        Ok(Watch {
+            conn: connect(path, Connect::WATCH)?,
+        })
+    }
+}
+
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Watch")
+    }
+}
+
+impl Readable for Watch {
+    fn connection(&self, _: sealed::Key) -> &Connection {
+        &self.conn
+    }
 }
 
 impl Store {
     /// Create (or open) the database at `path`, migrate it, and give it a log
     /// epoch if it has none.
     pub fn create(path: &Path, epoch: [u8; 16]) -> Result<Store> {
-        let conn = Connection::open(path)?;
+        let conn = connect(path, Connect::CREATE).map_err(corrupt_if_not_db(path))?;
         let mut store = Store::configure(conn, path)?;
         store.write(|tx| {
             tx.tx.execute(
@@ -115,25 +208,17 @@ impl Store {
                 path.display()
             )));
         }
-        let conn = connect_existing(path).map_err(corrupt_if_not_db(path))?;
+        let conn = connect(path, Connect::EXISTING).map_err(corrupt_if_not_db(path))?;
         Store::configure(conn, path)
     }
 
     fn configure(mut conn: Connection, path: &Path) -> Result<Store> {
-        conn.busy_timeout(BUSY_TIMEOUT)?;
         let mode: String = conn
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .map_err(corrupt_if_not_db(path))?;
         if !mode.eq_ignore_ascii_case("wal") {
             conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0))?;
         }
-        // NORMAL in WAL mode: a committed write survives a crash of the
-        // process; a power cut may lose the last commits but never corrupts.
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        // Recall re-reads every candidate row: keep the hot pages cached
-        // (SQLite's default is 2 MiB).
-        conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)?;
-        conn.pragma_update(None, "foreign_keys", true)?;
         schema::migrate(&mut conn).map_err(|e| match e {
             NodeError::Db(e) => corrupt_if_not_db(path)(e),
             e => e,
@@ -163,6 +248,19 @@ impl Store {
         w.flush()?;
         w.tx.commit()?;
         Ok(out)
+    }
+
+    /// [`Store::write`], waiting at most `wait` (not [`BUSY_TIMEOUT`]) for
+    /// another process's write lock: for bookkeeping a busy store may drop.
+    pub fn write_waiting<T>(
+        &mut self,
+        wait: Duration,
+        f: impl FnOnce(&mut Tx<'_>) -> Result<T>,
+    ) -> Result<T> {
+        self.conn.busy_timeout(wait)?;
+        let done = self.write(f);
+        self.conn.busy_timeout(BUSY_TIMEOUT)?;
+        done
     }
 
     /// A read transaction held while the caller reads through this store:
@@ -207,7 +305,46 @@ impl Store {
     }
 }
 
-pub(crate) fn max_seq(conn: &Connection) -> Result<i64> {
+/// What the store is read through: the [`Store`] itself (each statement
+/// on its own snapshot), a [`Store::read`] closure's connection (one
+/// snapshot) or a write's [`Tx`] (what it has written so far). Sealed: only
+/// the store implements it, and only the store reaches the connection.
+pub trait Readable {
+    #[doc(hidden)]
+    fn connection(&self, _: sealed::Key) -> &Connection;
+}
+
+mod sealed {
+    /// Only the store can name this, so only the store can call
+    /// [`super::Readable::connection`].
+    pub struct Key(pub(super) ());
+}
+
+/// The connection behind `r`, for the store's own statements.
+pub(in crate::store) fn sql<R: Readable + ?Sized>(r: &R) -> &Connection {
+    r.connection(sealed::Key(()))
+}
+
+impl Readable for Store {
+    fn connection(&self, _: sealed::Key) -> &Connection {
+        &self.conn
+    }
+}
+
+impl Readable for Connection {
+    fn connection(&self, _: sealed::Key) -> &Connection {
+        self
+    }
+}
+
+impl Readable for Tx<'_> {
+    fn connection(&self, _: sealed::Key) -> &Connection {
+        &self.tx
+    }
+}
+
+pub(crate) fn max_seq(conn: &(impl Readable + ?Sized)) -> Result<i64> {
+    let conn = sql(conn);
     Ok(conn
         .query_row("SELECT value FROM meta WHERE key = 'seq'", [], |r| r.get(0))
         .optional()?
@@ -266,7 +403,7 @@ impl Tx<'_> {
     pub fn next_seq(&mut self) -> Result<i64> {
         let seq = match self.seq {
             Some(s) => s + 1,
-            None => max_seq(&self.tx)? + 1,
+            None => max_seq(&*self.tx)? + 1,
         };
         self.seq = Some(seq);
         Ok(seq)
@@ -784,17 +921,41 @@ pub fn split_grants(s: &str) -> Grants {
 }
 
 impl Store {
-    /// Replace the whole database with the one in `file` (SQLite backup API).
-    pub fn restore_from(&mut self, file: &Path) -> Result<()> {
-        self.conn
-            .restore(
-                rusqlite::MAIN_DB,
-                file,
-                None::<fn(rusqlite::backup::Progress)>,
-            )
-            .map_err(|e| NodeError::BadInput(format!("cannot restore {}: {e}", file.display())))?;
+    /// Replace the whole database with the one in `file` (SQLite's backup
+    /// API, the source opened read-only through [`connect`]), migrate it and
+    /// give it the new log epoch `epoch`, so that every peer's watermark
+    /// for it is known stale: one step, never a restored store with its old
+    /// epoch.
+    pub fn restore_from(&mut self, file: &Path, epoch: [u8; 16]) -> Result<()> {
+        let cannot = |e: rusqlite::Error| {
+            NodeError::BadInput(format!("cannot restore {}: {e}", file.display()))
+        };
+        {
+            let src = connect(file, Connect::READ_ONLY).map_err(cannot)?;
+            let copy = rusqlite::backup::Backup::new(&src, &mut self.conn).map_err(cannot)?;
+            copy.run_to_completion(100, Duration::from_millis(250), None)
+                .map_err(cannot)?;
+        }
         schema::migrate(&mut self.conn)?;
-        Ok(())
+        self.write(|tx| {
+            tx.tx.execute(
+                "UPDATE meta SET value = ?1 WHERE key = 'epoch'",
+                params![hex(&epoch)],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Copy the whole database into `file` (SQLite's online backup API:
+    /// consistent while others write), the file opened through [`connect`].
+    pub fn backup_to(&self, file: &Path) -> Result<()> {
+        let cannot = |e: rusqlite::Error| {
+            NodeError::BadInput(format!("cannot write backup {}: {e}", file.display()))
+        };
+        let mut dst = connect(file, Connect::CREATE).map_err(cannot)?;
+        let copy = rusqlite::backup::Backup::new(&self.conn, &mut dst).map_err(cannot)?;
+        copy.run_to_completion(100, Duration::from_millis(250), None)
+            .map_err(cannot)
     }
 }
 

@@ -14,7 +14,11 @@ use crate::error::Result;
 
 /// What is held of one memory id: its fixed fields, and whether it is
 /// tombstoned. `None`: no row (never seen here).
-pub fn memory_fixed(conn: &Connection, id: &MemoryId) -> Result<Option<(MemoryFixed, bool)>> {
+pub fn memory_fixed(
+    conn: &(impl super::Readable + ?Sized),
+    id: &MemoryId,
+) -> Result<Option<(MemoryFixed, bool)>> {
+    let conn = super::sql(conn);
     let row: Option<(String, Vec<u8>, i64, bool)> = conn
         .prepare_cached(
             "SELECT owner, origin, created_ms, tombstone_fact IS NOT NULL FROM memories WHERE id = ?1",
@@ -42,11 +46,12 @@ pub fn memory_fixed(conn: &Connection, id: &MemoryId) -> Result<Option<(MemoryFi
 
 /// Whether a present link `from → to` of `relation` is held.
 pub fn link_present(
-    conn: &Connection,
+    conn: &(impl super::Readable + ?Sized),
     from: &MemoryId,
     to: &MemoryId,
     relation: &Relation,
 ) -> Result<bool> {
+    let conn = super::sql(conn);
     Ok(conn
         .prepare_cached(
             "SELECT present FROM links WHERE from_id = ?1 AND to_id = ?2 AND relation = ?3",

@@ -10,11 +10,11 @@ use crate::error::Result;
 
 /// The org graph read straight from SQLite (so a membership change is in
 /// force on the very next query).
-pub struct StoredOrg<'c>(pub &'c Connection);
+pub struct StoredOrg<'c, R: super::Readable + ?Sized>(pub &'c R);
 
-impl OrgGraph for StoredOrg<'_> {
+impl<R: super::Readable + ?Sized> OrgGraph for StoredOrg<'_, R> {
     fn team(&self, id: &TeamId) -> Option<TeamState> {
-        self.0
+        super::sql(self.0)
             .prepare_cached("SELECT present FROM teams WHERE id = ?1")
             .and_then(|mut s| s.query_row([id.as_str()], |r| r.get(0)).optional())
             .ok()
@@ -23,8 +23,7 @@ impl OrgGraph for StoredOrg<'_> {
     }
 
     fn project(&self, id: &ProjectId) -> Option<ProjectState> {
-        let row: Option<(String, bool)> = self
-            .0
+        let row: Option<(String, bool)> = super::sql(self.0)
             .prepare_cached("SELECT team, present FROM projects WHERE id = ?1")
             .and_then(|mut s| {
                 s.query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -40,8 +39,7 @@ impl OrgGraph for StoredOrg<'_> {
     }
 
     fn memberships_of(&self, agent: &AgentId) -> Vec<OrgScope> {
-        let Ok(mut stmt) = self
-            .0
+        let Ok(mut stmt) = super::sql(self.0)
             .prepare_cached("SELECT scope FROM memberships WHERE agent = ?1 AND present = 1")
         else {
             return Vec::new();
@@ -88,7 +86,8 @@ pub struct ProjectInfo {
     pub members: Vec<String>,
 }
 
-pub fn agent_present(conn: &Connection, id: &AgentId) -> Result<bool> {
+pub fn agent_present(conn: &(impl super::Readable + ?Sized), id: &AgentId) -> Result<bool> {
+    let conn = super::sql(conn);
     Ok(conn
         .prepare_cached("SELECT present FROM agents WHERE id = ?1")?
         .query_row([id.as_str()], |r| r.get::<_, bool>(0))
@@ -96,16 +95,26 @@ pub fn agent_present(conn: &Connection, id: &AgentId) -> Result<bool> {
         .unwrap_or(false))
 }
 
-pub fn team_present(conn: &Connection, id: &TeamId) -> bool {
+pub fn team_present(conn: &(impl super::Readable + ?Sized), id: &TeamId) -> bool {
+    let conn = super::sql(conn);
     StoredOrg(conn).team(id).is_some_and(|t| t.present)
 }
 
-pub fn project_state(conn: &Connection, id: &ProjectId) -> Option<ProjectState> {
+pub fn project_state(
+    conn: &(impl super::Readable + ?Sized),
+    id: &ProjectId,
+) -> Option<ProjectState> {
+    let conn = super::sql(conn);
     StoredOrg(conn).project(id)
 }
 
 /// Whether `agent` is a present member of `scope`.
-pub fn is_member(conn: &Connection, scope: &OrgScope, agent: &AgentId) -> Result<bool> {
+pub fn is_member(
+    conn: &(impl super::Readable + ?Sized),
+    scope: &OrgScope,
+    agent: &AgentId,
+) -> Result<bool> {
+    let conn = super::sql(conn);
     Ok(conn
         .prepare_cached("SELECT present FROM memberships WHERE scope = ?1 AND agent = ?2")?
         .query_row([scope.to_string(), agent.to_string()], |r| {

@@ -290,7 +290,8 @@ pub fn set_join_proof(conn: &Connection, id: &NodeId, proof: &[u8]) -> Result<()
 }
 
 /// The proof kept for `id`, if any.
-pub fn join_proof(conn: &Connection, id: &NodeId) -> Result<Option<Vec<u8>>> {
+pub fn join_proof(conn: &(impl super::Readable + ?Sized), id: &NodeId) -> Result<Option<Vec<u8>>> {
+    let conn = super::sql(conn);
     Ok(conn
         .query_row(
             "SELECT join_proof FROM peers WHERE node_id = ?1",

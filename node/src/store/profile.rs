@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use amos_protocol::{AgentId, MemoryType};
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::OptionalExtension;
 use serde::Serialize;
 
 use crate::error::{NodeError, Result};
@@ -47,7 +47,8 @@ impl ProfileWeights {
 
     /// The stored profile of `agent` (neutral when it has none). An
     /// unparsable stored value reads as neutral.
-    pub fn load(conn: &Connection, agent: &AgentId) -> Result<ProfileWeights> {
+    pub fn load(conn: &(impl super::Readable + ?Sized), agent: &AgentId) -> Result<ProfileWeights> {
+        let conn = super::sql(conn);
         let json: Option<String> = conn
             .prepare_cached("SELECT weights FROM profiles WHERE agent = ?1")?
             .query_row([agent.as_str()], |r| r.get(0))

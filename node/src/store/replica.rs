@@ -171,7 +171,11 @@ fn one_clock(conn: &Connection, sql: &str, args: impl rusqlite::Params) -> Resul
 }
 
 /// The policy we gave `node`, if registered.
-pub fn peer_policy(conn: &Connection, node: &NodeId) -> Result<Option<PeerPolicy>> {
+pub fn peer_policy(
+    conn: &(impl super::Readable + ?Sized),
+    node: &NodeId,
+) -> Result<Option<PeerPolicy>> {
+    let conn = super::sql(conn);
     let text: Option<String> = conn
         .prepare_cached("SELECT policy FROM peers WHERE node_id = ?1")?
         .query_row([&node.0[..]], |r| r.get(0))
@@ -226,7 +230,11 @@ pub fn restand_origin(tx: &mut Tx<'_>, peer: &NodeId, policy: &PeerPolicy) -> Re
 }
 
 /// The node that created a team or project we hold.
-pub fn org_origin(conn: &Connection, scope: &OrgScope) -> Result<Option<NodeId>> {
+pub fn org_origin(
+    conn: &(impl super::Readable + ?Sized),
+    scope: &OrgScope,
+) -> Result<Option<NodeId>> {
+    let conn = super::sql(conn);
     let (sql, key) = match scope {
         OrgScope::Team(t) => ("SELECT origin FROM teams WHERE id = ?1", t.as_str()),
         OrgScope::Project(p) => ("SELECT origin FROM projects WHERE id = ?1", p.as_str()),
@@ -768,7 +776,8 @@ pub fn peers_named<'p>(peers: &'p [PeerInfo], want: &str) -> Vec<&'p PeerInfo> {
         .collect()
 }
 
-pub fn list_peers(conn: &Connection) -> Result<Vec<PeerInfo>> {
+pub fn list_peers(conn: &(impl super::Readable + ?Sized)) -> Result<Vec<PeerInfo>> {
+    let conn = super::sql(conn);
     let mut stmt = conn.prepare(
         "SELECT node_id, name, addr, policy, last_sync_ms, last_result, digest_agree, digest_ms,
             digest_scopes, digest_peer_facts, digest_my_facts, session_at_ms, session_ms,

@@ -409,10 +409,11 @@ impl Tx<'_> {
 /// time before a held snapshot the text is the base's (what was surely on
 /// record then), without the folded edits.
 pub fn content_at(
-    conn: &Connection,
+    conn: &(impl super::Readable + ?Sized),
     id: &MemoryId,
     t_ms: u64,
 ) -> Result<Option<(String, amos_protocol::Validity)>> {
+    let conn = super::sql(conn);
     let log = load_log(conn, id)?;
     if log.entries.is_empty() {
         return Ok(None);

@@ -37,7 +37,6 @@ use amos_protocol::{
     ProjectFact, ProjectId, Relation, Scope, TeamFact, TeamId, Validity,
     fact::{MAX_TAG_CHARS, MAX_TAGS, check_text},
 };
-use rusqlite::Connection;
 use serde::Serialize;
 
 use super::node::{Node, admit_local, check_org_authority, check_validity, sign_each};
@@ -456,7 +455,7 @@ fn scope_kind(s: &Scope) -> &'static str {
 
 /// Decide, from the store as `conn` shows it, what `plan` adds.
 fn prepare(
-    conn: &Connection,
+    conn: &(impl crate::store::Readable + ?Sized),
     me: NodeId,
     plan: &Plan,
     opts: &ImportOptions,
