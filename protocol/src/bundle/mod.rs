@@ -1,0 +1,331 @@
+//! Bundle files: signed, optionally encrypted, streamed batches of facts for
+//! carrying state across an air gap (`amos bundle export` / `import`).
+//!
+//! # Format (version 5), byte by byte
+//!
+//! All fixed-width integers are little-endian unless marked BE. "bincode" is
+//! bincode 2 in its standard configuration (varint integers: a value below
+//! 251 is one byte, otherwise a marker byte 251/252/253 followed by the value
+//! as u16/u32/u64 LE; byte arrays of fixed size are raw, `Vec`s and `String`s
+//! are a varint length then the items). Every varint must be minimal and
+//! every bincode value must be exactly the canonical encoding of what it
+//! decodes to: a reader refuses anything else.
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 8 | magic `AMOSBNDL` |
+//! | 8 | 2 | format version, u16 = 5 (6 with a pairing proof, below). Versions 3 and 4 are read too: the same layout with frames not compressed ([Older formats](#older-formats)). A reader refuses any other value *before reading further* ("bundle format version N is not supported"); versions 1 and 2, which older amos wrote without a recipient, with a message saying to export again |
+//! | 10 | 4 | header length `H`, u32, at most 64 KiB ([`MAX_HEADER_BYTES`]) |
+//! | 14 | `H` | header body: bincode of [`BundleHeader`] = `sender` (32 bytes, the NodeId), `recipient` ([`Recipient`]: varint 0 = any peer of the sender, or varint 1 then the 32-byte NodeId of the one node that may import it), `created` ([`Hlc`]: varint u64 `wall_ms`, varint u32 `logical`, 32-byte node), `scopes` (varint count, then each a varint length and UTF-8), `encrypted` (1 byte, 0 or 1), `nonce_seed` (16 bytes), `key_check` (16 bytes); in version 6 (and 4) followed by bincode of [`PairingProof`] (16 + 32 bytes) |
+//!
+//! The *header bytes* are offsets 0 .. 14 + `H`; `header_hash` = BLAKE3 of them.
+//! The header bytes (recipient included) are covered by the trailer's
+//! signature (through `content_hash`) and, when encrypted, by every frame's
+//! tag (through `header_hash`): nobody but the sender can re-address a
+//! bundle. An importer refuses a bundle whose recipient is another node.
+//! `key_check` is the first 16 bytes of `blake3::keyed_hash(mesh key,
+//! b"amos-bundle-key-check")` when `encrypted`, all zeros otherwise. It lets a
+//! reader tell "wrong key" from "corrupt file"; it is the same for every
+//! bundle made under one key (bundles are already linkable by `sender`).
+//!
+//! Then frames `i = 0, 1, 2, …`, each:
+//!
+//! | size | field |
+//! |---|---|
+//! | 4 | frame length `L`, u32, 1 ..= 16 MiB ([`MAX_FRAME_BYTES`]); checked before anything is allocated |
+//! | `L` | the frame bytes |
+//!
+//! The *plaintext* of a frame is bincode of `Vec<Vec<u8>>`: a varint count
+//! (at least 1), then for each fact a varint length and its wire encoding
+//! ([`SignedFact::to_bytes`](crate::SignedFact::to_bytes), at most [`codec::MAX_FACT_BYTES`](crate::codec::MAX_FACT_BYTES)); it is at
+//! most 16 MiB ([`MAX_FRAME_BYTES`]). It is stored compressed:
+//!
+//! | size | field |
+//! |---|---|
+//! | 4 | declared length `D`, u32: the plaintext's length, at most 16 MiB ([`MAX_FRAME_BYTES`]) |
+//! | rest | exactly one zstd frame (RFC 8878) of the plaintext: it begins with zstd's magic `28 B5 2F FD` (so no skippable frame and no legacy zstd format), it records its content size, which equals `D`, and nothing follows it |
+//!
+//! amos compresses each frame in one shot at level [`COMPRESSION_LEVEL`]
+//! (3), without a dictionary or zstd's checksum (the tag and the signature
+//! cover every byte). Unencrypted, the frame bytes are this *stored form*.
+//! Encrypted, they are XChaCha20-Poly1305 ciphertext of it followed by the
+//! 16-byte tag, with
+//!
+//! * key = `blake3::derive_key("amos bundle v1 frame encryption key", mesh key)`,
+//! * nonce (24 bytes) = `nonce_seed` (16) ‖ `i` as u64 BE (8),
+//! * associated data (40 bytes) = `header_hash` (32) ‖ `i` as u64 BE (8),
+//!
+//! so a frame cannot be altered, reordered, dropped, duplicated or moved into
+//! another bundle without failing its tag.
+//!
+//! A frame length of 0 (4 zero bytes) ends the frames. Then the trailer:
+//!
+//! | size | field |
+//! |---|---|
+//! | 4 | trailer length `T`, u32, at most 256 |
+//! | `T` | bincode of `BundleTrailer { frames: u64, facts: u64, signature: [u8; 64] }` |
+//!
+//! `signature` is the sender's ed25519 signature (checked with
+//! `verify_strict` against `header.sender`) over
+//! `b"amos-bundle-v1\0"` ‖ `content_hash` (32) ‖ `frames` as u64 BE ‖ `facts` as u64 BE,
+//! where `content_hash` = BLAKE3 of every byte of the file before the trailer
+//! length (header bytes, every frame length and frame, and the zero
+//! terminator). Nothing may follow the trailer.
+//!
+//! The counts live in the signed trailer, not in the header, because export
+//! streams: the writer cannot know them when it writes the header, and it
+//! never seeks back.
+//!
+//! The header is never encrypted: sender, recipient, creation clock and
+//! scopes are readable without the key (so a reader can say whose bundle it is and that
+//! a key is needed); only facts are confidential. Frame sizes, and so
+//! roughly the number of facts and how well they compressed, are visible
+//! too.
+//!
+//! # Compression
+//!
+//! *Bounded.* A reader checks `D` against [`MAX_FRAME_BYTES`] before it
+//! allocates anything, checks that the zstd frame is one frame of the
+//! current format recording `D` as its size, then decompresses into a
+//! buffer of capacity `D` that zstd never writes past: a frame that would
+//! decompress to more (a decompression bomb) costs at most `D` bytes and is
+//! refused in one line ([`BundleError::TooLarge`] "decompressed frame", or
+//! [`BundleError::Decode`] "frame"), like every other malformed compressed
+//! frame; nothing in it can panic or run out of memory.
+//!
+//! *Canonical bytes.* The strict rule (a reader refuses non-canonical
+//! bytes) applies to the decompressed plaintext, which must be canonical
+//! bincode as before, and to the stored form around the zstd data (`D`
+//! exact, one frame, its size recorded, nothing after it). The compressed
+//! bytes themselves need not be what this writer would make: zstd has many
+//! valid encodings of one input, and which one it makes changes with its
+//! version and level, so requiring one would tie the format to one build
+//! of one library. That lets no one else change a bundle: the trailer
+//! signature covers every stored byte (and the tag, when encrypted), so only
+//! the sender chooses the encoding, as it already chooses the nonce seed
+//! and the clock. The content hash ([`VerifiedBundle::content_hash`])
+//! identifies a bundle's bytes, not its facts, as before.
+//!
+//! *Compress, then encrypt.* The known attacks on compressing before
+//! encrypting (CRIME, BREACH) need an attacker who gets chosen data
+//! compressed together with a secret, again and again, and watches the
+//! sizes. A bundle is written once, offline, by its signer, from its own
+//! store; nobody mixes data into it interactively and no oracle answers.
+//! What is visible is each frame's compressed size, as frame sizes were
+//! before.
+//!
+//! # Older formats
+//!
+//! Versions 3 and 4, which amos wrote before frames were compressed, have
+//! the same layout except that each frame's stored form is the plaintext
+//! itself (no declared length, no zstd), so the tag is counted in the
+//! 16 MiB with the plaintext. They are read exactly as before and never
+//! written; `protocol/tests/fixtures` holds bundles of both, written by the
+//! format-3 writer, that the tests import.
+//!
+//! # Reading
+//!
+//! Import is two passes over the same bytes, so memory stays bounded by a
+//! few frames whatever the bundle size:
+//!
+//! 1. [`verify_bundle`] checks everything — header, every frame's tag and
+//!    compressed form, every fact's decoding, validation and signature, the
+//!    trailer signature, the counts, and that nothing follows — and keeps
+//!    only a BLAKE3 hash of each frame ([`VerifiedBundle`]).
+//! 2. [`read_verified`] reads the bytes again and hands each frame's facts to
+//!    the caller as [`Verified`](crate::Verified) facts. Each frame must hash to what pass 1
+//!    recorded (so signatures are not checked twice, and a file that changed
+//!    between the passes is refused before the changed frame is applied);
+//!    the header and trailer must match too. Frames before a change may have
+//!    been applied by then; they are verified facts, and applying a fact
+//!    twice is a no-op, so the caller's store stays consistent.
+//!
+//! Keys: an encrypted bundle needs the mesh key ([`BundleError::NeedsKey`],
+//! [`BundleError::WrongKey`]). An unencrypted bundle is read whether or not a
+//! key is given; callers that require encryption check
+//! [`BundleHeader::encrypted`].
+//!
+//! # Signature checking
+//!
+//! Facts are checked by the one fact verifier, [`crate::verify`] (canonical
+//! decoding, validation, ed25519 batch verification with `verify_strict`'s
+//! extra conditions checked per fact — the same code live sync uses), half a
+//! frame per batch, on scoped worker threads, one per available core, while
+//! the calling thread reads, decrypts and decompresses the next frame.
+//!
+//! Boundary: no I/O besides the `Read`/`Write` values callers pass in; the
+//! nonce seed comes from the caller.
+//!
+//! # Where the code is
+//!
+//! `format` lays out the bytes (constants, the trailer, frame plaintexts
+//! and their compressed form); `seal` is the cryptography over them (the
+//! key check, frame encryption bound to the header and the frame's index,
+//! the trailer signature); `writer` streams a bundle out
+//! ([`BundleWriter`]); `reader` reads one in two passes ([`verify_bundle`],
+//! [`read_verified`]), its facts checked by `fact_check`'s workers. This
+//! file holds the types a caller sees.
+
+mod fact_check;
+mod format;
+mod reader;
+mod seal;
+#[cfg(test)]
+mod testkit;
+mod writer;
+
+use std::io;
+
+use bincode::{Decode, Encode};
+
+use crate::{Hlc, NodeId, ProtocolError};
+
+pub use format::{
+    COMPRESSION_LEVEL, FORMAT_VERSION, FRAME_FACTS, FRAME_TARGET_BYTES, MAGIC, MAX_FRAME_BYTES,
+    MAX_HEADER_BYTES, MAX_TRAILER_BYTES, PAIRING_FORMAT_VERSION, UNCOMPRESSED_FORMAT_VERSION,
+    UNCOMPRESSED_PAIRING_FORMAT_VERSION,
+};
+pub use reader::{VerifiedBundle, read_verified, verify_bundle};
+pub use writer::BundleWriter;
+
+/// What a bundle says about itself (readable without the mesh key).
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct BundleHeader {
+    /// The node that made and signed the bundle.
+    pub sender: NodeId,
+    /// Who may import it (signed with the rest of the header).
+    pub recipient: Recipient,
+    /// The sender's clock when the export began.
+    pub created: Hlc,
+    /// The scopes the export covered, as the sender named them.
+    pub scopes: Vec<String>,
+    /// Whether frames are encrypted under the mesh key.
+    pub encrypted: bool,
+    nonce_seed: [u8; 16],
+    key_check: [u8; 16],
+}
+
+/// Who a bundle is for, as its sender signed it.
+///
+/// `amos bundle export --for PEER` addresses the bundle to that peer and no
+/// other node will import it. An export by scope (`--scope`) or of
+/// everything is not made for one peer: it says so explicitly
+/// ([`Recipient::AnyPeer`]), and any node that has the sender registered as
+/// a peer may import it (through its own policy for the sender).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
+pub enum Recipient {
+    /// Any node that has the sender as a peer.
+    AnyPeer,
+    /// This node only.
+    Node(NodeId),
+}
+
+impl Recipient {
+    /// Whether the node `me` may import a bundle addressed this way.
+    pub fn admits(&self, me: &NodeId) -> bool {
+        match self {
+            Recipient::AnyPeer => true,
+            Recipient::Node(n) => n == me,
+        }
+    }
+}
+
+impl std::fmt::Display for Recipient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Recipient::AnyPeer => f.write_str("any peer"),
+            Recipient::Node(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// A joiner's proof that it holds a pairing code (docs/design.md §7, `amos join
+/// --offline`): the invite's public id and a proof of its secret bound to
+/// the joiner and the inviter (`pairing::join_proof` with
+/// `ProofBinding::Offline`). It is covered by the bundle's signature, so it
+/// speaks for the bundle's sender only; it lets the inviter accept that
+/// sender as a new peer, once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct PairingProof {
+    pub invite: [u8; 16],
+    pub proof: [u8; 32],
+}
+
+/// Counts of a written or verified bundle.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BundleSummary {
+    pub frames: u64,
+    pub facts: u64,
+    /// Size of the whole file.
+    pub bytes: u64,
+}
+
+/// Why a bundle was refused. Every variant displays as one line fit for a user.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BundleError {
+    #[error("not an amos bundle (bad magic bytes)")]
+    NotABundle,
+    #[error("bundle format version {0} is not supported")]
+    UnsupportedVersion(u16),
+    #[error(
+        "bundle format version {0} was written by an older amos and names no recipient; export it again"
+    )]
+    OldVersion(u16),
+    #[error("bundle is truncated")]
+    Truncated,
+    #[error("bundle {what} is too large: {size} bytes (limit {limit})")]
+    TooLarge {
+        what: &'static str,
+        size: u64,
+        limit: u64,
+    },
+    #[error("bundle is corrupt or was tampered with")]
+    Tampered,
+    #[error("bundle was encrypted with a different mesh key")]
+    WrongKey,
+    #[error("bundle is encrypted; set the mesh key")]
+    NeedsKey,
+    #[error("bundle frame {frame}, fact {index}: bad signature")]
+    BadFactSignature { frame: u64, index: u64 },
+    #[error("bundle frame {frame}, fact {index}: {error}")]
+    BadFact {
+        frame: u64,
+        index: u64,
+        error: ProtocolError,
+    },
+    #[error("bundle is corrupt or was tampered with: its signature does not verify")]
+    BadSignature,
+    #[error("bundle has unexpected bytes after its end")]
+    TrailingBytes,
+    #[error("bundle {what} does not decode: {reason}")]
+    Decode { what: &'static str, reason: String },
+    #[error("bundle i/o: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// The reason inside a codec error, without the codec's own "undecodable X"
+/// wording (the bundle error names the part itself).
+fn codec_reason(e: ProtocolError) -> String {
+    match e {
+        ProtocolError::Decode { reason, .. } => reason,
+        e => e.to_string(),
+    }
+}
+
+fn decode_err(what: &'static str, reason: impl Into<String>) -> BundleError {
+    BundleError::Decode {
+        what,
+        reason: reason.into(),
+    }
+}
+
+/// Pass 2 failed: either the bundle ([`ReadError::Bundle`]) or the caller's
+/// `apply` ([`ReadError::Apply`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError<E> {
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
+    #[error("{0}")]
+    Apply(E),
+}
