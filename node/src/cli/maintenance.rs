@@ -1,16 +1,105 @@
 //! Looking after a node: id, status, doctor, check, index, backup,
 //! restore, consolidate, retention.
 
-use super::*;
+use std::path::PathBuf;
 
-/// Run one of this group's commands on an open node.
-pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
+use amos_node::{Home, Node};
+use anyhow::Result;
+use clap::Subcommand;
+use serde_json::json;
+
+use super::bad;
+use super::output::{self, Out};
+
+#[derive(Subcommand, Debug)]
+pub(super) enum MaintenanceCmd {
+    /// Create the home, identity and database (idempotent)
+    Init {
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Print this node's NodeId
+    Id,
+    /// Node, peers, index lag
+    Status,
+    /// Check home and keys, database, index, clocks, listener, mDNS and peers
+    Doctor {
+        /// Skip the network checks (listener probe, peers)
+        #[arg(long)]
+        offline: bool,
+    },
+    /// Integrity of store, index and links
+    Check,
+    /// The disposable index
+    #[command(subcommand)]
+    Index(IndexCmd),
+    /// Online backup of the store to FILE
+    Backup {
+        file: PathBuf,
+        /// Write FILE.<YYYYMMDDTHHMMSSmmmZ> and keep only the N newest such backups
+        #[arg(long, value_name = "N")]
+        keep: Option<usize>,
+    },
+    /// Replace the store with a backup
+    Restore {
+        file: PathBuf,
+        #[arg(long)]
+        force: bool,
+    },
+    /// Merge exact and near duplicates into one memory (dry run unless --apply)
+    Consolidate {
+        #[arg(long)]
+        apply: bool,
+    },
+    /// Archive expired and long-idle memories (dry run unless --apply)
+    Retention {
+        #[arg(long)]
+        apply: bool,
+        /// Idle period: not recalled or edited for this long (e.g. 90d); `off` disables
+        #[arg(long, value_name = "DUR", default_value = "90d", env = "AMOS_IDLE")]
+        idle: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum IndexCmd {
+    /// Drop and rebuild the index from the store
+    Rebuild,
+}
+
+/// Run one of this group's commands: `init` makes the home, the others
+/// open it (exit 2 if it is not one).
+pub(super) fn run(home: &Home, out: &Out, cmd: MaintenanceCmd) -> Result<()> {
     match cmd {
-        Cmd::Id => out.emit(
+        MaintenanceCmd::Init { name } => {
+            let r = Node::init(home, name.as_deref())?;
+            amos_node::front::console::token::ensure(home)?;
+            out.emit(&json!({"node_id": r.node_id, "home": r.home}), || {
+                format!(
+                    "{} node {} in {}",
+                    if r.created {
+                        "created"
+                    } else {
+                        "already initialised:"
+                    },
+                    r.node_id,
+                    r.home
+                )
+            });
+            Ok(())
+        }
+        cmd => on_node(&mut Node::open(home)?, out, cmd),
+    }
+}
+
+/// Every command of the group but `init`, on the opened node.
+fn on_node(node: &mut Node, out: &Out, cmd: MaintenanceCmd) -> Result<()> {
+    match cmd {
+        MaintenanceCmd::Id => out.emit(
             &json!({"node_id": node.node_id().to_string(), "name": node.name()}),
             || node.node_id().to_string(),
         ),
-        Cmd::Status => {
+        MaintenanceCmd::Status => {
             let s = node.status()?;
             out.emit(&s, || {
                 let mut lines = vec![
@@ -50,7 +139,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                 lines.join("\n")
             })
         }
-        Cmd::Doctor { offline } => {
+        MaintenanceCmd::Doctor { offline } => {
             let r = amos_node::ops::doctor::run(node, !offline)?;
             out.emit(&r, || {
                 r.checks
@@ -70,7 +159,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                 anyhow::bail!("doctor found failures");
             }
         }
-        Cmd::Check => {
+        MaintenanceCmd::Check => {
             let r = node.check()?;
             out.emit(&r, || {
                 format!(
@@ -83,7 +172,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                 anyhow::bail!("check failed");
             }
         }
-        Cmd::Index(IndexCmd::Rebuild) => {
+        MaintenanceCmd::Index(IndexCmd::Rebuild) => {
             let r = node.index_rebuild(out.feedback())?;
             out.emit(&r, || {
                 format!(
@@ -92,21 +181,21 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                 )
             });
         }
-        Cmd::Backup { file, keep } => {
+        MaintenanceCmd::Backup { file, keep } => {
             let r = node.backup_rotating(&file, keep)?;
             out.emit(&r, || output::backup_text(&r));
         }
-        Cmd::Restore { file, force } => {
+        MaintenanceCmd::Restore { file, force } => {
             node.restore(&file, force)?;
             out.emit(&json!({"restored": file}), || {
                 format!("restored from {}", file.display())
             });
         }
-        Cmd::Consolidate { apply } => {
+        MaintenanceCmd::Consolidate { apply } => {
             let r = node.consolidate(apply)?;
             out.emit(&r, || output::hygiene_text(&r));
         }
-        Cmd::Retention { apply, idle } => {
+        MaintenanceCmd::Retention { apply, idle } => {
             let idle_ms = if idle == "off" {
                 None
             } else {
@@ -123,11 +212,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
             let r = node.retention_with(&amos_node::api::RetentionPolicy { idle_ms }, apply)?;
             out.emit(&r, || output::hygiene_text(&r));
         }
-        other => {
-            return Err(anyhow::anyhow!(
-                "internal: {other:?} is not a maintenance command"
-            ));
-        }
+        MaintenanceCmd::Init { .. } => unreachable!("run handles init"),
     }
     Ok(())
 }

@@ -1,12 +1,202 @@
-//! Memory commands: add, get, search, pack, list, update, history, share,
-//! unshare, forget, link, feedback, restore-memory, profile.
+//! Memory commands: add, supersede, timeline, get, update, history, share,
+//! unshare, forget, link, feedback, restore-memory, list — their arguments
+//! and their printing; the node API does the work.
 
-use super::*;
+use amos_node::{Node, NodeError};
+use amos_protocol::MemoryType;
+use anyhow::Result;
+use clap::Subcommand;
+use serde_json::json;
+
+use super::output::{self, Out, memory_json};
+use super::recall::TimeArgs;
+use super::{AsAgent, bad, who};
+
+#[derive(Subcommand, Debug)]
+pub(super) enum MemoryCmd {
+    /// Store a memory owned by the requesting agent (default: private)
+    Add {
+        /// The text; `-` reads stdin
+        text: String,
+        #[command(flatten)]
+        who: AsAgent,
+        #[arg(long = "type", value_name = "T")]
+        kind: Option<String>,
+        /// private, global, agent:ID, team:ID or project:ID (repeatable)
+        #[arg(long, value_name = "SCOPE")]
+        share: Vec<String>,
+        #[arg(long, default_value_t = 0.5, allow_negative_numbers = true)]
+        importance: f32,
+        #[arg(long)]
+        tag: Vec<String>,
+        #[arg(long)]
+        pin: bool,
+        /// A duration from now (e.g. 30d) or an RFC 3339 time
+        #[arg(long, value_name = "DURATION|RFC3339")]
+        expires: Option<String>,
+        #[command(flatten)]
+        valid: ValidArgs,
+        /// The id of a memory this one replaces (it stays, marked superseded)
+        #[arg(long, value_name = "ID")]
+        supersedes: Option<String>,
+    },
+    /// Replace a memory with a new one (the old stays, its valid time ends
+    /// where the new one's starts). Type and tags are the old one's; so are
+    /// its grants when you own it, unless --share says otherwise.
+    Supersede {
+        /// The memory replaced
+        id: String,
+        /// The new text; `-` reads stdin
+        text: String,
+        #[command(flatten)]
+        who: AsAgent,
+        /// private, global, agent:ID, team:ID or project:ID (repeatable)
+        #[arg(long, value_name = "SCOPE")]
+        share: Vec<String>,
+        #[command(flatten)]
+        valid: ValidArgs,
+    },
+    /// Visible memories and their supersessions in valid-time order
+    Timeline {
+        #[command(flatten)]
+        who: AsAgent,
+        /// Events at or after this time (RFC 3339, date, or offset like -7d)
+        #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+        since: Option<String>,
+        /// Events at or before this time
+        #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+        until: Option<String>,
+        /// Only memories shared with this scope (private: shared with no one)
+        #[arg(long, value_name = "SCOPE")]
+        scope: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// One memory, if visible
+    Get {
+        id: String,
+        #[command(flatten)]
+        who: AsAgent,
+    },
+    /// Edit a memory's content (owner only; on its origin or a full peer of it).
+    /// Concurrent edits on two nodes are merged, never dropped.
+    Update {
+        id: String,
+        /// The new text (omit to change only the valid time)
+        #[arg(required_unless_present_any = ["valid_from", "valid_to"])]
+        text: Option<String>,
+        #[command(flatten)]
+        valid: ValidArgs,
+        /// The origin compacts the memory's edit history once it holds more
+        /// than this many bytes
+        #[arg(long, value_name = "BYTES", env = "AMOS_TEXT_COMPACT_BYTES", default_value_t = amos_node::api::DEFAULT_COMPACT_BYTES)]
+        compact_at: u64,
+        #[command(flatten)]
+        who: AsAgent,
+    },
+    /// The edits of a memory: author node, clock and size, oldest first
+    History {
+        id: String,
+        #[command(flatten)]
+        who: AsAgent,
+    },
+    /// Add a grant to a memory (owner only)
+    Share {
+        id: String,
+        scope: String,
+        #[command(flatten)]
+        who: AsAgent,
+    },
+    /// Remove a grant from a memory (owner only)
+    Unshare {
+        id: String,
+        scope: String,
+        #[command(flatten)]
+        who: AsAgent,
+    },
+    /// Tombstone a memory (owner only), or with --agent A --all every memory A owns
+    Forget {
+        /// The memory (omit with --agent A --all)
+        #[arg(required_unless_present = "every_of")]
+        id: Option<String>,
+        #[command(flatten)]
+        who: AsAgent,
+        /// Forget every memory this agent owns (needs --all)
+        #[arg(
+            long = "agent",
+            id = "every_of",
+            value_name = "AGENT",
+            requires = "all",
+            conflicts_with = "id"
+        )]
+        every_of: Option<String>,
+        /// With --agent: everything it owns
+        #[arg(long, requires = "every_of")]
+        all: bool,
+        /// Do not ask for confirmation
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Associate two memories the agent can see
+    Link {
+        a: String,
+        b: String,
+        #[arg(long)]
+        relation: Option<String>,
+        #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+        weight: f32,
+        #[command(flatten)]
+        who: AsAgent,
+    },
+    /// Recall feedback (local-only)
+    Feedback {
+        #[arg(required = true)]
+        ids: Vec<String>,
+        #[command(flatten)]
+        who: AsAgent,
+        #[arg(
+            long,
+            conflicts_with = "unhelpful",
+            required_unless_present = "unhelpful"
+        )]
+        helpful: bool,
+        #[arg(long)]
+        unhelpful: bool,
+    },
+    /// Bring an archived memory back into recall
+    RestoreMemory {
+        id: String,
+        #[command(flatten)]
+        who: AsAgent,
+    },
+    /// Newest first, gated
+    List {
+        #[command(flatten)]
+        who: AsAgent,
+        #[arg(long = "type")]
+        kind: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        #[command(flatten)]
+        time: TimeArgs,
+    },
+}
+
+/// A memory's valid time (`amos add`, `update`, `supersede`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub(super) struct ValidArgs {
+    /// When the content became true (RFC 3339, date, `now`, or offset like -7d; default: now)
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    valid_from: Option<String>,
+    /// When it stopped being true
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    valid_to: Option<String>,
+}
 
 /// Run one of this group's commands on an open node.
-pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
+pub(super) fn run(node: &mut Node, out: &Out, cmd: MemoryCmd) -> Result<()> {
     match cmd {
-        Cmd::Add {
+        MemoryCmd::Add {
             text,
             who: w,
             kind,
@@ -36,7 +226,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
             let id = node.add(&who, new)?;
             out.emit(&json!({"id": id.to_string()}), || id.to_string());
         }
-        Cmd::Supersede {
+        MemoryCmd::Supersede {
             id,
             text,
             who: w,
@@ -60,7 +250,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                 new.to_string()
             });
         }
-        Cmd::Timeline {
+        MemoryCmd::Timeline {
             who: w,
             since,
             until,
@@ -86,81 +276,12 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                     .join("\n")
             });
         }
-        Cmd::Get { id, who: w } => {
+        MemoryCmd::Get { id, who: w } => {
             let who = who(node, &w)?;
             let m = node.get(&who, &id)?;
             out.emit(&memory_json(&m), || output::memory_text(&m));
         }
-        Cmd::Search {
-            query,
-            who: w,
-            k,
-            explain,
-            ranking,
-            time,
-        } => {
-            let who = who(node, &w)?;
-            let opts = amos_node::recall::RecallOptions {
-                k,
-                half_life_ms: ranking.half_life_ms()?,
-                time: time.query(node.now_ms())?,
-                mode: ranking.mode.into(),
-                ..Default::default()
-            };
-            let hits = node.search_with(&who, &query, &opts)?;
-            out.emit(
-                &json!({"hits": hits.iter().map(hit_json).collect::<Vec<_>>()}),
-                || output::hits_text(&hits, explain),
-            );
-        }
-        Cmd::Pack {
-            query,
-            who: w,
-            budget,
-            report,
-            reinforce,
-            ranking,
-            time,
-        } => {
-            let who = who(node, &w)?;
-            let mut opts = amos_node::recall::PackOptions::new(budget);
-            opts.recall.half_life_ms = ranking.half_life_ms()?;
-            opts.recall.mode = ranking.mode.into();
-            opts.recall.time = time.query(node.now_ms())?;
-            opts.reinforce = reinforce;
-            let p = node.pack_with(&who, &query, &opts)?;
-            out.emit(&output::pack_json(&p, report), || {
-                output::pack_text(&p, report)
-            });
-        }
-        Cmd::Profile(p) => {
-            let (agent, weights) = match p {
-                ProfileCmd::Set { agent, weights } => {
-                    let weights = weights
-                        .iter()
-                        .map(|w| amos_node::api::parse_weight(w))
-                        .collect::<Result<Vec<_>, _>>()?;
-                    let set = node.profile_set(&agent, &weights)?;
-                    (agent, set)
-                }
-                ProfileCmd::Show { agent } => {
-                    let w = node.profile_show(&agent)?;
-                    (agent, w)
-                }
-            };
-            out.emit(&json!({"agent": agent, "weights": weights}), || {
-                if weights.is_empty() {
-                    format!("{agent}: no weights (every type weighs 1)")
-                } else {
-                    weights
-                        .iter()
-                        .map(|(t, w)| format!("{agent}  {t}={w}"))
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                }
-            });
-        }
-        Cmd::Update {
+        MemoryCmd::Update {
             id,
             text,
             valid,
@@ -175,7 +296,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
             let id = node.revise(&who, &id, text.as_deref(), validity, compact_at)?;
             out.emit(&json!({"id": id.to_string()}), || format!("updated {id}"));
         }
-        Cmd::History { id, who: w } => {
+        MemoryCmd::History { id, who: w } => {
             let who = who(node, &w)?;
             let (id, lines) = node.history(&who, &id)?;
             out.emit(&json!({"id": id.to_string(), "edits": lines}), || {
@@ -197,20 +318,20 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                     .join("\n")
             });
         }
-        Cmd::Share { id, scope, who: w } => set_grant(node, out, &w, &id, &scope, true)?,
-        Cmd::Unshare { id, scope, who: w } => set_grant(node, out, &w, &id, &scope, false)?,
-        Cmd::Forget {
+        MemoryCmd::Share { id, scope, who: w } => set_grant(node, out, &w, &id, &scope, true)?,
+        MemoryCmd::Unshare { id, scope, who: w } => set_grant(node, out, &w, &id, &scope, false)?,
+        MemoryCmd::Forget {
             every_of: Some(agent),
             yes,
             ..
         } => super::moves::forget_agent(node, out, &agent, yes)?,
-        Cmd::Forget { id, who: w, .. } => {
+        MemoryCmd::Forget { id, who: w, .. } => {
             let id = id.ok_or_else(|| bad("name the memory to forget, or --agent A --all"))?;
             let who = who(node, &w)?;
             let id = node.forget(&who, &id)?;
             out.emit(&json!({"id": id.to_string()}), || format!("forgot {id}"));
         }
-        Cmd::Link {
+        MemoryCmd::Link {
             a,
             b,
             relation,
@@ -221,7 +342,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
             node.link(&who, &a, &b, relation.as_deref(), weight)?;
             out.emit(&json!({"from": a, "to": b}), || format!("linked {a} → {b}"));
         }
-        Cmd::Feedback {
+        MemoryCmd::Feedback {
             ids,
             who: w,
             helpful,
@@ -239,7 +360,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                 },
             );
         }
-        Cmd::RestoreMemory { id, who: w } => {
+        MemoryCmd::RestoreMemory { id, who: w } => {
             let who = who(node, &w)?;
             let changed = node.set_archived(&who, &id, false)?;
             out.emit(&json!({"id": id, "restored": changed}), || {
@@ -250,7 +371,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                 }
             });
         }
-        Cmd::List {
+        MemoryCmd::List {
             who: w,
             kind,
             limit,
@@ -282,11 +403,6 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                 },
             );
         }
-        other => {
-            return Err(anyhow::anyhow!(
-                "internal: {other:?} is not a memory command"
-            ));
-        }
     }
     Ok(())
 }
@@ -316,4 +432,21 @@ impl ValidArgs {
             &|f: &str| format!("--{f}"),
         )?)
     }
+}
+
+fn set_grant(
+    node: &mut Node,
+    out: &Out,
+    w: &AsAgent,
+    id: &str,
+    scope: &str,
+    share: bool,
+) -> Result<()> {
+    let who = who(node, w)?;
+    let (id, grants) = node.set_grant(&who, id, scope, share)?;
+    out.emit(
+        &json!({"id": id.to_string(), "visibility": grants.to_strings()}),
+        || format!("{id} visible to: {grants}"),
+    );
+    Ok(())
 }

@@ -1,17 +1,123 @@
 //! Replication seen from one node: peers, mesh key, bundles, digest, audit.
 
-use super::*;
+use amos_node::{Home, Node, NodeError};
+use amos_protocol::Scope;
+use anyhow::Result;
+use clap::Subcommand;
+use serde_json::json;
 
-/// Run one of this group's commands on an open node.
-pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
+use super::bad;
+use super::output::Out;
+
+#[derive(Subcommand, Debug)]
+pub(super) enum ReplicationCmd {
+    /// Convergence digest of the replicated facts (optionally those scopes admit)
+    Digest {
+        #[arg(long = "scope", value_name = "S")]
+        scopes: Vec<String>,
+    },
+    /// Peers and their policies
+    #[command(subcommand)]
+    Peers(PeersCmd),
+    /// The mesh key that encrypts bundles
+    #[command(subcommand)]
+    Mesh(MeshCmd),
+    /// Sync with peers over QUIC
+    #[command(subcommand)]
+    Sync(SyncCmd),
+    /// Pair with the node that printed CODE (`amos team invite`), then sync
+    Join {
+        code: String,
+        /// Record the inviter without a network, for bundle-only exchange
+        #[arg(long)]
+        offline: bool,
+        /// This node's agent, for the inviter to add to the invite's team or project [env: AMOS_AGENT]
+        #[arg(long = "as", env = "AMOS_AGENT", value_name = "AGENT")]
+        agent: Option<String>,
+    },
+    /// Nodes seen on the LAN via mDNS (registered peers are recognised)
+    Discover {
+        /// How long to listen
+        #[arg(long, value_name = "DUR", default_value = "3s")]
+        timeout: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum PeersCmd {
+    /// Register a peer by NodeId, with the policy we give it
+    Add {
+        node_id: String,
+        /// host:port, if it serves (omit for bundle-only peers)
+        addr: Option<String>,
+        /// full, or a comma-separated list of global, team:ID, project:ID
+        #[arg(long)]
+        policy: String,
+    },
+    /// Forget a peer; its connections and bundles are refused from now on
+    Remove { node_id: String },
+    /// List peers
+    List,
+    /// Change the policy we give a peer
+    Policy { node_id: String, policy: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum MeshCmd {
+    /// The mesh key
+    #[command(subcommand)]
+    Key(MeshKeyCmd),
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum MeshKeyCmd {
+    /// Print the mesh key (a secret: anyone holding it can read bundles)
+    Show,
+    /// Set the mesh key printed by another node of the mesh
+    Set { key: String },
+    /// Make a new random mesh key and set it
+    Generate,
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum SyncCmd {
+    /// Sync with one peer (NodeId, prefix or name) or every peer with an address now
+    Now {
+        peer: Option<String>,
+        /// Reconcile the whole set of facts each side may send the other
+        /// (range-based repair) instead of trusting the watermarks
+        #[arg(long)]
+        repair: bool,
+    },
+    /// Sync once with every peer with an address; unreachable peers are not fatal
+    Auto,
+}
+
+/// Run one of this group's commands: the network ones on the home (each
+/// opens the node when it needs to), the others on the opened node.
+pub(super) fn run(home: &Home, out: &Out, cmd: ReplicationCmd) -> Result<()> {
     match cmd {
-        Cmd::Digest { scopes } => {
+        ReplicationCmd::Sync(cmd) => sync_cmd(home, out, cmd),
+        ReplicationCmd::Join {
+            code,
+            offline,
+            agent,
+        } => join_cmd(home, out, &code, offline, agent.as_deref()),
+        ReplicationCmd::Discover { timeout } => discover_cmd(home, out, &timeout),
+        cmd => on_node(&mut Node::open(home)?, out, cmd),
+    }
+}
+
+/// The commands that read or change this node's records only.
+fn on_node(node: &mut Node, out: &Out, cmd: ReplicationCmd) -> Result<()> {
+    match cmd {
+        ReplicationCmd::Digest { scopes } => {
             let (digest, facts) = node.digest(&scopes)?;
             out.emit(&json!({"digest": digest, "facts": facts}), || {
                 format!("{digest}  ({facts} facts)")
             });
         }
-        Cmd::Peers(p) => match p {
+        ReplicationCmd::Peers(p) => match p {
             PeersCmd::Add {
                 node_id,
                 addr,
@@ -53,7 +159,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                 });
             }
         },
-        Cmd::Mesh(MeshCmd::Key(k)) => {
+        ReplicationCmd::Mesh(MeshCmd::Key(k)) => {
             let key = match k {
                 MeshKeyCmd::Show => node
                     .mesh_key()?
@@ -66,62 +172,164 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                 || key.to_string(),
             );
         }
-        Cmd::Bundle(BundleCmd::Export {
-            file,
-            scopes,
-            for_peer,
-        }) => {
-            let r = node.bundle_export(&file, &scopes, for_peer.as_deref(), out.feedback())?;
-            out.emit(&r, || {
-                format!(
-                    "wrote {} facts in {} frames ({} bytes, {}) to {}, for {}",
-                    r.facts,
-                    r.frames,
-                    r.bytes,
-                    if r.encrypted {
-                        "encrypted"
-                    } else {
-                        "NOT encrypted: no mesh key"
-                    },
-                    r.file,
-                    r.recipient
-                )
-            });
+        ReplicationCmd::Sync(_) | ReplicationCmd::Join { .. } | ReplicationCmd::Discover { .. } => {
+            unreachable!("run handles the network commands")
         }
-        Cmd::Bundle(BundleCmd::Import { file }) => {
-            let r = node.bundle_import(&file, out.feedback())?;
-            out.emit(&r, || {
-                format!(
-                    "{} facts from {}: {} applied, {} already known, {} refused, {} quarantined",
-                    r.facts,
-                    &r.sender[..10.min(r.sender.len())],
-                    r.applied,
-                    r.stale,
-                    r.refused,
-                    r.quarantined
-                )
-            });
-        }
-        Cmd::Audit { limit, .. } => {
-            let entries = node.audit(limit)?;
-            out.emit(&json!({"refused": entries}), || {
-                entries
-                    .iter()
-                    .map(|e| {
-                        format!(
-                            "{}  peer {}  {}  {}  {}",
-                            output::rfc3339(e.time_ms),
-                            &e.peer[..10.min(e.peer.len())],
-                            e.code,
-                            e.register,
-                            e.reason
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            });
-        }
-        other => return Err(anyhow::anyhow!("internal: {other:?} is not a mesh command")),
     }
+    Ok(())
+}
+
+/// `amos join CODE [--offline] [--as AGENT]`.
+fn join_cmd(home: &Home, out: &Out, code: &str, offline: bool, agent: Option<&str>) -> Result<()> {
+    use amos_node::events::SyncResult;
+    // Validates the home (exit 2 if it is not one).
+    let node = Node::open(home)?;
+    // The agent must be one of ours (it is who will read what the scope brings).
+    let mut agent = match agent.map(str::trim).filter(|a| !a.is_empty()) {
+        Some(a) => {
+            node.requester(a)?;
+            Some(
+                a.parse::<amos_protocol::AgentId>()
+                    .map_err(NodeError::from)?,
+            )
+        }
+        None => None,
+    };
+    drop(node);
+    if let Some(a) = &agent {
+        // A code that does not decode is reported by the join itself.
+        let policy = amos_protocol::pairing::PairingCode::decode(code)
+            .ok()
+            .and_then(|c| c.policy.parse::<amos_acl::PeerPolicy>().ok());
+        let names_org = policy.as_ref().is_some_and(|p| {
+            p.scopes()
+                .any(|s| matches!(s, Scope::Team(_) | Scope::Project(_)))
+        });
+        if offline {
+            eprintln!(
+                "amos: note: --as {a} is not carried by an offline join; the inviter's operator \
+                 adds the agent (`amos team add TEAM {a}`)"
+            );
+            agent = None;
+        } else if policy.is_some() && !names_org {
+            eprintln!(
+                "amos: note: the invite's policy ({}) names no team or project: --as {a} ignored",
+                policy.map(|p| p.to_string()).unwrap_or_default()
+            );
+            agent = None;
+        }
+    }
+    let r = if offline {
+        amos_node::api::join_offline(home, code)?
+    } else {
+        let progress = amos_node::progress::SyncProgress::new(out.feedback());
+        amos_node::net::join_blocking(home, code, agent.as_ref(), progress.observer())?
+    };
+    out.emit(&r, || {
+        let mut s = format!(
+            "paired with {} ({}) at {}, policy {}; mesh key: {}",
+            r.peer,
+            r.name,
+            r.addr.as_deref().unwrap_or("no address"),
+            r.policy,
+            serde_json::to_value(r.mesh_key)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
+        );
+        match &r.first_sync {
+            Some(o) if o.result == SyncResult::Ok => s.push_str(&format!(
+                "\nfirst sync ok: {} facts in, {} out",
+                o.facts_in, o.facts_out
+            )),
+            Some(o) => s.push_str(&format!(
+                "\nfirst sync {}: {} (the next `amos sync` retries)",
+                o.result.as_str(),
+                o.error.as_deref().unwrap_or("")
+            )),
+            None => s.push_str("\noffline: exchange bundles with `amos bundle export --for PEER`"),
+        }
+        if let Some(a) = &r.agent {
+            if r.member_of.is_empty() {
+                s.push_str(&format!("\nagent {a}: the inviter added it to nothing"));
+            } else {
+                s.push_str(&format!(
+                    "\nagent {a} is a member of {} on the inviter",
+                    r.member_of.join(", ")
+                ));
+            }
+        }
+        s
+    });
+    Ok(())
+}
+
+/// `amos sync now|auto`: one pass, one line (or JSON object) per peer.
+fn sync_cmd(home: &Home, out: &Out, cmd: SyncCmd) -> Result<()> {
+    use amos_node::events::SyncResult;
+    let (only, auto) = match &cmd {
+        SyncCmd::Now { peer, .. } => (peer.as_deref(), false),
+        SyncCmd::Auto => (None, true),
+    };
+    // Validates the home (exit 2 if it is not one).
+    let mut node = Node::open(home)?;
+    if let SyncCmd::Now { repair: true, .. } = &cmd {
+        // Kept in the peer's row until a repair with it completes.
+        node.ask_repair_of(only)?;
+    }
+    drop(node);
+    let progress = amos_node::progress::SyncProgress::new(out.feedback());
+    let outcomes = amos_node::net::sync_pass_blocking(home, only, progress.observer())?;
+    drop(progress);
+    out.emit(&json!({"peers": outcomes}), || {
+        if outcomes.is_empty() {
+            return "no peers with an address to sync with".into();
+        }
+        outcomes
+            .iter()
+            .map(amos_node::front::view::outcome_line)
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    let failed = outcomes
+        .iter()
+        .filter(|o| match o.result {
+            SyncResult::Ok => false,
+            SyncResult::Unreachable => !auto,
+            SyncResult::Refused | SyncResult::Failed => true,
+        })
+        .count();
+    if failed > 0 {
+        anyhow::bail!(
+            "sync failed with {failed} of {} peer{}",
+            outcomes.len(),
+            if outcomes.len() == 1 { "" } else { "s" }
+        );
+    }
+    Ok(())
+}
+
+/// `amos discover`: browse mDNS for a while, one line (or object) per node.
+fn discover_cmd(home: &Home, out: &Out, timeout: &str) -> Result<()> {
+    let timeout = humantime::parse_duration(timeout)
+        .map_err(|_| bad(format!("malformed --timeout {timeout:?}: use e.g. 3s")))?;
+    let nodes = amos_node::net::discovery::discover(home, timeout)?;
+    out.emit(&json!({"nodes": nodes}), || {
+        if nodes.is_empty() {
+            return "no amos nodes seen".into();
+        }
+        nodes
+            .iter()
+            .map(|n| {
+                let who = match (&n.peer, n.itself) {
+                    (Some(p), _) => format!("peer {p}"),
+                    (None, true) => "this node".into(),
+                    (None, false) => "unknown".into(),
+                };
+                format!("{}  port {}  {who}", n.addrs.join(","), n.port)
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
     Ok(())
 }

@@ -1,14 +1,19 @@
-//! `amos import`, `amos export --agent`, `amos forget --agent --all`:
-//! arguments to the node API and printing; no logic.
+//! Moving memories in and out of a node: `amos import`, `amos export
+//! --agent`, signed bundles (`amos bundle export|import`) and `amos forget
+//! --agent --all`: arguments to the node API and printing; no logic.
 
 use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
 
 use amos_node::api::import::{self, ImportOptions, ImportReport};
 use amos_node::progress::Progress;
-use amos_protocol::AgentId;
+use amos_node::{Node, NodeError};
+use amos_protocol::{AgentId, Scope};
+use anyhow::Result;
+use clap::Subcommand;
 
-use super::output::rfc3339;
-use super::*;
+use super::bad;
+use super::output::Out;
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum ImportSource {
@@ -19,9 +24,64 @@ pub(super) enum ImportSource {
     Amos,
 }
 
-pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
+#[derive(Subcommand, Debug)]
+pub(super) enum MovesCmd {
+    /// Import memories: agent-memory-os (a home or a bundle), mem0, chatgpt,
+    /// hermes (owned by --as), or an `amos export` file
+    Import {
+        #[arg(value_enum)]
+        source: ImportSource,
+        path: PathBuf,
+        /// The agent that owns what mem0, chatgpt and hermes imports; for amos, the
+        /// export's own agent [env: AMOS_AGENT]
+        #[arg(long = "as", env = "AMOS_AGENT", value_name = "AGENT")]
+        agent: Option<String>,
+        /// Grants for mem0, chatgpt and hermes imports (default: private; repeatable)
+        #[arg(long, value_name = "SCOPE")]
+        share: Vec<String>,
+        /// Print what would be imported; write nothing
+        #[arg(long)]
+        dry_run: bool,
+        /// Add the file's members to teams and projects that already exist here
+        /// (agent-memory-os; without it they are left out and listed)
+        #[arg(long)]
+        add_members: bool,
+        /// Let the file write memories and profiles of agents that already exist
+        /// here (agent-memory-os, amos; without it they are left out and counted)
+        #[arg(long)]
+        existing_agents: bool,
+    },
+    /// Write everything an agent owns to FILE as JSON Lines (`amos import amos` reads it)
+    Export {
+        #[arg(long, value_name = "AGENT")]
+        agent: String,
+        file: PathBuf,
+    },
+    /// Signed (and, with a mesh key, encrypted) bundle files for air-gapped exchange
+    #[command(subcommand)]
+    Bundle(BundleCmd),
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum BundleCmd {
+    /// Write the facts a policy lets out to FILE
+    Export {
+        file: PathBuf,
+        /// Export what these scopes admit (repeatable)
+        #[arg(long = "scope", value_name = "S")]
+        scopes: Vec<String>,
+        /// Export what this peer's policy admits
+        #[arg(long = "for", value_name = "PEER")]
+        for_peer: Option<String>,
+    },
+    /// Verify FILE completely, then apply it through the import gate
+    Import { file: PathBuf },
+}
+
+/// Run one of this group's commands on an open node.
+pub(super) fn run(node: &mut Node, out: &Out, cmd: MovesCmd) -> Result<()> {
     match cmd {
-        Cmd::Import {
+        MovesCmd::Import {
             source,
             path,
             agent,
@@ -112,7 +172,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
             drop(progress);
             out.emit(&r, || report_text(&r));
         }
-        Cmd::Export { agent, file } => {
+        MovesCmd::Export { agent, file } => {
             let r = node.export_agent(&agent, &file)?;
             out.emit(&r, || {
                 format!(
@@ -125,90 +185,44 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                 )
             });
         }
-        Cmd::Config(ConfigCmd::Set { key, value }) => {
-            let c = match key.as_str() {
-                "read-audit" => match value.as_str() {
-                    "on" => node.set_read_audit(true)?,
-                    "off" => node.set_read_audit(false)?,
-                    v => return Err(bad(format!("read-audit is on or off, not {v:?}"))),
-                },
-                "read-audit-retention" => {
-                    let d = humantime::parse_duration(&value).map_err(|_| {
-                        bad(format!(
-                            "malformed retention {value:?}: use a duration, e.g. 30d"
-                        ))
-                    })?;
-                    node.set_read_audit_retention(d.as_millis() as u64)?
-                }
-                k => {
-                    return Err(bad(format!(
-                        "unknown setting {k:?}: read-audit, read-audit-retention"
-                    )));
-                }
-            };
-            out.emit(&c, || config_text(&c));
-        }
-        Cmd::Config(ConfigCmd::Show) => {
-            let c = node.read_audit_config()?;
-            out.emit(&c, || config_text(&c));
-        }
-        Cmd::Audit {
-            what:
-                Some(AuditCmd::Reads {
-                    agent,
-                    memory,
-                    since,
-                    limit,
-                }),
-            ..
-        } => {
-            let since_ms = since
-                .map(|s| match humantime::parse_duration(&s) {
-                    Ok(d) => Ok(node.now_ms().saturating_sub(d.as_millis() as u64)),
-                    Err(_) => humantime::parse_rfc3339_weak(&s)
-                        .ok()
-                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                        .map(|d| d.as_millis() as u64)
-                        .ok_or_else(|| {
-                            bad(format!(
-                                "malformed --since {s:?}: use a duration (1h, 7d) or an RFC 3339 time"
-                            ))
-                        }),
-                })
-                .transpose()?;
-            let rows = node.read_audit(agent.as_deref(), memory.as_deref(), since_ms, limit)?;
-            out.emit(&json!({ "reads": rows }), || {
-                rows.iter()
-                    .map(|r| {
-                        format!(
-                            "{}  {:<16} {}  {} via {}",
-                            rfc3339(r.time_ms),
-                            r.agent,
-                            r.memory,
-                            r.front,
-                            r.via
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n")
+        MovesCmd::Bundle(BundleCmd::Export {
+            file,
+            scopes,
+            for_peer,
+        }) => {
+            let r = node.bundle_export(&file, &scopes, for_peer.as_deref(), out.feedback())?;
+            out.emit(&r, || {
+                format!(
+                    "wrote {} facts in {} frames ({} bytes, {}) to {}, for {}",
+                    r.facts,
+                    r.frames,
+                    r.bytes,
+                    if r.encrypted {
+                        "encrypted"
+                    } else {
+                        "NOT encrypted: no mesh key"
+                    },
+                    r.file,
+                    r.recipient
+                )
             });
         }
-        _ => unreachable!("not a moves command"),
+        MovesCmd::Bundle(BundleCmd::Import { file }) => {
+            let r = node.bundle_import(&file, out.feedback())?;
+            out.emit(&r, || {
+                format!(
+                    "{} facts from {}: {} applied, {} already known, {} refused, {} quarantined",
+                    r.facts,
+                    &r.sender[..10.min(r.sender.len())],
+                    r.applied,
+                    r.stale,
+                    r.refused,
+                    r.quarantined
+                )
+            });
+        }
     }
     Ok(())
-}
-
-fn config_text(c: &amos_node::api::reads::ReadAuditConfig) -> String {
-    format!(
-        "read-audit {}{} (stored: {}), retention {}",
-        if c.on { "on" } else { "off" },
-        c.env
-            .as_ref()
-            .map(|e| format!(" by AMOS_READ_AUDIT={e}"))
-            .unwrap_or_default(),
-        if c.stored { "on" } else { "off" },
-        humantime::format_duration(std::time::Duration::from_millis(c.retention_ms))
-    )
 }
 
 fn counts(m: &std::collections::BTreeMap<String, usize>) -> String {

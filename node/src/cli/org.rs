@@ -1,15 +1,106 @@
 //! The org graph: agent, team and project commands.
 
-use super::*;
+use amos_node::Node;
+use anyhow::Result;
+use clap::Subcommand;
+use serde_json::json;
+
+use super::bad;
+use super::output::Out;
+
+#[derive(Subcommand, Debug)]
+pub(super) enum OrgCmd {
+    /// Agents
+    #[command(subcommand)]
+    Agent(AgentCmd),
+    /// Teams and team membership
+    #[command(subcommand)]
+    Team(TeamCmd),
+    /// Projects and project membership
+    #[command(subcommand)]
+    Project(ProjectCmd),
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum AgentCmd {
+    Add {
+        id: String,
+        #[arg(long, default_value = "agent")]
+        kind: String,
+        #[arg(long)]
+        team: Vec<String>,
+    },
+    List,
+    /// Apply <home>/agents.toml now (also done at every start of `serve` and `mcp`)
+    Apply,
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum TeamCmd {
+    Create {
+        id: String,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    List,
+    Delete {
+        id: String,
+    },
+    Add {
+        team: String,
+        agent: String,
+    },
+    Remove {
+        team: String,
+        agent: String,
+    },
+    /// Print a one-time pairing code (amos1-…); the serving node answers `amos join`
+    Invite {
+        team: String,
+        /// What the joining node may receive: `full` or scopes (default: team:TEAM)
+        #[arg(long, value_name = "P")]
+        policy: Option<String>,
+        /// How long the code stays valid (e.g. 10m, 2h; at most 7d)
+        #[arg(long, value_name = "DUR", default_value = "10m")]
+        ttl: String,
+        /// Address the joiner dials (HOST:PORT; repeatable). Default: where
+        /// `amos serve` listens
+        #[arg(long = "addr", value_name = "HOST:PORT")]
+        addrs: Vec<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum ProjectCmd {
+    Create {
+        id: String,
+        #[arg(long)]
+        team: String,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    List,
+    Delete {
+        id: String,
+    },
+    Add {
+        project: String,
+        agent: String,
+    },
+    Remove {
+        project: String,
+        agent: String,
+    },
+}
 
 /// Run one of this group's commands on an open node.
-pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
+pub(super) fn run(node: &mut Node, out: &Out, cmd: OrgCmd) -> Result<()> {
     match cmd {
-        Cmd::Agent(AgentCmd::Add { id, kind, team }) => {
+        OrgCmd::Agent(AgentCmd::Add { id, kind, team }) => {
             node.agent_add(&id, &kind, &team)?;
             out.emit(&json!({"agent": id}), || format!("agent {id}"));
         }
-        Cmd::Agent(AgentCmd::Apply) => {
+        OrgCmd::Agent(AgentCmd::Apply) => {
             let home = node.home().clone();
             let r = amos_node::ops::fleet::apply(node, &home)?;
             out.emit(&r, || {
@@ -25,7 +116,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                 lines.join("\n")
             });
         }
-        Cmd::Agent(AgentCmd::List) => {
+        OrgCmd::Agent(AgentCmd::List) => {
             let agents = node.agent_list()?;
             out.emit(&json!({"agents": agents}), || {
                 agents
@@ -35,7 +126,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                     .join("\n")
             });
         }
-        Cmd::Team(t) => match t {
+        OrgCmd::Team(t) => match t {
             TeamCmd::Create { id, name } => {
                 node.team_create(&id, name.as_deref())?;
                 out.emit(&json!({"team": id}), || format!("team {id}"));
@@ -94,7 +185,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                 );
             }
         },
-        Cmd::Project(p) => match p {
+        OrgCmd::Project(p) => match p {
             ProjectCmd::Create { id, team, name } => {
                 node.project_create(&id, &team, name.as_deref())?;
                 out.emit(&json!({"project": id, "team": team}), || {
@@ -133,7 +224,6 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: Cmd) -> Result<()> {
                 );
             }
         },
-        other => return Err(anyhow::anyhow!("internal: {other:?} is not a org command")),
     }
     Ok(())
 }

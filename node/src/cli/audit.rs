@@ -1,0 +1,155 @@
+//! What a node recorded about others: the facts it refused from peers, the
+//! reads of its memories (the read audit), and the read audit's local settings.
+
+use amos_node::Node;
+use anyhow::Result;
+use clap::Subcommand;
+use serde_json::json;
+
+use super::bad;
+use super::output::{Out, rfc3339};
+
+#[derive(Subcommand, Debug)]
+pub(super) enum AuditingCmd {
+    /// Facts refused from peers, newest first (`amos audit reads`: the read audit)
+    Audit {
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        #[command(subcommand)]
+        what: Option<AuditCmd>,
+    },
+    /// Local settings of this node (never replicated): read-audit, read-audit-retention
+    #[command(subcommand)]
+    Config(ConfigCmd),
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum AuditCmd {
+    /// Which agent read which memory, when, through which front end (newest first)
+    Reads {
+        #[arg(long, value_name = "AGENT")]
+        agent: Option<String>,
+        #[arg(long, value_name = "ID")]
+        memory: Option<String>,
+        /// Only reads since then: a duration ago (e.g. 1h) or an RFC 3339 time
+        #[arg(long, value_name = "DUR|RFC3339")]
+        since: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum ConfigCmd {
+    /// read-audit on|off, or read-audit-retention DUR (e.g. 30d)
+    Set { key: String, value: String },
+    /// The local settings
+    Show,
+}
+
+/// Run one of this group's commands on an open node.
+pub(super) fn run(node: &mut Node, out: &Out, cmd: AuditingCmd) -> Result<()> {
+    match cmd {
+        AuditingCmd::Config(ConfigCmd::Set { key, value }) => {
+            let c = match key.as_str() {
+                "read-audit" => match value.as_str() {
+                    "on" => node.set_read_audit(true)?,
+                    "off" => node.set_read_audit(false)?,
+                    v => return Err(bad(format!("read-audit is on or off, not {v:?}"))),
+                },
+                "read-audit-retention" => {
+                    let d = humantime::parse_duration(&value).map_err(|_| {
+                        bad(format!(
+                            "malformed retention {value:?}: use a duration, e.g. 30d"
+                        ))
+                    })?;
+                    node.set_read_audit_retention(d.as_millis() as u64)?
+                }
+                k => {
+                    return Err(bad(format!(
+                        "unknown setting {k:?}: read-audit, read-audit-retention"
+                    )));
+                }
+            };
+            out.emit(&c, || config_text(&c));
+        }
+        AuditingCmd::Config(ConfigCmd::Show) => {
+            let c = node.read_audit_config()?;
+            out.emit(&c, || config_text(&c));
+        }
+        AuditingCmd::Audit {
+            what:
+                Some(AuditCmd::Reads {
+                    agent,
+                    memory,
+                    since,
+                    limit,
+                }),
+            ..
+        } => {
+            let since_ms = since
+                .map(|s| match humantime::parse_duration(&s) {
+                    Ok(d) => Ok(node.now_ms().saturating_sub(d.as_millis() as u64)),
+                    Err(_) => humantime::parse_rfc3339_weak(&s)
+                        .ok()
+                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                        .map(|d| d.as_millis() as u64)
+                        .ok_or_else(|| {
+                            bad(format!(
+                                "malformed --since {s:?}: use a duration (1h, 7d) or an RFC 3339 time"
+                            ))
+                        }),
+                })
+                .transpose()?;
+            let rows = node.read_audit(agent.as_deref(), memory.as_deref(), since_ms, limit)?;
+            out.emit(&json!({ "reads": rows }), || {
+                rows.iter()
+                    .map(|r| {
+                        format!(
+                            "{}  {:<16} {}  {} via {}",
+                            rfc3339(r.time_ms),
+                            r.agent,
+                            r.memory,
+                            r.front,
+                            r.via
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+        }
+        AuditingCmd::Audit { limit, .. } => {
+            let entries = node.audit(limit)?;
+            out.emit(&json!({"refused": entries}), || {
+                entries
+                    .iter()
+                    .map(|e| {
+                        format!(
+                            "{}  peer {}  {}  {}  {}",
+                            rfc3339(e.time_ms),
+                            &e.peer[..10.min(e.peer.len())],
+                            e.code,
+                            e.register,
+                            e.reason
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+        }
+    }
+    Ok(())
+}
+
+fn config_text(c: &amos_node::api::reads::ReadAuditConfig) -> String {
+    format!(
+        "read-audit {}{} (stored: {}), retention {}",
+        if c.on { "on" } else { "off" },
+        c.env
+            .as_ref()
+            .map(|e| format!(" by AMOS_READ_AUDIT={e}"))
+            .unwrap_or_default(),
+        if c.stored { "on" } else { "off" },
+        humantime::format_duration(std::time::Duration::from_millis(c.retention_ms))
+    )
+}

@@ -1,0 +1,292 @@
+//! The long-running front ends: `serve` (the QUIC node, with push, metrics
+//! and the console beside it), `console`, `mcp`, and the systemd units that
+//! run them (`service install`). Arguments in, the library runs them.
+
+use std::path::{Path, PathBuf};
+
+use amos_node::{Home, Node};
+use anyhow::Result;
+use clap::Subcommand;
+use serde_json::json;
+
+use super::bad;
+use super::output::Out;
+
+#[derive(Subcommand, Debug)]
+pub(super) enum ServingCmd {
+    /// Run the node: QUIC listener, periodic sync; stops on SIGINT/SIGTERM
+    Serve {
+        /// UDP address to listen on
+        #[arg(long, value_name = "ADDR", default_value = amos_node::net::DEFAULT_LISTEN)]
+        listen: String,
+        /// Also sync with every peer this often (e.g. 30s)
+        #[arg(long, value_name = "DUR")]
+        sync_every: Option<String>,
+        /// Neither advertise nor browse over mDNS
+        #[arg(long)]
+        no_mdns: bool,
+        /// Do not push changes to peers as they happen (periodic sync only)
+        #[arg(long)]
+        no_push: bool,
+        /// Push a change to peers this long after it (e.g. 200ms)
+        #[arg(long, value_name = "DUR", default_value = "200ms")]
+        push_debounce: String,
+        /// At most this many push sessions at once
+        #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
+        push_sessions: u16,
+        /// Serve Prometheus /metrics and /healthz over HTTP on this TCP address
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<String>,
+        /// Also serve the web console on this TCP address (loopback unless --allow-remote)
+        #[arg(long, value_name = "ADDR")]
+        console: Option<String>,
+        /// Let --console listen on a non-loopback address (prints a warning)
+        #[arg(long, requires = "console")]
+        allow_remote: bool,
+    },
+    /// The web console: node, peers, memories, org and audit in a browser
+    Console {
+        /// TCP address to listen on (loopback unless --allow-remote)
+        #[arg(long, value_name = "ADDR", default_value = amos_node::front::console::DEFAULT_LISTEN)]
+        listen: String,
+        /// Print the console's URL with its access token and exit
+        #[arg(long)]
+        print_url: bool,
+        /// Let --listen be a non-loopback address (prints a warning)
+        #[arg(long)]
+        allow_remote: bool,
+    },
+    /// MCP server on stdio for one agent ($AMOS_AGENT): memory tools for AI agents
+    Mcp,
+    /// systemd units: amos.service (serve), amos-sync.service + .timer (sync auto)
+    #[command(subcommand)]
+    Service(ServiceCmd),
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum ServiceCmd {
+    /// Write the units and enable amos.service (or, with --timer, amos-sync.timer)
+    Install {
+        /// User units in ~/.config/systemd/user, run as you (default: system
+        /// units in /etc/systemd/system, run as the user `amos`, home /var/lib/amos)
+        #[arg(long)]
+        user: bool,
+        /// Print the files and the commands; change nothing
+        #[arg(long)]
+        dry_run: bool,
+        /// Enable the sync timer instead of the serving node
+        #[arg(long)]
+        timer: bool,
+        /// The binary the units run [default: this one]
+        #[arg(long, value_name = "PATH")]
+        bin: Option<PathBuf>,
+    },
+}
+
+/// Run one of this group's commands. `home_flag` is `--home` as given
+/// (`service install` picks its own default).
+pub(super) fn run(home: &Home, home_flag: Option<&Path>, out: &Out, cmd: ServingCmd) -> Result<()> {
+    match cmd {
+        ServingCmd::Serve {
+            listen,
+            sync_every,
+            no_mdns,
+            no_push,
+            push_debounce,
+            push_sessions,
+            metrics,
+            console,
+            allow_remote,
+        } => {
+            let push_debounce = humantime::parse_duration(&push_debounce).map_err(|_| {
+                bad(format!(
+                    "malformed --push-debounce {push_debounce:?}: use e.g. 200ms"
+                ))
+            })?;
+            let push = (!no_push).then(|| amos_node::net::push::PushConfig {
+                debounce_ms: push_debounce.as_millis() as u64,
+                max_sessions: usize::from(push_sessions),
+                ..Default::default()
+            });
+            let metrics = metrics
+                .map(|m| {
+                    m.parse()
+                        .map_err(|_| bad(format!("malformed --metrics {m:?}: use IP:PORT")))
+                })
+                .transpose()?;
+            let listen = listen
+                .parse()
+                .map_err(|_| bad(format!("malformed --listen {listen:?}: use IP:PORT")))?;
+            let sync_every = sync_every
+                .map(|d| {
+                    humantime::parse_duration(&d)
+                        .ok()
+                        .filter(|d| !d.is_zero())
+                        .ok_or_else(|| bad(format!("malformed --sync-every {d:?}: use e.g. 30s")))
+                })
+                .transpose()?;
+            let console = console
+                .map(|c| console_addr(&c, "--console", allow_remote))
+                .transpose()?;
+            // Validates the home (exit 2 if it is not one).
+            drop(Node::open(home)?);
+            if let Some(opts) = console {
+                let opts = amos_node::front::console::ConsoleOptions {
+                    serving: Some(amos_node::front::console::Serving { listen, metrics }),
+                    ..opts
+                };
+                let c = amos_node::front::console::start(home, opts)?;
+                // Always printed (also with -q): the operator needs it to get in.
+                if out.json {
+                    println!("{}", json!({"console": c.url}));
+                } else {
+                    println!("console: {}", c.url);
+                }
+            }
+            amos_node::ops::serve(
+                home,
+                &amos_node::ops::ServeOptions {
+                    listen,
+                    sync_every,
+                    mdns: !no_mdns,
+                    metrics,
+                    push,
+                },
+            )?;
+            Ok(())
+        }
+        ServingCmd::Console {
+            listen,
+            print_url,
+            allow_remote,
+        } => console_cmd(home, out, &listen, print_url, allow_remote),
+        ServingCmd::Mcp => {
+            let agent = std::env::var("AMOS_AGENT")
+                .ok()
+                .filter(|a| !a.trim().is_empty());
+            let Some(agent) = agent else {
+                return Err(bad(
+                    "amos mcp needs the agent it serves: set AMOS_AGENT (e.g. AMOS_AGENT=alice amos mcp)",
+                ));
+            };
+            amos_node::front::mcp::serve_stdio(home, agent.trim())?;
+            Ok(())
+        }
+        ServingCmd::Service(cmd) => service_cmd(home_flag, out, cmd),
+    }
+}
+
+/// `amos service install`: render the units, print them for a dry run,
+/// otherwise write and enable them.
+fn service_cmd(home: Option<&std::path::Path>, out: &Out, cmd: ServiceCmd) -> Result<()> {
+    use amos_node::ops::service::{self, InstallOptions, UnitMode};
+    let ServiceCmd::Install {
+        user,
+        dry_run,
+        timer,
+        bin,
+    } = cmd;
+    let mode = if user {
+        UnitMode::User
+    } else {
+        UnitMode::System
+    };
+    let home = match home {
+        Some(h) => h.to_path_buf(),
+        None if user => Home::default_root(),
+        None => PathBuf::from(service::TEMPLATE_HOME),
+    };
+    let absolute = |p: PathBuf, what: &str| {
+        std::path::absolute(&p).map_err(|e| {
+            bad(format!(
+                "cannot make the {what} path {} absolute: {e}",
+                p.display()
+            ))
+        })
+    };
+    let bin = match bin {
+        Some(b) => b,
+        None => std::env::current_exe()
+            .map_err(|e| anyhow::anyhow!("cannot find this binary's path: {e}"))?,
+    };
+    let plan = service::plan(&InstallOptions {
+        mode,
+        home: absolute(home, "home")?,
+        bin: absolute(bin, "binary")?,
+        timer,
+    })?;
+    if !dry_run {
+        service::apply(&plan)?;
+    }
+    let mut v = serde_json::to_value(&plan)?;
+    v["dry_run"] = json!(dry_run);
+    out.emit(&v, || {
+        let mut s = Vec::new();
+        for f in &plan.files {
+            if dry_run {
+                s.push(format!("==> {} (would write)\n{}", f.path, f.contents));
+            } else {
+                s.push(format!("wrote {}", f.path));
+            }
+        }
+        for c in &plan.commands {
+            s.push(format!(
+                "{}{}",
+                if dry_run { "would run: " } else { "ran: " },
+                c.join(" ")
+            ));
+        }
+        for n in &plan.notes {
+            s.push(format!("note: {n}"));
+        }
+        s.join("\n")
+    });
+    Ok(())
+}
+
+/// A console address from the command line.
+fn console_addr(
+    text: &str,
+    flag: &str,
+    allow_remote: bool,
+) -> Result<amos_node::front::console::ConsoleOptions> {
+    let listen = text
+        .parse()
+        .map_err(|_| bad(format!("malformed {flag} {text:?}: use IP:PORT")))?;
+    let opts = amos_node::front::console::ConsoleOptions {
+        listen,
+        allow_remote,
+        serving: None,
+    };
+    amos_node::front::console::check_listen(&opts)?;
+    Ok(opts)
+}
+
+/// `amos console [--listen ADDR] [--print-url]`: print the URL (with the
+/// access token), then serve until SIGINT/SIGTERM unless only asked for it.
+fn console_cmd(
+    home: &Home,
+    out: &Out,
+    listen: &str,
+    print_url: bool,
+    allow_remote: bool,
+) -> Result<()> {
+    let opts = console_addr(listen, "--listen", allow_remote)?;
+    // Validates the home (exit 2 if it is not one).
+    drop(Node::open(home)?);
+    if print_url {
+        let token = amos_node::front::console::token::ensure(home)?;
+        let url = amos_node::front::console::url(opts.listen, &token);
+        out.emit(&json!({"url": url}), || url.clone());
+        return Ok(());
+    }
+    amos_node::front::console::run(home, &opts, |url| {
+        // Always printed (also with -q): the operator needs it to get in.
+        if out.json {
+            println!("{}", json!({"url": url}));
+        } else {
+            println!("{url}");
+        }
+    })?;
+    Ok(())
+}
