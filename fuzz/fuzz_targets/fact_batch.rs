@@ -5,10 +5,10 @@
 //!
 //! Input: one mode byte, then items, each a u16 LE length and that many
 //! bytes (a short last item takes what is left). Mode bit 0 set: the batch
-//! is repeated up to past `PARALLEL_MIN` facts, so the threaded path runs.
+//! is repeated up to past `VERIFY_PARALLEL_MIN` facts, so the threaded path runs.
 #![no_main]
 
-use amos_protocol::verify::{self, PARALLEL_MIN};
+use amos_protocol::{VERIFY_PARALLEL_MIN, verify_all, verify_each, verify_one};
 use libfuzzer_sys::fuzz_target;
 
 fn split(data: &[u8]) -> (bool, Vec<&[u8]>) {
@@ -30,13 +30,13 @@ fuzz_target!(|data: &[u8]| {
     let (repeat, mut batch) = split(data);
     if repeat && !batch.is_empty() {
         let one = batch.clone();
-        while batch.len() <= PARALLEL_MIN {
+        while batch.len() <= VERIFY_PARALLEL_MIN {
             batch.extend_from_slice(&one);
         }
     }
-    let each = verify::verify_each(&batch);
+    let each = verify_each(&batch);
     assert_eq!(each.len(), batch.len());
-    match verify::verify_all(&batch) {
+    match verify_all(&batch) {
         Ok(all) => {
             assert_eq!(all.len(), batch.len());
             for ((v, bytes), e) in all.iter().zip(&batch).zip(&each) {
@@ -54,7 +54,7 @@ fuzz_target!(|data: &[u8]| {
     // only: a repeated batch checks the same bytes again).
     let distinct = if repeat { 0 } else { batch.len() };
     for (bytes, e) in batch.iter().zip(&each).take(distinct) {
-        assert_eq!(verify::verify_one(bytes).is_ok(), e.is_ok());
+        assert_eq!(verify_one(bytes).is_ok(), e.is_ok());
         if let Ok(v) = e {
             assert_eq!(v.to_bytes(), *bytes);
         }

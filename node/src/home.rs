@@ -19,7 +19,7 @@ use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use amos_protocol::{NodeIdentity, id::base32_decode, id::base32_encode};
+use amos_protocol::{NodeIdentity, base32_decode, base32_encode};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{NodeError, Result};

@@ -86,7 +86,7 @@ impl Fact {
 ///
 /// Encoded as bincode's derive would encode it (a `u32` variant index, then
 /// the fields), with one versioned addition: a content fact with a
-/// [`Validity`] set is written under variant index [`CONTENT_WITH_VALIDITY`]
+/// [`Validity`] set is written under variant index `CONTENT_WITH_VALIDITY` (9)
 /// with the validity after the other fields. A content fact without one keeps
 /// the original variant 0 and bytes, so every fact signed before valid time
 /// existed still decodes, re-encodes to the same bytes and verifies.

@@ -4,8 +4,9 @@
 //! ([`Hlc`]), scopes and grants ([`Scope`], [`Grants`]), the replicated
 //! [`Fact`] types, their canonical encoding (bincode 2) and ed25519 signing
 //! ([`NodeIdentity`], [`SignedFact`], [`Verified`]), the one verifier of
-//! signed facts from outside ([`verify`]), and the bundle file
-//! format ([`bundle`], encrypted under a [`MeshKey`]).
+//! signed facts from outside ([`verify_all`] and its kin), and the bundle file
+//! format ([`BundleWriter`], [`verify_bundle`], [`read_verified`]; encrypted
+//! under a [`MeshKey`]).
 //!
 //! Invariant: a [`Verified`] fact carries a valid signature by its author and
 //! passed [`Fact::validate`]; only this crate can build one.
@@ -13,33 +14,54 @@
 //! Boundary: this crate does no I/O of its own: bundles are read from and
 //! written to the `std::io::Read`/`Write` values callers hand in. Time and
 //! randomness come in as arguments.
+//!
+//! # Surface
+//!
+//! Modules are private and the types a caller needs are re-exported here,
+//! so `amos_protocol::Fact`, never `amos_protocol::fact::Fact`. Three
+//! modules stay public because their namespace is the point: [`codec`]
+//! (`codec::encode`, `codec::decode_signed`: the canonical encoding's
+//! free functions, which would read as anything at the root), [`wire`]
+//! (the versioned session messages, `wire::SyncMessage::V1`, one module
+//! per the style guide so a format change is one place) and [`pairing`]
+//! (the pairing code and the proofs built from its secret:
+//! `pairing::join_proof`, `pairing::invite_id`).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-pub mod bundle;
+mod bundle;
 pub mod codec;
-pub mod error;
-pub mod fact;
-pub mod hlc;
-pub mod id;
-pub mod mesh;
+mod error;
+mod fact;
+mod hlc;
+mod id;
+mod mesh;
 pub mod pairing;
-pub mod scope;
-pub mod sign;
-pub mod verify;
+mod scope;
+mod sign;
+mod verify;
 pub mod wire;
 
 pub use bundle::{
-    BundleError, BundleHeader, BundleSummary, BundleWriter, PairingProof, ReadError, Recipient,
-    VerifiedBundle, read_verified, verify_bundle,
+    BundleError, BundleHeader, BundleSummary, BundleWriter,
+    FORMAT_VERSION as BUNDLE_FORMAT_VERSION, FRAME_FACTS as BUNDLE_FRAME_FACTS, PairingProof,
+    ReadError, Recipient, VerifiedBundle, read_verified, verify_bundle,
 };
 pub use error::ProtocolError;
 pub use fact::{
-    AgentFact, Fact, FactBody, LinkFact, MembershipFact, MemoryAcl, MemoryContent, MemoryFixed,
-    MemoryText, MemoryTombstone, OrgScope, ProfileFact, ProjectFact, Register, TeamFact, Validity,
+    AgentFact, Fact, FactBody, LinkFact, MAX_CHANGE_BYTES, MAX_SNAPSHOT_BYTES, MAX_TAG_CHARS,
+    MAX_TAGS, MAX_TEXT_BYTES, MembershipFact, MemoryAcl, MemoryContent, MemoryFixed, MemoryText,
+    MemoryTombstone, OrgScope, ProfileFact, ProjectFact, Register, TeamFact, Validity, check_tags,
+    check_text, check_unit,
 };
 pub use hlc::{Hlc, HlcState, MAX_TIME_MS};
-pub use id::{AgentId, MemoryId, MemoryType, NodeId, ProjectId, Relation, Slug, TeamId};
+pub use id::{
+    AgentId, MemoryId, MemoryType, NodeId, ProjectId, Relation, Slug, TeamId, base32_decode,
+    base32_encode,
+};
 pub use mesh::MeshKey;
 pub use scope::{Grants, Scope};
 pub use sign::{NodeIdentity, SignedFact, Verified};
-pub use verify::{BatchError, CheckedBatch, verify_all, verify_batch, verify_each, verify_one};
+pub use verify::{
+    BatchError, CheckedBatch, PARALLEL_MIN as VERIFY_PARALLEL_MIN, verify_all, verify_batch,
+    verify_each, verify_one,
+};

@@ -19,7 +19,7 @@ use std::collections::BTreeSet;
 
 use amos_acl::{AuthorizedScopes, Gated, PeerPolicy};
 use amos_protocol::{AgentId, Grants, MemoryId, Register};
-use amos_sync::memstore::{MemMeta, MemStore};
+use amos_sync::{MemMeta, MemStore};
 
 use crate::mesh::{AGENTS, Mesh, agent};
 

@@ -20,7 +20,7 @@ use amos_protocol::wire::{Epoch, Watermark};
 use amos_protocol::{
     FactBody, Grants, Hlc, NodeId, NodeIdentity, Register, Scope, SignedFact, Verified,
 };
-use amos_sync::memstore::MemStore;
+use amos_sync::MemStore;
 use amos_sync::{ApplyReport, Sender, apply_batch};
 
 /// Facts whose clock is further ahead than this are deferred (as the node).

@@ -33,7 +33,7 @@ use amos_protocol::{FactBody, Hlc, MemoryId, MemoryText, NodeId, SignedFact};
 /// The id of one change: automerge's change hash.
 pub type ChangeId = [u8; 32];
 
-pub use amos_protocol::fact::{MAX_CHANGE_BYTES, MAX_SNAPSHOT_BYTES};
+pub use amos_protocol::{MAX_CHANGE_BYTES, MAX_SNAPSHOT_BYTES};
 
 const TEXT_KEY: &str = "text";
 

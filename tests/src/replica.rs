@@ -25,7 +25,7 @@ use amos_protocol::{
     AgentId, Fact, FactBody, Grants, Hlc, HlcState, MemoryFixed, MemoryId, MemoryText, NodeId,
     NodeIdentity, Register, SignedFact, Verified,
 };
-use amos_sync::memstore::MemStore;
+use amos_sync::MemStore;
 use amos_sync::{Admission, ApplyReport, DeferReason, Sender, apply_batch};
 use rusqlite::{OptionalExtension, params};
 

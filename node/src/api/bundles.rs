@@ -21,8 +21,10 @@ use std::io::{BufReader, BufWriter};
 use std::path::Path;
 
 use amos_acl::PeerPolicy;
-use amos_protocol::bundle::{self, BundleError, ReadError, Recipient};
-use amos_protocol::{Hlc, MeshKey, Scope};
+use amos_protocol::{
+    BUNDLE_FRAME_FACTS, BundleError, BundleWriter, Hlc, MeshKey, ReadError, Recipient, Scope,
+    read_verified, verify_bundle,
+};
 use amos_sync::ApplyReport;
 use rand::RngExt;
 use serde::Serialize;
@@ -34,7 +36,7 @@ use crate::progress::{Feedback, Progress};
 
 /// Facts per bundle frame (the format's own default: large enough that
 /// batch verification on the reader's cores runs at full speed).
-const FRAME_FACTS: usize = bundle::FRAME_FACTS;
+const FRAME_FACTS: usize = BUNDLE_FRAME_FACTS;
 
 /// What `amos bundle export` reports.
 #[derive(Debug, Clone, Serialize)]
@@ -166,7 +168,7 @@ impl Node {
                 .try_clone()
                 .map_err(NodeError::io("bundle file"))?,
         );
-        let mut writer = bundle::BundleWriter::with_pairing(
+        let mut writer = BundleWriter::with_pairing(
             out,
             self.identity(),
             recipient,
@@ -215,7 +217,7 @@ impl Node {
             })
         };
         let t0 = std::time::Instant::now();
-        let verified = bundle::verify_bundle(open()?, key.as_ref()).map_err(bundle_err(file))?;
+        let verified = verify_bundle(open()?, key.as_ref()).map_err(bundle_err(file))?;
         let verify_ms = t0.elapsed().as_millis() as u64;
         let sender = verified.sender();
         if sender == self.node_id() {
@@ -266,7 +268,7 @@ impl Node {
         let t0 = std::time::Instant::now();
         let pb = Progress::bar(feedback, "import", "facts", summary.facts);
         let mut total = ApplyReport::default();
-        bundle::read_verified(open()?, key.as_ref(), &verified, |facts| {
+        read_verified(open()?, key.as_ref(), &verified, |facts| {
             let n = facts.len() as u64;
             let r = self.apply_from(&sender, facts)?;
             total.add(r);

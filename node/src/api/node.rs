@@ -19,8 +19,7 @@ use amos_protocol::{
     AgentFact, AgentId, Fact, FactBody, Grants, LinkFact, MAX_TIME_MS, MembershipFact, MemoryAcl,
     MemoryContent, MemoryFixed, MemoryId, MemoryText, MemoryTombstone, MemoryType, NodeId,
     NodeIdentity, OrgScope, ProjectFact, ProjectId, Relation, Scope, SignedFact, TeamFact, TeamId,
-    Validity, Verified,
-    fact::{check_tags, check_text, check_unit},
+    Validity, Verified, check_tags, check_text, check_unit,
 };
 use rand::RngExt;
 

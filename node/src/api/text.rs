@@ -8,7 +8,7 @@
 //! anything here: only a visible memory is edited or shown.
 
 use amos_acl::AuthorizedScopes;
-use amos_protocol::fact::check_text;
+use amos_protocol::check_text;
 use amos_protocol::{Fact, FactBody, MemoryContent, MemoryId, MemoryText, Validity};
 use amos_sync::text::LogKey;
 use serde::Serialize;
@@ -165,7 +165,7 @@ impl Node {
                 if log_bytes > compact_bytes {
                     let mut state = tx.text_state(&rec.id)?;
                     let saved = state.doc.save();
-                    if saved.len() <= amos_protocol::fact::MAX_SNAPSHOT_BYTES {
+                    if saved.len() <= amos_protocol::MAX_SNAPSHOT_BYTES {
                         let snap = identity.sign(Fact {
                             clock: tx.tick(now, me)?,
                             body: content_of(&rec, MemoryText::Snapshot(saved)),

@@ -24,8 +24,8 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use amos_protocol::MeshKey;
 use amos_protocol::NodeId;
-use amos_protocol::mesh::MeshKey;
 use mdns_sd::{IfKind, ResolvedService, ServiceDaemon, ServiceEvent, ServiceInfo};
 use rand::RngExt;
 use serde::Serialize;

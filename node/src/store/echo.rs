@@ -1,7 +1,7 @@
 //! A peer's echo ranges on SQLite (docs/design.md §7.1): which of the
 //! `seq`s a batch applied from that peer took hold only what the peer has,
 //! judged over every fact of every row the batch moved
-//! ([`amos_sync::echo::held_by_peer`]), and kept per peer and epoch of its
+//! ([`amos_sync::held_by_peer`]), and kept per peer and epoch of its
 //! log in `echo_ranges` (local-only).
 //!
 //! Must never: record a range outside the transaction that applied the
@@ -9,7 +9,7 @@
 //! of the run when judging it. The rule is `amos_sync::echo`'s.
 
 use amos_protocol::NodeId;
-use amos_sync::echo::{self, EchoRanges};
+use amos_sync::{EchoRanges, MAX_ECHO_RANGES, held_by_peer};
 use rusqlite::{Connection, params};
 
 use crate::error::Result;
@@ -68,7 +68,7 @@ pub fn record_run(
                 let entries = log.query_map([id], |l| l.get::<_, Vec<u8>>(0))?;
                 facts.extend(entries.collect::<rusqlite::Result<Vec<_>>>()?);
             }
-            if !echo::held_by_peer(facts.iter().map(Vec::as_slice), peer, &mut sent) {
+            if !held_by_peer(facts.iter().map(Vec::as_slice), peer, &mut sent) {
                 not_echo.push(seq);
             }
         }
@@ -80,14 +80,14 @@ pub fn record_run(
         let mut q = rows.query(params![first, last])?;
         while let Some(r) = q.next()? {
             let fact: Option<Vec<u8>> = r.get(1)?;
-            if !echo::held_by_peer(fact.as_deref(), peer, &mut sent) {
+            if !held_by_peer(fact.as_deref(), peer, &mut sent) {
                 not_echo.push(r.get(0)?);
             }
         }
     }
     let mut ranges = load(conn, peer, epoch)?;
     ranges.insert_run(first, last, &not_echo);
-    ranges.cap(echo::MAX_RANGES);
+    ranges.cap(MAX_ECHO_RANGES);
     conn.prepare_cached("DELETE FROM echo_ranges WHERE peer = ?1")?
         .execute([&peer.0[..]])?;
     let mut put = conn.prepare_cached(

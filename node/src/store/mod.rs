@@ -1045,7 +1045,7 @@ mod tests {
                 return Admission::local(&identity, fact.clone()).unwrap();
             }
             let other = NodeIdentity::from_secret([8; 32]).node_id();
-            let mut replica = amos_sync::memstore::MemStore::new(other);
+            let mut replica = amos_sync::MemStore::new(other);
             let policy: amos_acl::PeerPolicy = "global".parse().unwrap();
             replica.set_peer_policy(me, policy.clone());
             let sender = amos_sync::Sender { node: me, policy };

@@ -10,7 +10,7 @@ use amos_protocol::{
     FactBody, Grants, Hlc, MemoryFixed, MemoryId, NodeId, OrgScope, ProjectId, Register,
     SignedFact, TeamId,
 };
-use amos_sync::echo::EchoRanges;
+use amos_sync::EchoRanges;
 use amos_sync::export::{self, MemoryExport};
 use amos_sync::gate::{self, Standing};
 use amos_sync::{Admission, DeferReason, MemoryState, Refusal, ReplicaStore};
@@ -479,7 +479,7 @@ pub struct ExportSpec<'a> {
     /// changed and it would have asked from 0).
     pub skip_author: Option<NodeId>,
     /// `seq`s not to read: the requesting peer's echo ranges (rows that
-    /// hold only what it has; [`amos_sync::echo`]), on the same terms as
+    /// hold only what it has; [`amos_sync::EchoRanges`]), on the same terms as
     /// `skip_author`.
     pub echo: Option<&'a EchoRanges>,
 }

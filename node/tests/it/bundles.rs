@@ -22,11 +22,10 @@ use std::path::{Path, PathBuf};
 
 use crate::common::{Home, Run, contains, db_hits};
 use amos_node::{NewMemory, Node};
-use amos_protocol::bundle::{BundleWriter, read_verified, verify_bundle};
 use amos_protocol::{
-    AgentFact, AgentId, Fact, FactBody, Grants, Hlc, MembershipFact, MemoryAcl, MemoryContent,
-    MemoryFixed, MemoryId, MemoryText, MemoryTombstone, MemoryType, MeshKey, NodeId, OrgScope,
-    Scope, SignedFact, TeamFact, TeamId,
+    AgentFact, AgentId, BundleWriter, Fact, FactBody, Grants, Hlc, MembershipFact, MemoryAcl,
+    MemoryContent, MemoryFixed, MemoryId, MemoryText, MemoryTombstone, MemoryType, MeshKey, NodeId,
+    OrgScope, Scope, SignedFact, TeamFact, TeamId, read_verified, verify_bundle,
 };
 use serde_json::{Value, json};
 
@@ -409,7 +408,7 @@ fn layout(b: &[u8]) -> Layout {
     assert_eq!(&b[..8], b"AMOSBNDL");
     assert_eq!(
         u16::from_le_bytes([b[8], b[9]]),
-        amos_protocol::bundle::FORMAT_VERSION
+        amos_protocol::BUNDLE_FORMAT_VERSION
     );
     let header = u32_at(b, 10);
     let mut at = 14 + header;
@@ -472,7 +471,7 @@ fn refused_import(h: &Home, file: &Path, code: i32, says: &[&str], what: &str) -
 #[test]
 fn tampered_or_truncated_bundles_are_refused_and_change_nothing() {
     // Enough memories (two facts each) for more than one frame.
-    let bulk = amos_protocol::bundle::FRAME_FACTS / 2 + 16;
+    let bulk = amos_protocol::BUNDLE_FRAME_FACTS / 2 + 16;
     let f = fixture(bulk);
     let good = std::fs::read(&f.bundle).unwrap();
     let l = layout(&good);
@@ -950,7 +949,7 @@ fn a_scoped_peer_cannot_escalate_through_a_bundle() {
     let mut w = BundleWriter::new(
         File::create(&evil).unwrap(),
         &identity,
-        amos_protocol::bundle::Recipient::AnyPeer,
+        amos_protocol::Recipient::AnyPeer,
         Hlc {
             wall_ms: now,
             logical: 30,

@@ -15,7 +15,7 @@
 //! |---|---|---|
 //! | 0 | 8 | magic `AMOSBNDL` |
 //! | 8 | 2 | format version, u16 = 5 (6 with a pairing proof, below). Versions 3 and 4 are read too: the same layout with frames not compressed ([Older formats](#older-formats)). A reader refuses any other value *before reading further* ("bundle format version N is not supported"); versions 1 and 2, which older amos wrote without a recipient, with a message saying to export again |
-//! | 10 | 4 | header length `H`, u32, at most 64 KiB ([`MAX_HEADER_BYTES`]) |
+//! | 10 | 4 | header length `H`, u32, at most 64 KiB ([`MAX_HEADER_BYTES`](format::MAX_HEADER_BYTES)) |
 //! | 14 | `H` | header body: bincode of [`BundleHeader`] = `sender` (32 bytes, the NodeId), `recipient` ([`Recipient`]: varint 0 = any peer of the sender, or varint 1 then the 32-byte NodeId of the one node that may import it), `created` ([`Hlc`]: varint u64 `wall_ms`, varint u32 `logical`, 32-byte node), `scopes` (varint count, then each a varint length and UTF-8), `encrypted` (1 byte, 0 or 1), `nonce_seed` (16 bytes), `key_check` (16 bytes); in version 6 (and 4) followed by bincode of [`PairingProof`] (16 + 32 bytes) |
 //!
 //! The *header bytes* are offsets 0 .. 14 + `H`; `header_hash` = BLAKE3 of them.
@@ -32,20 +32,20 @@
 //!
 //! | size | field |
 //! |---|---|
-//! | 4 | frame length `L`, u32, 1 ..= 16 MiB ([`MAX_FRAME_BYTES`]); checked before anything is allocated |
+//! | 4 | frame length `L`, u32, 1 ..= 16 MiB ([`MAX_FRAME_BYTES`](format::MAX_FRAME_BYTES)); checked before anything is allocated |
 //! | `L` | the frame bytes |
 //!
 //! The *plaintext* of a frame is bincode of `Vec<Vec<u8>>`: a varint count
 //! (at least 1), then for each fact a varint length and its wire encoding
 //! ([`SignedFact::to_bytes`](crate::SignedFact::to_bytes), at most [`codec::MAX_FACT_BYTES`](crate::codec::MAX_FACT_BYTES)); it is at
-//! most 16 MiB ([`MAX_FRAME_BYTES`]). It is stored compressed:
+//! most 16 MiB ([`MAX_FRAME_BYTES`](format::MAX_FRAME_BYTES)). It is stored compressed:
 //!
 //! | size | field |
 //! |---|---|
-//! | 4 | declared length `D`, u32: the plaintext's length, at most 16 MiB ([`MAX_FRAME_BYTES`]) |
+//! | 4 | declared length `D`, u32: the plaintext's length, at most 16 MiB ([`MAX_FRAME_BYTES`](format::MAX_FRAME_BYTES)) |
 //! | rest | exactly one zstd frame (RFC 8878) of the plaintext: it begins with zstd's magic `28 B5 2F FD` (so no skippable frame and no legacy zstd format), it records its content size, which equals `D`, and nothing follows it |
 //!
-//! amos compresses each frame in one shot at level [`COMPRESSION_LEVEL`]
+//! amos compresses each frame in one shot at level [`COMPRESSION_LEVEL`](format::COMPRESSION_LEVEL)
 //! (3), without a dictionary or zstd's checksum (the tag and the signature
 //! cover every byte). Unencrypted, the frame bytes are this *stored form*.
 //! Encrypted, they are XChaCha20-Poly1305 ciphertext of it followed by the
@@ -84,7 +84,7 @@
 //!
 //! # Compression
 //!
-//! *Bounded.* A reader checks `D` against [`MAX_FRAME_BYTES`] before it
+//! *Bounded.* A reader checks `D` against [`MAX_FRAME_BYTES`](format::MAX_FRAME_BYTES) before it
 //! allocates anything, checks that the zstd frame is one frame of the
 //! current format recording `D` as its size, then decompresses into a
 //! buffer of capacity `D` that zstd never writes past: a frame that would
@@ -180,11 +180,7 @@ use bincode::{Decode, Encode};
 
 use crate::{Hlc, NodeId, ProtocolError};
 
-pub use format::{
-    COMPRESSION_LEVEL, FORMAT_VERSION, FRAME_FACTS, FRAME_TARGET_BYTES, MAGIC, MAX_FRAME_BYTES,
-    MAX_HEADER_BYTES, MAX_TRAILER_BYTES, PAIRING_FORMAT_VERSION, UNCOMPRESSED_FORMAT_VERSION,
-    UNCOMPRESSED_PAIRING_FORMAT_VERSION,
-};
+pub use format::{FORMAT_VERSION, FRAME_FACTS};
 pub use reader::{VerifiedBundle, read_verified, verify_bundle};
 pub use writer::BundleWriter;
 

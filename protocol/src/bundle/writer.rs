@@ -82,7 +82,7 @@ impl<W: Write> BundleWriter<W> {
     }
 
     /// [`BundleWriter::new`], carrying a joiner's [`PairingProof`] after the
-    /// header (format version [`PAIRING_FORMAT_VERSION`]).
+    /// header (format version 6, `PAIRING_FORMAT_VERSION`).
     #[allow(clippy::too_many_arguments)]
     pub fn with_pairing(
         out: W,
@@ -304,7 +304,7 @@ impl<W: Write> BundleWriter<W> {
     }
 
     /// Buffer one fact; a frame is written every [`FRAME_FACTS`] facts or
-    /// [`FRAME_TARGET_BYTES`] bytes. [`BundleWriter::finish`] writes the rest.
+    /// `FRAME_TARGET_BYTES` (4 MiB) bytes. [`BundleWriter::finish`] writes the rest.
     pub fn push_fact(&mut self, fact: Vec<u8>) -> Result<(), BundleError> {
         self.check_usable()?;
         if fact.len() > MAX_FACT_BYTES {

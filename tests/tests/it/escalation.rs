@@ -24,7 +24,7 @@ use amos_protocol::{
     NodeIdentity, OrgScope, ProfileFact, ProjectFact, ProjectId, ProtocolError, Register, Relation,
     Scope, SignedFact, TeamFact, TeamId, Verified,
 };
-use amos_sync::memstore::MemStore;
+use amos_sync::MemStore;
 use amos_sync::{ApplyReport, Refusal, Sender, apply_batch};
 use amos_tests::replica::{Mem, Sql, TestReplica};
 

@@ -24,7 +24,7 @@ use amos_protocol::{
     AgentId, FactBody, Grants, Hlc, MemoryAcl, MemoryContent, MemoryFixed, MemoryId, MemoryText,
     MemoryType, NodeIdentity, Register, SignedFact, Verified,
 };
-use amos_sync::memstore::MemStore;
+use amos_sync::MemStore;
 use amos_sync::{Sender, apply_batch};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;

@@ -32,10 +32,10 @@ use std::path::{Path, PathBuf};
 
 use amos_acl::OrgGraph;
 use amos_protocol::{
-    AgentFact, AgentId, Fact, FactBody, Grants, LinkFact, MembershipFact, MemoryAcl, MemoryContent,
-    MemoryFixed, MemoryId, MemoryText, MemoryTombstone, MemoryType, NodeId, OrgScope, ProfileFact,
-    ProjectFact, ProjectId, Relation, Scope, TeamFact, TeamId, Validity,
-    fact::{MAX_TAG_CHARS, MAX_TAGS, check_text},
+    AgentFact, AgentId, Fact, FactBody, Grants, LinkFact, MAX_TAG_CHARS, MAX_TAGS, MembershipFact,
+    MemoryAcl, MemoryContent, MemoryFixed, MemoryId, MemoryText, MemoryTombstone, MemoryType,
+    NodeId, OrgScope, ProfileFact, ProjectFact, ProjectId, Relation, Scope, TeamFact, TeamId,
+    Validity, check_text,
 };
 use serde::Serialize;
 
