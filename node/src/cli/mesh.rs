@@ -1,7 +1,6 @@
 //! Replication seen from one node: peers, mesh key, bundles, digest, audit.
 
-use amos_node::{Home, Node, NodeError};
-use amos_protocol::Scope;
+use amos_node::{Home, Node};
 use anyhow::Result;
 use clap::Subcommand;
 use serde_json::json;
@@ -182,48 +181,25 @@ fn on_node(node: &mut Node, out: &Out, cmd: ReplicationCmd) -> Result<()> {
 /// `amos join CODE [--offline] [--as AGENT]`.
 fn join_cmd(home: &Home, out: &Out, code: &str, offline: bool, agent: Option<&str>) -> Result<()> {
     use amos_node::events::SyncResult;
+    use amos_node::net::{AgentLeftOut, JoinAgent};
     // Validates the home (exit 2 if it is not one).
-    let node = Node::open(home)?;
-    // The agent must be one of ours (it is who will read what the scope brings).
-    let mut agent = match agent.map(str::trim).filter(|a| !a.is_empty()) {
-        Some(a) => {
-            node.requester(a)?;
-            Some(
-                a.parse::<amos_protocol::AgentId>()
-                    .map_err(NodeError::from)?,
-            )
-        }
-        None => None,
-    };
-    drop(node);
-    if let Some(a) = &agent {
-        // A code that does not decode is reported by the join itself.
-        let policy = amos_protocol::pairing::PairingCode::decode(code)
-            .ok()
-            .and_then(|c| c.policy.parse::<amos_acl::PeerPolicy>().ok());
-        let names_org = policy.as_ref().is_some_and(|p| {
-            p.scopes()
-                .any(|s| matches!(s, Scope::Team(_) | Scope::Project(_)))
-        });
-        if offline {
-            eprintln!(
+    let agent = amos_node::net::join_agent(&Node::open(home)?, code, agent, offline)?;
+    if let JoinAgent::LeftOut { agent: a, why } = &agent {
+        match why {
+            AgentLeftOut::Offline => eprintln!(
                 "amos: note: --as {a} is not carried by an offline join; the inviter's operator \
                  adds the agent (`amos team add TEAM {a}`)"
-            );
-            agent = None;
-        } else if policy.is_some() && !names_org {
-            eprintln!(
-                "amos: note: the invite's policy ({}) names no team or project: --as {a} ignored",
-                policy.map(|p| p.to_string()).unwrap_or_default()
-            );
-            agent = None;
+            ),
+            AgentLeftOut::NoOrgScope(policy) => eprintln!(
+                "amos: note: the invite's policy ({policy}) names no team or project: --as {a} ignored"
+            ),
         }
     }
     let r = if offline {
         amos_node::api::join_offline(home, code)?
     } else {
         let progress = amos_node::progress::SyncProgress::new(out.feedback());
-        amos_node::net::join_blocking(home, code, agent.as_ref(), progress.observer())?
+        amos_node::net::join_blocking(home, code, agent.carried(), progress.observer())?
     };
     out.emit(&r, || {
         let mut s = format!(

@@ -125,10 +125,101 @@ pub(crate) async fn answer_join(
     }
 }
 
+/// The joiner's agent (`amos join --as`, the console's join) after the join
+/// rule: [`join_agent`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JoinAgent {
+    /// No agent was named.
+    None,
+    /// Sent with the join: the inviter makes it a member of the invite's
+    /// team and project scopes.
+    Carried(amos_protocol::AgentId),
+    /// Named, but not sent, and why.
+    LeftOut {
+        agent: amos_protocol::AgentId,
+        why: AgentLeftOut,
+    },
+}
+
+/// Why a joiner's agent is not carried by a join.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentLeftOut {
+    /// An offline join asks no inviter: its operator adds the agent.
+    Offline,
+    /// The invite's policy (given) names no team or project to join.
+    NoOrgScope(String),
+}
+
+impl std::fmt::Display for AgentLeftOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AgentLeftOut::Offline => {
+                f.write_str("an offline join asks no inviter; its operator adds the agent")
+            }
+            AgentLeftOut::NoOrgScope(policy) => {
+                write!(f, "the invite's policy ({policy}) names no team or project")
+            }
+        }
+    }
+}
+
+impl JoinAgent {
+    /// The agent the join sends, if any.
+    pub fn carried(&self) -> Option<&amos_protocol::AgentId> {
+        match self {
+            JoinAgent::Carried(a) => Some(a),
+            JoinAgent::None | JoinAgent::LeftOut { .. } => None,
+        }
+    }
+}
+
+/// The join rule (docs/design.md §7.6), for every front end that joins:
+/// whether a join by `code_text` carries the joiner's `agent`. The agent
+/// must be one of `node`'s (it is who will read what the scope brings; bad
+/// input otherwise); an offline join carries none, nor does a join whose
+/// invite's policy names no team or project (`full`, `global`). A code that
+/// does not decode is left for the join itself to report.
+pub fn join_agent(
+    node: &Node,
+    code_text: &str,
+    agent: Option<&str>,
+    offline: bool,
+) -> Result<JoinAgent> {
+    let Some(name) = agent.map(str::trim).filter(|a| !a.is_empty()) else {
+        return Ok(JoinAgent::None);
+    };
+    node.requester(name)?;
+    let agent = amos_protocol::AgentId::parse(name)?;
+    if offline {
+        return Ok(JoinAgent::LeftOut {
+            agent,
+            why: AgentLeftOut::Offline,
+        });
+    }
+    let policy = amos_protocol::pairing::PairingCode::decode(code_text)
+        .ok()
+        .and_then(|c| c.policy.parse::<amos_acl::PeerPolicy>().ok());
+    let names_org = |p: &amos_acl::PeerPolicy| {
+        p.scopes().any(|s| {
+            matches!(
+                s,
+                amos_protocol::Scope::Team(_) | amos_protocol::Scope::Project(_)
+            )
+        })
+    };
+    Ok(match policy {
+        Some(p) if !names_org(&p) => JoinAgent::LeftOut {
+            agent,
+            why: AgentLeftOut::NoOrgScope(p.to_string()),
+        },
+        _ => JoinAgent::Carried(agent),
+    })
+}
+
 /// `amos join CODE [--as AGENT]`: pair with the inviter, then run a first
 /// sync (`observer` hears of its progress). `agent` (one of ours) asks the
-/// inviter to make it a member of the invite's scopes; the caller drops it
-/// for a `full` invite, which names none.
+/// inviter to make it a member of the invite's scopes; pass what
+/// [`join_agent`] carries.
 pub fn join_blocking(
     home: &Home,
     code_text: &str,
@@ -336,5 +427,69 @@ pub(crate) async fn join_at(
             "the inviter answered out of turn".into(),
         )),
         Err(e) => Err(JoinFailure::Failed(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use amos_protocol::AgentId;
+    use amos_protocol::pairing::PairingCode;
+
+    use super::*;
+
+    /// The join rule's table: which agent a join carries, for each kind of
+    /// invite and join.
+    #[test]
+    fn the_join_rule_carries_an_agent_only_to_a_team_or_project() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::new(dir.path().join("j"));
+        Node::init(&home, Some("j")).unwrap();
+        let mut node = Node::open(&home).unwrap();
+        node.agent_add("bob", "agent", &[]).unwrap();
+        let code = |policy: &str| {
+            PairingCode {
+                inviter: NodeIdentity::from_secret([7; 32]).node_id(),
+                addrs: vec!["127.0.0.1:4747".into()],
+                secret: [1; 16],
+                policy: policy.into(),
+                expires_ms: u64::MAX / 4,
+            }
+            .encode()
+        };
+        let bob = AgentId::parse("bob").unwrap();
+        let carried = JoinAgent::Carried(bob.clone());
+        let left = |why| JoinAgent::LeftOut {
+            agent: bob.clone(),
+            why,
+        };
+        let no_org = |p: &str| left(AgentLeftOut::NoOrgScope(p.into()));
+        for (code, agent, offline, want) in [
+            (code("team:apollo"), Some("bob"), false, carried.clone()),
+            (code("project:ui"), Some(" bob "), false, carried.clone()),
+            (
+                code("global,team:apollo"),
+                Some("bob"),
+                false,
+                carried.clone(),
+            ),
+            (code("global"), Some("bob"), false, no_org("global")),
+            (code("full"), Some("bob"), false, no_org("full")),
+            (
+                code("team:apollo"),
+                Some("bob"),
+                true,
+                left(AgentLeftOut::Offline),
+            ),
+            (code("team:apollo"), None, false, JoinAgent::None),
+            (code("team:apollo"), Some("  "), true, JoinAgent::None),
+            // The join itself reports a code that does not decode.
+            ("amos1-garbage".into(), Some("bob"), false, carried.clone()),
+        ] {
+            let got = join_agent(&node, &code, agent, offline).unwrap();
+            assert_eq!(got, want, "{agent:?} offline={offline} {code}");
+        }
+        // Only an agent of ours.
+        let e = join_agent(&node, &code("team:apollo"), Some("zed"), false).unwrap_err();
+        assert!(matches!(e, NodeError::BadInput(_)), "{e}");
     }
 }

@@ -49,7 +49,7 @@ pub mod transport;
 pub use dial::{
     Pacing, Probe, probe_blocking, sync_pass, sync_pass_blocking, sync_peers, sync_with,
 };
-pub use join::join_blocking;
+pub use join::{AgentLeftOut, JoinAgent, join_agent, join_blocking};
 pub use session::{drive_accepted_session, drive_session, learned_addr};
 
 use std::time::Duration;

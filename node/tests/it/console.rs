@@ -670,6 +670,36 @@ fn pairing_by_code_in_the_console_is_amos_join() {
     drop(server);
 }
 
+/// The console's join applies `amos join`'s rule for the joiner's agent: an
+/// invite whose policy names no team or project carries no agent, and the
+/// page says so, as `amos join --as` notes it.
+#[test]
+fn the_console_join_leaves_out_an_agent_the_invite_cannot_take() {
+    let inviter = Home::apollo();
+    let server = Server::start(inviter.path());
+    let code = inviter.json(&["team", "invite", "apollo", "--policy", "global"])["code"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let joiner = Home::new();
+    joiner.ok(&["agent", "add", "bob"]);
+    let c = Console::start(joiner.path());
+    let r = c.post("/peers/join", &[("code", &code), ("agent", "bob")]);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(
+        r.body.contains(&format!("paired with {}", id(&inviter))),
+        "{}",
+        r.body
+    );
+    assert!(r.body.contains("agent bob not carried: "), "{}", r.body);
+    assert!(
+        r.body.contains("policy (global) names no team or project"),
+        "{}",
+        r.body
+    );
+    drop(server);
+}
+
 /// With the read audit on, what a console page showed an agent is recorded
 /// as read through the console, and only that: a memory the agent may not
 /// see (the page says it is missing) leaves no row.

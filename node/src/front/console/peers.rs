@@ -163,22 +163,23 @@ pub(crate) async fn join(
     if code.is_empty() {
         return Err(PageError::bad("paste the pairing code (amos1-…)"));
     }
-    let agent = match given(&f.agent) {
-        Some(a) => {
-            let a = a.to_owned();
-            with_node(&app, move |node, _| {
-                node.requester(&a)?;
-                Ok(a.parse::<amos_protocol::AgentId>()
-                    .map_err(crate::NodeError::from)?)
-            })
-            .await
-            .map(Some)?
-        }
-        None => None,
+    // The join rule `amos join` applies (crate::net::join).
+    let agent = {
+        let (code, agent) = (code.clone(), given(&f.agent).map(str::to_owned));
+        with_node(&app, move |node, _| {
+            Ok(crate::net::join_agent(
+                node,
+                &code,
+                agent.as_deref(),
+                false,
+            )?)
+        })
+        .await?
     };
     let home = app.home.clone();
+    let carried = agent.carried().cloned();
     let r = tokio::task::spawn_blocking(move || {
-        crate::net::join_blocking(&home, &code, agent.as_ref(), None)
+        crate::net::join_blocking(&home, &code, carried.as_ref(), None)
     })
     .await
     .map_err(|e| PageError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
@@ -189,6 +190,9 @@ pub(crate) async fn join(
         r.addr.as_deref().unwrap_or("no address"),
         r.policy
     )];
+    if let crate::net::JoinAgent::LeftOut { agent, why } = &agent {
+        flash.push(format!("agent {agent} not carried: {why}"));
+    }
     if let Some(o) = &r.first_sync {
         flash.push(format!("first sync: {}", outcome_line(o)));
     }
