@@ -19,11 +19,12 @@
 //! nothing about the rules.
 
 use amos_protocol::{Grants, Register, Scope};
+use amos_sync::PushConfig;
 use serde::Serialize;
 
 use crate::check::convergence;
-use crate::clock::{Micros, SECOND};
-use crate::mesh::{Mesh, MeshConfig, PushConfig, SessionRecord, Stats};
+use crate::clock::{MS, Micros, SECOND};
+use crate::mesh::{Mesh, MeshConfig, SessionRecord, Stats};
 use crate::rng::Rng;
 
 /// What to run.
@@ -260,10 +261,11 @@ pub fn run(b: &MeshBench) -> MeshReport {
     let mut durations: Vec<Micros> = push_records.iter().map(|r| r.ended - r.started).collect();
     durations.sort_unstable();
     let session_us = durations.get(durations.len() / 2).copied().unwrap_or(0);
+    let debounce = b.push.debounce_ms * MS;
     let push = PushFigures {
-        debounce_s: secs(b.push.debounce),
+        debounce_s: secs(debounce),
         session_s: secs(session_us),
-        bound_s: diameter.unwrap_or(0) as f64 * secs(b.push.debounce + session_us),
+        bound_s: diameter.unwrap_or(0) as f64 * secs(debounce + session_us),
         sessions: (mesh.records.len() - from) as u64,
         bytes: mesh.stats.bytes - bytes_before,
     };

@@ -8,8 +8,10 @@
 //! session is two `amos_sync::session::Session`s exchanging `SyncV1`
 //! messages through the real codec, sizes counted, latency per message
 //! ([`mesh::Mesh`]). Scheduling is periodic and/or push (docs/design.md
-//! §7.9); faults are message loss, partitions, nodes offline and restores
-//! from backup (whose sessions repair, `amos_sync::repair`).
+//! §7.8, §7.10), each node running the product's schedulers
+//! (`amos_sync::Pacing`, `amos_sync::PushScheduler`); faults are message
+//! loss, partitions, nodes offline and restores from backup (whose
+//! sessions repair, `amos_sync::repair`).
 //! [`check::convergence`] judges a mesh; [`bench`] runs the scenarios
 //! `amos --json bench --mesh N` reports.
 //!
@@ -17,8 +19,8 @@
 //! OS randomness, ordered maps only).
 //!
 //! Boundary: no sockets, files, threads or async runtime; every merge,
-//! gate, export and digest rule is the product's (`amos_sync`), never
-//! re-implemented here. Modules point one way: `rng`, `clock`, `topology`
+//! gate, export, digest and scheduling rule is the product's
+//! (`amos_sync`), never re-implemented here. Modules point one way: `rng`, `clock`, `topology`
 //! ← `replica` ← `mesh` ← `check` ← `bench`.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
@@ -30,6 +32,7 @@ pub mod replica;
 pub mod rng;
 pub mod topology;
 
+pub use amos_sync::PushConfig;
 pub use check::{Convergence, convergence};
 pub use clock::{MS, Micros, SECOND};
-pub use mesh::{Mesh, MeshConfig, PushConfig, SessionRecord, Stats};
+pub use mesh::{Mesh, MeshConfig, SessionRecord, Stats};

@@ -5,17 +5,13 @@
 //! size is counted (4 length bytes + the message) and each takes the link's
 //! latency plus its size over the bandwidth, in order per direction.
 //!
-//! What it models: periodic passes (each node dials every neighbour each
-//! period ±10 %, failed peers backed off as `serve --sync-every` does) and
-//! push as docs/design.md §7.10 has it (`amos serve`'s `net::push`): a
-//! local write is news for every neighbour, facts applied from P news for
-//! every neighbour but P (relay on apply); a neighbour with news is dialled
-//! a debounce after its first unsent news; one push in flight per peer and
-//! exactly one follow-up for news noted meanwhile; any successful session
-//! with the peer that started after the news carried it; at most
-//! `max_sessions` pushes at once, waiting peers oldest news first; a failed
-//! push backs the peer off `base·2^n − base/2` (base 1 s, n ≤ 5), keeping
-//! the news); a QUIC handshake (one
+//! What it models: periodic passes and push on change, each node deciding
+//! with the very state machines `amos serve` runs (`amos_sync::Pacing`:
+//! each pass after the period ±10 %, failing peers backed off;
+//! `amos_sync::PushScheduler`, docs/design.md §7.10), fed as serve feeds
+//! them — the node's `seq` after every write or applied batch, the `seq`s
+//! a batch from a peer took, every session's end — on the virtual clock
+//! in milliseconds, the jitter drawn from the run's seeded stream; a QUIC handshake (one
 //! round trip before the first frame); message loss (a lost frame breaks
 //! the connection: both sides abort, as a transport error does); partitions
 //! and nodes going offline (dials fail after the handshake timeout, live
@@ -25,10 +21,14 @@
 //! maps only, one seeded random stream per concern, no real clock, no
 //! threads that change order.
 //!
-//! Boundary: decides no merge, gate or export rule (the replica uses the
-//! product's); no sockets, no files, no real time.
+//! Boundary: decides no merge, gate, export or scheduling rule (the
+//! replica and the schedulers are the product's); no sockets, no files, no
+//! real time. One simplification of its own: a pair has one session at a
+//! time, so a push due to a peer already in a session with this node
+//! starts when that session ends.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
 
 use amos_acl::PeerPolicy;
 use amos_protocol::wire::{SyncMessage, SyncV1, Watermark};
@@ -39,6 +39,7 @@ use amos_protocol::{
 };
 use amos_sync::repair::{self, ItemId, ItemSet};
 use amos_sync::session::{Action, Event, SKIP_EXPORT, Session};
+use amos_sync::{Pacing, PushConfig, PushScheduler, SessionOutcome};
 
 use crate::clock::{Clock, MS, Micros, SECOND};
 use crate::replica::SimReplica;
@@ -53,40 +54,6 @@ pub const BASE_MS: u64 = 1_780_000_000_000;
 pub const AGENTS: [&str; 4] = ["a0", "a1", "a2", "a3"];
 /// The team every node's org graph gets from node 0.
 pub const TEAM: &str = "t";
-
-/// How pushes are scheduled (`serve --push-debounce`, `--push-sessions`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PushConfig {
-    /// From a peer's first unsent news to the push.
-    pub debounce: Micros,
-    /// At most this many push sessions a node has in flight at once.
-    pub max_sessions: usize,
-}
-
-impl Default for PushConfig {
-    /// `serve`'s defaults: 200 ms, 8 sessions.
-    fn default() -> Self {
-        PushConfig {
-            debounce: 200 * MS,
-            max_sessions: 8,
-        }
-    }
-}
-
-/// The push backoff's base (design §7.10: the pacing of §7.8 with a 1 s period).
-pub const PUSH_BACKOFF_BASE: Micros = SECOND;
-
-/// A node's push state for one neighbour.
-#[derive(Debug, Clone, Default)]
-struct PushPeer {
-    /// When the first news not yet carried was noted.
-    news_at: Option<Micros>,
-    /// A `PushDue` is scheduled.
-    armed: bool,
-    /// Failed pushes in a row, and when the peer may be tried again.
-    failures: u32,
-    retry_at: Micros,
-}
 
 /// A simulated mesh.
 #[derive(Debug, Clone)]
@@ -144,8 +111,9 @@ pub fn agent(i: usize) -> AgentId {
 enum Ev {
     /// A periodic pass of a node, of the schedule generation it was set in.
     Tick(usize, u64),
-    /// Node `.0`'s push to neighbour `.1` is due.
-    PushDue(usize, usize),
+    /// Node `.0`'s push scheduler asked to be polled at `.1` (stale if
+    /// the node has asked for another time since).
+    PushWake(usize, Micros),
     Connect(u64),
     Deliver {
         sid: u64,
@@ -164,15 +132,12 @@ pub struct SimNode {
     pub replica: SimReplica,
     pub operator: usize,
     pub online: bool,
-    /// Periodic passes: failed passes in a row per neighbour, and how many
-    /// more periods to skip it.
-    failures: BTreeMap<usize, u32>,
-    skip: BTreeMap<usize, u32>,
-    push: BTreeMap<usize, PushPeer>,
-    /// Push sessions this node dialled that are in flight.
-    pushing: usize,
-    /// Peers waiting for a push slot: (news noted at, peer).
-    waiting: BTreeSet<(Micros, usize)>,
+    /// Periodic passes: the backoff from failing neighbours.
+    pacing: Pacing<usize>,
+    /// Push on change, while push is on and the node is up.
+    pusher: Option<PushScheduler<usize>>,
+    /// When its push scheduler is to be polled next.
+    wake: Option<Micros>,
 }
 
 /// Counters over a run.
@@ -246,8 +211,9 @@ pub struct Mesh {
     sessions: BTreeMap<u64, Live>,
     next_sid: u64,
     inflight: BTreeMap<(usize, usize), u64>,
-    /// `PushDue` events scheduled and not yet handled.
-    push_due: usize,
+    /// Pushes (dialler, peer) due while the pair had a session in flight:
+    /// each starts when that session ends.
+    queued: BTreeSet<(usize, usize)>,
     partition: Option<Vec<u32>>,
     watch: Option<(Register, Hlc, Vec<Option<Micros>>)>,
     next_mem: u64,
@@ -273,11 +239,9 @@ impl Mesh {
                     replica,
                     operator: r.below(cfg.operators.max(1) as u64) as usize,
                     online: true,
-                    failures: BTreeMap::new(),
-                    skip: BTreeMap::new(),
-                    push: BTreeMap::new(),
-                    pushing: 0,
-                    waiting: BTreeSet::new(),
+                    pacing: Pacing::default(),
+                    pusher: None,
+                    wake: None,
                 }
             })
             .collect();
@@ -313,7 +277,7 @@ impl Mesh {
             sessions: BTreeMap::new(),
             next_sid: 0,
             inflight: BTreeMap::new(),
-            push_due: 0,
+            queued: BTreeSet::new(),
             partition: None,
             watch: None,
             next_mem: 0,
@@ -354,7 +318,7 @@ impl Mesh {
         let node = &mut self.nodes[n];
         let f = node.replica.write(&node.identity, body, now);
         self.note_change(n);
-        self.news(n, None);
+        self.observe_seq(n);
         f.fact.clock
     }
 
@@ -520,6 +484,7 @@ impl Mesh {
         }
         let epoch = self.rng.bytes();
         self.nodes[n].replica.restore(backup, epoch);
+        self.observe_seq(n);
     }
 
     fn reachable(&self, a: usize, b: usize) -> bool {
@@ -536,7 +501,15 @@ impl Mesh {
     /// finish.
     pub fn set_schedule(&mut self, period: Option<Micros>, push: Option<PushConfig>) {
         self.cfg.period = period;
-        self.cfg.push = push;
+        if push != self.cfg.push {
+            self.cfg.push = push;
+            // As if every `serve` restarted with the new settings: a new
+            // scheduler, its baseline the store as it is.
+            self.queued.clear();
+            for n in 0..self.nodes.len() {
+                self.start_pusher(n);
+            }
+        }
         self.schedule_gen += 1;
         if let Some(period) = period {
             for n in 0..self.nodes.len() {
@@ -562,11 +535,11 @@ impl Mesh {
         self.run_until(self.now());
     }
 
-    /// No session in flight, no push due or waiting.
+    /// No session in flight, no push scheduler waiting to be polled.
     pub fn is_quiet(&self) -> bool {
         self.sessions.is_empty()
-            && self.push_due == 0
-            && self.nodes.iter().all(|n| n.waiting.is_empty())
+            && self.queued.is_empty()
+            && self.nodes.iter().all(|n| n.wake.is_none())
     }
 
     /// Run until quiet (or `limit` from now); returns whether it got quiet.
@@ -606,53 +579,26 @@ impl Mesh {
                     return;
                 }
                 if let Some(period) = self.cfg.period {
-                    let jitter = period / 10;
-                    let next = period - jitter + self.rng.below(2 * jitter + 1);
+                    let wait =
+                        Pacing::<usize>::next_wait(Duration::from_micros(period), self.rng.unit());
+                    let next = Micros::try_from(wait.as_micros()).unwrap_or(period);
                     self.clock.after(next, Ev::Tick(n, generation));
                     if self.nodes[n].online {
+                        let now_ms = self.sched_ms();
                         let ns: Vec<usize> = self.graph.neighbours(n).collect();
                         for j in ns {
-                            let skip = self.nodes[n].skip.entry(j).or_insert(0);
-                            if *skip > 0 {
-                                *skip -= 1;
-                                continue;
+                            if self.nodes[n].pacing.due(&j, now_ms) {
+                                self.dial(n, j, false);
                             }
-                            self.dial(n, j, false);
                         }
                     }
                 }
             }
-            Ev::PushDue(n, j) => {
-                self.push_due = self.push_due.saturating_sub(1);
-                let Some(cap) = self.cfg.push.map(|p| p.max_sessions.max(1)) else {
-                    return;
-                };
-                let now = self.now();
-                let online = self.nodes[n].online;
-                let busy = self.inflight.contains_key(&pair(n, j));
-                let full = self.nodes[n].pushing >= cap;
-                let peer = self.nodes[n].push.entry(j).or_default();
-                peer.armed = false;
-                let Some(news_at) = peer.news_at else { return };
-                if !online {
-                    // The process is down: its news dies with it.
-                    peer.news_at = None;
-                    return;
+            Ev::PushWake(n, at) => {
+                if self.nodes[n].wake == Some(at) {
+                    self.nodes[n].wake = None;
+                    self.drive_push(n);
                 }
-                if busy {
-                    // The session in flight ends with a follow-up check.
-                    return;
-                }
-                if peer.retry_at > now {
-                    let at = peer.retry_at;
-                    self.arm_push(n, j, at);
-                    return;
-                }
-                if full {
-                    self.nodes[n].waiting.insert((news_at, j));
-                    return;
-                }
-                self.dial(n, j, true);
             }
             Ev::Connect(sid) => self.connect(sid),
             Ev::Deliver {
@@ -671,11 +617,13 @@ impl Mesh {
                     // A restarted `serve`: no backoff, no news (its store
                     // at start is the baseline); its next pass comes at its
                     // next period.
-                    let node = &mut self.nodes[n];
-                    node.failures.clear();
-                    node.skip.clear();
-                    node.push.clear();
+                    self.nodes[n].pacing = Pacing::default();
+                    self.start_pusher(n);
                 } else {
+                    // The process is down: its news dies with it.
+                    self.nodes[n].pusher = None;
+                    self.nodes[n].wake = None;
+                    self.queued.retain(|&(a, _)| a != n);
                     let live: Vec<u64> = self
                         .sessions
                         .iter()
@@ -690,65 +638,100 @@ impl Mesh {
         }
     }
 
-    /// Node `n`'s store moved: news for every neighbour but `except` (the
-    /// peer whose batch it applied: relay on apply).
-    fn news(&mut self, n: usize, except: Option<usize>) {
-        let Some(push) = self.cfg.push else { return };
+    /// The schedulers' clock: virtual milliseconds, monotonic.
+    fn sched_ms(&self) -> u64 {
+        self.now() / MS
+    }
+
+    /// A new push scheduler for node `n` (push on, the node up) whose
+    /// peers are its neighbours and whose baseline is its `seq` now, as
+    /// `serve` starts one; none if push is off.
+    fn start_pusher(&mut self, n: usize) {
+        let now_ms = self.sched_ms();
+        let node = &mut self.nodes[n];
+        node.wake = None;
+        node.pusher = self.cfg.push.filter(|_| node.online).map(|cfg| {
+            let mut s = PushScheduler::new(cfg);
+            s.set_peers(self.graph.neighbours(n));
+            s.observe_seq(node.replica.seq(), now_ms);
+            s
+        });
+    }
+
+    /// Node `n`'s `seq` as its push scheduler's watcher reads it.
+    fn observe_seq(&mut self, n: usize) {
+        let now_ms = self.sched_ms();
+        let node = &mut self.nodes[n];
+        if let Some(s) = node.pusher.as_mut() {
+            s.observe_seq(node.replica.seq(), now_ms);
+            self.drive_push(n);
+        }
+    }
+
+    /// Poll node `n`'s push scheduler: dial whom it names, and set its
+    /// timer for when it asks to be polled again.
+    fn drive_push(&mut self, n: usize) {
         let now = self.now();
-        let ns: Vec<usize> = self.graph.neighbours(n).collect();
-        for j in ns {
-            if Some(j) == except {
-                continue;
+        let now_ms = self.sched_ms();
+        let Some(s) = self.nodes[n].pusher.as_mut() else {
+            return;
+        };
+        let due = s.poll(now_ms);
+        // Never before now: a wake in the past would repeat for ever.
+        let wake = s.next_wake().map(|ms| ms.saturating_mul(MS).max(now + 1));
+        for j in due {
+            if self.inflight.contains_key(&pair(n, j)) {
+                self.queued.insert((n, j));
+            } else {
+                self.dial(n, j, true);
             }
-            let peer = self.nodes[n].push.entry(j).or_default();
-            if peer.news_at.is_none() {
-                peer.news_at = Some(now);
-                let at = (now + push.debounce).max(peer.retry_at);
-                self.arm_push(n, j, at);
+        }
+        if wake != self.nodes[n].wake {
+            self.nodes[n].wake = wake;
+            if let Some(at) = wake {
+                self.clock.at(at, Ev::PushWake(n, at));
             }
         }
     }
 
-    fn arm_push(&mut self, n: usize, j: usize, at: Micros) {
-        let peer = self.nodes[n].push.entry(j).or_default();
-        if !peer.armed {
-            peer.armed = true;
-            self.push_due += 1;
-            self.clock.at(at, Ev::PushDue(n, j));
-        }
-    }
-
-    /// After a session between `a` and `b` (which started at `started`)
-    /// ended: a success carried the news noted before it started and ends
-    /// any backoff; a failed push backs off; news left gets its follow-up.
-    fn push_after(&mut self, a: usize, b: usize, started: Micros, ok: bool, push: bool) {
-        let Some(cfg) = self.cfg.push else { return };
-        let now = self.now();
-        for (x, y) in [(a, b), (b, a)] {
-            let peer = self.nodes[x].push.entry(y).or_default();
-            if ok {
-                peer.failures = 0;
-                peer.retry_at = 0;
-                if peer.news_at.is_some_and(|t| t < started) {
-                    peer.news_at = None;
-                }
-            } else if push && x == a {
-                peer.failures += 1;
-                let n = peer.failures.min(5);
-                peer.retry_at = now + PUSH_BACKOFF_BASE * (1 << n) - PUSH_BACKOFF_BASE / 2;
-            }
-            if peer.news_at.is_some() {
-                let at = (now + cfg.debounce).max(peer.retry_at);
-                self.arm_push(x, y, at);
-            }
-        }
+    /// After a session between dialler `a` and acceptor `b` (which started
+    /// at `started`) ended, each side's schedulers hear it as `serve`'s
+    /// would: the dialler's pacing (a periodic dial) or push scheduler (a
+    /// push), the acceptor's push scheduler. Then a push queued behind it
+    /// starts, and both schedulers are polled.
+    fn after_session(&mut self, a: usize, b: usize, started: Micros, ok: bool, push: bool) {
+        let outcome = if ok {
+            SessionOutcome::Ok
+        } else {
+            SessionOutcome::Failed
+        };
+        let (now_ms, started_ms) = (self.sched_ms(), started / MS);
+        let dialler = &mut self.nodes[a];
         if push {
-            self.nodes[a].pushing = self.nodes[a].pushing.saturating_sub(1);
-            if let Some((_, j)) = self.nodes[a].waiting.pop_first() {
-                self.push_due += 1;
-                self.clock.after(0, Ev::PushDue(a, j));
+            if let Some(s) = dialler.pusher.as_mut() {
+                s.push_finished(&b, outcome, now_ms);
+            }
+        } else {
+            if let Some(period) = self.cfg.period
+                && dialler.online
+            {
+                let period = Duration::from_micros(period);
+                dialler.pacing.record(&b, outcome, now_ms, period);
+            }
+            if let Some(s) = dialler.pusher.as_mut() {
+                s.session_ended(&b, outcome, started_ms);
             }
         }
+        if let Some(s) = self.nodes[b].pusher.as_mut() {
+            s.session_ended(&a, outcome, started_ms);
+        }
+        for (x, y) in [(a, b), (b, a)] {
+            if !self.inflight.contains_key(&pair(x, y)) && self.queued.remove(&(x, y)) {
+                self.dial(x, y, true);
+            }
+        }
+        self.drive_push(a);
+        self.drive_push(b);
     }
 
     fn dial(&mut self, a: usize, b: usize, push: bool) {
@@ -761,7 +744,6 @@ impl Mesh {
         self.inflight.insert(key, sid);
         self.stats.sessions_opened += 1;
         if push {
-            self.nodes[a].pushing += 1;
             self.stats.push_sessions += 1;
         }
         let latency = self
@@ -883,6 +865,7 @@ impl Mesh {
                 }
                 Action::Apply(facts) => {
                     let now = self.now_ms();
+                    let before = self.nodes[me].replica.seq();
                     match self.nodes[me].replica.apply(peer_id, &facts, now) {
                         Ok(rep) => {
                             self.stats.facts_applied += rep.applied;
@@ -890,7 +873,15 @@ impl Mesh {
                             self.stats.facts_deferred += rep.deferred;
                             if rep.applied > 0 {
                                 self.note_change(me);
-                                self.news(me, Some(peer));
+                            }
+                            let after = self.nodes[me].replica.seq();
+                            if after != before {
+                                // What `serve` hears: the `seq`s this batch
+                                // took, then the watcher's read.
+                                if let Some(s) = self.nodes[me].pusher.as_mut() {
+                                    s.stored(&peer, before + 1, after);
+                                }
+                                self.observe_seq(me);
                             }
                         }
                         Err(_) => {
@@ -1036,15 +1027,8 @@ impl Mesh {
         self.inflight.remove(&key);
         if ok {
             self.stats.sessions_ok += 1;
-            self.nodes[l.a].failures.remove(&l.b);
         } else {
             self.stats.sessions_failed += 1;
-            if self.nodes[l.a].online {
-                let f = self.nodes[l.a].failures.entry(l.b).or_insert(0);
-                *f += 1;
-                let skip = (1u32 << (*f).min(5)).min(32) - 1;
-                self.nodes[l.a].skip.insert(l.b, skip);
-            }
         }
         self.records.push(SessionRecord {
             dialler: l.a,
@@ -1059,7 +1043,7 @@ impl Mesh {
             facts_sent: l.facts,
             repaired: ok && l.sides.iter().flatten().any(Session::repaired),
         });
-        self.push_after(l.a, l.b, l.started, ok, l.push);
+        self.after_session(l.a, l.b, l.started, ok, l.push);
     }
 
     /// The bytes a session of the protocol before repair (an export from

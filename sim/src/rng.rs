@@ -38,9 +38,14 @@ impl Rng {
         lo + self.below(hi.saturating_sub(lo) + 1)
     }
 
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
     /// True with probability `p` (0..=1).
     pub fn chance(&mut self, p: f64) -> bool {
-        p > 0.0 && ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p
+        p > 0.0 && self.unit() < p
     }
 
     pub fn bytes<const N: usize>(&mut self) -> [u8; N] {
@@ -76,5 +81,6 @@ mod tests {
         let mut r = Rng::new(1);
         assert!((0..1000).all(|_| r.below(5) < 5));
         assert!((0..1000).all(|_| (3..=9).contains(&r.range(3, 9))));
+        assert!((0..1000).all(|_| (0.0..1.0).contains(&r.unit())));
     }
 }

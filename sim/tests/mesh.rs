@@ -9,7 +9,7 @@ use amos_protocol::{Grants, MemoryId, Register, Scope};
 use amos_sim::bench::{periods_to_converge, write_workload};
 use amos_sim::check::convergence;
 use amos_sim::rng::Rng;
-use amos_sim::{Mesh, MeshConfig, Micros, PushConfig, SECOND};
+use amos_sim::{MS, Mesh, MeshConfig, Micros, PushConfig, SECOND};
 use proptest::prelude::*;
 
 const PERIOD: Micros = 60 * SECOND;
@@ -224,7 +224,7 @@ fn a_push_storm_stays_bounded_when_a_peer_flaps() {
     let degree = 4;
     // Each node fires at most once per debounce while changes arrive, and
     // once more after; a returning peer dials its neighbours once.
-    let fires = window / push_cfg().debounce + 2;
+    let fires = window / (push_cfg().debounce_ms * MS) + 2;
     let bound = n * degree * fires + flaps * degree;
     assert!(
         (many.len() as u64) <= bound,

@@ -12,10 +12,12 @@
 //! what a peer has, which an export to it skips), the convergence digest
 //! ([`digest`]), range-based repair
 //! ([`repair`]: negentropy set reconciliation over what a peer may
-//! receive) and the sync session state machine ([`session`]). Storage is reached only through
-//! [`ReplicaStore`], which `amos-node` implements over SQLite; the
-//! in-memory twin `MemStore` (feature `twin`, for tests)
-//! implements it in memory.
+//! receive), the sync session state machine ([`session`]) and when to
+//! dial whom (`schedule`: the passes' [`Pacing`] and the
+//! [`PushScheduler`], which `amos serve` and amos-sim both drive).
+//! Storage is reached only through [`ReplicaStore`], which `amos-node`
+//! implements over SQLite; the in-memory twin `MemStore`
+//! (feature `twin`, for tests) implements it in memory.
 //!
 //! Invariant: apply takes only `Verified` facts; every fact from a peer goes
 //! through the gate before the merge rule, and a refused fact never reaches
@@ -52,6 +54,7 @@ mod memstore;
 mod merge;
 pub mod repair;
 mod replica;
+mod schedule;
 pub mod session;
 pub mod text;
 
@@ -62,3 +65,4 @@ pub use echo::{EchoRanges, MAX_RANGES as MAX_ECHO_RANGES, held_by_peer};
 pub use memstore::{MemMeta, MemStore};
 pub use merge::Verdict;
 pub use replica::{MemoryState, ReplicaStore, Sender};
+pub use schedule::{Pacing, PushConfig, PushScheduler, SETTLE_MS, SessionOutcome};

@@ -1,6 +1,7 @@
 //! Dialling: a sync pass over the peers with addresses (`amos sync now`,
-//! `serve --sync-every`), its pacing and backoff, and reachability probes
-//! (`amos doctor`).
+//! `serve --sync-every`), fed to the pacing and backoff of
+//! `amos_sync::Pacing` (the rule is there, shared with the simulator), and
+//! reachability probes (`amos doctor`).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -82,52 +83,11 @@ pub async fn sync_peers(
     outcomes.into_iter().map(|(_, o)| o).collect()
 }
 
-/// The periodic loop's pacing (`amos serve --sync-every`): each pass after
-/// the period ±10 % (so a fleet started together does not dial in step),
-/// and a peer that failed `n` passes in a row is tried only every `2^n`
-/// periods (at most 32) until it answers again.
-#[derive(Debug, Default)]
-pub struct Pacing {
-    failing: std::collections::HashMap<String, (u32, u64)>,
-}
-
-impl Pacing {
-    /// The wait before the next pass; `unit` in [0, 1) is the random draw.
-    pub fn next_wait(period: Duration, unit: f64) -> Duration {
-        period.mul_f64(0.9 + 0.2 * unit.clamp(0.0, 1.0))
-    }
-
-    /// Whether `peer` is due for a sync at `now_ms`.
-    pub fn due(&self, peer: &str, now_ms: u64) -> bool {
-        self.failing
-            .get(peer)
-            .is_none_or(|&(_, next_ms)| now_ms >= next_ms)
-    }
-
-    /// When `peer` is due again (`None`: now; it is not failing).
-    pub fn due_at(&self, peer: &str) -> Option<u64> {
-        self.failing.get(peer).map(|&(_, next_ms)| next_ms)
-    }
-
-    /// Record a pass's outcome for `peer`.
-    pub fn record(&mut self, peer: &str, result: SyncResult, now_ms: u64, period: Duration) {
-        if result == SyncResult::Ok {
-            self.failing.remove(peer);
-            return;
-        }
-        let n = self
-            .failing
-            .get(peer)
-            .map_or(1, |&(n, _)| n.saturating_add(1));
-        let periods = 1u64 << n.min(5);
-        let wait = (period.as_millis() as u64).saturating_mul(periods);
-        // Due half a period early, so the pass that many periods on (give or
-        // take the jitter) tries it.
-        let half = period.as_millis() as u64 / 2;
-        let next = now_ms.saturating_add(wait).saturating_sub(half);
-        self.failing.insert(peer.to_owned(), (n, next));
-    }
-}
+/// The periodic loop's pacing (`amos serve --sync-every`, docs/design.md
+/// §7.8): the shared `amos_sync::Pacing` — each pass after the period
+/// ±10 %, a peer that failed `n` passes in a row tried only every `2^n`
+/// periods (at most 32) — with peers named by NodeId text.
+pub type Pacing = amos_sync::Pacing<String>;
 
 /// One periodic pass: every due peer with an address, outcomes recorded in
 /// `pacing`.
@@ -421,39 +381,5 @@ mod tests {
         node.peer_record_result_since(&peer, "refused", later)
             .unwrap();
         assert_eq!(last(&node).as_deref(), Some("refused"));
-    }
-
-    #[test]
-    fn passes_are_jittered_within_ten_percent() {
-        let p = Duration::from_secs(30);
-        assert_eq!(Pacing::next_wait(p, 0.0), Duration::from_secs(27));
-        assert_eq!(Pacing::next_wait(p, 0.5), Duration::from_secs(30));
-        assert!(Pacing::next_wait(p, 0.999) < Duration::from_secs(33));
-        assert_eq!(Pacing::next_wait(p, 7.0), Duration::from_secs(33));
-    }
-
-    #[test]
-    fn a_dead_peer_is_tried_exponentially_less_often_until_it_answers() {
-        let period = Duration::from_secs(10);
-        let mut p = Pacing::default();
-        let mut now = 1_000_000;
-        assert!(p.due("a", now));
-        // Count the passes (one per period) at which "a" is tried while it fails.
-        let mut tried = Vec::new();
-        for pass in 0..80u64 {
-            now += 10_000;
-            if p.due("a", now) {
-                tried.push(pass);
-                p.record("a", SyncResult::Unreachable, now, period);
-            }
-            p.record("b", SyncResult::Ok, now, period);
-            assert!(p.due("b", now + 1));
-        }
-        let gaps: Vec<u64> = tried.windows(2).map(|w| w[1] - w[0]).collect();
-        assert_eq!(&gaps[..5], &[2, 4, 8, 16, 32], "{tried:?}");
-        assert!(gaps[5..].iter().all(|&g| g == 32), "capped: {gaps:?}");
-        // One success and it is back to every period.
-        p.record("a", SyncResult::Ok, now, period);
-        assert!(p.due("a", now));
     }
 }
