@@ -6,7 +6,7 @@
 //! page escapes what it shows.
 
 use crate::common::Home;
-use crate::common::console::{Console, cli_list, listed_ids};
+use crate::common::console::{Answer, Console, cli_list, listed_ids};
 use crate::common::server::{Server, id, pair};
 
 const PAGES: [&str; 7] = [
@@ -631,26 +631,33 @@ fn a_non_loopback_console_needs_the_explicit_flag() {
     assert_eq!(r.code, 2);
 }
 
-#[test]
-fn pairing_by_code_in_the_console_is_amos_join() {
-    // The inviter serves; its code is pasted into the joiner's console.
-    let inviter = Home::apollo();
-    inviter.add("alice", "standup moves to 10:30", &["team:apollo"]);
-    let server = Server::start(inviter.path());
-    let code = inviter.json(&["team", "invite", "apollo"])["code"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+/// The serving `inviter` runs `amos team invite apollo EXTRA…`; a fresh
+/// joiner with agent bob pastes the code, and bob, into its console. The
+/// joiner, its console, the code and the join's page (checked: paired).
+fn join_in_console(inviter: &Home, extra: &[&str]) -> (Home, Console, String, Answer) {
+    let mut invite = vec!["team", "invite", "apollo"];
+    invite.extend_from_slice(extra);
+    let code = inviter.json(&invite)["code"].as_str().unwrap().to_owned();
     let joiner = Home::new();
     joiner.ok(&["agent", "add", "bob"]);
     let c = Console::start(joiner.path());
     let r = c.post("/peers/join", &[("code", &code), ("agent", "bob")]);
     assert_eq!(r.status, 200, "{r:?}");
     assert!(
-        r.body.contains(&format!("paired with {}", id(&inviter))),
+        r.body.contains(&format!("paired with {}", id(inviter))),
         "{}",
         r.body
     );
+    (joiner, c, code, r)
+}
+
+#[test]
+fn pairing_by_code_in_the_console_is_amos_join() {
+    // The inviter serves; its code is pasted into the joiner's console.
+    let inviter = Home::apollo();
+    inviter.add("alice", "standup moves to 10:30", &["team:apollo"]);
+    let server = Server::start(inviter.path());
+    let (joiner, c, code, r) = join_in_console(&inviter, &[]);
     assert!(r.body.contains("first sync: "), "{}", r.body);
     let peers = joiner.json(&["peers", "list"])["peers"].clone();
     assert_eq!(peers[0]["node_id"], id(&inviter).as_str());
@@ -677,20 +684,7 @@ fn pairing_by_code_in_the_console_is_amos_join() {
 fn the_console_join_leaves_out_an_agent_the_invite_cannot_take() {
     let inviter = Home::apollo();
     let server = Server::start(inviter.path());
-    let code = inviter.json(&["team", "invite", "apollo", "--policy", "global"])["code"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let joiner = Home::new();
-    joiner.ok(&["agent", "add", "bob"]);
-    let c = Console::start(joiner.path());
-    let r = c.post("/peers/join", &[("code", &code), ("agent", "bob")]);
-    assert_eq!(r.status, 200, "{r:?}");
-    assert!(
-        r.body.contains(&format!("paired with {}", id(&inviter))),
-        "{}",
-        r.body
-    );
+    let (_joiner, _console, _code, r) = join_in_console(&inviter, &["--policy", "global"]);
     assert!(r.body.contains("agent bob not carried: "), "{}", r.body);
     assert!(
         r.body.contains("policy (global) names no team or project"),
