@@ -15,6 +15,7 @@
 //! and the node never builds one for a peer.
 //!
 //! Boundary: pure. No storage, no ranking, no clocks (time comes in as `now_ms`).
+#![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 use std::collections::BTreeSet;
@@ -24,20 +25,25 @@ pub use amos_protocol::{AgentId, Grants, OrgScope, ProjectId, Scope, TeamId};
 /// What the gate needs to know of a team.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TeamState {
+    /// Whether the team exists (its latest record is not a removal).
     pub present: bool,
 }
 
 /// What the gate needs to know of a project.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProjectState {
+    /// The team that owns the project (fixed at creation).
     pub team: TeamId,
+    /// Whether the project exists.
     pub present: bool,
 }
 
 /// A read-only view of the org graph (teams, projects, memberships) as the
 /// local store holds it now.
 pub trait OrgGraph {
+    /// The team's state, if any record of it is held.
     fn team(&self, id: &TeamId) -> Option<TeamState>;
+    /// The project's state, if any record of it is held.
     fn project(&self, id: &ProjectId) -> Option<ProjectState>;
     /// The scopes in which `agent` has a *present* membership (the scopes
     /// themselves may be absent; the gate checks).
@@ -46,11 +52,14 @@ pub trait OrgGraph {
 
 /// What the gate reads of a memory.
 pub trait Gated {
+    /// The agent that owns the memory.
     fn owner(&self) -> &AgentId;
     /// The grants in force on this node (for memories from a scoped peer,
     /// already intersected with that peer's policy).
     fn effective_grants(&self) -> &Grants;
+    /// Whether the memory is forgotten (tombstoned): then nobody sees it.
     fn is_tombstoned(&self) -> bool;
+    /// When the memory expires, in Unix milliseconds: past it nobody sees it.
     fn expires_ms(&self) -> Option<u64>;
     /// Whether the owner may see the memory by being its owner. False for a
     /// memory that arrived from a scoped peer: a peer cannot make a memory
@@ -125,6 +134,7 @@ impl AuthorizedScopes {
         }
     }
 
+    /// Whether these are the local admin's scopes (the operator at the CLI, not an agent).
     pub fn is_admin(&self) -> bool {
         self.who == Who::LocalAdmin
     }

@@ -23,6 +23,7 @@ pub enum PeerPolicy {
 }
 
 impl PeerPolicy {
+    /// Whether this is a `full` policy (the same operator's node).
     pub fn is_full(&self) -> bool {
         matches!(self, PeerPolicy::Full)
     }

@@ -9,6 +9,7 @@
 //! bad file is a one-line error, never a panic; `embed` and `cosine`.
 //! Never: network access (nothing is downloaded, ever), storage, ranking or
 //! visibility — callers embed only what a requester may already see.
+#![warn(missing_docs)]
 
 mod safetensors;
 mod tokenizer;
@@ -48,16 +49,23 @@ mod builtin {
 /// Why a model could not be loaded. Each renders as one line.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
+    /// A file of the model directory is missing or unreadable.
     #[error("model {dir}: {file}: {why}")]
     File {
+        /// The model directory.
         dir: String,
+        /// The file in it.
         file: &'static str,
+        /// Why it could not be read.
         why: String,
     },
+    /// `tokenizer.json` is not a WordPiece tokenizer this crate reads.
     #[error("tokenizer.json: {0}")]
     Tokenizer(String),
+    /// `model.safetensors` is malformed or holds no usable `embeddings` table.
     #[error("model.safetensors: {0}")]
     Tensors(String),
+    /// `config.json` is malformed or names an unusable value.
     #[error("config.json: {0}")]
     Config(String),
 }

@@ -66,6 +66,7 @@ pub fn decode_canonical<T: Decode<()> + Encode>(
 /// The versioned wire form of a signed fact.
 #[derive(Clone, Debug, PartialEq, Encode, Decode)]
 pub enum WireFact {
+    /// Version 1: the fact and its ed25519 signature, bincode-encoded.
     V1(SignedFact),
 }
 

@@ -9,12 +9,20 @@ pub enum ProtocolError {
     Malformed(String),
     /// Bytes did not decode as the expected canonical encoding.
     #[error("undecodable {what}: {reason}")]
-    Decode { what: &'static str, reason: String },
+    Decode {
+        /// What was being decoded.
+        what: &'static str,
+        /// Why it did not decode.
+        reason: String,
+    },
     /// A value exceeded a size limit.
     #[error("{what} is too large: {size} bytes (limit {limit})")]
     TooLarge {
+        /// What was too large.
         what: &'static str,
+        /// Its size in bytes.
         size: usize,
+        /// The limit it exceeded.
         limit: usize,
     },
     /// A decoded fact broke a rule of the data model.
@@ -28,7 +36,12 @@ pub enum ProtocolError {
     #[error(
         "invalid fact: {what} ({ms} ms) is past 9999-12-31T23:59:59.999Z, the latest time amos keeps"
     )]
-    TimeOutOfBounds { what: &'static str, ms: u64 },
+    TimeOutOfBounds {
+        /// The field holding the time.
+        what: &'static str,
+        /// Its value in Unix milliseconds.
+        ms: u64,
+    },
 }
 
 impl ProtocolError {

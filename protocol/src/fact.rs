@@ -36,7 +36,9 @@ pub const MAX_NAME_CHARS: usize = 256;
 /// One signed unit of replicated state.
 #[derive(Clone, Debug, PartialEq, Encode, Decode)]
 pub struct Fact {
+    /// When and by which node the fact was written; last-writer-wins compares it.
     pub clock: Hlc,
+    /// What the fact says.
     pub body: FactBody,
 }
 
@@ -92,14 +94,23 @@ impl Fact {
 /// existed still decodes, re-encodes to the same bytes and verifies.
 #[derive(Clone, Debug, PartialEq)]
 pub enum FactBody {
+    /// A memory's content register: text, tags, scores, validity.
     MemoryContent(MemoryContent),
+    /// A memory's acl register: its grants.
     MemoryAcl(MemoryAcl),
+    /// A memory's terminal tombstone.
     MemoryTombstone(MemoryTombstone),
+    /// A link between two memories.
     Link(LinkFact),
+    /// A team's record.
     Team(TeamFact),
+    /// A project's record.
     Project(ProjectFact),
+    /// An agent's membership of a team or project.
     Membership(MembershipFact),
+    /// An agent's record.
     Agent(AgentFact),
+    /// An agent's ranking weights.
     Profile(ProfileFact),
 }
 
@@ -107,7 +118,9 @@ pub enum FactBody {
 /// values is rejected.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
 pub struct MemoryFixed {
+    /// The agent that owns the memory.
     pub owner: AgentId,
+    /// When the memory was created, in Unix milliseconds.
     pub created_ms: u64,
     /// The node where the memory was created: the only one (with its `full`
     /// peers) that may author its facts.
@@ -159,14 +172,23 @@ pub const MAX_SNAPSHOT_BYTES: usize = 512 * 1024;
 /// The content register of a memory (clock `v`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct MemoryContent {
+    /// The memory this content belongs to.
     pub id: MemoryId,
+    /// The fields fixed at creation, repeated in every register's fact.
     pub fixed: MemoryFixed,
+    /// What kind of memory it is (ranked by profile weights).
     pub kind: MemoryType,
+    /// The text: plain, or an edited text's automerge change or snapshot.
     pub text: MemoryText,
+    /// Tags, each a short slug-like word ([`MAX_TAGS`] at most).
     pub tags: Vec<String>,
+    /// How much the memory matters, 0 to 1.
     pub importance: f32,
+    /// How sure its writer is of it, 0 to 1.
     pub confidence: f32,
+    /// Pinned memories are reserved a place in a pack.
     pub pinned: bool,
+    /// When the memory stops being recalled, in Unix milliseconds; `None` never.
     pub expires_ms: Option<u64>,
     /// The memory this one replaces. The replaced memory is never written
     /// to: its effective end of validity is derived where it is read
@@ -182,7 +204,9 @@ pub struct MemoryContent {
 /// store's: it never changes what a node holds or sends.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Encode, Decode)]
 pub struct Validity {
+    /// Start of validity, inclusive; `None` from the memory's creation.
     pub from_ms: Option<u64>,
+    /// End of validity, exclusive; `None` still true.
     pub to_ms: Option<u64>,
 }
 
@@ -298,25 +322,35 @@ bincode::impl_borrow_decode!(FactBody);
 /// The acl register of a memory (clock `acl_v`).
 #[derive(Clone, Debug, PartialEq, Encode, Decode)]
 pub struct MemoryAcl {
+    /// The memory whose grants these are.
     pub id: MemoryId,
+    /// The fields fixed at creation.
     pub fixed: MemoryFixed,
+    /// The scopes, besides the owner, that may see the memory.
     pub grants: Grants,
 }
 
 /// A terminal tombstone: beats every other fact about the memory.
 #[derive(Clone, Debug, PartialEq, Encode, Decode)]
 pub struct MemoryTombstone {
+    /// The memory deleted.
     pub id: MemoryId,
+    /// The fields fixed at creation.
     pub fixed: MemoryFixed,
 }
 
 /// A directed, typed association between two memories.
 #[derive(Clone, Debug, PartialEq, Encode, Decode)]
 pub struct LinkFact {
+    /// The memory the link starts at.
     pub from: MemoryId,
+    /// The memory it points to.
     pub to: MemoryId,
+    /// What the link says (related, supports, contradicts, …).
     pub relation: Relation,
+    /// Its strength, 0 to 1.
     pub weight: f32,
+    /// `false` retracts the link.
     pub present: bool,
 }
 
@@ -325,10 +359,13 @@ pub struct LinkFact {
 /// the team's record and memberships (the org origin rule).
 #[derive(Clone, Debug, PartialEq, Encode, Decode)]
 pub struct TeamFact {
+    /// The team's slug.
     pub id: TeamId,
     /// Fixed at creation.
     pub origin: NodeId,
+    /// Its display name.
     pub name: String,
+    /// `false` removes the team.
     pub present: bool,
 }
 
@@ -336,19 +373,24 @@ pub struct TeamFact {
 /// team.
 #[derive(Clone, Debug, PartialEq, Encode, Decode)]
 pub struct ProjectFact {
+    /// The project's slug.
     pub id: ProjectId,
     /// Fixed at creation.
     pub team: TeamId,
     /// Fixed at creation.
     pub origin: NodeId,
+    /// Its display name.
     pub name: String,
+    /// `false` removes the project.
     pub present: bool,
 }
 
 /// A team or a project: the org scopes an agent can be a member of.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
 pub enum OrgScope {
+    /// A team, `team:ID`.
     Team(TeamId),
+    /// A project, `project:ID`.
     Project(ProjectId),
 }
 
@@ -361,26 +403,38 @@ impl std::fmt::Display for OrgScope {
     }
 }
 
+/// An agent's membership of a team or project: what project and team grants are checked against.
 #[derive(Clone, Debug, PartialEq, Encode, Decode)]
 pub struct MembershipFact {
+    /// The team or project.
     pub scope: OrgScope,
+    /// The member.
     pub agent: AgentId,
+    /// Its role there (free text, e.g. `member`).
     pub role: String,
+    /// `false` ends the membership.
     pub present: bool,
 }
 
+/// An agent's record: who may own memories and ask for them on this mesh.
 #[derive(Clone, Debug, PartialEq, Encode, Decode)]
 pub struct AgentFact {
+    /// The agent's slug.
     pub id: AgentId,
+    /// What kind of agent it is (free text, e.g. `assistant`).
     pub kind: String,
+    /// Its display name.
     pub display_name: String,
+    /// `false` removes the agent.
     pub present: bool,
 }
 
 /// Per-agent ranking weights by memory type.
 #[derive(Clone, Debug, PartialEq, Encode, Decode)]
 pub struct ProfileFact {
+    /// The agent the weights rank for.
     pub agent: AgentId,
+    /// A weight per memory type; types not named weigh 1.
     pub weights: Vec<(MemoryType, f32)>,
 }
 
@@ -388,14 +442,23 @@ pub struct ProfileFact {
 /// last-writer-wins; facts with different registers never interact.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
 pub enum Register {
+    /// A memory's content.
     MemoryContent(MemoryId),
+    /// A memory's grants.
     MemoryAcl(MemoryId),
+    /// A memory's tombstone.
     MemoryTombstone(MemoryId),
+    /// A link, by its two ends and relation.
     Link(MemoryId, MemoryId, Relation),
+    /// A team's record.
     Team(TeamId),
+    /// A project's record.
     Project(ProjectId),
+    /// An agent's membership of one team or project.
     Membership(OrgScope, AgentId),
+    /// An agent's record.
     Agent(AgentId),
+    /// An agent's profile weights.
     Profile(AgentId),
 }
 

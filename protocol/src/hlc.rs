@@ -21,8 +21,11 @@ pub const MAX_TIME_MS: u64 = 253_402_300_799_999;
 /// One timestamp. Ties are impossible between nodes because `node` is part of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
 pub struct Hlc {
+    /// Wall-clock part, Unix milliseconds (at most [`MAX_TIME_MS`](crate::MAX_TIME_MS)).
     pub wall_ms: u64,
+    /// Logical counter ordering events within one millisecond.
     pub logical: u32,
+    /// The node that stamped it: the last tie-break, so no two clocks are equal.
     pub node: NodeId,
 }
 
@@ -60,7 +63,9 @@ impl Hlc {
 /// it issued or observed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct HlcState {
+    /// The highest wall time seen or issued.
     pub wall_ms: u64,
+    /// The logical counter at that wall time.
     pub logical: u32,
 }
 

@@ -80,10 +80,12 @@ impl MemoryId {
         )
     }
 
+    /// The id's 16 bytes.
     pub fn as_bytes(&self) -> &[u8; 16] {
         &self.0
     }
 
+    /// The id whose bytes these are, if there are exactly 16.
     pub fn from_slice(bytes: &[u8]) -> Option<Self> {
         bytes.try_into().ok().map(MemoryId)
     }
@@ -115,8 +117,10 @@ impl FromStr for MemoryId {
 pub struct Slug(String);
 
 impl Slug {
+    /// Longest slug, in bytes.
     pub const MAX_LEN: usize = 64;
 
+    /// Parse a slug (lowercase ASCII letters, digits, `.`, `_`, `-`; at most [`Slug::MAX_LEN`]); `what` names the value in the error.
     pub fn parse(what: &str, s: &str) -> Result<Self, ProtocolError> {
         if Self::is_valid(s) {
             Ok(Slug(s.to_owned()))
@@ -127,6 +131,7 @@ impl Slug {
         }
     }
 
+    /// Whether `s` is a valid slug.
     pub fn is_valid(s: &str) -> bool {
         let b = s.as_bytes();
         !b.is_empty()
@@ -136,6 +141,7 @@ impl Slug {
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"._-".contains(c))
     }
 
+    /// The slug's text.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -164,6 +170,7 @@ macro_rules! slug_id {
             pub fn parse(s: &str) -> Result<Self, ProtocolError> {
                 Slug::parse($what, s).map($name)
             }
+            /// The slug's text.
             pub fn as_str(&self) -> &str {
                 self.0.as_str()
             }

@@ -26,6 +26,7 @@
 //! per the style guide so a format change is one place) and [`pairing`]
 //! (the pairing code and the proofs built from its secret:
 //! `pairing::join_proof`, `pairing::invite_id`).
+#![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod bundle;

@@ -30,10 +30,12 @@ const FINGERPRINT_CONTEXT: &str = "amos mesh key v1 fingerprint";
 pub struct MeshKey([u8; 32]);
 
 impl MeshKey {
+    /// The key with these 32 bytes.
     pub fn from_bytes(bytes: [u8; 32]) -> Self {
         MeshKey(bytes)
     }
 
+    /// The key's 32 bytes.
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
     }

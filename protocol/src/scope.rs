@@ -17,9 +17,13 @@ use crate::{AgentId, ProjectId, ProtocolError, TeamId};
 pub enum Scope {
     /// Only the owner. Carries no grant: an empty [`Grants`] means private.
     Private,
+    /// Every agent on the mesh.
     Global,
+    /// One agent (besides the owner).
     Agent(AgentId),
+    /// The members of a team.
     Team(TeamId),
+    /// The members of a project (and of its team).
     Project(ProjectId),
 }
 
@@ -80,10 +84,12 @@ impl Grants {
     /// At most this many grants on one memory.
     pub const MAX: usize = 64;
 
+    /// No grants: only the owner sees the memory.
     pub fn private() -> Self {
         Grants(BTreeSet::new())
     }
 
+    /// Grants of these scopes.
     pub fn from_scopes(scopes: impl IntoIterator<Item = Scope>) -> Self {
         Grants(
             scopes
@@ -93,22 +99,27 @@ impl Grants {
         )
     }
 
+    /// Whether no scope is granted.
     pub fn is_private(&self) -> bool {
         self.0.is_empty()
     }
 
+    /// The scopes, in order.
     pub fn iter(&self) -> impl Iterator<Item = &Scope> {
         self.0.iter()
     }
 
+    /// How many scopes.
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
+    /// Whether there are none (the same as [`Grants::is_private`]).
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
+    /// Whether `s` is granted.
     pub fn contains(&self, s: &Scope) -> bool {
         self.0.contains(s)
     }
@@ -123,6 +134,7 @@ impl Grants {
         }
     }
 
+    /// Take `s` away; whether it was granted.
     pub fn remove(&mut self, s: &Scope) -> bool {
         self.0.remove(s)
     }

@@ -44,6 +44,7 @@ impl NodeIdentity {
         self.key.to_bytes()
     }
 
+    /// The node id: this identity's ed25519 public key.
     pub fn node_id(&self) -> NodeId {
         NodeId(self.key.verifying_key().to_bytes())
     }
@@ -135,7 +136,9 @@ pub(crate) fn signing_bytes(fact: &Fact) -> Vec<u8> {
 /// A fact with its author's signature, as stored and relayed verbatim.
 #[derive(Clone, Debug, PartialEq, Encode, Decode)]
 pub struct SignedFact {
+    /// The fact signed.
     pub fact: Fact,
+    /// The author's ed25519 signature over the fact's canonical encoding.
     pub signature: [u8; 64],
 }
 
@@ -159,6 +162,7 @@ impl<T> Verified<T> {
         Verified(value)
     }
 
+    /// The verified value.
     pub fn into_inner(self) -> T {
         self.0
     }

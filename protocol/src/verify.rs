@@ -66,7 +66,9 @@ const MAX_THREADS: usize = 16;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("fact {index}: {error}")]
 pub struct BatchError {
+    /// Where in the batch the bad fact is.
     pub index: usize,
+    /// What is wrong with it.
     pub error: ProtocolError,
 }
 
@@ -97,6 +99,7 @@ pub fn verify_all<B: AsRef<[u8]> + Sync>(
 /// facts set aside for a time past [`crate::MAX_TIME_MS`].
 #[derive(Debug, Default)]
 pub struct CheckedBatch {
+    /// The facts, each verified, in batch order.
     pub verified: Vec<Verified<SignedFact>>,
     /// Facts whose signature by their author verified and which keep every
     /// other rule of [`crate::Fact::validate`], but carry a time past the

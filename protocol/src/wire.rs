@@ -57,7 +57,9 @@ pub type Epoch = [u8; 16];
 /// What a side knows of the other's log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
 pub struct Watermark {
+    /// The log epoch the position is in (a restore starts a new one).
     pub epoch: Epoch,
+    /// The last `seq` of that log the side holds.
     pub seq: i64,
 }
 
@@ -70,23 +72,37 @@ pub enum SyncV1 {
     /// unspecified IP (`0.0.0.0`, `::`) means "the address you see me at,
     /// this port".
     Hello {
+        /// The sender's log epoch.
         epoch: Epoch,
+        /// Its watermark of the receiver's log.
         have: Option<Watermark>,
+        /// Where it serves.
         listen: Vec<String>,
     },
     /// A batch of wire-encoded signed facts (each verified by the receiver).
-    Facts { facts: Vec<Vec<u8>> },
+    Facts {
+        /// The facts' wire bytes.
+        facts: Vec<Vec<u8>>,
+    },
     /// All facts up to `upto` of my log (in `epoch`) that you may receive
     /// were sent; store it as your watermark of me.
-    Done { upto: Watermark },
+    Done {
+        /// The sender's log position the receiver now holds.
+        upto: Watermark,
+    },
     /// The sender refuses to continue; a one-line reason.
-    Refused { reason: String },
+    Refused {
+        /// Why, in one line.
+        reason: String,
+    },
     /// Pairing (docs/design.md §7), the first message of a joiner that holds a
     /// code: which invite it answers, and a proof of the invite's secret
     /// bound to this TLS session ([`crate::pairing::join_proof`]). Never part
     /// of a sync session.
     Join {
+        /// The invite's public id.
         invite: [u8; 16],
+        /// The proof of the invite's secret, bound to this TLS session.
         proof: [u8; 32],
         /// The joiner's display name.
         name: String,
@@ -101,9 +117,13 @@ pub enum SyncV1 {
     /// `policy`; the inviter hands over its mesh key, and names the scopes
     /// it made the joiner's agent a member of (at most [`MAX_MEMBER_OF`]).
     Welcome {
+        /// The policy each side gives the other (`full` or `scoped:…`).
         policy: String,
+        /// The inviter's display name.
         name: String,
+        /// The mesh key, if the inviter has one.
         mesh_key: Option<[u8; 32]>,
+        /// The teams and projects the joiner's agent was made a member of.
         member_of: Vec<OrgScope>,
     },
     /// After both `Done`s, only in a session in which no fact moved either
@@ -116,8 +136,11 @@ pub enum SyncV1 {
     /// the other variants: older encodings decode as before, but an older
     /// node cannot decode this one (docs/design.md §7).
     Digest {
+        /// The scopes the digest covers; empty means `full`.
         scopes: Vec<Scope>,
+        /// BLAKE3 over the facts, in the digest's order.
         digest: [u8; 32],
+        /// How many facts it covers.
         facts: u64,
     },
     /// Range-based repair (docs/design.md §7.9), the initiator's first
@@ -126,17 +149,29 @@ pub enum SyncV1 {
     /// the facts the policy it gives the receiver admits. Sent before the
     /// sender's `Done`. Appended after `Digest`: an older node cannot
     /// decode this or the three that follow.
-    RepairOpen { round: Vec<u8> },
+    RepairOpen {
+        /// The negentropy round.
+        round: Vec<u8>,
+    },
     /// A further negentropy round, either way (at most [`MAX_REPAIR_ROUND`]).
-    RepairRange { round: Vec<u8> },
+    RepairRange {
+        /// The negentropy round.
+        round: Vec<u8>,
+    },
     /// From the initiator once reconciled: send me the facts with these
     /// ids (BLAKE3 of their wire encoding; at most [`MAX_REPAIR_IDS`], strictly
     /// ascending). The receiver sends only those its export filter lets out.
-    RepairNeed { ids: Vec<[u8; 32]> },
+    RepairNeed {
+        /// The ids of the facts wanted.
+        ids: Vec<[u8; 32]>,
+    },
     /// After the sender's `Done`: every fact of its repair set up to `upto`
     /// that the reconciliation found the receiver lacks was sent; store it
     /// as your watermark of me.
-    RepairDone { upto: Watermark },
+    RepairDone {
+        /// The sender's repair position the receiver now holds.
+        upto: Watermark,
+    },
 }
 
 impl SyncV1 {
@@ -265,10 +300,12 @@ fn truncate(s: &str) -> String {
 /// The versioned envelope.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
 pub enum SyncMessage {
+    /// Version 1.
     V1(SyncV1),
 }
 
 impl SyncMessage {
+    /// The message's canonical bytes.
     pub fn encode(&self) -> Vec<u8> {
         codec::encode(self)
     }

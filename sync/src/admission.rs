@@ -100,7 +100,10 @@ impl fmt::Display for Refusal {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeferReason {
     /// The fact's clock is this far ahead of our physical clock (beyond `max_skew`).
-    ClockSkew { ahead_ms: u64 },
+    ClockSkew {
+        /// How far ahead, in milliseconds.
+        ahead_ms: u64,
+    },
     /// A link whose endpoint memories have not arrived yet.
     MissingEndpoint,
     /// A membership (or a project policy's team record) whose team or
@@ -238,12 +241,15 @@ impl Admission {
         Admission { fact, effect }
     }
 
+    /// The fact admitted.
     pub fn fact(&self) -> &Verified<SignedFact> {
         &self.fact
     }
+    /// What it may do here: the grants in force, whether its owner rule holds.
     pub fn effect(&self) -> &Effect {
         &self.effect
     }
+    /// The fact, for a caller that has stored the effect.
     pub fn into_fact(self) -> Verified<SignedFact> {
         self.fact
     }
@@ -255,7 +261,9 @@ impl Admission {
 /// when a peer's policy changes ([`standing`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Standing {
+    /// Whether the owner rule holds: the memory's origin is us or a `full` peer.
     pub owner_trusted: bool,
+    /// The policy its grants must meet here (`None`: unrestricted).
     pub restriction: Option<PeerPolicy>,
 }
 

@@ -14,13 +14,18 @@ use crate::replica::{ReplicaStore, Sender};
 /// Counts of what happened to a batch.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ApplyReport {
+    /// Facts stored (new, or newer than what was held).
     pub applied: u64,
+    /// Facts older than or equal to what was held: nothing changed.
     pub stale: u64,
+    /// Facts the gate refused (audited, never stored).
     pub refused: u64,
+    /// Facts set aside to retry later (clock skew, a missing endpoint or scope).
     pub deferred: u64,
 }
 
 impl ApplyReport {
+    /// Add another batch's counts to these.
     pub fn add(&mut self, o: ApplyReport) {
         self.applied += o.applied;
         self.stale += o.stale;

@@ -16,6 +16,7 @@ pub struct Digest {
 }
 
 impl Digest {
+    /// A digest over no facts yet.
     pub fn new() -> Self {
         Self::default()
     }

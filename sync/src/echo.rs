@@ -60,10 +60,12 @@ impl EchoRanges {
         out
     }
 
+    /// The runs, as `(first, last)` `seq`s, ascending and disjoint.
     pub fn ranges(&self) -> &[(i64, i64)] {
         &self.ranges
     }
 
+    /// Whether there are no runs.
     pub fn is_empty(&self) -> bool {
         self.ranges.is_empty()
     }

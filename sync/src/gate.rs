@@ -37,8 +37,11 @@ use crate::replica::{ReplicaStore, Sender};
 /// What the gate decided about one fact.
 #[derive(Debug)]
 pub enum Gate {
+    /// Store it, with the effect the gate computed.
     Admit(Admission),
+    /// Never store it: the fact broke a rule (audited with the refusal's code).
     Refuse(Verified<SignedFact>, Refusal),
+    /// Keep it aside and retry later.
     Defer(Verified<SignedFact>, DeferReason),
 }
 

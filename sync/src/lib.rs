@@ -41,6 +41,7 @@
 //! session's `Event`, `Action`, `Session`) and [`text`] (`TextDoc`,
 //! `TextLog` and the checks of a change): names that read as anything
 //! without their module.
+#![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod admission;

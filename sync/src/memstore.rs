@@ -22,10 +22,15 @@ use crate::text::{TextDoc, TextLog};
 /// Per-memory state beside its facts.
 #[derive(Debug, Clone)]
 pub struct MemMeta {
+    /// The fields fixed at creation.
     pub fixed: MemoryFixed,
+    /// The grants in force here (grants ∩ the restriction of its origin).
     pub effective: Grants,
+    /// Every grant the memory's acl facts ever named (what a restand recomputes from).
     pub grants_ever: Grants,
+    /// Whether the owner rule holds here.
     pub owner_trusted: bool,
+    /// Whether the memory is forgotten.
     pub tombstoned: bool,
     /// The clock of content erased by a purge (kept so replays stay stale).
     pub purged_v: Option<Hlc>,
@@ -34,18 +39,26 @@ pub struct MemMeta {
 /// One replica held in memory (a clone is a backup of it).
 #[derive(Debug, Clone)]
 pub struct MemStore {
+    /// This replica's node.
     pub me: NodeId,
+    /// The policy we gave each peer.
     pub peers: BTreeMap<NodeId, PeerPolicy>,
+    /// The latest verified fact per register.
     pub facts: BTreeMap<Register, Verified<SignedFact>>,
+    /// Per-memory state beside the facts.
     pub memories: BTreeMap<MemoryId, MemMeta>,
+    /// This node's clock.
     pub hlc: HlcState,
+    /// Facts set aside, with their sender and why.
     pub deferred: Vec<(SignedFact, NodeId, DeferReason)>,
+    /// Facts refused, with their sender and why (the audit log).
     pub refused: Vec<(SignedFact, NodeId, Refusal)>,
     /// Edited memories: their text logs and documents.
     pub texts: BTreeMap<MemoryId, (TextLog, TextDoc)>,
 }
 
 impl MemStore {
+    /// An empty replica of node `me`, with no peers.
     pub fn new(me: NodeId) -> Self {
         MemStore {
             me,

@@ -36,7 +36,9 @@ pub const MAX_ROUNDS: u32 = 256;
 /// One element of a repair: ordered by `ts`, then `id`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Item {
+    /// The fact's clock as one number (`timestamp`), the primary order.
     pub ts: u64,
+    /// The fact's id, BLAKE3 of its wire bytes.
     pub id: ItemId,
 }
 
@@ -50,6 +52,7 @@ pub enum RepairError {
     /// The peer kept the reconciliation going past [`MAX_ROUNDS`].
     #[error("the repair took more than {MAX_ROUNDS} rounds")]
     TooManyRounds,
+    /// A round over [`MAX_ROUND_BYTES`].
     #[error("a repair round of {0} bytes (at most {MAX_ROUND_BYTES})")]
     TooLarge(usize),
 }
@@ -137,10 +140,12 @@ impl ItemSet {
         &self.items
     }
 
+    /// How many items.
     pub fn len(&self) -> usize {
         self.items.len()
     }
 
+    /// Whether the set holds no item.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
@@ -259,6 +264,7 @@ pub fn respond(set: &ItemSet, round: &[u8]) -> Result<Vec<u8>, RepairError> {
 /// A reconciliation run in memory, as two nodes would run it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Simulated {
+    /// What each side must send the other.
     pub outcome: Outcome,
     /// Round trips: the opening round and each reply it took.
     pub round_trips: u32,

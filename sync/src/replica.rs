@@ -16,18 +16,22 @@ use crate::admission::{Admission, DeferReason, Refusal};
 /// Who sent a batch, with the policy *we* gave it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sender {
+    /// The sending node.
     pub node: NodeId,
+    /// The policy we gave it: what its facts may do here.
     pub policy: PeerPolicy,
 }
 
 /// What the merge rule and the gate need to know of a stored memory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryState {
+    /// The fields fixed at creation; a fact disagreeing with them is refused.
     pub fixed: MemoryFixed,
     /// The content register's clock — kept after a purge.
     pub content_v: Option<Hlc>,
     /// Whether the content itself is held (false after a purge).
     pub content_held: bool,
+    /// The acl register's clock.
     pub acl_v: Option<Hlc>,
     /// The tombstone's clock, if the memory is forgotten.
     pub tombstone_v: Option<Hlc>,
@@ -43,11 +47,13 @@ pub struct MemoryState {
 /// Storage as the replication core sees it. `amos-node` implements it over
 /// SQLite (inside one transaction per batch); tests implement it in memory.
 pub trait ReplicaStore {
+    /// What the store's own operations fail with.
     type Error;
     /// This node's id.
     fn local_node(&self) -> NodeId;
     /// The policy we gave `node`, if it is a registered peer.
     fn peer_policy(&mut self, node: &NodeId) -> Result<Option<PeerPolicy>, Self::Error>;
+    /// What is held of memory `id`, if anything.
     fn memory(&mut self, id: &MemoryId) -> Result<Option<MemoryState>, Self::Error>;
     /// The clock of a non-memory register, if held.
     fn clock_of(&mut self, register: &Register) -> Result<Option<Hlc>, Self::Error>;

@@ -85,22 +85,36 @@ pub enum Event {
     Received(SyncV1),
     /// The driver finished sending our facts (as `Facts` messages) up to
     /// `upto`; `sent`: how many facts those messages carried.
-    ExportDone { upto: Watermark, sent: u64 },
+    ExportDone {
+        /// Our log position the facts sent cover.
+        upto: Watermark,
+        /// How many facts were sent.
+        sent: u64,
+    },
     /// The peer ended its side of the stream (cleanly: no error).
     PeerEnded,
     /// The repair set asked for by [`Action::BuildRepairSet`]: the items of
     /// every fact the policy we give the peer lets it receive now (with
     /// retractions, as an export from 0 would send them), and `upto`, our
     /// log position they cover (every fact of a row with `seq <= upto.seq`).
-    RepairSet { items: ItemSet, upto: Watermark },
+    RepairSet {
+        /// The repair set's items.
+        items: ItemSet,
+        /// Our log position the set covers.
+        upto: Watermark,
+    },
     /// The driver sent the facts of one [`Action::SendRepairFacts`] (`sent`
     /// of them: those it found in our repair set).
-    RepairSent { sent: u64 },
+    RepairSent {
+        /// How many facts were sent.
+        sent: u64,
+    },
 }
 
 /// What the driver must do, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
+    /// Send this message to the peer.
     Send(SyncV1),
     /// Send our facts changed after `since` that the peer may receive, as
     /// `Facts` messages, then report [`Event::ExportDone`]. `peer_reset`:
@@ -109,7 +123,9 @@ pub enum Action {
     /// otherwise its own facts need not travel back to it. `since` is
     /// [`SKIP_EXPORT`] in a session that repairs: send nothing.
     Export {
+        /// Send facts of rows whose `seq` is above this.
         since: i64,
+        /// Whether the peer's own facts must be sent back too.
         peer_reset: bool,
     },
     /// The peer said where it serves (at most [`MAX_LISTEN`] addresses,
@@ -129,8 +145,11 @@ pub enum Action {
     /// same scopes and record whether they agree (`facts`: how many the
     /// peer's covers).
     CompareDigest {
+        /// The scopes the peer's digest covers.
         scopes: Vec<Scope>,
+        /// The peer's digest.
         digest: [u8; 32],
+        /// How many facts it covers.
         facts: u64,
     },
     /// Build our repair set (only over what the peer may receive from us)
@@ -148,10 +167,13 @@ pub enum Action {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SessionError {
+    /// The peer sent something the protocol does not allow at this point.
     #[error("peer broke the sync protocol: {0}")]
     Protocol(&'static str),
+    /// The peer refused the session, with its reason.
     #[error("peer refused the sync: {0}")]
     Refused(String),
+    /// The peer's repair round did not reconcile.
     #[error("repair: {0}")]
     Repair(#[from] RepairError),
 }
@@ -281,6 +303,7 @@ impl Session {
         self.no_repair = true;
     }
 
+    /// Whether both directions are complete.
     pub fn is_finished(&self) -> bool {
         self.finished
     }

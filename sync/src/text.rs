@@ -40,6 +40,7 @@ const TEXT_KEY: &str = "text";
 /// Why text bytes were not accepted.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TextError {
+    /// Bytes that are not a valid change or snapshot for this memory.
     #[error("malformed text change: {0}")]
     Malformed(String),
     /// The document holds edits but not yet the base they were made on
@@ -47,10 +48,14 @@ pub enum TextError {
     /// edit until the base arrives.
     #[error("the text is incomplete here: its base has not arrived yet")]
     Incomplete,
+    /// A change or snapshot over its size limit.
     #[error("text {what} of {size} bytes exceeds the limit of {limit}")]
     TooLarge {
+        /// What was too large (`change`, `snapshot`, `text`).
         what: &'static str,
+        /// Its size in bytes.
         size: usize,
+        /// The limit.
         limit: usize,
     },
 }
@@ -715,6 +720,7 @@ pub struct LogEntry {
 /// snapshot contains its change.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TextLog {
+    /// Each held fact's entry by its key: the base, the snapshot, each edit.
     pub entries: BTreeMap<LogKey, LogEntry>,
 }
 

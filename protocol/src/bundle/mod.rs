@@ -243,14 +243,18 @@ impl std::fmt::Display for Recipient {
 /// sender as a new peer, once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
 pub struct PairingProof {
+    /// The invite's public id (`pairing::invite_id` of its secret), naming which code the joiner answers.
     pub invite: [u8; 16],
+    /// The joiner's proof that it holds the invite's secret, bound to the joiner and the inviter.
     pub proof: [u8; 32],
 }
 
 /// Counts of a written or verified bundle.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BundleSummary {
+    /// Frames written or verified.
     pub frames: u64,
+    /// Facts in those frames.
     pub facts: u64,
     /// Size of the whole file.
     pub bytes: u64,
@@ -260,42 +264,73 @@ pub struct BundleSummary {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BundleError {
+    /// The file does not begin with the bundle magic `AMOSBNDL`.
     #[error("not an amos bundle (bad magic bytes)")]
     NotABundle,
+    /// A format version this amos does not read (a newer amos wrote it, or the file is damaged).
     #[error("bundle format version {0} is not supported")]
     UnsupportedVersion(u16),
+    /// Format version 1 or 2: written before bundles named their recipient.
     #[error(
         "bundle format version {0} was written by an older amos and names no recipient; export it again"
     )]
     OldVersion(u16),
+    /// The file ends before the bundle does.
     #[error("bundle is truncated")]
     Truncated,
+    /// A length field or a written value is over its limit; nothing that size was allocated.
     #[error("bundle {what} is too large: {size} bytes (limit {limit})")]
     TooLarge {
+        /// The part that was too large (`header`, `frame`, `fact`, `trailer`, `decompressed frame`).
         what: &'static str,
+        /// Its size in bytes.
         size: u64,
+        /// The limit it broke.
         limit: u64,
     },
+    /// A frame's tag does not verify, or the bytes differ from what pass 1 verified or the trailer counts.
     #[error("bundle is corrupt or was tampered with")]
     Tampered,
+    /// The mesh key given is not the one the bundle was encrypted under (its key check differs).
     #[error("bundle was encrypted with a different mesh key")]
     WrongKey,
+    /// The bundle is encrypted and no mesh key was given.
     #[error("bundle is encrypted; set the mesh key")]
     NeedsKey,
+    /// A fact's signature does not verify although the bundle's does: the
+    /// sender shipped a forged or damaged fact.
     #[error("bundle frame {frame}, fact {index}: bad signature")]
-    BadFactSignature { frame: u64, index: u64 },
+    BadFactSignature {
+        /// The frame's index, from 0.
+        frame: u64,
+        /// The fact's index within the frame, from 0.
+        index: u64,
+    },
+    /// A fact the sender signed breaks the data model or does not decode: the sender shipped it.
     #[error("bundle frame {frame}, fact {index}: {error}")]
     BadFact {
+        /// The frame's index, from 0.
         frame: u64,
+        /// The fact's index within the frame, from 0.
         index: u64,
+        /// What is wrong with the fact.
         error: ProtocolError,
     },
+    /// The trailer's signature does not verify for the header's sender: the file was changed.
     #[error("bundle is corrupt or was tampered with: its signature does not verify")]
     BadSignature,
+    /// Bytes follow the trailer.
     #[error("bundle has unexpected bytes after its end")]
     TrailingBytes,
+    /// A part of the bundle is not the canonical encoding it must be.
     #[error("bundle {what} does not decode: {reason}")]
-    Decode { what: &'static str, reason: String },
+    Decode {
+        /// The part that did not decode (`header`, `frame`, `trailer`).
+        what: &'static str,
+        /// Why, in one line.
+        reason: String,
+    },
+    /// Reading or writing the underlying stream failed.
     #[error("bundle i/o: {0}")]
     Io(#[from] io::Error),
 }
@@ -320,8 +355,10 @@ fn decode_err(what: &'static str, reason: impl Into<String>) -> BundleError {
 /// `apply` ([`ReadError::Apply`]).
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError<E> {
+    /// The bundle was refused.
     #[error(transparent)]
     Bundle(#[from] BundleError),
+    /// The caller's `apply` failed; the read stopped there.
     #[error("{0}")]
     Apply(E),
 }

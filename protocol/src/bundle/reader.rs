@@ -236,10 +236,12 @@ impl std::fmt::Debug for VerifiedBundle {
 }
 
 impl VerifiedBundle {
+    /// The bundle's header, as its sender signed it.
     pub fn header(&self) -> &BundleHeader {
         &self.header
     }
 
+    /// The node that made and signed the bundle.
     pub fn sender(&self) -> NodeId {
         self.header.sender
     }
@@ -255,6 +257,7 @@ impl VerifiedBundle {
         self.pairing
     }
 
+    /// Frames, facts and bytes of the verified file.
     pub fn summary(&self) -> BundleSummary {
         self.summary
     }
