@@ -1,109 +1,310 @@
-//! `amos demo`: a scripted single-node tour in a throw-away home — a team,
-//! three agents, memories in every scope, and who recalls what.
+//! `amos demo`: the main job on one machine, in about ten seconds. Three
+//! nodes in throw-away homes, each a real `amos serve` process (this very
+//! binary, `--no-mdns`, QUIC on an ephemeral 127.0.0.1 port): A makes a team
+//! and invites, B and C join by pairing code, what each writes converges by
+//! push, a paraphrased question is recalled on another node through the gate
+//! (an agent outside the team gets nothing), and a revocation reaches every
+//! node.
+//!
+//! Every step goes through the library the other commands use (`Node`,
+//! `net::join_agent` and `net::join_blocking`, `amos serve` itself); this
+//! module only orders the steps, waits for their effect and prints them.
+//! Must never: touch the user's home, listen beyond loopback, advertise or
+//! browse over mDNS, or leave a serving process behind.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use amos_node::{Home, NewMemory, Node};
 use amos_protocol::Scope;
-use anyhow::Result;
-use serde_json::json;
+use anyhow::{Context, Result, anyhow, bail};
+use serde_json::{Value, json};
 
 use super::output::Out;
 
+/// The question asked on C: no content word in common with the memory it
+/// should find.
+const QUESTION: &str = "who fixes a wrong paycheck";
+const PAYROLL: &str = "Payroll corrections go to Dana in finance: she reissues any salary payment that came out incorrect.";
+const TEAM: &str = "apollo";
+/// How long a step may wait for the mesh before the demo fails.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// One `amos serve` on a throw-away home; killed when dropped.
+struct Served {
+    label: &'static str,
+    home: Home,
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What the demo prints as it goes and sums up at the end.
+struct Steps<'a> {
+    out: &'a Out,
+    started: Instant,
+    done: Vec<Value>,
+}
+
+impl Steps<'_> {
+    /// Run one step; print its line (text mode) and keep its record.
+    fn run(&mut self, name: &str, f: impl FnOnce() -> Result<(String, Value)>) -> Result<()> {
+        let t = Instant::now();
+        let r = f();
+        let ms = t.elapsed().as_millis() as u64;
+        let n = self.done.len() + 1;
+        let (line, ok) = match &r {
+            Ok((line, _)) => (line.clone(), true),
+            Err(e) => (format!("FAILED: {e:#}"), false),
+        };
+        if !self.out.json && !self.out.quiet {
+            println!("[{n}] {name:<9} {:>6.2} s  {line}", ms as f64 / 1000.0);
+        }
+        let mut v = match r.as_ref() {
+            Ok((_, v)) => v.clone(),
+            Err(e) => json!({"error": format!("{e:#}")}),
+        };
+        v["step"] = json!(name);
+        v["ok"] = json!(ok);
+        v["millis"] = json!(ms);
+        self.done.push(v);
+        r.map(drop)
+    }
+
+    fn summary(&self) -> Value {
+        json!({
+            "ok": self.done.iter().all(|s| s["ok"] == true),
+            "steps": self.done,
+            "total_millis": self.started.elapsed().as_millis() as u64,
+        })
+    }
+}
+
 pub fn run(out: &Out) -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let home = Home::new(dir.path().join("home"));
-    Node::init(&home, Some("demo"))?;
-    let mut node = Node::open(&home)?;
-    node.team_create("apollo", Some("Apollo"))?;
-    node.project_create("apollo-ui", "apollo", Some("Apollo UI"))?;
-    for (agent, teams) in [
-        ("alice", vec!["apollo"]),
-        ("bob", vec!["apollo"]),
-        ("carol", vec![]),
-    ] {
-        let teams: Vec<String> = teams.into_iter().map(String::from).collect();
-        node.agent_add(agent, "agent", &teams)?;
+    let mut steps = Steps {
+        out,
+        started: Instant::now(),
+        done: Vec::new(),
+    };
+    if !out.json && !out.quiet {
+        println!(
+            "amos demo: three nodes in throw-away homes under {}, QUIC on 127.0.0.1, mDNS off",
+            dir.path().display()
+        );
     }
-    node.project_member("apollo-ui", "alice", true)?;
+    let r = script(dir.path(), &mut steps);
+    if out.json {
+        let mut v = steps.summary();
+        v["dir"] = json!(dir.path().display().to_string());
+        println!("{v}");
+    } else if r.is_ok() && !out.quiet {
+        println!(
+            "done in {:.1} s: paired by code, converged by push, recalled by meaning through the gate, revoked everywhere",
+            steps.started.elapsed().as_secs_f64()
+        );
+    }
+    r
+}
 
-    let alice = node.requester("alice")?;
-    let memories: [(&str, Option<&str>); 5] = [
-        (
-            "deploy key rotation: alice keeps her staging deploy token in the vault",
-            None,
-        ),
-        (
-            "deploy runbook: the apollo team deploys on Tuesdays after the standup",
-            Some("team:apollo"),
-        ),
-        (
-            "deploy checklist for the apollo-ui project: run the visual tests first",
-            Some("project:apollo-ui"),
-        ),
-        (
-            "deploy tip for bob: the canary dashboard is in grafana",
-            Some("agent:bob"),
-        ),
-        (
-            "deploy policy: every deploy needs a green CI run",
-            Some("global"),
-        ),
-    ];
-    let mut rows = Vec::new();
-    for (text, share) in memories {
-        let mut m = NewMemory::new(text);
-        m.share = share
-            .map(|s| s.parse::<Scope>())
-            .transpose()?
-            .into_iter()
-            .collect();
-        let id = node.add(&alice, m)?;
-        rows.push(json!({"id": id.to_string(), "scope": share.unwrap_or("private"), "text": text}));
-    }
-    let mut recalls = serde_json::Map::new();
-    let mut text = vec![
-        format!("demo node {} in a throw-away home", node.node_id().short()),
-        "team apollo = alice, bob; project apollo-ui = alice; carol is in no team".into(),
-        "alice wrote 5 memories about deploys, one in each scope:".into(),
-    ];
-    for r in &rows {
-        text.push(format!(
-            "  {:<20} {}",
-            r["scope"].as_str().unwrap_or(""),
-            r["text"].as_str().unwrap_or("")
-        ));
-    }
-    text.push(String::new());
-    text.push("who recalls what for the query \"deploy\":".into());
-    for agent in ["alice", "bob", "carol"] {
-        let who = node.requester(agent)?;
-        let hits = node.search(&who, "deploy", 10)?;
-        let seen: Vec<String> = hits
+fn script(dir: &Path, steps: &mut Steps) -> Result<()> {
+    let mut nodes: Vec<Served> = Vec::new();
+    steps.run("start", || {
+        for (label, name) in [("A", "alpha"), ("B", "bravo"), ("C", "charlie")] {
+            nodes.push(start(dir, label, name)?);
+        }
+        let v: Vec<Value> = nodes
             .iter()
-            .map(|h| h.memory.effective().to_string())
+            .map(|s| json!({"node": s.label, "addr": s.addr.to_string()}))
             .collect();
-        text.push(format!(
-            "  {agent:<6} sees {} memories: {}",
-            hits.len(),
-            seen.join(" | ")
-        ));
-        recalls.insert(agent.into(), json!(seen));
-    }
-    node.team_member("apollo", "bob", false)?;
-    let bob = node.requester("bob")?;
-    let after = node.search(&bob, "deploy", 10)?;
-    text.push(format!(
-        "after `amos team remove apollo bob`, bob sees {}: {}",
-        after.len(),
-        after
+        let line = nodes
             .iter()
-            .map(|h| h.memory.effective().to_string())
+            .map(|s| format!("{} on {}", s.label, s.addr))
             .collect::<Vec<_>>()
-            .join(" | ")
-    ));
-    out.emit(
-        &json!({"node_id": node.node_id().to_string(), "memories": rows, "recalls": recalls,
-                "bob_after_removal": after.iter().map(|h| h.memory.effective().to_string()).collect::<Vec<_>>()}),
-        || text.join("\n"),
-    );
+            .join(", ");
+        Ok((
+            format!("amos serve --no-mdns: {line}"),
+            json!({ "nodes": v }),
+        ))
+    })?;
+    let [a, b, c] = [&nodes[0], &nodes[1], &nodes[2]];
+
+    steps.run("pair", || {
+        let mut na = Node::open(&a.home)?;
+        na.team_create(TEAM, Some("Apollo"))?;
+        na.agent_add("alice", "agent", &[TEAM.into()])?;
+        let mut joined = Vec::new();
+        for (s, agent) in [(b, "bob"), (c, "carol")] {
+            let mut joiner = Node::open(&s.home)?;
+            joiner.agent_add(agent, "agent", &[])?;
+            let invite = na.team_invite(TEAM, None, Duration::from_secs(600), &[])?;
+            let carried = amos_node::net::join_agent(&joiner, &invite.code, Some(agent), false)?;
+            drop(joiner);
+            let r = amos_node::net::join_blocking(&s.home, &invite.code, carried.carried(), None)?;
+            let first = r.first_sync.as_ref().map(|o| o.result.as_str());
+            if first != Some("ok") {
+                bail!("{}'s first sync with A: {first:?}", s.label);
+            }
+            if r.member_of != [format!("team:{TEAM}")] {
+                bail!("{agent} was made a member of {:?}", r.member_of);
+            }
+            joined.push(json!({"node": s.label, "agent": agent, "policy": r.policy,
+                               "member_of": r.member_of, "first_sync": first}));
+        }
+        Ok((
+            format!(
+                "A invites into team {TEAM}; B joins by code as bob, C as carol (policy team:{TEAM}, first sync ok)"
+            ),
+            json!({ "joined": joined }),
+        ))
+    })?;
+
+    let mut payroll = String::new();
+    steps.run("converge", || {
+        let team: Scope = format!("team:{TEAM}").parse()?;
+        for (s, agent, text) in [
+            (a, "alice", PAYROLL),
+            (b, "bob", "The release train leaves every second Thursday at noon."),
+            (c, "carol", "Staging database credentials rotate on the first of the month."),
+        ] {
+            let mut n = Node::open(&s.home)?;
+            let who = n.requester(agent)?;
+            let mut m = NewMemory::new(text);
+            m.share = vec![team.clone()];
+            let id = n.add(&who, m)?;
+            if s.label == "A" {
+                payroll = id.to_string();
+            }
+        }
+        let members = [(a, "alice"), (b, "bob"), (c, "carol")];
+        let digest = wait("every node to hold the three team memories", || {
+            let mut digests = Vec::new();
+            for (s, agent) in members {
+                let n = Node::open(&s.home)?;
+                let who = n.requester(agent)?;
+                if n.list(&who, None, 10)?.len() < 3 {
+                    return Ok(None);
+                }
+                digests.push(n.digest(&[format!("team:{TEAM}")])?.0);
+            }
+            Ok(digests.windows(2).all(|w| w[0] == w[1]).then(|| digests[0].clone()))
+        })?;
+        Ok((
+            format!(
+                "alice on A, bob on B and carol on C each write a team memory; all three nodes hold all three (digest {})",
+                &digest[..12.min(digest.len())]
+            ),
+            json!({"memories": 3, "digest": digest}),
+        ))
+    })?;
+
+    steps.run("recall", || {
+        let mut n = Node::open(&c.home)?;
+        n.agent_add("dave", "agent", &[])?;
+        let carol = n.requester("carol")?;
+        let hits = n.search(&carol, QUESTION, 3)?;
+        let top = hits
+            .first()
+            .ok_or_else(|| anyhow!("carol recalled nothing for {QUESTION:?}"))?;
+        if top.memory.id().to_string() != payroll {
+            bail!(
+                "carol's first hit for {QUESTION:?} is {:?}, not the payroll memory",
+                top.memory.content()
+            );
+        }
+        let dave = n.requester("dave")?;
+        let outsider = n.search(&dave, QUESTION, 3)?.len();
+        if outsider != 0 {
+            bail!("dave, in no team, recalled {outsider} memories");
+        }
+        Ok((
+            format!(
+                "on C, carol asks {QUESTION:?} and recalls alice's memory from A: {PAYROLL:?}; dave, in no team, recalls nothing"
+            ),
+            json!({"node": "C", "question": QUESTION, "hit": payroll,
+                   "hit_text": top.memory.content(), "outsider_hits": outsider}),
+        ))
+    })?;
+
+    steps.run("revoke", || {
+        let mut n = Node::open(&a.home)?;
+        let alice = n.requester("alice")?;
+        n.set_grant(&alice, &payroll, &format!("team:{TEAM}"), false)?;
+        drop(n);
+        let readers = [(b, "bob"), (c, "carol")];
+        wait("the revocation to reach every node", || {
+            for (s, agent) in readers {
+                let mut n = Node::open(&s.home)?;
+                let who = n.requester(agent)?;
+                let hits = n.search(&who, QUESTION, 10)?;
+                if hits.iter().any(|h| h.memory.id().to_string() == payroll) {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(()))
+        })?;
+        Ok((
+            format!(
+                "alice unshares it on A (team:{TEAM} removed); bob on B and carol on C no longer recall it"
+            ),
+            json!({"nodes": ["B", "C"], "recalled_after": 0}),
+        ))
+    })?;
     Ok(())
+}
+
+/// Initialise a home and start `amos serve` on it; wait until it listens.
+fn start(dir: &Path, label: &'static str, name: &str) -> Result<Served> {
+    let home = Home::new(dir.join(name));
+    Node::init(&home, Some(name))?;
+    let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+    let child = Command::new(std::env::current_exe().context("finding this binary")?)
+        .arg("--home")
+        .arg(home.root())
+        .args(["serve", "--no-mdns", "--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .env("AMOS_LOG", "info")
+        .spawn()
+        .context("starting amos serve")?;
+    let mut served = Served {
+        label,
+        home,
+        child,
+        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+    };
+    // `amos serve` records where it listens once its endpoint is up.
+    served.addr = wait(&format!("node {label} to listen"), || {
+        if let Some(status) = served.child.try_wait()? {
+            let log = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
+            bail!("amos serve for {label} exited ({status}): {}", log.trim());
+        }
+        Ok(std::fs::read_to_string(served.home.listen_path())
+            .ok()
+            .and_then(|s| s.trim().parse().ok()))
+    })?;
+    Ok(served)
+}
+
+/// Ask `done` until it answers, for at most [`PATIENCE`].
+fn wait<T>(what: &str, mut done: impl FnMut() -> Result<Option<T>>) -> Result<T> {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(v) = done()? {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            bail!("gave up waiting {}s for {what}", PATIENCE.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -12,7 +12,7 @@ use super::{bad, demo, eval};
 
 #[derive(Subcommand, Debug)]
 pub(super) enum SandboxCmd {
-    /// A scripted single-node demo in a throw-away home
+    /// Three nodes in throw-away homes pair by code, converge, recall by meaning through the gate and revoke, over loopback QUIC
     Demo,
     /// Recall quality on a golden set (hit@1, hit@5, MRR per mode) in a throw-away home
     Eval {

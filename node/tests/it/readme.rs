@@ -93,7 +93,7 @@ const REWRITTEN: &[(&str, &str, &str)] = &[
 
 /// What the pages claim and this test checks on the way.
 const CLAIMS: &[&str] = &[
-    "demo: who recalls what",
+    "demo: pair, converge, recall by meaning, revoke",
     "quickstart: bob sees the team memory, not alice's private one",
     "quickstart: bob's pack holds the team memory",
     "quickstart: get shows the memory shared with the team",
@@ -772,11 +772,15 @@ impl Tour {
         let query = "when do we deploy";
         match cmd {
             "amos demo" => {
+                for step in ["pair", "converge", "recall", "revoke"] {
+                    assert!(run.stdout.contains(&format!("] {step}")), "{run:?}");
+                }
                 assert!(
-                    run.stdout.contains("bob") && run.stdout.contains("sees"),
+                    run.stdout.contains("recalls alice's memory from A")
+                        && run.stdout.contains("no longer recall it"),
                     "{run:?}"
                 );
-                self.claim("demo: who recalls what");
+                self.claim("demo: pair, converge, recall by meaning, revoke");
             }
             c if c.starts_with("amos add \"we deploy on Tuesdays\"") => {
                 self.made.insert("team", run.stdout.trim().to_owned());
