@@ -26,6 +26,8 @@ fuzz_target!(|data: &[u8]| {
         let _ = chatgpt::read(&path, &owner, &share);
         let _ = hermes::read(&path, &owner, &share);
         let _ = aos::read(&path);
-        let _ = amos::read(&path);
+        // An amos export read as its header's agent, and as one `--as` named.
+        let _ = amos::read(&path, None);
+        let _ = amos::read(&path, Some(&owner));
     }
 });

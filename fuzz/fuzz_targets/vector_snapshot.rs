@@ -28,8 +28,8 @@ fuzz_target!(|data: &[u8]| {
     let v: Vec<f32> = (0..dim).map(|i| (i % 7) as f32 - 3.0).collect();
     let Some(q) = quantize::query(&v) else { return };
     let terms = ["team:x".to_string()];
-    for (id, _) in table.nearest(&q, Some(&terms), 10) {
+    for (id, _) in table.nearest(&q, Some(&terms), &[], 10) {
         assert!(shown.contains(&id), "a vector outside the allowed terms");
     }
-    let _ = table.nearest(&q, None, 300);
+    let _ = table.nearest(&q, None, &[], 300);
 });

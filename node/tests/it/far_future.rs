@@ -9,9 +9,9 @@
 
 use serde_json::{Value, json};
 
-use crate::common::Home;
 use crate::common::console::Console;
 use crate::common::server::{Server, id, pair};
+use crate::common::{Home, import_mem0_to_apollo};
 use crate::mcp::Client;
 
 /// Every way `amos add` is given a time past the bound.
@@ -139,16 +139,7 @@ fn mem0_times_past_9999_or_with_a_crafted_zone_are_left_out_without_panic() {
         .to_string(),
     )
     .unwrap();
-    let r = h.run(&[
-        "--json",
-        "import",
-        "mem0",
-        file.to_str().unwrap(),
-        "--as",
-        "alice",
-        "--share",
-        "team:apollo",
-    ]);
+    let r = import_mem0_to_apollo(&h, &file);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(!r.stderr.contains("panicked"), "{r:?}");
     let report = r.json();

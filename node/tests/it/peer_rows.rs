@@ -7,9 +7,9 @@
 //! peers list` and on the console's `/peers` page, whichever process ran
 //! the session and whichever side dialled.
 
-use crate::common::Home;
 use crate::common::console::Console;
 use crate::common::server::{Server, free_port, id, pair_serving};
+use crate::common::{Home, lose_one};
 use serde_json::Value;
 
 /// `peer`'s row in `amos peers list` on `h`.
@@ -175,18 +175,6 @@ fn peers_record_whether_their_digests_agree_and_the_console_shows_it() {
     assert_eq!(repair_ms(&b), repaired, "no repair on b since the loss's");
 }
 
-/// Delete the memory row holding `text` from `h`'s store behind its back
-/// (a loss no watermark shows), and its digest cache with it.
-fn lose_one(h: &Home, text: &str) {
-    let conn = rusqlite::Connection::open(h.path().join("amos.db")).unwrap();
-    conn.pragma_update(None, "foreign_keys", true).unwrap();
-    let n = conn
-        .execute("DELETE FROM memories WHERE content = ?1", [text])
-        .unwrap();
-    assert_eq!(n, 1, "deleted one row");
-    conn.execute("DELETE FROM digest_cache", []).unwrap();
-}
-
 /// When `h` last tried a repair with its one peer (`None`: never).
 fn repair_ms(h: &Home) -> Option<i64> {
     let conn = rusqlite::Connection::open(h.path().join("amos.db")).unwrap();
@@ -248,17 +236,22 @@ fn a_peer_naming_a_scope_we_never_gave_it_learns_nothing_of_what_we_hold_there()
                 break;
             }
         }
-        for _ in 0..2 {
-            let (code, p) = peer.sync(&["now"]);
-            assert_eq!(code, 0, "{p:?}\n{}", server_v.log());
+        // What the peer sees of a session it dials: whether the digests
+        // agreed, and the session's facts and bytes each way.
+        let seen_by_peer = |p: &[Value]| {
             let s = peer_row(&peer, &idv)["last_session"].clone();
-            sessions.push((
+            (
                 p[0]["digest_agree"].clone(),
                 s["facts_in"].clone(),
                 s["facts_out"].clone(),
                 s["bytes_in"].clone(),
                 s["bytes_out"].clone(),
-            ));
+            )
+        };
+        for _ in 0..2 {
+            let (code, p) = peer.sync(&["now"]);
+            assert_eq!(code, 0, "{p:?}\n{}", server_v.log());
+            sessions.push(seen_by_peer(&p));
         }
         let served = digest_of(&victim, &idp);
         // We dial the peer: our `sync now` compares its digest.
@@ -267,14 +260,7 @@ fn a_peer_naming_a_scope_we_never_gave_it_learns_nothing_of_what_we_hold_there()
         let dialled = (p[0]["digest_agree"].clone(), digest_of(&victim, &idp));
         let (code, p) = peer.sync(&["now"]);
         assert_eq!(code, 0, "{p:?}");
-        let s = peer_row(&peer, &idv)["last_session"].clone();
-        sessions.push((
-            p[0]["digest_agree"].clone(),
-            s["facts_in"].clone(),
-            s["facts_out"].clone(),
-            s["bytes_in"].clone(),
-            s["bytes_out"].clone(),
-        ));
+        sessions.push(seen_by_peer(&p));
 
         let repairs = (repair_ms(&victim), repair_ms(&peer));
         let peer_own = digest_of(&peer, &idv)["agree"].clone();

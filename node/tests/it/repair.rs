@@ -6,8 +6,8 @@
 
 use serde_json::Value;
 
-use crate::common::Home;
 use crate::common::server::{Server, pair};
+use crate::common::{Home, import_mem0_to_apollo, lose_one};
 
 /// `n` memories from alice, shared with `team:apollo`, in one import.
 fn import(h: &Home, tag: &str, n: usize) {
@@ -22,15 +22,9 @@ fn import(h: &Home, tag: &str, n: usize) {
         })
         .collect();
     std::fs::write(&file, serde_json::json!({ "results": results }).to_string()).unwrap();
-    let r = h.json(&[
-        "import",
-        "mem0",
-        file.to_str().unwrap(),
-        "--as",
-        "alice",
-        "--share",
-        "team:apollo",
-    ]);
+    let r = import_mem0_to_apollo(h, &file);
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = r.json();
     assert_eq!(r["memories"], n, "{r}");
 }
 
@@ -105,19 +99,6 @@ fn a_restored_node_converges_by_repair_for_a_fraction_of_a_resend() {
     let p = &b.json(&["peers", "list"])["peers"][0];
     assert_eq!(p["digest"]["agree"], true, "{p}");
     assert_eq!(last_session(&b).1, 0);
-}
-
-/// Delete one memory row of `h`'s store behind its back (a loss no
-/// watermark shows: the epoch and every `seq` stay).
-fn lose_one(h: &Home, text: &str) {
-    let conn = rusqlite::Connection::open(h.path().join("amos.db")).unwrap();
-    conn.pragma_update(None, "foreign_keys", true).unwrap();
-    let n = conn
-        .execute("DELETE FROM memories WHERE content = ?1", [text])
-        .unwrap();
-    assert_eq!(n, 1, "deleted one row");
-    // The digest cache is valid while `seq` stays: so is it after a loss.
-    conn.execute("DELETE FROM digest_cache", []).unwrap();
 }
 
 #[test]

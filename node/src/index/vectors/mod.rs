@@ -292,7 +292,7 @@ impl VectorIndex {
         }
         Ok(match exact {
             true => held.table.nearest_exact(&query, access, skip, limit),
-            false => held.table.nearest_skipping(&query, access, skip, limit),
+            false => held.table.nearest(&query, access, skip, limit),
         })
     }
 

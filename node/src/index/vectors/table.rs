@@ -459,20 +459,10 @@ impl VectorTable {
     /// (`None`: every live one, for the local admin) nearest to `query`,
     /// with their cosine similarity, nearest first (ties by memory id).
     /// Only the terms' own slots are ever compared: a vector the requester
-    /// may not see never takes a candidate place.
+    /// may not see never takes a candidate place, and neither does one of
+    /// `skip` (memories no one may see any more, such as those expired
+    /// since they were stored).
     pub fn nearest(
-        &self,
-        query: &Query,
-        terms: Option<&[String]>,
-        limit: usize,
-    ) -> Vec<(MemoryId, f32)> {
-        self.nearest_in(query, terms, &[], limit, stages(limit))
-    }
-
-    /// [`nearest`](Self::nearest), with the vectors of `skip` never taking
-    /// a candidate place (memories no one may see any more, such as those
-    /// expired since they were stored).
-    pub fn nearest_skipping(
         &self,
         query: &Query,
         terms: Option<&[String]>,
@@ -680,10 +670,10 @@ mod tests {
             let q = quantize::query(&vector(qseed, dim)).unwrap();
             // A requester under both terms sees a team memory once.
             for who in [Some(terms(&["team:a"])), Some(terms(&["owner"])), Some(terms(&["team:a", "owner", "team:a"])), None] {
-                let got = table.nearest(&q, who.as_deref(), limit);
-                prop_assert_eq!(&got, &fresh.nearest(&q, who.as_deref(), limit));
-                prop_assert_eq!(&got, &loaded.nearest(&q, who.as_deref(), limit));
-                prop_assert_eq!(&got, &resumed.nearest(&q, who.as_deref(), limit));
+                let got = table.nearest(&q, who.as_deref(), &[], limit);
+                prop_assert_eq!(&got, &fresh.nearest(&q, who.as_deref(), &[], limit));
+                prop_assert_eq!(&got, &loaded.nearest(&q, who.as_deref(), &[], limit));
+                prop_assert_eq!(&got, &resumed.nearest(&q, who.as_deref(), &[], limit));
                 let mut ids: Vec<_> = got.iter().map(|g| g.0).collect();
                 ids.sort_unstable();
                 ids.dedup();
@@ -713,16 +703,40 @@ mod tests {
             );
         }
         let query = quantize::query(&q).unwrap();
-        let all = table.nearest(&query, None, 5);
+        let all = table.nearest(&query, None, &[], 5);
         assert_eq!(all[0].0, id(1));
-        let team = table.nearest(&query, Some(&terms(&["team:a"])), 5);
+        let team = table.nearest(&query, Some(&terms(&["team:a"])), &[], 5);
         assert_eq!(team.len(), 5);
         assert!(team.iter().all(|(m, _)| *m != id(1)));
         assert!(
             table
-                .nearest(&query, Some(&terms(&["nobody"])), 5)
+                .nearest(&query, Some(&terms(&["nobody"])), &[], 5)
                 .is_empty()
         );
+    }
+
+    /// A skipped memory (one expired since it was stored) takes no place
+    /// either, under any terms, and the rest move up into its place.
+    #[test]
+    fn a_skipped_vector_never_takes_a_place() {
+        let dim = 32;
+        let mut table = VectorTable::new(dim);
+        let q = vector(7, dim);
+        table.upsert(id(1), quantize::quantize(&q).unwrap(), &terms(&["team:a"]));
+        for n in 2..=8 {
+            table.upsert(
+                id(n),
+                quantize::quantize(&vector(n as u64, dim)).unwrap(),
+                &terms(&["team:a"]),
+            );
+        }
+        let query = quantize::query(&q).unwrap();
+        for who in [None, Some(terms(&["team:a"]))] {
+            let all = table.nearest(&query, who.as_deref(), &[], 8);
+            assert_eq!(all[0].0, id(1));
+            let rest = table.nearest(&query, who.as_deref(), &[id(1)], 8);
+            assert_eq!(rest, all[1..].to_vec());
+        }
     }
 
     /// Past the stages' bounds the sign codes choose what is scored; the
@@ -745,7 +759,7 @@ mod tests {
             };
             table.upsert(m, quantize::quantize(&v).unwrap(), &terms(&["t"]));
         }
-        let hits = table.nearest(&quantize::query(&q).unwrap(), None, 5);
+        let hits = table.nearest(&quantize::query(&q).unwrap(), None, &[], 5);
         let near: Vec<u32> = hits
             .iter()
             .map(|(m, _)| u32::from_be_bytes([m.0[0], m.0[1], m.0[2], m.0[3]]))

@@ -165,6 +165,33 @@ pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 
+/// Delete the memory row holding `text` from `h`'s store behind its back:
+/// a loss no watermark shows (the epoch and every `seq` stay). Its digest
+/// cache goes too, since that cache is valid while `seq` stays.
+pub fn lose_one(h: &Home, text: &str) {
+    let conn = rusqlite::Connection::open(h.path().join("amos.db")).unwrap();
+    conn.pragma_update(None, "foreign_keys", true).unwrap();
+    let n = conn
+        .execute("DELETE FROM memories WHERE content = ?1", [text])
+        .unwrap();
+    assert_eq!(n, 1, "deleted one row");
+    conn.execute("DELETE FROM digest_cache", []).unwrap();
+}
+
+/// `amos --json import mem0 FILE --as alice --share team:apollo`.
+pub fn import_mem0_to_apollo(h: &Home, file: &Path) -> Run {
+    h.run(&[
+        "--json",
+        "import",
+        "mem0",
+        file.to_str().expect("utf-8 path"),
+        "--as",
+        "alice",
+        "--share",
+        "team:apollo",
+    ])
+}
+
 /// Every place in `<home>/amos.db` (any table, any text or blob column,
 /// opened read-only) where `word` occurs, as `table.column`.
 pub fn db_hits(h: &Home, word: &str) -> Vec<String> {
