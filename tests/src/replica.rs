@@ -20,14 +20,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use amos_acl::{AuthorizedScopes, PeerPolicy};
 use amos_node::store::org::StoredOrg;
 use amos_node::store::replica::{self, ExportSpec, SqlReplica};
-use amos_node::store::{Store, Tx, split_grants};
+use amos_node::store::{Store, Tx, inspect, peers, split_grants};
 use amos_protocol::{
     AgentId, Fact, FactBody, Grants, Hlc, HlcState, MemoryFixed, MemoryId, MemoryText, NodeId,
     NodeIdentity, Register, SignedFact, Verified,
 };
 use amos_sync::MemStore;
 use amos_sync::{Admission, ApplyReport, DeferReason, Sender, apply_batch};
-use rusqlite::{OptionalExtension, params};
 
 /// What a replica holds of one memory (its row or its twin's entry).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -367,26 +366,18 @@ pub fn sql_local_write(
 
 /// Register `node` as a peer with `policy` (`amos peers add`).
 pub fn sql_add_peer(tx: &mut Tx<'_>, node: &NodeId, policy: &PeerPolicy) -> amos_node::Result<()> {
-    tx.conn().execute(
-        "INSERT INTO peers(node_id, name, policy, added_ms) VALUES (?1, '', ?2, 0)",
-        params![&node.0[..], policy.to_string()],
-    )?;
-    Ok(())
+    peers::upsert(tx, node, None, None, policy, 0)
 }
 
-/// Change a registered peer's policy, as `amos peers policy` does at the SQL
-/// level (`Node::peer_set_policy`): the policy, and a fresh `seq` as the
-/// peer's `policy_seq` with its watermark reset.
+/// Change a registered peer's policy, as `amos peers policy` does at the
+/// store level (`Node::peer_set_policy`): the policy, and a fresh `seq` as
+/// the peer's `policy_seq` with its watermark reset.
 pub fn sql_set_peer_policy(
     tx: &mut Tx<'_>,
     node: &NodeId,
     policy: &PeerPolicy,
 ) -> amos_node::Result<()> {
-    let n = tx.conn().execute(
-        "UPDATE peers SET policy = ?2 WHERE node_id = ?1",
-        params![&node.0[..], policy.to_string()],
-    )?;
-    if n == 0 {
+    if !peers::set_policy(tx, node, policy)? {
         return Err(amos_node::NodeError::BadInput(format!(
             "unknown peer {}",
             node.short()
@@ -395,11 +386,17 @@ pub fn sql_set_peer_policy(
     // Re-judge the memories it originated, as `amos peers policy` does.
     replica::restand_origin(tx, node, policy)?;
     let seq = tx.next_seq()?;
-    tx.conn().execute(
-        "UPDATE peers SET their_seq = 0, policy_seq = ?2 WHERE node_id = ?1",
-        params![&node.0[..], seq],
-    )?;
-    Ok(())
+    peers::reset_watermark(tx, node, seq)
+}
+
+/// Facts refused or held aside as stored, decoded, with sender and why.
+fn aside<W>(rows: Vec<inspect::AsideRow<W>>) -> Vec<(SignedFact, NodeId, W)> {
+    rows.into_iter()
+        .map(|r| {
+            let fact = amos_protocol::codec::decode_signed(&r.fact).expect("a stored fact");
+            (fact, r.peer, r.why)
+        })
+        .collect()
 }
 
 fn decode(bytes: &[u8]) -> Verified<SignedFact> {
@@ -413,20 +410,11 @@ fn hlc(bytes: &[u8]) -> Hlc {
 impl Sql {
     /// Ids of rows that can be shown at all (content held, not tombstoned).
     fn live_ids(&self) -> Vec<MemoryId> {
-        let conn = self.store.conn();
-        let mut stmt = conn
-            .prepare(
-                "SELECT id FROM memories WHERE content_fact IS NOT NULL AND tombstone_fact IS NULL",
-            )
-            .expect("prepare");
-        stmt.query_map([], |r| r.get::<_, Vec<u8>>(0))
-            .expect("query")
-            .map(|b| MemoryId(b.expect("row").try_into().expect("a memory id")))
-            .collect()
+        inspect::live_ids(&self.store).expect("live ids")
     }
 
     fn who(&self, agent: &AgentId) -> AuthorizedScopes {
-        AuthorizedScopes::for_agent(agent.clone(), &StoredOrg(self.store.conn()))
+        AuthorizedScopes::for_agent(agent.clone(), &StoredOrg(&self.store))
     }
 }
 
@@ -517,7 +505,7 @@ impl TestReplica for Sql {
     fn export(&mut self, policy: &PeerPolicy) -> Vec<Verified<SignedFact>> {
         let mut out = Vec::new();
         replica::export_facts(
-            self.store.conn(),
+            &self.store,
             &ExportSpec {
                 policy,
                 since: 0,
@@ -536,15 +524,13 @@ impl TestReplica for Sql {
     }
 
     fn digest(&mut self) -> String {
-        replica::digest(self.store.conn(), &PeerPolicy::Full)
+        replica::digest(&self.store, &PeerPolicy::Full)
             .expect("digest")
             .0
     }
 
     fn scoped_digest(&mut self, policy: &PeerPolicy) -> String {
-        replica::digest(self.store.conn(), policy)
-            .expect("digest")
-            .0
+        replica::digest(&self.store, policy).expect("digest").0
     }
 
     fn visible_to(&mut self, agent: &AgentId) -> BTreeSet<MemoryId> {
@@ -571,148 +557,47 @@ impl TestReplica for Sql {
     }
 
     fn text(&mut self, id: &MemoryId) -> Option<String> {
-        let row: Option<(Option<String>, bool)> = self
-            .store
-            .conn()
-            .query_row(
-                "SELECT content, tombstone_fact IS NOT NULL FROM memories WHERE id = ?1",
-                [&id.0[..]],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
-            .expect("text");
-        let (content, tombstoned) = row?;
-        if tombstoned { None } else { content }
+        let row = inspect::memory_row(&self.store, id).expect("text")?;
+        if row.tombstoned { None } else { row.content }
     }
 
     fn memory(&mut self, id: &MemoryId) -> Option<MemInfo> {
-        type Row = (
-            String,
-            i64,
-            Vec<u8>,
-            String,
-            bool,
-            bool,
-            bool,
-            Option<Vec<u8>>,
-        );
-        let row: Row = self
-            .store
-            .conn()
-            .query_row(
-                "SELECT owner, created_ms, origin, effective, owner_trusted,
-                        tombstone_fact IS NOT NULL, content_fact IS NOT NULL, v
-                 FROM memories WHERE id = ?1",
-                [&id.0[..]],
-                |r| {
-                    Ok((
-                        r.get(0)?,
-                        r.get(1)?,
-                        r.get(2)?,
-                        r.get(3)?,
-                        r.get(4)?,
-                        r.get(5)?,
-                        r.get(6)?,
-                        r.get(7)?,
-                    ))
-                },
-            )
-            .optional()
-            .expect("memory row")?;
-        let (owner, created, origin, effective, owner_trusted, tombstoned, held, v) = row;
+        let row = inspect::memory_row(&self.store, id).expect("memory row")?;
         Some(MemInfo {
             fixed: MemoryFixed {
-                owner: AgentId::parse(&owner).expect("owner"),
-                created_ms: created as u64,
-                origin: NodeId(origin.try_into().expect("origin")),
+                owner: AgentId::parse(&row.owner).expect("owner"),
+                created_ms: row.created_ms as u64,
+                origin: NodeId(row.origin.try_into().expect("origin")),
             },
-            effective: split_grants(&effective),
-            owner_trusted,
-            tombstoned,
-            content_held: held,
-            content_v: v.as_deref().map(hlc),
+            effective: split_grants(&row.effective),
+            owner_trusted: row.owner_trusted,
+            tombstoned: row.tombstoned,
+            content_held: row.content_held,
+            content_v: row.v.as_deref().map(hlc),
         })
     }
 
     fn memory_ids(&mut self) -> Vec<MemoryId> {
-        let conn = self.store.conn();
-        let mut stmt = conn
-            .prepare("SELECT id FROM memories ORDER BY id")
-            .expect("prepare");
-        stmt.query_map([], |r| r.get::<_, Vec<u8>>(0))
-            .expect("query")
-            .map(|r| MemoryId::from_slice(&r.expect("row")).expect("id"))
-            .collect()
+        inspect::memory_ids(&self.store).expect("memory ids")
     }
 
     fn fact(&mut self, register: &Register) -> Option<Verified<SignedFact>> {
-        let conn = self.store.conn();
-        let one = |sql: &str, p: &[&dyn rusqlite::ToSql]| -> Option<Vec<u8>> {
-            conn.query_row(sql, p, |r| r.get::<_, Option<Vec<u8>>>(0))
-                .optional()
-                .expect("fact")
-                .flatten()
-        };
-        let bytes = match register {
-            Register::MemoryContent(id) => one(
-                "SELECT content_fact FROM memories WHERE id = ?1",
-                &[&&id.0[..]],
-            ),
-            Register::MemoryAcl(id) => {
-                one("SELECT acl_fact FROM memories WHERE id = ?1", &[&&id.0[..]])
-            }
-            Register::MemoryTombstone(id) => one(
-                "SELECT tombstone_fact FROM memories WHERE id = ?1",
-                &[&&id.0[..]],
-            ),
-            Register::Link(a, b, rel) => one(
-                "SELECT fact FROM links WHERE from_id = ?1 AND to_id = ?2 AND relation = ?3",
-                &[&&a.0[..], &&b.0[..], &rel.as_str()],
-            ),
-            Register::Team(t) => one("SELECT fact FROM teams WHERE id = ?1", &[&t.as_str()]),
-            Register::Project(p) => one("SELECT fact FROM projects WHERE id = ?1", &[&p.as_str()]),
-            Register::Membership(s, a) => one(
-                "SELECT fact FROM memberships WHERE scope = ?1 AND agent = ?2",
-                &[&s.to_string(), &a.as_str()],
-            ),
-            Register::Agent(a) => one("SELECT fact FROM agents WHERE id = ?1", &[&a.as_str()]),
-            Register::Profile(a) => {
-                one("SELECT fact FROM profiles WHERE agent = ?1", &[&a.as_str()])
-            }
-        };
-        bytes.map(|b| decode(&b))
+        inspect::fact_bytes(&self.store, register)
+            .expect("fact")
+            .map(|b| decode(&b))
     }
 
     fn registers(&mut self) -> BTreeMap<Register, Hlc> {
-        let conn = self.store.conn();
         let mut out = BTreeMap::new();
-        for sql in [
-            "SELECT content_fact FROM memories",
-            "SELECT acl_fact FROM memories",
-            "SELECT tombstone_fact FROM memories",
-            "SELECT fact FROM links",
-            "SELECT fact FROM teams",
-            "SELECT fact FROM projects",
-            "SELECT fact FROM memberships",
-            "SELECT fact FROM agents",
-            "SELECT fact FROM profiles",
-        ] {
-            let mut stmt = conn.prepare(sql).expect("prepare");
-            let facts = stmt
-                .query_map([], |r| r.get::<_, Option<Vec<u8>>>(0))
-                .expect("query");
-            for f in facts {
-                if let Some(b) = f.expect("row") {
-                    let f = amos_protocol::codec::decode_signed(&b).expect("stored fact");
-                    out.insert(f.fact.body.register(), f.fact.clock);
-                }
-            }
+        for b in inspect::all_fact_bytes(&self.store).expect("facts") {
+            let f = amos_protocol::codec::decode_signed(&b).expect("stored fact");
+            out.insert(f.fact.body.register(), f.fact.clock);
         }
         out
     }
 
     fn peer_policy(&mut self, node: &NodeId) -> Option<PeerPolicy> {
-        replica::peer_policy(self.store.conn(), node).expect("peer policy")
+        replica::peer_policy(&self.store, node).expect("peer policy")
     }
 
     fn set_peer_policy(&mut self, node: &NodeId, policy: &PeerPolicy) {
@@ -735,56 +620,16 @@ impl TestReplica for Sql {
     }
 
     fn refused(&mut self) -> Vec<Refused> {
-        let conn = self.store.conn();
-        let mut stmt = conn
-            .prepare("SELECT fact, peer, code FROM audit ORDER BY id")
-            .expect("prepare");
-        stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, Vec<u8>>(0)?,
-                r.get::<_, Vec<u8>>(1)?,
-                r.get::<_, String>(2)?,
-            ))
-        })
-        .expect("query")
-        .map(|r| {
-            let (f, p, why) = r.expect("row");
-            (
-                amos_protocol::codec::decode_signed(&f).expect("audited fact"),
-                NodeId(p.try_into().expect("peer")),
-                why,
-            )
-        })
-        .collect()
+        aside(inspect::refused(&self.store).expect("audit"))
     }
 
     fn deferred(&mut self) -> Vec<Deferred> {
-        let conn = self.store.conn();
-        let mut stmt = conn
-            .prepare("SELECT fact, peer, ahead_ms FROM deferred ORDER BY since_ms, hash")
-            .expect("prepare");
-        stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, Vec<u8>>(0)?,
-                r.get::<_, Vec<u8>>(1)?,
-                r.get::<_, Option<i64>>(2)?,
-            ))
-        })
-        .expect("query")
-        .map(|r| {
-            let (f, p, ahead) = r.expect("row");
-            (
-                amos_protocol::codec::decode_signed(&f).expect("deferred fact"),
-                NodeId(p.try_into().expect("peer")),
-                ahead.map(|a| a as u64),
-            )
-        })
-        .collect()
+        aside(inspect::deferred(&self.store).expect("deferred"))
     }
 
     fn take_deferred(&mut self) -> Vec<(SignedFact, NodeId)> {
         self.store
-            .write(|tx| replica::take_deferred(tx.conn()))
+            .write(|tx| replica::take_deferred(tx))
             .expect("take deferred")
             .into_iter()
             .map(|(peer, b)| (decode(&b).into_inner(), peer))

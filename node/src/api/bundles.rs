@@ -137,7 +137,7 @@ impl Node {
                 let id = peer.parse().map_err(|e: amos_protocol::ProtocolError| {
                     NodeError::BadInput(e.to_string())
                 })?;
-                pairing = crate::api::pairing::join_proof_for(self.store().conn(), &id)?;
+                pairing = crate::api::pairing::join_proof_for(self.store(), &id)?;
                 recipient = Recipient::Node(id);
                 self.peer_policy(&id)?
                     .ok_or_else(|| NodeError::BadInput(format!("unknown peer {peer}")))?

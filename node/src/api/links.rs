@@ -29,7 +29,7 @@ impl Node {
     /// invisible are the same error) whose other end `who` sees too.
     pub fn links(&self, who: &AuthorizedScopes, id: &str) -> Result<Vec<LinkView>> {
         let me = self.get(who, id)?.id;
-        let rows = links::touching(self.store().conn(), &me, MAX_LINKS)?;
+        let rows = links::touching(self.store(), &me, MAX_LINKS)?;
         let others: Vec<MemoryId> = rows
             .iter()
             .map(|r| if r.from == me { r.to } else { r.from })

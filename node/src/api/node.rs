@@ -439,15 +439,12 @@ impl Node {
     /// unknown agent is bad input (there is no implicit requester).
     pub fn requester(&self, agent: &str) -> Result<AuthorizedScopes> {
         let agent = AgentId::parse(agent)?;
-        if !org::agent_present(self.store.conn(), &agent)? {
+        if !org::agent_present(&self.store, &agent)? {
             return Err(NodeError::BadInput(format!(
                 "unknown agent {agent} (register it with `amos agent add {agent}`)"
             )));
         }
-        Ok(AuthorizedScopes::for_agent(
-            agent,
-            &StoredOrg(self.store.conn()),
-        ))
+        Ok(AuthorizedScopes::for_agent(agent, &StoredOrg(&self.store)))
     }
 
     /// Read a memory for `who`: missing and invisible are the same answer.
@@ -517,7 +514,7 @@ impl Node {
         loop {
             let recs = self.store.visible_newest(who, kind, fetch, now)?;
             let exhausted = recs.len() < fetch;
-            let mut out = time::view(self.store.conn(), who, recs, q, now)?;
+            let mut out = time::view(&self.store, who, recs, q, now)?;
             if out.len() >= limit || exhausted {
                 out.truncate(limit);
                 return Ok(out);
@@ -560,10 +557,10 @@ impl Node {
         let me = self.node_id();
         self.commit(|tx| {
             for t in &teams {
-                if !org::team_present(tx.conn(), t) {
+                if !org::team_present(tx, t) {
                     return Err(NodeError::BadInput(format!("unknown team {t}")));
                 }
-                check_org_authority(tx.conn(), me, &OrgScope::Team(t.clone()))?;
+                check_org_authority(tx, me, &OrgScope::Team(t.clone()))?;
             }
             let mut bodies = vec![FactBody::Agent(AgentFact {
                 id: id.clone(),
@@ -580,7 +577,7 @@ impl Node {
     }
 
     pub fn agent_list(&self) -> Result<Vec<AgentInfo>> {
-        org::list_agents(self.store.conn())
+        org::list_agents(&self.store)
     }
 
     pub fn team_create(&mut self, id: &str, name: Option<&str>) -> Result<()> {
@@ -588,7 +585,7 @@ impl Node {
         let name = name.unwrap_or(id.as_str()).to_owned();
         let me = self.node_id();
         self.commit(|tx| {
-            let origin = check_org_authority(tx.conn(), me, &OrgScope::Team(id.clone()))?;
+            let origin = check_org_authority(tx, me, &OrgScope::Team(id.clone()))?;
             Ok((
                 vec![FactBody::Team(TeamFact {
                     id,
@@ -606,12 +603,12 @@ impl Node {
         let id = TeamId::parse(id)?;
         let me = self.node_id();
         self.commit(|tx| {
-            let name = org::list_teams(tx.conn())?
+            let name = org::list_teams(tx)?
                 .into_iter()
                 .find(|t| t.id == id.as_str())
                 .map(|t| t.name)
                 .ok_or_else(|| NodeError::BadInput(format!("unknown team {id}")))?;
-            let origin = check_org_authority(tx.conn(), me, &OrgScope::Team(id.clone()))?;
+            let origin = check_org_authority(tx, me, &OrgScope::Team(id.clone()))?;
             Ok((
                 vec![FactBody::Team(TeamFact {
                     id,
@@ -626,7 +623,7 @@ impl Node {
     }
 
     pub fn team_list(&self) -> Result<Vec<TeamInfo>> {
-        org::list_teams(self.store.conn())
+        org::list_teams(&self.store)
     }
 
     /// Add or remove a team member.
@@ -635,7 +632,7 @@ impl Node {
         let agent = AgentId::parse(agent)?;
         let me = self.node_id();
         self.commit(|tx| {
-            check_org_authority(tx.conn(), me, &OrgScope::Team(team.clone()))?;
+            check_org_authority(tx, me, &OrgScope::Team(team.clone()))?;
             let fact = team_member_fact(tx, &team, &agent, present, AgentAt::Here)?;
             Ok((vec![fact], ()))
         })?;
@@ -648,12 +645,12 @@ impl Node {
         let name = name.unwrap_or(id.as_str()).to_owned();
         let me = self.node_id();
         self.commit(|tx| {
-            if !org::team_present(tx.conn(), &team) {
+            if !org::team_present(tx, &team) {
                 return Err(NodeError::BadInput(format!("unknown team {team}")));
             }
-            check_org_authority(tx.conn(), me, &OrgScope::Team(team.clone()))?;
-            let origin = check_org_authority(tx.conn(), me, &OrgScope::Project(id.clone()))?;
-            if let Some(existing) = org::project_state(tx.conn(), &id)
+            check_org_authority(tx, me, &OrgScope::Team(team.clone()))?;
+            let origin = check_org_authority(tx, me, &OrgScope::Project(id.clone()))?;
+            if let Some(existing) = org::project_state(tx, &id)
                 && existing.team != team
             {
                 return Err(NodeError::BadInput(format!(
@@ -679,11 +676,11 @@ impl Node {
         let id = ProjectId::parse(id)?;
         let me = self.node_id();
         self.commit(|tx| {
-            let p = org::list_projects(tx.conn())?
+            let p = org::list_projects(tx)?
                 .into_iter()
                 .find(|p| p.id == id.as_str())
                 .ok_or_else(|| NodeError::BadInput(format!("unknown project {id}")))?;
-            let origin = check_org_authority(tx.conn(), me, &OrgScope::Project(id.clone()))?;
+            let origin = check_org_authority(tx, me, &OrgScope::Project(id.clone()))?;
             Ok((
                 vec![FactBody::Project(ProjectFact {
                     id,
@@ -699,7 +696,7 @@ impl Node {
     }
 
     pub fn project_list(&self) -> Result<Vec<ProjectInfo>> {
-        org::list_projects(self.store.conn())
+        org::list_projects(&self.store)
     }
 
     /// Add or remove a project member; adding needs membership of the project's team.
@@ -708,7 +705,7 @@ impl Node {
         let agent = AgentId::parse(agent)?;
         let me = self.node_id();
         self.commit(|tx| {
-            check_org_authority(tx.conn(), me, &OrgScope::Project(project.clone()))?;
+            check_org_authority(tx, me, &OrgScope::Project(project.clone()))?;
             let (fact, _) = project_member_fact(tx, &project, &agent, present, AgentAt::Here)?;
             Ok((vec![fact], ()))
         })?;
@@ -771,7 +768,7 @@ impl Node {
             for (id, fixed, grants, new) in prepared {
                 for s in grants.iter() {
                     if !checked.contains(s) {
-                        Self::check_grant_target(tx.conn(), s)?;
+                        Self::check_grant_target(tx, s)?;
                         checked.push(s.clone());
                     }
                 }
@@ -862,7 +859,7 @@ impl Node {
         let out = grants.clone();
         self.commit(|tx| {
             if share {
-                Self::check_grant_target(tx.conn(), &scope)?;
+                Self::check_grant_target(tx, &scope)?;
             }
             Ok((
                 vec![FactBody::MemoryAcl(MemoryAcl {
@@ -1119,14 +1116,14 @@ pub(crate) fn team_member_fact(
     present: bool,
     at: AgentAt,
 ) -> Result<FactBody> {
-    if !org::team_present(tx.conn(), team) {
+    if !org::team_present(tx, team) {
         return Err(NodeError::BadInput(format!("unknown team {team}")));
     }
-    if at == AgentAt::Here && !org::agent_present(tx.conn(), agent)? {
+    if at == AgentAt::Here && !org::agent_present(tx, agent)? {
         return Err(NodeError::BadInput(format!("unknown agent {agent}")));
     }
     let scope = OrgScope::Team(team.clone());
-    if !present && !org::is_member(tx.conn(), &scope, agent)? {
+    if !present && !org::is_member(tx, &scope, agent)? {
         return Err(NodeError::BadInput(format!(
             "agent {agent} is not a member of team {team}"
         )));
@@ -1142,23 +1139,21 @@ pub(crate) fn project_member_fact(
     present: bool,
     at: AgentAt,
 ) -> Result<(FactBody, TeamId)> {
-    let state = org::project_state(tx.conn(), project)
+    let state = org::project_state(tx, project)
         .filter(|p| p.present)
         .ok_or_else(|| NodeError::BadInput(format!("unknown project {project}")))?;
-    if at == AgentAt::Here && !org::agent_present(tx.conn(), agent)? {
+    if at == AgentAt::Here && !org::agent_present(tx, agent)? {
         return Err(NodeError::BadInput(format!("unknown agent {agent}")));
     }
     let scope = OrgScope::Project(project.clone());
     if present {
-        if at == AgentAt::Here
-            && !org::is_member(tx.conn(), &OrgScope::Team(state.team.clone()), agent)?
-        {
+        if at == AgentAt::Here && !org::is_member(tx, &OrgScope::Team(state.team.clone()), agent)? {
             return Err(NodeError::BadInput(format!(
                 "agent {agent} is not a member of team {}, which owns project {project}",
                 state.team
             )));
         }
-    } else if !org::is_member(tx.conn(), &scope, agent)? {
+    } else if !org::is_member(tx, &scope, agent)? {
         return Err(NodeError::BadInput(format!(
             "agent {agent} is not a member of project {project}"
         )));
@@ -1306,17 +1301,12 @@ mod tests {
             .collect();
         let ids = node.add_many(items).unwrap();
         let me = node.node_id();
-        let mut stmt = node
-            .store
-            .conn()
-            .prepare("SELECT id, content, content_fact, acl_fact FROM memories ORDER BY seq")
-            .unwrap();
         type Row = (Vec<u8>, String, Vec<u8>, Vec<u8>);
-        let rows: Vec<Row> = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        let rows: Vec<Row> = crate::store::inspect::signed_rows(&node.store)
             .unwrap()
-            .collect::<std::result::Result<_, _>>()
-            .unwrap();
+            .into_iter()
+            .map(|r| (r.id, r.content, r.content_fact, r.acl_fact))
+            .collect();
         assert_eq!(rows.len(), 300);
         let mut last: Option<Hlc> = None;
         for (i, ((mid, text, content, acl), id)) in rows.iter().zip(&ids).enumerate() {

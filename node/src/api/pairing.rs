@@ -97,12 +97,12 @@ impl Node {
         addrs: &[String],
     ) -> Result<Invite> {
         let team_id = TeamId::parse(team)?;
-        if !org::team_present(self.store().conn(), &team_id) {
+        if !org::team_present(self.store(), &team_id) {
             return Err(NodeError::BadInput(format!("no such team: {team_id}")));
         }
         // Invites for a team come from its origin (or a full peer of it).
         crate::api::node::check_org_authority(
-            self.store().conn(),
+            self.store(),
             self.node_id(),
             &OrgScope::Team(team_id.clone()),
         )?;
@@ -142,7 +142,7 @@ impl Node {
         };
         self.store.write(|tx| {
             invites::insert(
-                tx.conn(),
+                tx,
                 &pairing::invite_id(&secret),
                 &pairing::proof_key(&secret),
                 team_id.as_str(),
@@ -206,7 +206,7 @@ impl Node {
         let now = self.now_ms();
         let name = clean_name(name);
         let (_, (policy, member_of)) = self.commit(|tx| {
-            let row = invites::get(tx.conn(), &invite[..])?
+            let row = invites::get(tx, &invite[..])?
                 .map(|i| (i.proof_key, i.policy, i.expires_ms, i.used_ms));
             // One answer for a wrong secret and an unknown invite: a guesser
             // learns nothing about which invites exist.
@@ -227,7 +227,7 @@ impl Node {
             let policy: PeerPolicy = policy
                 .parse()
                 .map_err(|_| NodeError::Corrupt(format!("invite with a bad policy: {policy}")))?;
-            invites::mark_used(tx.conn(), &invite[..], &joiner.0[..], now)?;
+            invites::mark_used(tx, &invite[..], &joiner.0[..], now)?;
             upsert_peer(tx, joiner, addr, Some(&name), &policy, now)?;
             let (bodies, member_of) = match agent {
                 Some(agent) => joiner_memberships(tx, &policy, agent)?,
@@ -323,9 +323,9 @@ fn joiner_memberships(
     }
     wanted.sort_by_key(|s| matches!(s, OrgScope::Project(_)));
     wanted.dedup();
-    let ours = org::agent_present(tx.conn(), agent)?;
+    let ours = org::agent_present(tx, agent)?;
     for scope in &wanted {
-        if org::is_member(tx.conn(), scope, agent)? {
+        if org::is_member(tx, scope, agent)? {
             continue;
         }
         if ours {
@@ -370,7 +370,7 @@ pub fn join_offline(home: &Home, code_text: &str) -> Result<JoinReport> {
     let now = node.now_ms();
     node.store.write(|tx| {
         upsert_peer(tx, &code.inviter, addr.as_deref(), None, &policy, now)?;
-        peers::set_join_proof(tx.conn(), &code.inviter, &carried)
+        peers::set_join_proof(tx, &code.inviter, &carried)
     })?;
     Ok(JoinReport {
         peer: code.inviter.to_string(),
@@ -639,9 +639,7 @@ mod tests {
         let node = Node::open(home).unwrap();
         ["bob", "alice", "eve"]
             .into_iter()
-            .filter(|a| {
-                org::is_member(node.store().conn(), scope, &AgentId::parse(a).unwrap()).unwrap()
-            })
+            .filter(|a| org::is_member(node.store(), scope, &AgentId::parse(a).unwrap()).unwrap())
             .map(str::to_owned)
             .collect()
     }

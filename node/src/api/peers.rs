@@ -42,7 +42,7 @@ impl Node {
     /// Forget a peer: its connections and bundles are refused from now on.
     pub fn peer_remove(&mut self, node_id: &str) -> Result<()> {
         let id = parse_node_id(node_id)?;
-        if !self.store.write(|tx| peers::remove(tx.conn(), &id))? {
+        if !self.store.write(|tx| peers::remove(tx, &id))? {
             return Err(NodeError::BadInput(format!("unknown peer {}", id.short())));
         }
         Ok(())
@@ -53,7 +53,7 @@ impl Node {
         let id = parse_node_id(node_id)?;
         let policy: PeerPolicy = policy.parse()?;
         self.store.write(|tx| {
-            if !peers::set_policy(tx.conn(), &id, &policy)? {
+            if !peers::set_policy(tx, &id, &policy)? {
                 return Err(NodeError::BadInput(format!("unknown peer {}", id.short())));
             }
             policy_changed(tx, &id, &policy)
@@ -63,7 +63,7 @@ impl Node {
     /// Set the address of an already registered peer (mDNS discovery);
     /// never registers one. Returns whether the stored address changed.
     pub fn peer_set_addr(&mut self, id: &NodeId, addr: &str) -> Result<bool> {
-        self.store.write(|tx| peers::set_addr(tx.conn(), id, addr))
+        self.store.write(|tx| peers::set_addr(tx, id, addr))
     }
 
     /// Record where an already registered peer serves, as it said in a
@@ -75,14 +75,14 @@ impl Node {
     pub fn peer_learn_addr(&mut self, id: &NodeId, addr: std::net::SocketAddr) -> Result<bool> {
         let addr = addr.to_string();
         self.store.write(|tx| {
-            let current = peers::addr(tx.conn(), id)?;
+            let current = peers::addr(tx, id)?;
             let replace = match current {
                 None => false,
                 Some(None) => true,
                 Some(Some(old)) => old != addr && old.parse::<std::net::SocketAddr>().is_ok(),
             };
             if replace {
-                peers::set_addr(tx.conn(), id, &addr)?;
+                peers::set_addr(tx, id, &addr)?;
             }
             Ok(replace)
         })
@@ -95,7 +95,7 @@ impl Node {
         let now = self.now_ms() as i64;
         let ok_at = (result == "ok").then_some(now);
         self.store
-            .write(|tx| peers::record_result(tx.conn(), id, result, ok_at))
+            .write(|tx| peers::record_result(tx, id, result, ok_at))
     }
 
     /// [`Node::peer_record_result`] for a sync that started at
@@ -111,7 +111,7 @@ impl Node {
             return self.peer_record_result(id, result);
         }
         self.store
-            .write(|tx| peers::record_failure_since(tx.conn(), id, result, started_ms as i64))
+            .write(|tx| peers::record_failure_since(tx, id, result, started_ms as i64))
             .map(|_| ())
     }
 
@@ -125,17 +125,16 @@ impl Node {
         elapsed: std::time::Duration,
     ) -> Result<()> {
         let s = peers::LastSession::of(stats, self.now_ms(), elapsed);
-        self.store
-            .write(|tx| peers::record_session(tx.conn(), id, &s))
+        self.store.write(|tx| peers::record_session(tx, id, &s))
     }
 
     pub fn peer_list(&self) -> Result<Vec<PeerInfo>> {
-        replica::list_peers(self.store.conn())
+        replica::list_peers(&self.store)
     }
 
     /// The policy we gave a registered peer.
     pub fn peer_policy(&self, id: &NodeId) -> Result<Option<PeerPolicy>> {
-        replica::peer_policy(self.store.conn(), id)
+        replica::peer_policy(&self.store, id)
     }
 
     /// Apply verified facts from `from` (a registered peer) in one
@@ -206,7 +205,7 @@ impl Node {
             None => Default::default(),
         };
         self.store.write(|tx| {
-            let before = crate::store::max_seq(tx.conn())?;
+            let before = crate::store::max_seq(tx)?;
             let mut r = SqlReplica::new(tx, me, now);
             for (fact, why) in &out_of_bounds {
                 use amos_sync::ReplicaStore;
@@ -232,7 +231,7 @@ impl Node {
         let now = self.now_ms();
         let me = self.node_id();
         self.store.write(|tx| {
-            let rows = replica::take_deferred(tx.conn())?;
+            let rows = replica::take_deferred(tx)?;
             let checked =
                 amos_protocol::verify_each(&rows.iter().map(|(_, b)| b).collect::<Vec<_>>());
             let mut total = ApplyReport::default();
@@ -240,7 +239,7 @@ impl Node {
                 let Ok(fact) = fact else {
                     continue;
                 };
-                let policy = replica::peer_policy(tx.conn(), &peer)?;
+                let policy = replica::peer_policy(tx, &peer)?;
                 let mut r = SqlReplica::new(tx, me, now);
                 match policy {
                     Some(policy) => {
@@ -276,7 +275,7 @@ impl Node {
                 .collect::<Result<Vec<_>, _>>()?;
             PeerPolicy::scoped(scopes)?
         };
-        replica::digest(self.store.conn(), &policy)
+        replica::digest(&self.store, &policy)
     }
 
     /// Our side of a session's digest exchange with `peer`: the scopes of
@@ -296,7 +295,7 @@ impl Node {
                 scopes.len()
             )));
         }
-        let (digest, n) = replica::digest_bytes(self.store.conn(), &policy)?;
+        let (digest, n) = replica::digest_bytes(&self.store, &policy)?;
         Ok((scopes, digest, n as u64))
     }
 
@@ -324,11 +323,10 @@ impl Node {
             NodeError::Refused(format!("{} is not a registered peer", peer.short()))
         })?;
         let Some(policy) = amos_sync::digest::compared_over(&ours, scopes) else {
-            self.store
-                .write(|tx| peers::clear_digest(tx.conn(), peer))?;
+            self.store.write(|tx| peers::clear_digest(tx, peer))?;
             return Ok(None);
         };
-        let (mine, n) = replica::digest_bytes(self.store.conn(), &policy)?;
+        let (mine, n) = replica::digest_bytes(&self.store, &policy)?;
         let check = peers::DigestCheck {
             agree: mine == *digest,
             at_ms: self.now_ms(),
@@ -337,7 +335,7 @@ impl Node {
             my_facts: n as u64,
         };
         self.store
-            .write(|tx| peers::record_digest(tx.conn(), peer, &check))?;
+            .write(|tx| peers::record_digest(tx, peer, &check))?;
         Ok(Some(check.agree))
     }
 
@@ -352,7 +350,7 @@ impl Node {
         emit: impl FnMut(Vec<Vec<u8>>) -> Result<()>,
     ) -> Result<i64> {
         replica::export_facts(
-            self.store.conn(),
+            &self.store,
             &replica::ExportSpec {
                 policy,
                 since,
@@ -405,7 +403,7 @@ impl Node {
         let policy = self.peer_policy(peer)?.ok_or_else(|| {
             NodeError::Refused(format!("{} is not a registered peer", peer.short()))
         })?;
-        let policy_seq = peers::policy_seq(self.store.conn(), peer)?;
+        let policy_seq = peers::policy_seq(&self.store, peer)?;
         // Its watermark of us predates a policy change: start over.
         let since = if since < policy_seq { 0 } else { since };
         // Rows that hold only what it has (§7.1), on the terms its own
@@ -413,15 +411,11 @@ impl Node {
         // is the one our watermark of it names, which is the one its
         // `Hello` named when its log is not new to us.
         let echo = match (peer_reset, self.watermark_of(peer)?) {
-            (false, Some(w)) => Some(echo::load(
-                self.store.conn(),
-                peer,
-                &crate::store::hex(&w.epoch),
-            )?),
+            (false, Some(w)) => Some(echo::load(&self.store, peer, &crate::store::hex(&w.epoch))?),
             _ => None,
         };
         replica::export_facts(
-            self.store.conn(),
+            &self.store,
             &replica::ExportSpec {
                 policy: &policy,
                 since,
@@ -451,7 +445,7 @@ impl Node {
     /// Our watermark of a peer's log: its epoch and the highest of its `seq`
     /// whose facts we applied (`None` before the first complete sync).
     pub fn watermark_of(&self, peer: &NodeId) -> Result<Option<Watermark>> {
-        Ok(match peers::watermark(self.store.conn(), peer)? {
+        Ok(match peers::watermark(&self.store, peer)? {
             Some((Some(e), seq)) => {
                 let mut epoch = [0u8; 16];
                 let ok = e.len() == 32
@@ -471,15 +465,15 @@ impl Node {
         let now = self.now_ms() as i64;
         let epoch = crate::store::hex(&w.epoch);
         self.store
-            .write(|tx| peers::save_watermark(tx.conn(), peer, &epoch, w.seq, now))
+            .write(|tx| peers::save_watermark(tx, peer, &epoch, w.seq, now))
     }
 
     pub fn audit(&self, limit: usize) -> Result<Vec<AuditEntry>> {
-        replica::audit(self.store.conn(), limit)
+        replica::audit(&self.store, limit)
     }
 
     pub fn quarantined(&self) -> Result<Vec<DeferredInfo>> {
-        replica::deferred(self.store.conn())
+        replica::deferred(&self.store)
     }
 }
 
@@ -493,8 +487,8 @@ pub(crate) fn upsert_peer(
     policy: &PeerPolicy,
     now_ms: u64,
 ) -> Result<()> {
-    let old = replica::peer_policy(tx.conn(), id)?;
-    peers::upsert(tx.conn(), id, addr, name, policy, now_ms)?;
+    let old = replica::peer_policy(tx, id)?;
+    peers::upsert(tx, id, addr, name, policy, now_ms)?;
     if old.is_some_and(|o| o != *policy) {
         policy_changed(tx, id, policy)?;
     }
@@ -516,5 +510,5 @@ fn policy_changed(tx: &mut Tx<'_>, id: &NodeId, policy: &PeerPolicy) -> Result<(
 /// and a watermark of us below it predates the change.
 fn reset_watermark(tx: &mut Tx<'_>, id: &NodeId) -> Result<()> {
     let seq = tx.next_seq()?;
-    peers::reset_watermark(tx.conn(), id, seq)
+    peers::reset_watermark(tx, id, seq)
 }

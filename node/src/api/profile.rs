@@ -18,7 +18,7 @@ impl Node {
     /// The ranking profile of `agent`.
     pub fn profile_show(&self, agent: &str) -> Result<ProfileWeights> {
         let agent = self.known_agent(agent)?;
-        ProfileWeights::load(self.store.conn(), &agent)
+        ProfileWeights::load(&self.store, &agent)
     }
 
     /// Set weights in `agent`'s profile (others stay; a weight of 1 removes
@@ -40,7 +40,7 @@ impl Node {
             }
         }
         let (_, out) = self.commit(|tx| {
-            let mut map = ProfileWeights::load(tx.conn(), &agent)?.0;
+            let mut map = ProfileWeights::load(tx, &agent)?.0;
             for (kind, w) in weights {
                 if *w == 1.0 {
                     map.remove(kind.as_str());
@@ -67,7 +67,7 @@ impl Node {
 
     fn known_agent(&self, agent: &str) -> Result<AgentId> {
         let agent = AgentId::parse(agent)?;
-        if !org::agent_present(self.store.conn(), &agent)? {
+        if !org::agent_present(&self.store, &agent)? {
             return Err(NodeError::BadInput(format!("unknown agent {agent}")));
         }
         Ok(agent)

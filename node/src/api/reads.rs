@@ -45,22 +45,22 @@ impl Node {
     }
 
     pub fn read_audit_config(&self) -> Result<ReadAuditConfig> {
-        let stored = reads::enabled(self.store.conn())?;
+        let stored = reads::enabled(&self.store)?;
         Ok(ReadAuditConfig {
             on: env_switch().unwrap_or(stored),
             stored,
             env: std::env::var(ENV).ok(),
-            retention_ms: reads::retention_ms(self.store.conn())?,
+            retention_ms: reads::retention_ms(&self.store)?,
         })
     }
 
     pub fn set_read_audit(&mut self, on: bool) -> Result<ReadAuditConfig> {
-        reads::set_enabled(self.store.conn(), on)?;
+        self.store.write(|tx| reads::set_enabled(tx, on))?;
         self.read_audit_config()
     }
 
     pub fn set_read_audit_retention(&mut self, ms: u64) -> Result<ReadAuditConfig> {
-        reads::set_retention_ms(self.store.conn(), ms)?;
+        self.store.write(|tx| reads::set_retention_ms(tx, ms))?;
         self.read_audit_config()
     }
 
@@ -71,20 +71,13 @@ impl Node {
         }
         let on = match env_switch() {
             Some(on) => on,
-            None => reads::enabled(self.store.conn()).unwrap_or(false),
+            None => reads::enabled(&self.store).unwrap_or(false),
         };
         if !on {
             return;
         }
         let agent = who.requester().map_or("(admin)", |a| a.as_str());
-        if let Err(e) = reads::record(
-            self.store.conn(),
-            self.now_ms(),
-            agent,
-            ids,
-            self.front,
-            via,
-        ) {
+        if let Err(e) = reads::record(&self.store, self.now_ms(), agent, ids, self.front, via) {
             tracing::warn!(error = %e, "read audit row not written");
         }
     }
@@ -103,6 +96,6 @@ impl Node {
                     .map_err(|_| NodeError::BadInput(format!("malformed memory id {m:?}")))
             })
             .transpose()?;
-        reads::list(self.store.conn(), agent, memory.as_ref(), since_ms, limit)
+        reads::list(&self.store, agent, memory.as_ref(), since_ms, limit)
     }
 }

@@ -81,11 +81,9 @@ impl Node {
     /// one runs as an older node would, and the one after may repair
     /// again), else whether to ask for one and why.
     pub fn repair_plan(&mut self, peer: &NodeId) -> Result<RepairPlan> {
-        let tried =
-            peers::repair_state(self.store.conn(), peer)?.is_some_and(|s| s.tried_unfinished);
+        let tried = peers::repair_state(&self.store, peer)?.is_some_and(|s| s.tried_unfinished);
         if tried {
-            self.store
-                .write(|tx| peers::clear_repair_tried(tx.conn(), peer))?;
+            self.store.write(|tx| peers::clear_repair_tried(tx, peer))?;
             return Ok(RepairPlan::Forbid);
         }
         Ok(match self.repair_wanted(peer)? {
@@ -99,12 +97,12 @@ impl Node {
     pub fn peer_repair_tried(&mut self, peer: &NodeId) -> Result<()> {
         let now = self.now_ms();
         self.store
-            .write(|tx| peers::record_repair_tried(tx.conn(), peer, now))
+            .write(|tx| peers::record_repair_tried(tx, peer, now))
     }
 
     /// Whether the next session with `peer` should ask for a repair.
     pub fn repair_wanted(&self, peer: &NodeId) -> Result<Option<RepairReason>> {
-        let Some(s) = peers::repair_state(self.store.conn(), peer)? else {
+        let Some(s) = peers::repair_state(&self.store, peer)? else {
             return Ok(None);
         };
         Ok(if s.asked {
@@ -123,12 +121,12 @@ impl Node {
 
     /// The repair columns of `peer`'s row.
     pub fn repair_state(&self, peer: &NodeId) -> Result<Option<peers::RepairState>> {
-        peers::repair_state(self.store.conn(), peer)
+        peers::repair_state(&self.store, peer)
     }
 
     /// Ask for a repair in the next session with `peer`.
     pub fn ask_repair(&mut self, peer: &NodeId) -> Result<()> {
-        if !self.store.write(|tx| peers::ask_repair(tx.conn(), peer))? {
+        if !self.store.write(|tx| peers::ask_repair(tx, peer))? {
             return Err(NodeError::BadInput(format!(
                 "unknown peer {}",
                 peer.short()
@@ -164,7 +162,7 @@ impl Node {
     pub fn peer_record_repair(&mut self, peer: &NodeId, repaired: bool) -> Result<()> {
         let now = self.now_ms();
         self.store
-            .write(|tx| peers::record_repair(tx.conn(), peer, repaired, now))
+            .write(|tx| peers::record_repair(tx, peer, repaired, now))
     }
 }
 

@@ -161,7 +161,7 @@ impl Node {
             tx.put_local_edit(&admit_local(identity, edit)?, state)?;
             // Only the origin compacts (a snapshot from anyone else is refused).
             if rec.origin == me {
-                let (log_bytes, _) = stored::stored_bytes(tx.conn(), &rec.id)?;
+                let (log_bytes, _) = stored::stored_bytes(tx, &rec.id)?;
                 if log_bytes > compact_bytes {
                     let mut state = tx.text_state(&rec.id)?;
                     let saved = state.doc.save();
@@ -207,7 +207,7 @@ impl Node {
         id: &str,
     ) -> Result<(MemoryId, Vec<HistoryLine>)> {
         let rec = self.gated(who, id)?.into_inner();
-        let lines = stored::history(self.store.conn(), &rec.id)?
+        let lines = stored::history(&self.store, &rec.id)?
             .into_iter()
             .map(HistoryLine::from)
             .collect();

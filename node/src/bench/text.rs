@@ -58,7 +58,7 @@ fn facts_since(from: &Node, since: i64) -> Result<(Vec<amos_protocol::Verified<S
     let mut out = Vec::new();
     let mut bytes = 0u64;
     replica::export_facts(
-        from.store.conn(),
+        &from.store,
         &ExportSpec {
             policy: &PeerPolicy::Full,
             since,
@@ -227,7 +227,7 @@ pub fn run(dir: &std::path::Path, rounds: usize) -> Result<TextReport> {
         && final_a.matches("[b]").count() == rounds;
 
     let ratio = |node: &Node| -> Result<(f64, f64)> {
-        let (log, doc) = stored_bytes(node.store.conn(), &mid)?;
+        let (log, doc) = stored_bytes(&node.store, &mid)?;
         let t = text_of(node, &id)?.len().max(1) as f64;
         Ok(((log + doc) as f64 / t, log as f64 / t))
     };

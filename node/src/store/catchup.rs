@@ -39,7 +39,8 @@ pub fn changed_rows(
     start: impl FnOnce(u64),
     mut each: impl FnMut(Vec<ChangedRow>) -> Result<()>,
 ) -> Result<i64> {
-    store.read(|conn| {
+    store.read(|r| {
+        let conn = super::sql(r);
         let high = max_seq(conn)?;
         let total: i64 = conn.query_row(
             "SELECT count(*) FROM memories WHERE touched > ?1 AND touched <= ?2",

@@ -10,7 +10,7 @@
 
 use amos_protocol::NodeId;
 use amos_sync::{EchoRanges, MAX_ECHO_RANGES, held_by_peer};
-use rusqlite::{Connection, params};
+use rusqlite::params;
 
 use crate::error::Result;
 use crate::store::Tx;
@@ -26,7 +26,12 @@ const ONE_FACT_TABLES: [&str; 6] = [
 ];
 
 /// The echo ranges of `peer` recorded under its log epoch `epoch` (hex).
-pub fn load(conn: &Connection, peer: &NodeId, epoch: &str) -> Result<EchoRanges> {
+pub fn load(
+    conn: &(impl super::Readable + ?Sized),
+    peer: &NodeId,
+    epoch: &str,
+) -> Result<EchoRanges> {
+    let conn = super::sql(conn);
     let mut stmt = conn.prepare_cached(
         "SELECT first_seq, last_seq FROM echo_ranges WHERE peer = ?1 AND epoch = ?2",
     )?;
@@ -100,7 +105,8 @@ pub fn record_run(
 }
 
 /// Forget every echo range of `peer` (it was removed).
-pub fn forget(conn: &Connection, peer: &NodeId) -> Result<()> {
+pub fn forget(tx: &super::Tx<'_>, peer: &NodeId) -> Result<()> {
+    let conn = super::sql(tx);
     conn.prepare_cached("DELETE FROM echo_ranges WHERE peer = ?1")?
         .execute([&peer.0[..]])?;
     Ok(())

@@ -24,30 +24,39 @@ pub struct RetentionCandidate {
 
 /// Every memory retention may archive, oldest first.
 pub fn retention_candidates(r: &(impl Readable + ?Sized)) -> Result<Vec<RetentionCandidate>> {
-    let mut stmt = sql(r).prepare(&format!(
-        "SELECT id, created_ms, v, last_access_ms, expires_ms FROM memories
-         WHERE {LIVE} AND archived = 0 AND pinned = 0 ORDER BY created_ms, id"
-    ))?;
-    let rows = stmt.query_map([], |row| {
-        Ok((
-            row.get::<_, Vec<u8>>(0)?,
-            row.get(1)?,
-            row.get(2)?,
-            row.get(3)?,
-            row.get(4)?,
-        ))
-    })?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (id, created_ms, v, last_access_ms, expires_ms) = row?;
-        if let Some(id) = MemoryId::from_slice(&id) {
-            out.push(RetentionCandidate {
+    live_rows(
+        r,
+        "created_ms, v, last_access_ms, expires_ms",
+        "AND pinned = 0 ORDER BY created_ms, id",
+        |id, row| {
+            Ok(RetentionCandidate {
                 id,
-                created_ms,
-                v,
-                last_access_ms,
-                expires_ms,
-            });
+                created_ms: row.get(1)?,
+                v: row.get(2)?,
+                last_access_ms: row.get(3)?,
+                expires_ms: row.get(4)?,
+            })
+        },
+    )
+}
+
+/// Live, unarchived memory rows (`columns` after the id, then `tail`: more
+/// conditions and the order), each read by `read` with its id; a row whose
+/// id is malformed is skipped.
+fn live_rows<T>(
+    r: &(impl Readable + ?Sized),
+    columns: &str,
+    tail: &str,
+    read: impl Fn(MemoryId, &rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> Result<Vec<T>> {
+    let mut stmt = sql(r).prepare(&format!(
+        "SELECT id, {columns} FROM memories WHERE {LIVE} AND archived = 0 {tail}"
+    ))?;
+    let mut rows = stmt.query([])?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        if let Some(id) = MemoryId::from_slice(&row.get::<_, Vec<u8>>(0)?) {
+            out.push(read(id, row)?);
         }
     }
     Ok(out)
@@ -69,33 +78,19 @@ pub struct ConsolidationCandidate {
 pub fn consolidation_candidates(
     r: &(impl Readable + ?Sized),
 ) -> Result<Vec<ConsolidationCandidate>> {
-    let mut stmt = sql(r).prepare(&format!(
-        "SELECT id, owner, grants, kind, content, pinned FROM memories
-         WHERE {LIVE} AND archived = 0 ORDER BY pinned DESC, created_ms, id"
-    ))?;
-    let rows = stmt.query_map([], |row| {
-        Ok((
-            row.get::<_, Vec<u8>>(0)?,
-            row.get(1)?,
-            row.get(2)?,
-            row.get::<_, Option<String>>(3)?.unwrap_or_default(),
-            row.get(4)?,
-            row.get::<_, Option<bool>>(5)?.unwrap_or(false),
-        ))
-    })?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (id, owner, grants, kind, content, pinned) = row?;
-        if let Some(id) = MemoryId::from_slice(&id) {
-            out.push(ConsolidationCandidate {
+    live_rows(
+        r,
+        "owner, grants, kind, content, pinned",
+        "ORDER BY pinned DESC, created_ms, id",
+        |id, row| {
+            Ok(ConsolidationCandidate {
                 id,
-                owner,
-                grants,
-                kind,
-                content,
-                pinned,
-            });
-        }
-    }
-    Ok(out)
+                owner: row.get(1)?,
+                grants: row.get(2)?,
+                kind: row.get::<_, Option<String>>(3)?.unwrap_or_default(),
+                content: row.get(4)?,
+                pinned: row.get::<_, Option<bool>>(5)?.unwrap_or(false),
+            })
+        },
+    )
 }

@@ -1,7 +1,7 @@
 //! The `invites` table: one-time pairing invites (only the proof key of a
 //! code is stored, never its secret) and whether each was used.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 
 use crate::error::Result;
 
@@ -16,7 +16,7 @@ pub struct StoredInvite {
 
 /// Record a new invite.
 pub fn insert(
-    conn: &Connection,
+    tx: &super::Tx<'_>,
     id: &[u8],
     proof_key: &[u8],
     team: &str,
@@ -24,6 +24,7 @@ pub fn insert(
     created_ms: u64,
     expires_ms: u64,
 ) -> Result<()> {
+    let conn = super::sql(tx);
     conn.execute(
         "INSERT INTO invites(id, proof_key, team, policy, created_ms, expires_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -40,7 +41,8 @@ pub fn insert(
 }
 
 /// The invite `id`, if any.
-pub fn get(conn: &Connection, id: &[u8]) -> Result<Option<StoredInvite>> {
+pub fn get(conn: &(impl super::Readable + ?Sized), id: &[u8]) -> Result<Option<StoredInvite>> {
+    let conn = super::sql(conn);
     Ok(conn
         .query_row(
             "SELECT proof_key, policy, expires_ms, used_ms FROM invites WHERE id = ?1",
@@ -58,7 +60,8 @@ pub fn get(conn: &Connection, id: &[u8]) -> Result<Option<StoredInvite>> {
 }
 
 /// Mark invite `id` used by `joiner` at `now_ms`.
-pub fn mark_used(conn: &Connection, id: &[u8], joiner: &[u8], now_ms: u64) -> Result<()> {
+pub fn mark_used(tx: &super::Tx<'_>, id: &[u8], joiner: &[u8], now_ms: u64) -> Result<()> {
+    let conn = super::sql(tx);
     conn.execute(
         "UPDATE invites SET used_ms = ?2, used_by = ?3 WHERE id = ?1",
         params![id, now_ms as i64, joiner],

@@ -8,7 +8,6 @@
 
 use amos_acl::AuthorizedScopes;
 use amos_protocol::MemoryId;
-use rusqlite::Connection;
 use rusqlite::types::Value;
 
 use super::memory::{LIVE, access_clause};
@@ -25,7 +24,12 @@ pub struct LinkRow {
 }
 
 /// The present links from or to `id`, at most `limit`, strongest first.
-pub fn touching(conn: &Connection, id: &MemoryId, limit: usize) -> Result<Vec<LinkRow>> {
+pub fn touching(
+    conn: &(impl super::Readable + ?Sized),
+    id: &MemoryId,
+    limit: usize,
+) -> Result<Vec<LinkRow>> {
+    let conn = super::sql(conn);
     let mut stmt = conn.prepare_cached(
         "SELECT from_id, to_id, relation, weight FROM links
          WHERE (from_id = ?1 OR to_id = ?1) AND present = 1
@@ -94,4 +98,44 @@ pub fn neighbours(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use amos_protocol::Scope;
+
+    use crate::api::NewMemory;
+
+    /// The pre-filter: a neighbour the requester may not see is never
+    /// listed, so it takes no fan-out slot (the gate after it is the rule).
+    #[test]
+    fn neighbours_are_only_those_the_requester_may_see() {
+        let (_dir, _home, mut node, alice) = crate::api::node::test_node("alice");
+        node.agent_add("bob", "test", &[]).unwrap();
+        let bob = node.requester("bob").unwrap();
+        let hub = node.add(&alice, NewMemory::new("hub".to_owned())).unwrap();
+        let hidden = node
+            .add(&alice, NewMemory::new("hidden".to_owned()))
+            .unwrap();
+        let mut shared = NewMemory::new("shared".to_owned());
+        shared.share = vec![Scope::Global];
+        let shared = node.add(&alice, shared).unwrap();
+        for to in [&hidden, &shared] {
+            node.link(&alice, &hub.to_string(), &to.to_string(), None, 1.0)
+                .unwrap();
+        }
+        let ids = |who| -> Vec<_> {
+            let mut v: Vec<_> = super::neighbours(node.store(), who, 0, &hub, 10)
+                .unwrap()
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect();
+            v.sort();
+            v
+        };
+        let mut both = vec![hidden, shared];
+        both.sort();
+        assert_eq!(ids(&alice), both);
+        assert_eq!(ids(&bob), [shared]);
+    }
 }

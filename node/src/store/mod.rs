@@ -7,9 +7,20 @@
 //! signed by this node's key can make). Reading memory rows is in
 //! [`memory`], the org graph in [`org`].
 //!
+//! Every SQL statement of amos-node is in this folder (a layers test holds
+//! it there: `tests/tests/it/layers.rs`); the rest of the crate asks typed
+//! questions. Reads go through [`Readable`] — the store (each statement its
+//! own snapshot), a [`Store::read`] closure's [`Reader`] (one snapshot) or a
+//! write's [`Tx`] — and writes take a [`Tx`], made only by [`Store::write`]
+//! (one `BEGIN IMMEDIATE`). No raw connection leaves the store; every
+//! connection to a store file is opened by [`connect`] (`connect.rs`).
+//!
 //! Invariant: every write runs in one `BEGIN IMMEDIATE` transaction, so many
 //! processes may share a home; the clock and `seq` are read and advanced inside
-//! that transaction and never go backwards.
+//! that transaction and never go backwards. Two local-only writes run beside
+//! a read and take their own: the read audit's rows (`reads::record`, its own
+//! `BEGIN IMMEDIATE`) and the digest cache (`replica::digest_bytes`, best
+//! effort, never a fact, never `seq`).
 //!
 //! Boundary: the store decides nothing about who may see or change what (that
 //! is `amos-acl` and the node API) nor which of two facts wins (that is
@@ -17,9 +28,12 @@
 
 pub mod catchup;
 pub mod checkpoint;
+mod connect;
 pub mod echo;
 pub mod foreign;
 pub mod hygiene;
+#[cfg(any(test, feature = "inspect"))]
+pub mod inspect;
 pub mod invites;
 pub mod latency;
 pub mod links;
@@ -41,15 +55,12 @@ use std::time::Duration;
 
 use amos_protocol::{FactBody, Grants, Hlc, HlcState, MemoryId, NodeId, SignedFact, Verified};
 use amos_sync::{Admission, Effect};
-use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::error::{NodeError, Result};
 
-/// SQLite's page cache per connection, in KiB.
-const PAGE_CACHE_KIB: i64 = 32 * 1024;
-
-/// How long a writer waits for another process's write lock.
-pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) use connect::connect;
+pub use connect::{Access, BUSY_TIMEOUT, Connect, WATCH_WAIT, Watch};
 
 /// An open store.
 pub struct Store {
@@ -79,104 +90,6 @@ fn corrupt_if_not_db(path: &Path) -> impl Fn(rusqlite::Error) -> NodeError + '_ 
             ))
         }
         _ => NodeError::Db(e),
-    }
-}
-
-/// Whether a connection may create the file, write it, or only read it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Create the file if it is missing (`amos init`, a new store).
-    Create,
-    /// Read and write an existing file; never create one.
-    Existing,
-    /// Read an existing file; never write or create.
-    ReadOnly,
-}
-
-/// How a connection to a store's file is opened. Every connection amos
-/// opens to a store file goes through [`connect`] with one of these.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Connect {
-    pub access: Access,
-    /// How long a statement waits for another process's lock.
-    pub wait: Duration,
-}
-
-impl Connect {
-    /// The store itself ([`Store::open`]) and its checkpoint thread.
-    pub const EXISTING: Connect = Connect {
-        access: Access::Existing,
-        wait: BUSY_TIMEOUT,
-    };
-    /// A new store ([`Store::create`]).
-    pub const CREATE: Connect = Connect {
-        access: Access::Create,
-        wait: BUSY_TIMEOUT,
-    };
-    /// A file read and never written: a backup about to be restored.
-    pub const READ_ONLY: Connect = Connect {
-        access: Access::ReadOnly,
-        wait: BUSY_TIMEOUT,
-    };
-    /// A watcher beside a serving node (the handshake acceptor, the `seq`
-    /// poller, the health probe): it reads one small table and must answer
-    /// soon, so it waits [`WATCH_WAIT`] for a writer, not [`BUSY_TIMEOUT`],
-    /// and fails that read instead (the next poll or handshake reads again).
-    pub const WATCH: Connect = Connect {
-        access: Access::Existing,
-        wait: WATCH_WAIT,
-    };
-}
-
-/// How long a watcher's read ([`Connect::WATCH`]) waits for a writer.
-pub const WATCH_WAIT: Duration = Duration::from_secs(2);
-
-/// The one connection factory: the flags of `how.access` (never shared
-/// between threads: `NO_MUTEX`), its busy timeout, and the per-connection
-/// pragmas every connection runs with. The file-wide settings (WAL, the
-/// schema) are [`Store::create`]'s and [`Store::open`]'s.
-pub(crate) fn connect(path: &Path, how: Connect) -> rusqlite::Result<Connection> {
-    let flags = match how.access {
-        Access::Create => OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
-        Access::Existing => OpenFlags::SQLITE_OPEN_READ_WRITE,
-        Access::ReadOnly => OpenFlags::SQLITE_OPEN_READ_ONLY,
-    } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags(path, flags)?;
-    conn.busy_timeout(how.wait)?;
-    // NORMAL in WAL mode: a committed write survives a crash of the
-    // process; a power cut may lose the last commits but never corrupts.
-    conn.pragma_update(None, "synchronous", "NORMAL")?;
-    // Recall re-reads every candidate row: keep the hot pages cached
-    // (SQLite's default is 2 MiB).
-    conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)?;
-    conn.pragma_update(None, "foreign_keys", true)?;
-    Ok(conn)
-}
-
-/// A connection for a thread beside the node that only watches (the serving
-/// node's handshake acceptor and `seq` poller, the health probe): opened by
-/// [`connect`] with [`Connect::WATCH`]; reads through [`Readable`].
-pub struct Watch {
-    conn: Connection,
-}
-
-impl Watch {
-    pub fn open(path: &Path) -> Result<Watch> {
-        Ok(Watch {
-            conn: connect(path, Connect::WATCH)?,
-        })
-    }
-}
-
-impl std::fmt::Debug for Watch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Watch")
-    }
-}
-
-impl Readable for Watch {
-    fn connection(&self, _: sealed::Key) -> &Connection {
-        &self.conn
     }
 }
 
@@ -229,8 +142,8 @@ impl Store {
         Ok(Store { conn, checkpoints })
     }
 
-    /// The raw connection, for reads.
-    pub fn conn(&self) -> &Connection {
+    /// The raw connection, for the store's own statements.
+    pub(in crate::store) fn conn(&self) -> &Connection {
         &self.conn
     }
 
@@ -268,16 +181,17 @@ impl Store {
     /// of around each statement (two fcntl calls per statement: a sixth of
     /// a search at 10k when its reads ran one row a statement). Ends with
     /// `commit()` or when dropped; fails if a transaction is already open.
-    pub(crate) fn snapshot(&self) -> Result<rusqlite::Transaction<'_>> {
-        Ok(self.conn.unchecked_transaction()?)
+    pub(crate) fn snapshot(&self) -> Result<Snapshot<'_>> {
+        Ok(Snapshot(self.conn.unchecked_transaction()?))
     }
 
-    /// Run `f` inside one read transaction (a consistent snapshot).
-    pub fn read<T>(&mut self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+    /// Run `f` inside one read transaction: everything it reads through
+    /// the [`Reader`] is one consistent snapshot.
+    pub fn read<T>(&mut self, f: impl FnOnce(&Reader<'_>) -> Result<T>) -> Result<T> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Deferred)?;
-        let out = f(&tx)?;
+        let out = f(&Reader { conn: &tx })?;
         tx.commit()?;
         Ok(out)
     }
@@ -325,6 +239,29 @@ pub(in crate::store) fn sql<R: Readable + ?Sized>(r: &R) -> &Connection {
     r.connection(sealed::Key(()))
 }
 
+/// One read snapshot: what a [`Store::read`] closure reads through.
+pub struct Reader<'c> {
+    conn: &'c Connection,
+}
+
+impl Readable for Reader<'_> {
+    fn connection(&self, _: sealed::Key) -> &Connection {
+        self.conn
+    }
+}
+
+/// A read snapshot held open while the caller reads through the [`Store`]
+/// ([`Store::snapshot`]): ends with [`Snapshot::commit`] or when dropped.
+pub struct Snapshot<'c>(rusqlite::Transaction<'c>);
+
+impl Snapshot<'_> {
+    pub fn commit(self) -> Result<()> {
+        Ok(self.0.commit()?)
+    }
+}
+
+/// Outside a [`Store::read`] or [`Store::snapshot`], each statement read
+/// through the store is its own snapshot.
 impl Readable for Store {
     fn connection(&self, _: sealed::Key) -> &Connection {
         &self.conn
@@ -384,7 +321,7 @@ pub struct Tx<'c> {
 }
 
 impl Tx<'_> {
-    pub fn conn(&self) -> &Connection {
+    pub(in crate::store) fn conn(&self) -> &Connection {
         &self.tx
     }
 

@@ -8,7 +8,7 @@
 //! (`store::memory`).
 
 use amos_protocol::{AgentId, MemoryFixed, MemoryId, NodeId, Relation};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 
 use crate::error::Result;
 
@@ -66,10 +66,11 @@ pub fn link_present(
 /// The live (not tombstoned) memories `owner` owns, oldest first; with
 /// `origin`, only those made there.
 pub fn owned_live(
-    conn: &Connection,
+    conn: &(impl super::Readable + ?Sized),
     owner: &AgentId,
     origin: Option<&NodeId>,
 ) -> Result<Vec<MemoryId>> {
+    let conn = super::sql(conn);
     let mut stmt = conn.prepare(
         "SELECT id FROM memories WHERE owner = ?1 AND content_fact IS NOT NULL
            AND tombstone_fact IS NULL AND (?2 IS NULL OR origin = ?2)
@@ -99,7 +100,11 @@ pub struct StoredLink {
 /// The present links leaving any of `ids` (either end may be outside).
 /// Ungated: the far end may be a memory the caller may not show; the node
 /// API passes the ends through the read gate before any leaves.
-pub fn links_from(conn: &Connection, ids: &[MemoryId]) -> Result<Vec<StoredLink>> {
+pub fn links_from(
+    conn: &(impl super::Readable + ?Sized),
+    ids: &[MemoryId],
+) -> Result<Vec<StoredLink>> {
+    let conn = super::sql(conn);
     let mut stmt = conn.prepare_cached(
         "SELECT to_id, relation, weight FROM links WHERE from_id = ?1 AND present = 1
          ORDER BY to_id, relation",

@@ -132,7 +132,8 @@ fn members(conn: &Connection, scope: &str) -> Result<Vec<String>> {
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-pub fn list_agents(conn: &Connection) -> Result<Vec<AgentInfo>> {
+pub fn list_agents(conn: &(impl super::Readable + ?Sized)) -> Result<Vec<AgentInfo>> {
+    let conn = super::sql(conn);
     let mut stmt =
         conn.prepare("SELECT id, kind, display_name FROM agents WHERE present = 1 ORDER BY id")?;
     let rows: Vec<(String, String, String)> = stmt
@@ -163,7 +164,8 @@ pub fn list_agents(conn: &Connection) -> Result<Vec<AgentInfo>> {
     Ok(out)
 }
 
-pub fn list_teams(conn: &Connection) -> Result<Vec<TeamInfo>> {
+pub fn list_teams(conn: &(impl super::Readable + ?Sized)) -> Result<Vec<TeamInfo>> {
+    let conn = super::sql(conn);
     let mut stmt = conn.prepare("SELECT id, name FROM teams WHERE present = 1 ORDER BY id")?;
     let rows: Vec<(String, String)> = stmt
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
@@ -179,7 +181,8 @@ pub fn list_teams(conn: &Connection) -> Result<Vec<TeamInfo>> {
         .collect()
 }
 
-pub fn list_projects(conn: &Connection) -> Result<Vec<ProjectInfo>> {
+pub fn list_projects(conn: &(impl super::Readable + ?Sized)) -> Result<Vec<ProjectInfo>> {
+    let conn = super::sql(conn);
     let mut stmt =
         conn.prepare("SELECT id, team, name FROM projects WHERE present = 1 ORDER BY id")?;
     let rows: Vec<(String, String, String)> = stmt

@@ -4,20 +4,21 @@
 
 use amos_acl::PeerPolicy;
 use amos_protocol::NodeId;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 
 use crate::error::Result;
 
 /// Register `id`, or update its address (`None` keeps it), name (`None`
 /// keeps it) and policy.
 pub fn upsert(
-    conn: &Connection,
+    tx: &super::Tx<'_>,
     id: &NodeId,
     addr: Option<&str>,
     name: Option<&str>,
     policy: &PeerPolicy,
     now_ms: u64,
 ) -> Result<()> {
+    let conn = super::sql(tx);
     conn.execute(
         "INSERT INTO peers(node_id, addr, name, policy, added_ms) VALUES (?1, ?2, coalesce(?3, ''), ?4, ?5)
          ON CONFLICT(node_id) DO UPDATE SET addr = coalesce(excluded.addr, addr),
@@ -28,13 +29,15 @@ pub fn upsert(
 }
 
 /// Forget `id`. Returns whether it was registered.
-pub fn remove(conn: &Connection, id: &NodeId) -> Result<bool> {
-    crate::store::echo::forget(conn, id)?;
+pub fn remove(tx: &super::Tx<'_>, id: &NodeId) -> Result<bool> {
+    let conn = super::sql(tx);
+    crate::store::echo::forget(tx, id)?;
     Ok(conn.execute("DELETE FROM peers WHERE node_id = ?1", [&id.0[..]])? > 0)
 }
 
 /// Set the policy we give `id`. Returns whether it is registered.
-pub fn set_policy(conn: &Connection, id: &NodeId, policy: &PeerPolicy) -> Result<bool> {
+pub fn set_policy(tx: &super::Tx<'_>, id: &NodeId, policy: &PeerPolicy) -> Result<bool> {
+    let conn = super::sql(tx);
     Ok(conn.execute(
         "UPDATE peers SET policy = ?2 WHERE node_id = ?1",
         params![&id.0[..], policy.to_string()],
@@ -43,7 +46,8 @@ pub fn set_policy(conn: &Connection, id: &NodeId, policy: &PeerPolicy) -> Result
 
 /// The address recorded for `id`: `None` if not registered, `Some(None)`
 /// if it has none.
-pub fn addr(conn: &Connection, id: &NodeId) -> Result<Option<Option<String>>> {
+pub fn addr(conn: &(impl super::Readable + ?Sized), id: &NodeId) -> Result<Option<Option<String>>> {
+    let conn = super::sql(conn);
     Ok(conn
         .query_row(
             "SELECT addr FROM peers WHERE node_id = ?1",
@@ -54,7 +58,8 @@ pub fn addr(conn: &Connection, id: &NodeId) -> Result<Option<Option<String>>> {
 }
 
 /// Set the address of a registered peer. Returns whether it changed.
-pub fn set_addr(conn: &Connection, id: &NodeId, addr: &str) -> Result<bool> {
+pub fn set_addr(tx: &super::Tx<'_>, id: &NodeId, addr: &str) -> Result<bool> {
+    let conn = super::sql(tx);
     Ok(conn.execute(
         "UPDATE peers SET addr = ?2 WHERE node_id = ?1 AND addr IS NOT ?2",
         params![&id.0[..], addr],
@@ -64,11 +69,12 @@ pub fn set_addr(conn: &Connection, id: &NodeId, addr: &str) -> Result<bool> {
 /// Record how the last sync with `id` went; `ok_at_ms` (a success) also
 /// moves its last sync time.
 pub fn record_result(
-    conn: &Connection,
+    tx: &super::Tx<'_>,
     id: &NodeId,
     result: &str,
     ok_at_ms: Option<i64>,
 ) -> Result<()> {
+    let conn = super::sql(tx);
     match ok_at_ms {
         Some(now) => conn.execute(
             "UPDATE peers SET last_result = ?2, last_sync_ms = ?3 WHERE node_id = ?1",
@@ -87,11 +93,12 @@ pub fn record_result(
 /// on change: a dial that failed before the peer came back must not hide
 /// the success that followed). Returns whether it was recorded.
 pub fn record_failure_since(
-    conn: &Connection,
+    tx: &super::Tx<'_>,
     id: &NodeId,
     result: &str,
     started_ms: i64,
 ) -> Result<bool> {
+    let conn = super::sql(tx);
     let n = conn.execute(
         "UPDATE peers SET last_result = ?2
          WHERE node_id = ?1 AND (last_sync_ms IS NULL OR last_sync_ms < ?3)",
@@ -115,7 +122,8 @@ pub struct DigestCheck {
 }
 
 /// Record the last digest comparison with `id`.
-pub fn record_digest(conn: &Connection, id: &NodeId, d: &DigestCheck) -> Result<()> {
+pub fn record_digest(tx: &super::Tx<'_>, id: &NodeId, d: &DigestCheck) -> Result<()> {
+    let conn = super::sql(tx);
     conn.execute(
         "UPDATE peers SET digest_agree = ?2, digest_ms = ?3, digest_scopes = ?4,
             digest_peer_facts = ?5, digest_my_facts = ?6,
@@ -136,7 +144,8 @@ pub fn record_digest(conn: &Connection, id: &NodeId, d: &DigestCheck) -> Result<
 /// Forget the last digest comparison with `id` (and any disagreement, so
 /// none asks for a repair): its latest digest could not be compared
 /// (docs/design.md §7.3).
-pub fn clear_digest(conn: &Connection, id: &NodeId) -> Result<()> {
+pub fn clear_digest(tx: &super::Tx<'_>, id: &NodeId) -> Result<()> {
+    let conn = super::sql(tx);
     conn.execute(
         "UPDATE peers SET digest_agree = NULL, digest_ms = NULL, digest_scopes = NULL,
             digest_peer_facts = NULL, digest_my_facts = NULL, disagree_since_ms = NULL
@@ -194,7 +203,8 @@ impl LastSession {
 }
 
 /// Record the figures of a session with `id` that just completed.
-pub fn record_session(conn: &Connection, id: &NodeId, s: &LastSession) -> Result<()> {
+pub fn record_session(tx: &super::Tx<'_>, id: &NodeId, s: &LastSession) -> Result<()> {
+    let conn = super::sql(tx);
     let n = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
     conn.execute(
         "UPDATE peers SET session_at_ms = ?2, session_ms = ?3, session_facts_in = ?4,
@@ -235,7 +245,8 @@ pub fn last_session(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Opt
 
 /// The `seq` of our last change of `id`'s policy: a watermark of us below
 /// it predates the change.
-pub fn policy_seq(conn: &Connection, id: &NodeId) -> Result<i64> {
+pub fn policy_seq(conn: &(impl super::Readable + ?Sized), id: &NodeId) -> Result<i64> {
+    let conn = super::sql(conn);
     Ok(conn.query_row(
         "SELECT policy_seq FROM peers WHERE node_id = ?1",
         [&id.0[..]],
@@ -244,7 +255,11 @@ pub fn policy_seq(conn: &Connection, id: &NodeId) -> Result<i64> {
 }
 
 /// Our watermark of `id`'s log as stored: its epoch (hex) and `seq`.
-pub fn watermark(conn: &Connection, id: &NodeId) -> Result<Option<(Option<String>, i64)>> {
+pub fn watermark(
+    conn: &(impl super::Readable + ?Sized),
+    id: &NodeId,
+) -> Result<Option<(Option<String>, i64)>> {
+    let conn = super::sql(conn);
     Ok(conn
         .query_row(
             "SELECT their_epoch, their_seq FROM peers WHERE node_id = ?1",
@@ -256,12 +271,13 @@ pub fn watermark(conn: &Connection, id: &NodeId) -> Result<Option<(Option<String
 
 /// Store our watermark of `id`'s log (a sync with it just succeeded).
 pub fn save_watermark(
-    conn: &Connection,
+    tx: &super::Tx<'_>,
     id: &NodeId,
     epoch_hex: &str,
     seq: i64,
     now_ms: i64,
 ) -> Result<()> {
+    let conn = super::sql(tx);
     conn.execute(
         "UPDATE peers SET their_epoch = ?2, their_seq = ?3, last_sync_ms = ?4,
             last_result = 'ok' WHERE node_id = ?1",
@@ -272,7 +288,8 @@ pub fn save_watermark(
 
 /// Re-pull `id`'s log from `seq` 0 (same epoch) and note `policy_seq` as
 /// the `seq` of the policy change.
-pub fn reset_watermark(conn: &Connection, id: &NodeId, policy_seq: i64) -> Result<()> {
+pub fn reset_watermark(tx: &super::Tx<'_>, id: &NodeId, policy_seq: i64) -> Result<()> {
+    let conn = super::sql(tx);
     conn.execute(
         "UPDATE peers SET their_seq = 0, policy_seq = ?2 WHERE node_id = ?1",
         params![&id.0[..], policy_seq],
@@ -281,7 +298,8 @@ pub fn reset_watermark(conn: &Connection, id: &NodeId, policy_seq: i64) -> Resul
 }
 
 /// Keep the proof an offline joiner carries to `id` (`join --offline`).
-pub fn set_join_proof(conn: &Connection, id: &NodeId, proof: &[u8]) -> Result<()> {
+pub fn set_join_proof(tx: &super::Tx<'_>, id: &NodeId, proof: &[u8]) -> Result<()> {
+    let conn = super::sql(tx);
     conn.execute(
         "UPDATE peers SET join_proof = ?2 WHERE node_id = ?1",
         params![&id.0[..], proof],
@@ -320,7 +338,11 @@ pub struct RepairState {
 }
 
 /// The repair columns of `id`'s row (`None`: not a peer).
-pub fn repair_state(conn: &Connection, id: &NodeId) -> Result<Option<RepairState>> {
+pub fn repair_state(
+    conn: &(impl super::Readable + ?Sized),
+    id: &NodeId,
+) -> Result<Option<RepairState>> {
+    let conn = super::sql(conn);
     Ok(conn
         .query_row(
             "SELECT repair_asked, repair_ms, sessions_since_repair, digest_agree,
@@ -346,7 +368,8 @@ pub fn repair_state(conn: &Connection, id: &NodeId) -> Result<Option<RepairState
 }
 
 /// Ask for a repair with `id` in its next session; returns whether it is a peer.
-pub fn ask_repair(conn: &Connection, id: &NodeId) -> Result<bool> {
+pub fn ask_repair(tx: &super::Tx<'_>, id: &NodeId) -> Result<bool> {
+    let conn = super::sql(tx);
     Ok(conn.execute(
         "UPDATE peers SET repair_asked = 1 WHERE node_id = ?1",
         [&id.0[..]],
@@ -356,7 +379,8 @@ pub fn ask_repair(conn: &Connection, id: &NodeId) -> Result<bool> {
 /// A session with `id` begins a repair (at `now_ms`): whatever asked for
 /// it is answered — the operator's ask, the periodic count, the
 /// disagreement — and it counts as unfinished until [`record_repair`].
-pub fn record_repair_tried(conn: &Connection, id: &NodeId, now_ms: u64) -> Result<()> {
+pub fn record_repair_tried(tx: &super::Tx<'_>, id: &NodeId, now_ms: u64) -> Result<()> {
+    let conn = super::sql(tx);
     conn.execute(
         "UPDATE peers SET repair_asked = 0, repair_ms = ?2, sessions_since_repair = 0,
             repair_tried = 1 WHERE node_id = ?1",
@@ -366,7 +390,8 @@ pub fn record_repair_tried(conn: &Connection, id: &NodeId, now_ms: u64) -> Resul
 }
 
 /// The next session after an unfinished repair runs without one: clear the mark.
-pub fn clear_repair_tried(conn: &Connection, id: &NodeId) -> Result<()> {
+pub fn clear_repair_tried(tx: &super::Tx<'_>, id: &NodeId) -> Result<()> {
+    let conn = super::sql(tx);
     conn.execute(
         "UPDATE peers SET repair_tried = 0 WHERE node_id = ?1",
         [&id.0[..]],
@@ -376,7 +401,8 @@ pub fn clear_repair_tried(conn: &Connection, id: &NodeId) -> Result<()> {
 
 /// A session with `id` completed: `repaired` (at `now_ms`) marks its repair
 /// finished, otherwise the session counts towards the periodic one.
-pub fn record_repair(conn: &Connection, id: &NodeId, repaired: bool, now_ms: u64) -> Result<()> {
+pub fn record_repair(tx: &super::Tx<'_>, id: &NodeId, repaired: bool, now_ms: u64) -> Result<()> {
+    let conn = super::sql(tx);
     if repaired {
         conn.execute(
             "UPDATE peers SET repair_asked = 0, repair_ms = ?2, sessions_since_repair = 0,

@@ -39,22 +39,26 @@ fn set_meta(conn: &Connection, key: &str, value: &str) -> Result<()> {
 }
 
 /// Whether the audit is switched on in the store.
-pub fn enabled(conn: &Connection) -> Result<bool> {
+pub fn enabled(conn: &(impl super::Readable + ?Sized)) -> Result<bool> {
+    let conn = super::sql(conn);
     Ok(meta(conn, ON_KEY)?.as_deref() == Some("on"))
 }
 
-pub fn set_enabled(conn: &Connection, on: bool) -> Result<()> {
+pub fn set_enabled(tx: &super::Tx<'_>, on: bool) -> Result<()> {
+    let conn = super::sql(tx);
     set_meta(conn, ON_KEY, if on { "on" } else { "off" })
 }
 
 /// How long rows are kept.
-pub fn retention_ms(conn: &Connection) -> Result<u64> {
+pub fn retention_ms(conn: &(impl super::Readable + ?Sized)) -> Result<u64> {
+    let conn = super::sql(conn);
     Ok(meta(conn, RETENTION_KEY)?
         .and_then(|v| v.parse().ok())
         .unwrap_or(DEFAULT_RETENTION_MS))
 }
 
-pub fn set_retention_ms(conn: &Connection, ms: u64) -> Result<()> {
+pub fn set_retention_ms(tx: &super::Tx<'_>, ms: u64) -> Result<()> {
+    let conn = super::sql(tx);
     if ms == 0 {
         return Err(NodeError::BadInput(
             "read-audit retention must be positive".into(),
@@ -64,26 +68,31 @@ pub fn set_retention_ms(conn: &Connection, ms: u64) -> Result<()> {
 }
 
 /// Record that `agent` was shown `ids` via `via` through `front`, and drop
-/// rows older than the retention, in one transaction.
+/// rows older than the retention, in one write (`BEGIN IMMEDIATE`) of its
+/// own: local-only bookkeeping beside a read, which holds the store shared.
 pub fn record(
-    conn: &Connection,
+    store: &super::Store,
     now_ms: u64,
     agent: &str,
     ids: &[MemoryId],
     front: &str,
     via: &str,
 ) -> Result<()> {
+    let tx = rusqlite::Transaction::new_unchecked(
+        store.conn(),
+        rusqlite::TransactionBehavior::Immediate,
+    )?;
+    let conn = &*tx;
     let keep = retention_ms(conn)?;
-    let tx = conn.unchecked_transaction()?;
     {
-        let mut stmt = tx.prepare_cached(
+        let mut stmt = conn.prepare_cached(
             "INSERT INTO read_audit(time_ms, agent, memory, front, via) VALUES (?1, ?2, ?3, ?4, ?5)",
         )?;
         for id in ids {
             stmt.execute(params![now_ms as i64, agent, &id.0[..], front, via])?;
         }
     }
-    tx.execute(
+    conn.execute(
         "DELETE FROM read_audit WHERE time_ms < ?1",
         [now_ms.saturating_sub(keep) as i64],
     )?;
@@ -103,12 +112,13 @@ pub struct ReadRow {
 
 /// Rows, newest first, optionally of one agent, one memory, since a time.
 pub fn list(
-    conn: &Connection,
+    conn: &(impl super::Readable + ?Sized),
     agent: Option<&str>,
     memory: Option<&MemoryId>,
     since_ms: Option<u64>,
     limit: usize,
 ) -> Result<Vec<ReadRow>> {
+    let conn = super::sql(conn);
     let mut stmt = conn.prepare(
         "SELECT time_ms, agent, memory, front, via FROM read_audit
          WHERE (?1 IS NULL OR agent = ?1) AND (?2 IS NULL OR memory = ?2) AND time_ms >= ?3
@@ -154,20 +164,19 @@ mod tests {
     #[test]
     fn rows_older_than_the_retention_are_pruned_on_the_next_record() {
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::store::Store::create(&dir.path().join("amos.db"), [0; 16]).unwrap();
-        let conn = store.conn();
-        set_retention_ms(conn, 1000).unwrap();
+        let mut store = crate::store::Store::create(&dir.path().join("amos.db"), [0; 16]).unwrap();
+        store.write(|tx| set_retention_ms(tx, 1000)).unwrap();
         let m = MemoryId([1; 16]);
-        record(conn, 10_000, "alice", &[m], "cli", "get").unwrap();
-        record(conn, 10_500, "bob", &[m], "cli", "get").unwrap();
-        assert_eq!(list(conn, None, None, None, 10).unwrap().len(), 2);
-        record(conn, 11_200, "carol", &[m], "mcp", "search").unwrap();
-        let left: Vec<String> = list(conn, None, None, None, 10)
+        record(&store, 10_000, "alice", &[m], "cli", "get").unwrap();
+        record(&store, 10_500, "bob", &[m], "cli", "get").unwrap();
+        assert_eq!(list(&store, None, None, None, 10).unwrap().len(), 2);
+        record(&store, 11_200, "carol", &[m], "mcp", "search").unwrap();
+        let left: Vec<String> = list(&store, None, None, None, 10)
             .unwrap()
             .into_iter()
             .map(|r| r.agent)
             .collect();
         assert_eq!(left, ["carol", "bob"]);
-        assert!(set_retention_ms(conn, 0).is_err());
+        assert!(store.write(|tx| set_retention_ms(tx, 0)).is_err());
     }
 }

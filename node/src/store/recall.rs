@@ -3,7 +3,7 @@
 //! together, and their Hebbian associations. Never a replicated fact.
 
 use amos_protocol::MemoryId;
-use rusqlite::{Connection, params};
+use rusqlite::params;
 
 use crate::error::Result;
 
@@ -25,11 +25,12 @@ pub struct Feedback {
 /// Apply feedback on `mids` (named together): returns how many memories,
 /// links and associations changed.
 pub fn feedback(
-    conn: &Connection,
+    tx: &super::Tx<'_>,
     mids: &[MemoryId],
     helpful: bool,
     f: &Feedback,
 ) -> Result<(usize, usize, usize)> {
+    let conn = super::sql(tx);
     let mut memories = 0;
     let mut stmt = conn.prepare_cached(
         "UPDATE memories SET reinforcement = min(?3, max(?2, reinforcement * ?4)),

@@ -14,7 +14,6 @@ use std::collections::HashSet;
 
 use amos_acl::PeerPolicy;
 use amos_sync::repair::{self, ItemId, ItemSet};
-use rusqlite::Connection;
 
 use crate::error::{NodeError, Result};
 use crate::store::replica::{ExportSpec, export_facts};
@@ -34,7 +33,11 @@ fn spec(policy: &PeerPolicy) -> ExportSpec<'_> {
 
 /// The repair set for a peer we give `policy`, and the highest `seq` it
 /// covers. Call inside one read transaction (a snapshot).
-pub fn repair_set(conn: &Connection, policy: &PeerPolicy) -> Result<(ItemSet, i64)> {
+pub fn repair_set(
+    conn: &(impl super::Readable + ?Sized),
+    policy: &PeerPolicy,
+) -> Result<(ItemSet, i64)> {
+    let conn = super::sql(conn);
     let mut items = Vec::new();
     let high = export_facts(conn, &spec(policy), SCAN_BATCH, |facts| {
         for f in &facts {
@@ -52,12 +55,13 @@ pub fn repair_set(conn: &Connection, policy: &PeerPolicy) -> Result<(ItemSet, i6
 /// `policy` whose id is in `ids` (ids outside the set are ignored); returns
 /// how many.
 pub fn repair_facts(
-    conn: &Connection,
+    conn: &(impl super::Readable + ?Sized),
     policy: &PeerPolicy,
     ids: &[ItemId],
     batch: usize,
     mut emit: impl FnMut(Vec<Vec<u8>>) -> Result<()>,
 ) -> Result<u64> {
+    let conn = super::sql(conn);
     let wanted: HashSet<&ItemId> = ids.iter().collect();
     let mut out: Vec<Vec<u8>> = Vec::new();
     let mut n = 0u64;

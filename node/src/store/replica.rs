@@ -489,11 +489,12 @@ pub struct ExportSpec<'a> {
 /// `seq` covered. With echo ranges, only the rows in the gaps between them
 /// are read (each table in `seq` order within a gap, the gaps in order).
 pub fn export_facts(
-    conn: &Connection,
+    conn: &(impl super::Readable + ?Sized),
     spec: &ExportSpec<'_>,
     batch: usize,
     mut emit: impl FnMut(Vec<Vec<u8>>) -> Result<()>,
 ) -> Result<i64> {
+    let conn = super::sql(conn);
     let high = crate::store::max_seq(conn)?;
     let gaps = match spec.echo {
         Some(echo) => echo.gaps(spec.since, high),
@@ -680,7 +681,11 @@ pub fn export_facts(
 }
 
 /// The convergence digest over the facts `policy` admits now (`Full` = all).
-pub fn digest(conn: &Connection, policy: &PeerPolicy) -> Result<(String, usize)> {
+pub fn digest(
+    conn: &(impl super::Readable + ?Sized),
+    policy: &PeerPolicy,
+) -> Result<(String, usize)> {
+    let conn = super::sql(conn);
     let (d, n) = digest_bytes(conn, policy)?;
     Ok((amos_sync::digest::to_hex(&d), n))
 }
@@ -688,8 +693,14 @@ pub fn digest(conn: &Connection, policy: &PeerPolicy) -> Result<(String, usize)>
 /// [`digest`] as the bytes a sync session's `Digest` message carries.
 /// Cached per policy in `digest_cache` while the store's `seq` does not
 /// move (every change an export could see takes a fresh `seq`); an idle
-/// sync reads it instead of scanning the store.
-pub fn digest_bytes(conn: &Connection, policy: &PeerPolicy) -> Result<([u8; 32], usize)> {
+/// sync reads it instead of scanning the store. The cache is the store's
+/// own: a read may fill it (best effort, never replicated, never moving
+/// `seq`), which is why only the store reaches the connection it writes on.
+pub fn digest_bytes(
+    conn: &(impl super::Readable + ?Sized),
+    policy: &PeerPolicy,
+) -> Result<([u8; 32], usize)> {
+    let conn = super::sql(conn);
     let key = policy.to_string();
     let seq = crate::store::max_seq(conn)?;
     let cached: Option<(i64, Vec<u8>, i64)> = conn
@@ -815,7 +826,8 @@ pub struct AuditEntry {
     pub reason: String,
 }
 
-pub fn audit(conn: &Connection, limit: usize) -> Result<Vec<AuditEntry>> {
+pub fn audit(conn: &(impl super::Readable + ?Sized), limit: usize) -> Result<Vec<AuditEntry>> {
+    let conn = super::sql(conn);
     let mut stmt = conn.prepare(
         "SELECT time_ms, peer, author, register, reason, code FROM audit
          ORDER BY id DESC LIMIT ?1",
@@ -847,7 +859,8 @@ pub struct DeferredInfo {
     pub register: String,
 }
 
-pub fn deferred(conn: &Connection) -> Result<Vec<DeferredInfo>> {
+pub fn deferred(conn: &(impl super::Readable + ?Sized)) -> Result<Vec<DeferredInfo>> {
+    let conn = super::sql(conn);
     let mut stmt =
         conn.prepare("SELECT peer, reason, ahead_ms, fact FROM deferred ORDER BY since_ms")?;
     let rows = stmt.query_map([], |r| {
@@ -868,7 +881,8 @@ pub fn deferred(conn: &Connection) -> Result<Vec<DeferredInfo>> {
 }
 
 /// Take every deferred fact out of the table (for a retry), grouped by peer.
-pub fn take_deferred(conn: &Connection) -> Result<Vec<(NodeId, Vec<u8>)>> {
+pub fn take_deferred(tx: &super::Tx<'_>) -> Result<Vec<(NodeId, Vec<u8>)>> {
+    let conn = super::sql(tx);
     let mut stmt = conn.prepare("SELECT peer, fact FROM deferred ORDER BY since_ms")?;
     let rows: Vec<(Vec<u8>, Vec<u8>)> = stmt
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?

@@ -39,7 +39,8 @@ fn corrupt(e: TextError) -> NodeError {
 }
 
 /// The text log of memory `id` (empty if it was never edited here).
-pub fn load_log(conn: &Connection, id: &MemoryId) -> Result<TextLog> {
+pub fn load_log(conn: &(impl super::Readable + ?Sized), id: &MemoryId) -> Result<TextLog> {
+    let conn = super::sql(conn);
     let mut stmt = conn.prepare_cached("SELECT key, v, fact FROM memory_text WHERE memory = ?1")?;
     let mut rows = stmt.query([&id.0[..]])?;
     let mut log = TextLog::default();
@@ -74,7 +75,8 @@ pub struct HistoryEntry {
 
 /// The history of memory `id`: its text log, or, for a memory never edited,
 /// its one content fact as the base.
-pub fn history(conn: &Connection, id: &MemoryId) -> Result<Vec<HistoryEntry>> {
+pub fn history(conn: &(impl super::Readable + ?Sized), id: &MemoryId) -> Result<Vec<HistoryEntry>> {
+    let conn = super::sql(conn);
     let log = load_log(conn, id)?;
     let mut out = Vec::new();
     if log.entries.is_empty() {
@@ -126,7 +128,8 @@ fn carried(f: &SignedFact) -> usize {
 
 /// Stored bytes of an edited memory's text: its log facts and its cached
 /// document (for the storage-overhead figure of `amos bench`).
-pub fn stored_bytes(conn: &Connection, id: &MemoryId) -> Result<(u64, u64)> {
+pub fn stored_bytes(conn: &(impl super::Readable + ?Sized), id: &MemoryId) -> Result<(u64, u64)> {
+    let conn = super::sql(conn);
     let log: i64 = conn.query_row(
         "SELECT coalesce(sum(length(fact)), 0) FROM memory_text WHERE memory = ?1",
         [&id.0[..]],
@@ -229,7 +232,7 @@ impl Tx<'_> {
         let edited = row.as_ref().is_some_and(|r| r.edited);
         let row_seq = row.as_ref().map(|r| r.seq);
         let log = if edited {
-            load_log(&self.tx, id)?
+            load_log(&*self.tx, id)?
         } else {
             let current = row
                 .as_ref()
@@ -462,7 +465,8 @@ pub fn content_at(
 /// Memories whose text log holds a fact stamped after `t_ms`: those whose
 /// text may have read otherwise at `t_ms` (the `--known-at` candidates the
 /// index, which holds today's text, cannot find).
-pub fn changed_since(conn: &Connection, t_ms: u64) -> Result<Vec<MemoryId>> {
+pub fn changed_since(conn: &(impl super::Readable + ?Sized), t_ms: u64) -> Result<Vec<MemoryId>> {
+    let conn = super::sql(conn);
     let after = Hlc {
         wall_ms: t_ms,
         logical: u32::MAX,

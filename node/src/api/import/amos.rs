@@ -58,7 +58,7 @@ impl Node {
         let who = self.requester(agent)?;
         let owner = AgentId::parse(agent)?;
         let now = self.now_ms();
-        let ids = moves::owned_live(self.store.conn(), &owner, None)?;
+        let ids = moves::owned_live(&self.store, &owner, None)?;
         let mut lines = vec![json!({
             "kind": KIND,
             "version": VERSION,
@@ -99,7 +99,7 @@ impl Node {
         }
         // A link is an id of another memory: only those whose other end
         // the agent may see too leave (the gate, as for the memories).
-        let mut links = moves::links_from(self.store.conn(), &shown)?;
+        let mut links = moves::links_from(&self.store, &shown)?;
         let mut ends: Vec<_> = links.iter().map(|l| l.to).collect();
         ends.sort();
         ends.dedup();
@@ -117,7 +117,7 @@ impl Node {
                 "weight": l.weight,
             }));
         }
-        let profile = ProfileWeights::load(self.store.conn(), &owner)?;
+        let profile = ProfileWeights::load(&self.store, &owner)?;
         let has_profile = !profile.is_empty();
         if has_profile {
             lines.push(json!({"kind": "profile", "agent": owner.as_str(), "weights": profile}));
@@ -144,20 +144,20 @@ impl Node {
     /// one transaction.
     pub fn forget_agent(&mut self, agent: &str) -> Result<ForgetReport> {
         let owner = AgentId::parse(agent)?;
-        if !crate::store::org::agent_present(self.store.conn(), &owner)? {
+        if !crate::store::org::agent_present(&self.store, &owner)? {
             return Err(NodeError::BadInput(format!("unknown agent {owner}")));
         }
         let me = self.node_id();
         let (_, (forgotten, elsewhere)) = self.commit(|tx| {
-            let ids = moves::owned_live(tx.conn(), &owner, None)?;
+            let ids = moves::owned_live(tx, &owner, None)?;
             let mut bodies = Vec::new();
             let mut elsewhere = 0;
             for id in ids {
-                let Some((fixed, false)) = moves::memory_fixed(tx.conn(), &id)? else {
+                let Some((fixed, false)) = moves::memory_fixed(tx, &id)? else {
                     continue;
                 };
                 let ours = fixed.origin == me
-                    || crate::store::replica::peer_policy(tx.conn(), &fixed.origin)?
+                    || crate::store::replica::peer_policy(tx, &fixed.origin)?
                         .is_some_and(|p| p.is_full());
                 if ours {
                     bodies.push(FactBody::MemoryTombstone(MemoryTombstone { id, fixed }));

@@ -863,7 +863,7 @@ impl Node {
     /// an agent, team or project that exists here, as for `amos add`.
     pub fn check_share(&self, scopes: &[Scope]) -> Result<()> {
         for s in scopes {
-            Self::check_grant_target(self.store.conn(), s)?;
+            Self::check_grant_target(&self.store, s)?;
         }
         Ok(())
     }
@@ -894,7 +894,7 @@ impl Node {
                 memories,
                 after,
                 mut report,
-            } = prepare(tx.conn(), me, plan, opts, now)?;
+            } = prepare(tx, me, plan, opts, now)?;
             progress.set_len(memories.len() as u64);
             let mut unsigned = Vec::with_capacity(org.len() + 2 * memories.len() + after.len());
             let mut archived = Vec::new();
@@ -1000,17 +1000,11 @@ mod tests {
             )
             .unwrap();
         assert_eq!(report.memories, 301);
-        let mut stmt = node
-            .store
-            .conn()
-            .prepare("SELECT content, content_fact, acl_fact FROM memories ORDER BY seq")
-            .unwrap();
-        type Row = (String, Vec<u8>, Vec<u8>);
-        let rows: Vec<Row> = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        let rows: Vec<(String, Vec<u8>, Vec<u8>)> = crate::store::inspect::signed_rows(&node.store)
             .unwrap()
-            .collect::<std::result::Result<_, _>>()
-            .unwrap();
+            .into_iter()
+            .map(|r| (r.content, r.content_fact, r.acl_fact))
+            .collect();
         assert_eq!(rows.len(), 301);
         let mut last: Option<amos_protocol::Hlc> = None;
         for (i, (text, content, acl)) in rows.iter().enumerate() {
