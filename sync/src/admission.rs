@@ -120,6 +120,9 @@ impl DeferReason {
             DeferReason::MissingScope => "missing_scope",
         }
     }
+
+    /// Every code [`DeferReason::code`] can return.
+    pub const CODES: [&'static str; 3] = ["clock_skew", "missing_endpoint", "missing_scope"];
 }
 
 impl fmt::Display for DeferReason {

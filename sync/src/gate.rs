@@ -524,5 +524,13 @@ mod tests {
         let codes: std::collections::BTreeSet<_> = all.iter().map(Refusal::code).collect();
         assert_eq!(codes.len(), all.len());
         assert_eq!(codes, Refusal::CODES.into_iter().collect());
+        let deferred = [
+            DeferReason::ClockSkew { ahead_ms: 1 },
+            DeferReason::MissingEndpoint,
+            DeferReason::MissingScope,
+        ];
+        let codes: std::collections::BTreeSet<_> = deferred.iter().map(DeferReason::code).collect();
+        assert_eq!(codes.len(), deferred.len());
+        assert_eq!(codes, DeferReason::CODES.into_iter().collect());
     }
 }

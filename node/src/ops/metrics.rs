@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use amos_sync::{ApplyReport, Refusal};
+use amos_sync::{ApplyReport, DeferReason, Refusal};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -194,9 +194,6 @@ fn grouped(rows: Vec<(String, i64)>, known: &[&'static str]) -> BTreeMap<&'stati
     out
 }
 
-/// Every deferral code (`amos_sync::DeferReason::code`).
-const DEFER_CODES: [&str; 3] = ["clock_skew", "missing_endpoint", "missing_scope"];
-
 /// Read the gauges. Read-only: a scrape changes nothing (not even what
 /// `amos status` counts as seen).
 fn read_store(home: &Home) -> Result<StoreGauges> {
@@ -217,7 +214,7 @@ fn read_store(home: &Home) -> Result<StoreGauges> {
         index_lag,
         store_bytes,
         refused_by_reason: grouped(status::audit_codes(&store)?, &Refusal::CODES),
-        quarantined_by_reason: grouped(status::deferred_codes(&store)?, &DEFER_CODES),
+        quarantined_by_reason: grouped(status::deferred_codes(&store)?, &DeferReason::CODES),
         recall: latency::read(&store)?,
     })
 }
@@ -366,7 +363,7 @@ fn render(store: Option<&StoreGauges>) -> String {
             "gauge",
             "Facts from peers held aside to retry later, by reason.",
         );
-        for reason in DEFER_CODES.iter().chain(&["other"]) {
+        for reason in DeferReason::CODES.iter().chain(&["other"]) {
             let n = s.quarantined_by_reason.get(reason).copied().unwrap_or(0);
             let _ = writeln!(o, "amos_quarantined_facts{{reason=\"{reason}\"}} {n}");
         }
@@ -705,7 +702,7 @@ mod tests {
             [("not_origin", 2), ("org_not_origin", 1), ("other", 1)].into();
         assert_eq!(got, want);
         // Every code is a Prometheus-safe label value.
-        for c in Refusal::CODES.iter().chain(&DEFER_CODES) {
+        for c in Refusal::CODES.iter().chain(&DeferReason::CODES) {
             assert!(
                 c.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
                 "{c}"
