@@ -1,7 +1,7 @@
 //! The one connection factory: every connection amos opens to a store's
 //! file — the [`Store`](super::Store) itself, its checkpoint thread, a
 //! backup written or restored, a serving node's watchers, the metrics
-//! health probe — is made by [`connect`] from a [`Connect`]: the open
+//! health probe — is made by `connect` from a [`Connect`]: the open
 //! flags, the busy timeout and the per-connection pragmas, in one place.
 //!
 //! Boundary: opens connections only; the file-wide settings (WAL, the
@@ -33,7 +33,7 @@ pub enum Access {
 }
 
 /// How a connection to a store's file is opened. Every connection amos
-/// opens to a store file goes through [`connect`] with one of these.
+/// opens to a store file goes through `connect` with one of these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Connect {
     pub access: Access,
@@ -66,7 +66,7 @@ pub const WATCH_WAIT: Duration = Duration::from_secs(2);
 /// between threads: `NO_MUTEX`), its busy timeout, and the per-connection
 /// pragmas every connection runs with. The file-wide settings (WAL, the
 /// schema) are [`Store::create`](super::Store::create)'s and [`Store::open`](super::Store::open)'s.
-pub(crate) fn connect(path: &Path, how: Connect) -> rusqlite::Result<Connection> {
+pub(in crate::store) fn connect(path: &Path, how: Connect) -> rusqlite::Result<Connection> {
     let flags = match how.access {
         Access::Create => OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
         Access::Existing => OpenFlags::SQLITE_OPEN_READ_WRITE,
@@ -86,7 +86,7 @@ pub(crate) fn connect(path: &Path, how: Connect) -> rusqlite::Result<Connection>
 
 /// A connection for a thread beside the node that only watches (the serving
 /// node's handshake acceptor and `seq` poller, the health probe): opened by
-/// [`connect`] with [`Connect::WATCH`]; reads through [`Readable`].
+/// `connect` with [`Connect::WATCH`]; reads through [`Readable`](super::Readable).
 pub struct Watch {
     conn: Connection,
 }

@@ -13,7 +13,7 @@
 //! own snapshot), a [`Store::read`] closure's [`Reader`] (one snapshot) or a
 //! write's [`Tx`] — and writes take a [`Tx`], made only by [`Store::write`]
 //! (one `BEGIN IMMEDIATE`). No raw connection leaves the store; every
-//! connection to a store file is opened by [`connect`] (`connect.rs`).
+//! connection to a store file is opened by `connect` (`connect.rs`).
 //!
 //! Invariant: every write runs in one `BEGIN IMMEDIATE` transaction, so many
 //! processes may share a home; the clock and `seq` are read and advanced inside
@@ -26,16 +26,16 @@
 //! is `amos-acl` and the node API) nor which of two facts wins (that is
 //! `amos-sync`); `put` writes what the gate admitted.
 
-pub mod catchup;
+pub(crate) mod catchup;
 pub mod checkpoint;
 mod connect;
 pub mod echo;
 pub mod foreign;
-pub mod hygiene;
+pub(crate) mod hygiene;
 #[cfg(any(test, feature = "inspect"))]
 pub mod inspect;
 pub mod invites;
-pub mod latency;
+pub(crate) mod latency;
 pub mod links;
 pub mod memory;
 pub mod moves;
@@ -47,7 +47,7 @@ pub mod recall;
 pub mod repair;
 pub mod replica;
 pub mod schema;
-pub mod status;
+pub(crate) mod status;
 pub mod text;
 
 use std::path::Path;
@@ -59,7 +59,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::error::{NodeError, Result};
 
-pub(crate) use connect::connect;
+pub(in crate::store) use connect::connect;
 pub use connect::{Access, BUSY_TIMEOUT, Connect, WATCH_WAIT, Watch};
 
 /// An open store.
@@ -251,7 +251,7 @@ impl Readable for Reader<'_> {
 }
 
 /// A read snapshot held open while the caller reads through the [`Store`]
-/// ([`Store::snapshot`]): ends with [`Snapshot::commit`] or when dropped.
+/// (`Store::snapshot`): ends with [`Snapshot::commit`] or when dropped.
 pub struct Snapshot<'c>(rusqlite::Transaction<'c>);
 
 impl Snapshot<'_> {
@@ -260,7 +260,7 @@ impl Snapshot<'_> {
     }
 }
 
-/// Outside a [`Store::read`] or [`Store::snapshot`], each statement read
+/// Outside a [`Store::read`] or `Store::snapshot`, each statement read
 /// through the store is its own snapshot.
 impl Readable for Store {
     fn connection(&self, _: sealed::Key) -> &Connection {
@@ -859,7 +859,7 @@ pub fn split_grants(s: &str) -> Grants {
 
 impl Store {
     /// Replace the whole database with the one in `file` (SQLite's backup
-    /// API, the source opened read-only through [`connect`]), migrate it and
+    /// API, the source opened read-only through `connect`), migrate it and
     /// give it the new log epoch `epoch`, so that every peer's watermark
     /// for it is known stale: one step, never a restored store with its old
     /// epoch.
@@ -884,7 +884,7 @@ impl Store {
     }
 
     /// Copy the whole database into `file` (SQLite's online backup API:
-    /// consistent while others write), the file opened through [`connect`].
+    /// consistent while others write), the file opened through `connect`.
     pub fn backup_to(&self, file: &Path) -> Result<()> {
         let cannot = |e: rusqlite::Error| {
             NodeError::BadInput(format!("cannot write backup {}: {e}", file.display()))

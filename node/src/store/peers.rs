@@ -158,7 +158,10 @@ pub fn clear_digest(tx: &super::Tx<'_>, id: &NodeId) -> Result<()> {
 /// The digest columns of a `peers` row read from column `first` on
 /// (`digest_agree`, `digest_ms`, `digest_scopes`, `digest_peer_facts`,
 /// `digest_my_facts`): `None` if never compared.
-pub fn digest_check(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Option<DigestCheck>> {
+pub(crate) fn digest_check(
+    r: &rusqlite::Row<'_>,
+    first: usize,
+) -> rusqlite::Result<Option<DigestCheck>> {
     let agree: Option<bool> = r.get(first)?;
     let Some(agree) = agree else {
         return Ok(None);
@@ -226,7 +229,10 @@ pub fn record_session(tx: &super::Tx<'_>, id: &NodeId, s: &LastSession) -> Resul
 /// The session columns of a `peers` row read from column `first` on
 /// (`session_at_ms`, `session_ms`, `session_facts_in`, `session_facts_out`,
 /// `session_bytes_in`, `session_bytes_out`): `None` if none completed.
-pub fn last_session(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Option<LastSession>> {
+pub(crate) fn last_session(
+    r: &rusqlite::Row<'_>,
+    first: usize,
+) -> rusqlite::Result<Option<LastSession>> {
     let n = |i: usize| -> rusqlite::Result<Option<u64>> {
         Ok(r.get::<_, Option<i64>>(first + i)?.map(|x| x.max(0) as u64))
     };
