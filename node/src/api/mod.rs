@@ -1,5 +1,7 @@
 //! The node API: every operation on a node (`impl Node`), grouped by
-//! concern — the node itself, its org graph and memories ([`node`]), text
+//! concern — the node itself and its gated reads ([`node`]), memory writes
+//! ([`memories`]), the org graph ([`org`]), the signing pipeline of local
+//! writes ([`signing`]), text
 //! editing and history ([`text`]), recall ([`recall`]), the timeline
 //! ([`time`]), profiles
 //! ([`profile`]), peers and replication ([`peers`]), range-based repair ([`repair`]), pairing
@@ -16,23 +18,28 @@ pub(crate) mod bundles;
 pub mod import;
 pub(crate) mod links;
 pub(crate) mod maintenance;
+pub(crate) mod memories;
 pub(crate) mod node;
+pub(crate) mod org;
 pub(crate) mod pairing;
 pub(crate) mod peers;
 pub(crate) mod profile;
 pub mod reads;
 pub(crate) mod recall;
 pub mod repair;
+pub(crate) mod signing;
 pub(crate) mod text;
 pub(crate) mod time;
 
+pub use crate::clock::{parse_expiry, parse_time};
 pub use bundles::{ExportReport, ImportReport};
 pub use links::LinkView;
 pub use maintenance::{
     BackupReport, CheckReport, DanglingLink, HygieneAction, HygieneReport, RebuildReport,
     RetentionPolicy, Status,
 };
-pub use node::{InitReport, NewMemory, Node, parse_expiry, parse_time};
+pub use memories::NewMemory;
+pub use node::{InitReport, Node};
 pub use pairing::{JoinReport, join_offline};
 pub use profile::{ProfileWeights, parse_weight};
 pub use text::{DEFAULT_COMPACT_BYTES, HistoryLine};

@@ -23,7 +23,8 @@ use amos_protocol::{AgentId, FactBody, MeshKey, NodeId, OrgScope, Scope, TeamId}
 use rand::RngExt;
 use serde::Serialize;
 
-use crate::api::node::{AgentAt, Node, project_member_fact, team_member_fact};
+use crate::api::node::Node;
+use crate::api::org::{AgentAt, project_member_fact, team_member_fact};
 use crate::api::peers::upsert_peer;
 use crate::error::{NodeError, Result};
 use crate::events::PeerOutcome;
@@ -101,7 +102,7 @@ impl Node {
             return Err(NodeError::BadInput(format!("no such team: {team_id}")));
         }
         // Invites for a team come from its origin (or a full peer of it).
-        crate::api::node::check_org_authority(
+        crate::api::org::check_org_authority(
             self.store(),
             self.node_id(),
             &OrgScope::Team(team_id.clone()),

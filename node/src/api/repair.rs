@@ -169,7 +169,7 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::node::NewMemory;
+    use crate::api::memories::NewMemory;
     use crate::home::Home;
     use amos_protocol::{Scope, TeamId};
     use amos_sync::repair::{self as rp, Initiator, Step};

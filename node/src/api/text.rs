@@ -13,7 +13,9 @@ use amos_protocol::{Fact, FactBody, MemoryContent, MemoryId, MemoryText, Validit
 use amos_sync::text::LogKey;
 use serde::Serialize;
 
-use crate::api::node::{Node, admit_local, check_validity};
+use crate::api::memories::check_validity;
+use crate::api::node::Node;
+use crate::api::signing::admit_local;
 use crate::error::{NodeError, Result};
 use crate::store::memory::MemoryRecord;
 use crate::store::text::{self as stored, HistoryEntry};

@@ -9,7 +9,8 @@ use amos_acl::{AuthorizedScopes, Visible};
 use amos_protocol::{MemoryId, Scope, Validity};
 use serde::Serialize;
 
-use crate::api::node::{NewMemory, Node};
+use crate::api::memories::NewMemory;
+use crate::api::node::Node;
 use crate::error::{NodeError, Result};
 use crate::recall::time::TimeQuery;
 use crate::store::memory::MemoryRecord;

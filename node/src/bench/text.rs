@@ -13,7 +13,8 @@ use amos_protocol::{MemoryType, NodeId, SignedFact};
 use serde::Serialize;
 
 use super::stats::{Millis, millis};
-use crate::api::node::{NewMemory, Node};
+use crate::api::memories::NewMemory;
+use crate::api::node::Node;
 use crate::error::Result;
 use crate::home::Home;
 use crate::store::replica::{self, ExportSpec};

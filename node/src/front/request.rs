@@ -9,7 +9,7 @@ use amos_protocol::{MemoryId, MemoryType, Scope, Validity};
 use serde::Deserialize;
 
 use crate::api::NewMemory;
-use crate::api::node::{parse_expiry_unbounded, parse_time_unbounded, within_bound};
+use crate::clock::{parse_expiry_unbounded, parse_time_unbounded, within_bound};
 use crate::error::{NodeError, Result};
 use crate::recall::TimeQuery;
 
@@ -45,7 +45,7 @@ pub fn validity(
         to_ms: time_field(to, now_ms, "valid-to", label)?,
     };
     if let (Some(_), Some(_)) = (v.from_ms, v.to_ms) {
-        crate::api::node::check_validity(&v, 0)?;
+        crate::api::memories::check_validity(&v, 0)?;
     }
     Ok(v)
 }

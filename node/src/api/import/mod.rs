@@ -39,7 +39,10 @@ use amos_protocol::{
 };
 use serde::Serialize;
 
-use super::node::{Node, admit_local, check_org_authority, check_validity, sign_each};
+use super::memories::check_validity;
+use super::node::Node;
+use super::org::check_org_authority;
+use super::signing::{admit_local, sign_each};
 use crate::error::{NodeError, Result};
 use crate::progress::Progress;
 use crate::store::moves;

@@ -1,0 +1,303 @@
+//! Memory writes on the node (`impl Node`): add (one or many), share and
+//! unshare, forget, link and archive — each turned into signed facts by
+//! [`Node::commit`].
+//!
+//! Invariant: a memory the requester cannot see is reported exactly like one
+//! that does not exist; owner-only operations on a visible memory refuse
+//! others with [`NodeError::Refused`].
+
+use amos_acl::AuthorizedScopes;
+use amos_protocol::{
+    Fact, FactBody, Grants, LinkFact, MemoryAcl, MemoryContent, MemoryFixed, MemoryId, MemoryText,
+    MemoryTombstone, MemoryType, Relation, Scope, Validity, check_tags, check_text, check_unit,
+};
+use rand::RngExt;
+
+use crate::error::{NodeError, Result};
+use crate::store::memory::MemoryRecord;
+
+use crate::api::node::Node;
+use crate::api::signing::{admit_local, sign_each};
+
+/// A new memory as a caller describes it.
+#[derive(Debug, Clone)]
+pub struct NewMemory {
+    pub text: String,
+    pub kind: MemoryType,
+    pub share: Vec<Scope>,
+    pub tags: Vec<String>,
+    pub importance: f32,
+    pub pinned: bool,
+    pub expires_ms: Option<u64>,
+    /// The memory this one replaces (it must be visible to the requester).
+    pub supersedes: Option<MemoryId>,
+    /// When the content was true in the world.
+    pub validity: Validity,
+}
+
+impl NewMemory {
+    pub fn new(text: impl Into<String>) -> Self {
+        NewMemory {
+            text: text.into(),
+            kind: MemoryType::default(),
+            share: Vec::new(),
+            tags: Vec::new(),
+            importance: 0.5,
+            pinned: false,
+            expires_ms: None,
+            supersedes: None,
+            validity: Validity::default(),
+        }
+    }
+}
+
+/// A validity's ends must be in order; an unset start is the memory's
+/// creation at `created_ms`.
+pub(crate) fn check_validity(v: &Validity, created_ms: u64) -> Result<()> {
+    if let Some(to) = v.to_ms
+        && to <= v.from_ms.unwrap_or(created_ms)
+    {
+        return Err(NodeError::BadInput(match v.from_ms {
+            Some(_) => "valid-to must be later than valid-from".into(),
+            None => {
+                "valid-to must be later than valid-from, which defaults to the memory's creation"
+                    .into()
+            }
+        }));
+    }
+    Ok(())
+}
+
+impl Node {
+    // ---------------------------------------------------------------- memories
+
+    /// Store a new memory owned by the requester. Default visibility: private.
+    pub fn add(&mut self, who: &AuthorizedScopes, new: NewMemory) -> Result<MemoryId> {
+        let ids = self.add_many(vec![(who, new)])?;
+        ids.into_iter()
+            .next()
+            .ok_or_else(|| NodeError::Corrupt("add produced no id".into()))
+    }
+
+    /// Store several memories in one transaction (all or none), each owned by
+    /// its requester. The same checks and facts as [`Node::add`].
+    pub fn add_many(
+        &mut self,
+        items: Vec<(&AuthorizedScopes, NewMemory)>,
+    ) -> Result<Vec<MemoryId>> {
+        let now = self.now_ms();
+        let origin = self.node_id();
+        let mut rng = rand::rng();
+        let mut prepared = Vec::with_capacity(items.len());
+        for (who, new) in items {
+            let owner = who.requester().cloned().ok_or_else(|| {
+                NodeError::BadInput("a memory needs an owner: pass --as AGENT".into())
+            })?;
+            check_text(&new.text)?;
+            check_tags(&new.tags)?;
+            check_unit("importance", new.importance)?;
+            if new.expires_ms.is_some_and(|e| e <= now) {
+                return Err(NodeError::BadInput(
+                    "expiry is in the past: a memory must expire after it is made".into(),
+                ));
+            }
+            check_validity(&new.validity, now)?;
+            if let Some(old) = new.supersedes {
+                // Only what the requester can see may be replaced: a hidden
+                // id reads as missing, as everywhere else.
+                self.gated(who, &old.to_string())?;
+            }
+            let id = MemoryId::new(now, rng.random());
+            let fixed = MemoryFixed {
+                owner,
+                created_ms: now,
+                origin,
+            };
+            let grants = Grants::from_scopes(new.share.iter().cloned());
+            prepared.push((id, fixed, grants, new));
+        }
+        let ids = prepared.iter().map(|p| p.0).collect();
+        let me = self.identity.node_id();
+        let identity = &self.identity;
+        self.store.write(|tx| {
+            let mut checked: Vec<Scope> = Vec::new();
+            let mut unsigned = Vec::with_capacity(2 * prepared.len());
+            for (id, fixed, grants, new) in prepared {
+                for s in grants.iter() {
+                    if !checked.contains(s) {
+                        Self::check_grant_target(tx, s)?;
+                        checked.push(s.clone());
+                    }
+                }
+                let content = FactBody::MemoryContent(MemoryContent {
+                    id,
+                    fixed: fixed.clone(),
+                    kind: new.kind,
+                    text: MemoryText::Plain(new.text),
+                    tags: new.tags,
+                    importance: new.importance,
+                    confidence: 1.0,
+                    pinned: new.pinned,
+                    expires_ms: new.expires_ms,
+                    supersedes: new.supersedes,
+                    validity: new.validity,
+                });
+                let acl = FactBody::MemoryAcl(MemoryAcl { id, fixed, grants });
+                unsigned.push(Fact {
+                    clock: tx.tick(now, me)?,
+                    body: content,
+                });
+                unsigned.push(Fact {
+                    clock: tx.tick(now, me)?,
+                    body: acl,
+                });
+            }
+            // Fresh ids: each memory is one new row (content, then acl; a
+            // chunk is even, so a pair never straddles two).
+            sign_each(identity, unsigned, |chunk| {
+                let mut facts = chunk.into_iter();
+                while let Some(content) = facts.next() {
+                    let acl = facts.next().ok_or_else(|| {
+                        NodeError::Corrupt("a memory's content fact came without its acl".into())
+                    })?;
+                    tx.put_new_memory(
+                        &admit_local(identity, content)?,
+                        &admit_local(identity, acl)?,
+                    )?;
+                }
+                Ok(())
+            })
+        })?;
+        Ok(ids)
+    }
+
+    /// The memory, visible to `who`, that `who` may change: owner (or the
+    /// explicit local admin when `admin_ok`), and authored here.
+    fn editable(&self, who: &AuthorizedScopes, id: &str, admin_ok: bool) -> Result<MemoryRecord> {
+        let rec = self.gated(who, id)?.into_inner();
+        if !(who.owns(&rec) || (admin_ok && who.is_admin())) {
+            return Err(NodeError::Refused(format!(
+                "only the owner ({}) may change memory {}",
+                rec.owner(),
+                rec.id
+            )));
+        }
+        if rec.origin != self.node_id() {
+            return Err(NodeError::Refused(format!(
+                "memory {} originates at node {}; a replica is read-only, change it there",
+                rec.id,
+                rec.origin.short()
+            )));
+        }
+        Ok(rec)
+    }
+
+    /// Add (`share`) or remove a grant. Owner only. Returns the new grants.
+    pub fn set_grant(
+        &mut self,
+        who: &AuthorizedScopes,
+        id: &str,
+        scope: &str,
+        share: bool,
+    ) -> Result<(MemoryId, Grants)> {
+        let scope: Scope = scope.parse()?;
+        let rec = self.editable(who, id, false)?;
+        let mut grants = rec.grants.clone();
+        if share {
+            grants.insert(scope.clone());
+        } else if scope == Scope::Private {
+            return Err(NodeError::BadInput(
+                "cannot unshare private; share with a scope instead".into(),
+            ));
+        } else {
+            grants.remove(&scope);
+        }
+        let fixed = fixed_of(&rec);
+        let out = grants.clone();
+        self.commit(|tx| {
+            if share {
+                Self::check_grant_target(tx, &scope)?;
+            }
+            Ok((
+                vec![FactBody::MemoryAcl(MemoryAcl {
+                    id: rec.id,
+                    fixed,
+                    grants,
+                })],
+                (),
+            ))
+        })?;
+        Ok((rec.id, out))
+    }
+
+    /// Tombstone a memory (owner only): terminal, content erased.
+    pub fn forget(&mut self, who: &AuthorizedScopes, id: &str) -> Result<MemoryId> {
+        let rec = self.editable(who, id, false)?;
+        let body = FactBody::MemoryTombstone(MemoryTombstone {
+            id: rec.id,
+            fixed: fixed_of(&rec),
+        });
+        self.commit(|_| Ok((vec![body], ())))?;
+        Ok(rec.id)
+    }
+
+    /// Link two memories the requester can both see.
+    pub fn link(
+        &mut self,
+        who: &AuthorizedScopes,
+        a: &str,
+        b: &str,
+        relation: Option<&str>,
+        weight: f32,
+    ) -> Result<()> {
+        let relation = relation
+            .map(Relation::parse)
+            .transpose()?
+            .unwrap_or_default();
+        check_unit("weight", weight)?;
+        let from = self.gated(who, a)?.id;
+        let to = self.gated(who, b)?.id;
+        if from == to {
+            return Err(NodeError::BadInput("cannot link a memory to itself".into()));
+        }
+        self.commit(|_| {
+            Ok((
+                vec![FactBody::Link(LinkFact {
+                    from,
+                    to,
+                    relation,
+                    weight,
+                    present: true,
+                })],
+                (),
+            ))
+        })?;
+        Ok(())
+    }
+
+    /// Archive or restore a memory locally (local-only state).
+    pub fn set_archived(
+        &mut self,
+        who: &AuthorizedScopes,
+        id: &str,
+        archived: bool,
+    ) -> Result<bool> {
+        let rec = self.gated(who, id)?;
+        if !who.owns(&*rec) && !who.is_admin() {
+            return Err(NodeError::Refused(format!(
+                "only the owner ({}) may archive memory {}",
+                rec.owner, rec.id
+            )));
+        }
+        let mid = rec.id;
+        self.store.write(|tx| tx.set_archived(&mid, archived))
+    }
+}
+
+fn fixed_of(rec: &MemoryRecord) -> MemoryFixed {
+    MemoryFixed {
+        owner: rec.owner.clone(),
+        created_ms: rec.created_ms,
+        origin: rec.origin,
+    }
+}

@@ -1,0 +1,281 @@
+//! The org graph on the node (`impl Node`): agents, teams, projects and
+//! their memberships, and the org origin rule a local write must keep
+//! ([`check_org_authority`]): only a scope's origin (or its `full` peer)
+//! speaks for its record and roster.
+
+use amos_protocol::{
+    AgentFact, AgentId, FactBody, MembershipFact, NodeId, OrgScope, ProjectFact, ProjectId,
+    TeamFact, TeamId,
+};
+
+use crate::error::{NodeError, Result};
+use crate::store::org::{self, AgentInfo, ProjectInfo, TeamInfo};
+use crate::store::{Readable, Tx};
+
+use crate::api::node::Node;
+
+impl Node {
+    /// Register (or update) an agent, optionally joining teams.
+    pub fn agent_add(&mut self, id: &str, kind: &str, teams: &[String]) -> Result<()> {
+        let id = AgentId::parse(id)?;
+        let teams = teams
+            .iter()
+            .map(|t| TeamId::parse(t))
+            .collect::<Result<Vec<_>, _>>()?;
+        let kind = kind.to_owned();
+        let me = self.node_id();
+        self.commit(|tx| {
+            for t in &teams {
+                if !org::team_present(tx, t) {
+                    return Err(NodeError::BadInput(format!("unknown team {t}")));
+                }
+                check_org_authority(tx, me, &OrgScope::Team(t.clone()))?;
+            }
+            let mut bodies = vec![FactBody::Agent(AgentFact {
+                id: id.clone(),
+                kind,
+                display_name: id.to_string(),
+                present: true,
+            })];
+            for t in teams {
+                bodies.push(membership(OrgScope::Team(t), &id, true));
+            }
+            Ok((bodies, ()))
+        })?;
+        Ok(())
+    }
+
+    pub fn agent_list(&self) -> Result<Vec<AgentInfo>> {
+        org::list_agents(&self.store)
+    }
+
+    pub fn team_create(&mut self, id: &str, name: Option<&str>) -> Result<()> {
+        let id = TeamId::parse(id)?;
+        let name = name.unwrap_or(id.as_str()).to_owned();
+        let me = self.node_id();
+        self.commit(|tx| {
+            let origin = check_org_authority(tx, me, &OrgScope::Team(id.clone()))?;
+            Ok((
+                vec![FactBody::Team(TeamFact {
+                    id,
+                    origin,
+                    name,
+                    present: true,
+                })],
+                (),
+            ))
+        })?;
+        Ok(())
+    }
+
+    pub fn team_delete(&mut self, id: &str) -> Result<()> {
+        let id = TeamId::parse(id)?;
+        let me = self.node_id();
+        self.commit(|tx| {
+            let name = org::list_teams(tx)?
+                .into_iter()
+                .find(|t| t.id == id.as_str())
+                .map(|t| t.name)
+                .ok_or_else(|| NodeError::BadInput(format!("unknown team {id}")))?;
+            let origin = check_org_authority(tx, me, &OrgScope::Team(id.clone()))?;
+            Ok((
+                vec![FactBody::Team(TeamFact {
+                    id,
+                    origin,
+                    name,
+                    present: false,
+                })],
+                (),
+            ))
+        })?;
+        Ok(())
+    }
+
+    pub fn team_list(&self) -> Result<Vec<TeamInfo>> {
+        org::list_teams(&self.store)
+    }
+
+    /// Add or remove a team member.
+    pub fn team_member(&mut self, team: &str, agent: &str, present: bool) -> Result<()> {
+        let team = TeamId::parse(team)?;
+        let agent = AgentId::parse(agent)?;
+        let me = self.node_id();
+        self.commit(|tx| {
+            check_org_authority(tx, me, &OrgScope::Team(team.clone()))?;
+            let fact = team_member_fact(tx, &team, &agent, present, AgentAt::Here)?;
+            Ok((vec![fact], ()))
+        })?;
+        Ok(())
+    }
+
+    pub fn project_create(&mut self, id: &str, team: &str, name: Option<&str>) -> Result<()> {
+        let id = ProjectId::parse(id)?;
+        let team = TeamId::parse(team)?;
+        let name = name.unwrap_or(id.as_str()).to_owned();
+        let me = self.node_id();
+        self.commit(|tx| {
+            if !org::team_present(tx, &team) {
+                return Err(NodeError::BadInput(format!("unknown team {team}")));
+            }
+            check_org_authority(tx, me, &OrgScope::Team(team.clone()))?;
+            let origin = check_org_authority(tx, me, &OrgScope::Project(id.clone()))?;
+            if let Some(existing) = org::project_state(tx, &id)
+                && existing.team != team
+            {
+                return Err(NodeError::BadInput(format!(
+                    "project {id} belongs to team {}; a project cannot move teams",
+                    existing.team
+                )));
+            }
+            Ok((
+                vec![FactBody::Project(ProjectFact {
+                    id,
+                    team,
+                    origin,
+                    name,
+                    present: true,
+                })],
+                (),
+            ))
+        })?;
+        Ok(())
+    }
+
+    pub fn project_delete(&mut self, id: &str) -> Result<()> {
+        let id = ProjectId::parse(id)?;
+        let me = self.node_id();
+        self.commit(|tx| {
+            let p = org::list_projects(tx)?
+                .into_iter()
+                .find(|p| p.id == id.as_str())
+                .ok_or_else(|| NodeError::BadInput(format!("unknown project {id}")))?;
+            let origin = check_org_authority(tx, me, &OrgScope::Project(id.clone()))?;
+            Ok((
+                vec![FactBody::Project(ProjectFact {
+                    id,
+                    team: TeamId::parse(&p.team)?,
+                    origin,
+                    name: p.name,
+                    present: false,
+                })],
+                (),
+            ))
+        })?;
+        Ok(())
+    }
+
+    pub fn project_list(&self) -> Result<Vec<ProjectInfo>> {
+        org::list_projects(&self.store)
+    }
+
+    /// Add or remove a project member; adding needs membership of the project's team.
+    pub fn project_member(&mut self, project: &str, agent: &str, present: bool) -> Result<()> {
+        let project = ProjectId::parse(project)?;
+        let agent = AgentId::parse(agent)?;
+        let me = self.node_id();
+        self.commit(|tx| {
+            check_org_authority(tx, me, &OrgScope::Project(project.clone()))?;
+            let (fact, _) = project_member_fact(tx, &project, &agent, present, AgentAt::Here)?;
+            Ok((vec![fact], ()))
+        })?;
+        Ok(())
+    }
+}
+
+/// Whether this node may author the record and memberships of `scope`
+/// (the org origin rule): it created the scope, or its creator is a `full`
+/// peer (the same operator's node); a scope not held yet is created here.
+/// Returns the scope's origin. Every other node would refuse such a fact
+/// from us, so it is refused here first.
+pub(crate) fn check_org_authority(
+    conn: &(impl Readable + ?Sized),
+    me: NodeId,
+    scope: &OrgScope,
+) -> Result<NodeId> {
+    let Some(origin) = crate::store::replica::org_origin(conn, scope)? else {
+        return Ok(me);
+    };
+    if origin == me
+        || crate::store::replica::peer_policy(conn, &origin)?.is_some_and(|p| p.is_full())
+    {
+        return Ok(origin);
+    }
+    Err(NodeError::Refused(format!(
+        "{scope} was created by node {}; only that node (or its full peers) may change its record or members",
+        origin.short()
+    )))
+}
+
+/// Whose agent a membership write names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AgentAt {
+    /// One of this node's agents: registered here and, to join a project,
+    /// already a member of the project's team.
+    Here,
+    /// A joining node's agent (`amos join --as`): registered on that node,
+    /// not here; the caller writes its team membership in the same commit.
+    Joiner,
+}
+
+/// The checks for adding (`present`) or removing `agent` in `team`, as
+/// stored in `tx`, and the membership fact to commit.
+pub(crate) fn team_member_fact(
+    tx: &mut Tx<'_>,
+    team: &TeamId,
+    agent: &AgentId,
+    present: bool,
+    at: AgentAt,
+) -> Result<FactBody> {
+    if !org::team_present(tx, team) {
+        return Err(NodeError::BadInput(format!("unknown team {team}")));
+    }
+    if at == AgentAt::Here && !org::agent_present(tx, agent)? {
+        return Err(NodeError::BadInput(format!("unknown agent {agent}")));
+    }
+    let scope = OrgScope::Team(team.clone());
+    if !present && !org::is_member(tx, &scope, agent)? {
+        return Err(NodeError::BadInput(format!(
+            "agent {agent} is not a member of team {team}"
+        )));
+    }
+    Ok(membership(scope, agent, present))
+}
+
+/// Like [`team_member_fact`] for a project; also returns the project's team.
+pub(crate) fn project_member_fact(
+    tx: &mut Tx<'_>,
+    project: &ProjectId,
+    agent: &AgentId,
+    present: bool,
+    at: AgentAt,
+) -> Result<(FactBody, TeamId)> {
+    let state = org::project_state(tx, project)
+        .filter(|p| p.present)
+        .ok_or_else(|| NodeError::BadInput(format!("unknown project {project}")))?;
+    if at == AgentAt::Here && !org::agent_present(tx, agent)? {
+        return Err(NodeError::BadInput(format!("unknown agent {agent}")));
+    }
+    let scope = OrgScope::Project(project.clone());
+    if present {
+        if at == AgentAt::Here && !org::is_member(tx, &OrgScope::Team(state.team.clone()), agent)? {
+            return Err(NodeError::BadInput(format!(
+                "agent {agent} is not a member of team {}, which owns project {project}",
+                state.team
+            )));
+        }
+    } else if !org::is_member(tx, &scope, agent)? {
+        return Err(NodeError::BadInput(format!(
+            "agent {agent} is not a member of project {project}"
+        )));
+    }
+    Ok((membership(scope, agent, present), state.team))
+}
+
+fn membership(scope: OrgScope, agent: &AgentId, present: bool) -> FactBody {
+    FactBody::Membership(MembershipFact {
+        scope,
+        agent: agent.clone(),
+        role: "member".into(),
+        present,
+    })
+}
