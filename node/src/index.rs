@@ -900,7 +900,7 @@ fn commit_key(metas: &tantivy::IndexMeta) -> CommitKey {
 }
 
 fn id_key(id: &MemoryId) -> String {
-    store::hex(&id.0)
+    data_encoding::HEXLOWER.encode(&id.0)
 }
 
 pub(crate) fn lock(path: &std::path::Path) -> Result<File> {

@@ -17,7 +17,7 @@ use crate::error::{NodeError, Result};
 use crate::index::{CatchUp, RecallIndex};
 use crate::progress::{Feedback, Progress};
 use crate::recall::text::{NEAR_DUPLICATE, near_duplicates, normalize_text, token_set};
-use crate::store::{self, hex, hygiene, schema::SCHEMA_VERSION, status};
+use crate::store::{self, hygiene, schema::SCHEMA_VERSION, status};
 
 #[derive(Debug, Serialize)]
 pub struct Status {
@@ -186,7 +186,10 @@ impl Node {
         let schema_version = self.store.schema_version()?;
         let memories = status::live_memories(&self.store)?;
         let dangling_links = status::dangling_links(&self.store)?;
-        let show = |b: &[u8]| MemoryId::from_slice(b).map_or_else(|| hex(b), |id| id.to_string());
+        let show = |b: &[u8]| {
+            MemoryId::from_slice(b)
+                .map_or_else(|| data_encoding::HEXLOWER.encode(b), |id| id.to_string())
+        };
         let dangling = status::dangling_link_rows(&self.store, 100)?
             .into_iter()
             .map(|row| DanglingLink {

@@ -218,7 +218,7 @@ impl Node {
             if let (Some(run), Some(epoch)) = (seqs, from_epoch) {
                 let sent =
                     |f: &[u8]| !relayed.is_empty() && relayed.contains(blake3::hash(f).as_bytes());
-                echo::record_run(tx, from, &crate::store::hex(epoch), run, sent)?;
+                echo::record_run(tx, from, &data_encoding::HEXLOWER.encode(epoch), run, sent)?;
             }
             Ok((report, seqs))
         })
@@ -411,7 +411,11 @@ impl Node {
         // is the one our watermark of it names, which is the one its
         // `Hello` named when its log is not new to us.
         let echo = match (peer_reset, self.watermark_of(peer)?) {
-            (false, Some(w)) => Some(echo::load(&self.store, peer, &crate::store::hex(&w.epoch))?),
+            (false, Some(w)) => Some(echo::load(
+                &self.store,
+                peer,
+                &data_encoding::HEXLOWER.encode(&w.epoch),
+            )?),
             _ => None,
         };
         replica::export_facts(
@@ -463,7 +467,7 @@ impl Node {
     /// Store our new watermark of a peer (after every batch it covers committed).
     pub fn save_watermark(&mut self, peer: &NodeId, w: &Watermark) -> Result<()> {
         let now = self.now_ms() as i64;
-        let epoch = crate::store::hex(&w.epoch);
+        let epoch = data_encoding::HEXLOWER.encode(&w.epoch);
         self.store
             .write(|tx| peers::save_watermark(tx, peer, &epoch, w.seq, now))
     }

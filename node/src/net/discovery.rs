@@ -57,7 +57,7 @@ fn mdns_error(what: &str) -> impl FnOnce(mdns_sd::Error) -> NodeError + '_ {
 pub fn node_tag(key: &MeshKey, node: &NodeId) -> String {
     let k = blake3::derive_key(TAG_CONTEXT, key.as_bytes());
     let h = blake3::keyed_hash(&k, &node.0);
-    crate::store::hex(&h.as_bytes()[..TAG_BYTES])
+    data_encoding::HEXLOWER.encode(&h.as_bytes()[..TAG_BYTES])
 }
 
 /// What one announcement says, decoded from a resolved service.
@@ -418,7 +418,7 @@ mod tests {
         assert_eq!(t, node_tag(&k1, &a));
         assert_ne!(t, node_tag(&k1, &b));
         assert_ne!(t, node_tag(&k2, &a));
-        assert!(!a.to_string().contains(&t) && !crate::store::hex(&a.0).contains(&t));
+        assert!(!a.to_string().contains(&t) && !data_encoding::HEXLOWER.encode(&a.0).contains(&t));
     }
 
     #[test]

@@ -102,7 +102,7 @@ impl Store {
         store.write(|tx| {
             tx.tx.execute(
                 "INSERT OR IGNORE INTO meta(key, value) VALUES ('epoch', ?1)",
-                params![hex(&epoch)],
+                params![data_encoding::HEXLOWER.encode(&epoch)],
             )?;
             tx.tx.execute(
                 "INSERT OR IGNORE INTO meta(key, value) VALUES ('seq', 0)",
@@ -305,11 +305,6 @@ fn hlc_state(conn: &Connection) -> Result<HlcState> {
         wall_ms: get("hlc_wall")? as u64,
         logical: get("hlc_logical")? as u32,
     })
-}
-
-/// Lowercase hex.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A write transaction. The sequence counter and the clock are read once,
@@ -877,7 +872,7 @@ impl Store {
         self.write(|tx| {
             tx.tx.execute(
                 "UPDATE meta SET value = ?1 WHERE key = 'epoch'",
-                params![hex(&epoch)],
+                params![data_encoding::HEXLOWER.encode(&epoch)],
             )?;
             Ok(())
         })

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use rand::RngExt;
 
-use super::token::{hex, same};
+use super::token::same;
 use crate::clock::WallClock;
 
 /// How long a session lasts from the visit that opened it.
@@ -51,7 +51,7 @@ impl Sessions {
     /// A new session: its secret.
     pub fn open(&self) -> String {
         let bytes: [u8; 32] = rand::rng().random();
-        let secret = hex(&bytes);
+        let secret = data_encoding::HEXLOWER.encode(&bytes);
         let now = self.clock.now_ms();
         let expires = now.saturating_add(self.lifetime.as_millis() as u64);
         let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());

@@ -33,7 +33,7 @@ pub fn ensure(home: &Home) -> Result<String> {
         Err(e) => return Err(NodeError::io(format!("reading {}", p.display()))(e)),
     }
     let bytes: [u8; 32] = rand::rng().random();
-    let token = hex(&bytes);
+    let token = data_encoding::HEXLOWER.encode(&bytes);
     write_atomic(&p, format!("{token}\n").as_bytes(), 0o600)?;
     Ok(token)
 }
@@ -42,16 +42,12 @@ fn valid(t: &str) -> bool {
     t.len() == 64 && t.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-pub(super) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// The CSRF token that state-changing requests carry: a keyed hash of the
 /// access token (so it is stable for the token's life and reveals nothing
 /// of it).
 pub fn csrf_of(token: &str) -> String {
     let key = blake3::derive_key("amos console csrf v1", token.as_bytes());
-    hex(&blake3::keyed_hash(&key, b"csrf").as_bytes()[..16])
+    data_encoding::HEXLOWER.encode(&blake3::keyed_hash(&key, b"csrf").as_bytes()[..16])
 }
 
 /// Compare in time that depends only on the lengths.
