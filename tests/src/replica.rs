@@ -451,7 +451,7 @@ impl TestReplica for Sql {
         new_text: &str,
         now_ms: u64,
     ) -> Option<Verified<SignedFact>> {
-        // As `Node::update_with` (node/src/api/text.rs), without its gate and
+        // As `Node::update_with` (node/src/api/edits.rs), without its gate and
         // its compaction.
         let me = self.me;
         let current = self.fact(&Register::MemoryContent(*mem))?;

@@ -16,7 +16,7 @@ use crate::api::node::Node;
 use crate::error::{NodeError, Result};
 use crate::index::{CatchUp, RecallIndex};
 use crate::progress::{Feedback, Progress};
-use crate::recall::text::{NEAR_DUPLICATE, near_duplicates, normalize_text, token_set};
+use crate::recall::similarity::{NEAR_DUPLICATE, near_duplicates, normalize_text, token_set};
 use crate::store::{self, hygiene, schema::SCHEMA_VERSION, status};
 
 #[derive(Debug, Serialize)]

@@ -2,7 +2,7 @@
 //! concern — the node itself and its gated reads ([`node`]), memory writes
 //! ([`memories`]), the org graph ([`org`]), the signing pipeline of local
 //! writes ([`signing`]), text
-//! editing and history ([`text`]), recall ([`recall`]), the timeline
+//! editing and history ([`edits`]), recall ([`recall`]), the timeline
 //! ([`time`]), profiles
 //! ([`profile`]), peers and replication ([`peers`]), range-based repair ([`repair`]), pairing
 //! ([`pairing`]), bundles ([`bundles`]), maintenance ([`maintenance`]) and
@@ -15,6 +15,7 @@
 //! gate) in `amos-acl` and `amos-sync`. Nothing here opens a socket.
 
 pub(crate) mod bundles;
+pub(crate) mod edits;
 pub mod import;
 pub(crate) mod links;
 pub(crate) mod maintenance;
@@ -28,11 +29,11 @@ pub mod reads;
 pub(crate) mod recall;
 pub mod repair;
 pub(crate) mod signing;
-pub(crate) mod text;
 pub(crate) mod time;
 
 pub use crate::clock::{parse_expiry, parse_time};
 pub use bundles::{ExportReport, ImportReport};
+pub use edits::{DEFAULT_COMPACT_BYTES, HistoryLine};
 pub use links::LinkView;
 pub use maintenance::{
     BackupReport, CheckReport, DanglingLink, HygieneAction, HygieneReport, RebuildReport,
@@ -42,5 +43,4 @@ pub use memories::NewMemory;
 pub use node::{InitReport, Node};
 pub use pairing::{JoinReport, join_offline};
 pub use profile::{ProfileWeights, parse_weight};
-pub use text::{DEFAULT_COMPACT_BYTES, HistoryLine};
 pub use time::{TIMELINE_MAX, TimelineEntry, TimelineEvent};

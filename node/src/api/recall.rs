@@ -19,7 +19,7 @@ use crate::recall::pack::{
     duplicate, estimate_tokens, included_of,
 };
 use crate::recall::rank::{self, RecallOptions};
-use crate::recall::text::{self};
+use crate::recall::similarity as text;
 use crate::recall::time;
 use crate::recall::{
     ASSOCIATION_MIN, ASSOCIATION_START, FEEDBACK_FACTOR, FeedbackReport, Hit, LINK_FEEDBACK_FACTOR,
@@ -28,7 +28,7 @@ use crate::recall::{
 };
 use crate::store::profile::ProfileWeights;
 use crate::store::recall::{self as local, Feedback};
-use crate::store::text::changed_since;
+use crate::store::text_log::changed_since;
 
 impl Node {
     /// Gated, ranked recall of `query` for `who`, with default options.

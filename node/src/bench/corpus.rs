@@ -16,9 +16,9 @@ use std::time::Instant;
 use amos_acl::AuthorizedScopes;
 use serde::{Deserialize, Serialize};
 
+use super::edits::{self as text, TextReport};
 use super::stats::{Machine, Millis, PhaseMemory, millis, peak_rss_bytes, reset_peak_rss};
 use super::sync::{self, SyncReport};
-use super::text::{self, TextReport};
 use super::workload::{Org, WorkloadMemory, WorkloadQuery};
 use crate::api::node::Node;
 use crate::error::{NodeError, Result};

@@ -22,19 +22,19 @@
 //! import path, and talks to nothing but its own loopback endpoints.
 
 mod corpus;
+mod edits;
 pub mod eval;
 mod generate;
 pub mod mesh;
 mod stats;
 mod sync;
-mod text;
 mod workload;
 
 pub use corpus::{BenchConfig, BenchReport, build_org, run};
+pub use edits::TextReport;
 pub use generate::{
     DEFAULT_SEED, GenerateConfig, GenerateReport, VisibilityMix, generate, is_framed, org,
 };
 pub use stats::{Millis, peak_rss_bytes};
 pub use sync::SyncReport;
-pub use text::TextReport;
 pub use workload::{Org, OrgProject, WorkloadMemory, WorkloadQuery};

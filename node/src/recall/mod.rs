@@ -17,7 +17,7 @@
 //!
 //! Submodules: [`fuse`] (modes and the fusion of lexical and semantic
 //! candidates), [`rank`] (the score and its explanation), [`resonance`]
-//! (spreading over links), [`pack`] (context packs), [`text`] (duplicate and
+//! (spreading over links), [`pack`] (context packs), [`similarity`] (duplicate and
 //! contradiction heuristics), [`latency`] (the recall latency histogram),
 //! [`time`] (valid time, supersession and the time filters).
 
@@ -26,7 +26,7 @@ pub mod latency;
 pub mod pack;
 pub mod rank;
 pub mod resonance;
-pub mod text;
+pub mod similarity;
 pub mod time;
 
 use std::time::{Duration, Instant};
@@ -39,7 +39,7 @@ pub use fuse::{Direct, RecallMode};
 pub use latency::RecallKind;
 pub use pack::{DEFAULT_BUDGET, DEFAULT_K, Pack, PackDecision, PackOptions, estimate_tokens};
 pub use rank::{Explain, RecallOptions, ResonanceConfig};
-pub use text::normalize_text;
+pub use similarity::normalize_text;
 pub use time::TimeQuery;
 
 use crate::error::Result;

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::Hit;
 use super::rank::RecallOptions;
-use super::text::{self, NEAR_DUPLICATE};
+use super::similarity::{self as text, NEAR_DUPLICATE};
 
 /// Candidates a pack considers by default (the best hits of the query).
 pub const PACK_CANDIDATES: usize = 50;

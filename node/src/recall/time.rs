@@ -5,7 +5,7 @@
 //! The decisions are pure ([`valid_time`], [`admits`]); [`view`] joins them
 //! with what the store holds: the superseders the gate lets `who` see
 //! (`store::memory::visible_superseders`) and, for `--known-at`, an edited
-//! memory's text as it stood then (`store::text::content_at`).
+//! memory's text as it stood then (`store::text_log::content_at`).
 //!
 //! Invariant: nothing here can widen what a requester sees. Every filter
 //! only removes memories from what the gate let through, and a superseder
@@ -20,7 +20,7 @@ use serde::Serialize;
 use crate::error::Result;
 use crate::store::Readable;
 use crate::store::memory::{MemoryRecord, visible_superseders};
-use crate::store::text::content_at;
+use crate::store::text_log::content_at;
 
 /// A superseded memory's score is multiplied by this in default recall
 /// (down-weighted, never hidden).

@@ -48,7 +48,7 @@ pub mod repair;
 pub mod replica;
 pub mod schema;
 pub(crate) mod status;
-pub mod text;
+pub mod text_log;
 
 use std::path::Path;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! budget by signing a snapshot.
 //!
 //! Boundary: which facts make up the text and what it reads is
-//! `amos_sync::text`'s; storage is `store::text`'s. The gate runs before
+//! `amos_sync::text`'s; storage is `store::text_log`'s. The gate runs before
 //! anything here: only a visible memory is edited or shown.
 
 use amos_acl::AuthorizedScopes;
@@ -18,7 +18,7 @@ use crate::api::node::Node;
 use crate::api::signing::admit_local;
 use crate::error::{NodeError, Result};
 use crate::store::memory::MemoryRecord;
-use crate::store::text::{self as stored, HistoryEntry};
+use crate::store::text_log::{self as stored, HistoryEntry};
 
 /// Compact an edited memory's history once its log holds more than this
 /// many bytes of facts (`amos update --compact-at`, `AMOS_TEXT_COMPACT_BYTES`).

@@ -4,7 +4,7 @@
 //!
 //! Boundary: drives the same node API as the CLI (`update_with`,
 //! `apply_from`, export); reads nothing it could not read through it but
-//! the byte counts of `store::text`.
+//! the byte counts of `store::text_log`.
 
 use std::time::Instant;
 
@@ -18,7 +18,7 @@ use crate::api::node::Node;
 use crate::error::Result;
 use crate::home::Home;
 use crate::store::replica::{self, ExportSpec};
-use crate::store::text::stored_bytes;
+use crate::store::text_log::stored_bytes;
 
 /// What the text section reports.
 #[derive(Debug, Serialize)]
@@ -218,7 +218,7 @@ pub fn run(dir: &std::path::Path, rounds: usize) -> Result<TextReport> {
         let t0 = Instant::now();
         b.apply_from(&ida, facts)?;
         merge.push(t0.elapsed().as_secs_f64() * 1e3);
-        crate::store::text::forget_warm_documents();
+        crate::store::text_log::forget_warm_documents();
         cold.push(exchange(&b, &mut a, since_b)?);
     }
     let final_a = text_of(&a, &id)?;
