@@ -26,6 +26,13 @@ pub enum NodeError {
     /// Stored data is damaged or of an unknown format.
     #[error("corrupt store: {0}")]
     Corrupt(String),
+    /// A protocol value did not decode, validate or verify: a bad signature,
+    /// a non-canonical encoding, a fact that breaks the data model, a time
+    /// past the bound. Kept whole, so a caller can tell a verification
+    /// failure from plain bad input (a malformed id or scope a user typed
+    /// is [`NodeError::BadInput`]); its exit code is bad input's.
+    #[error(transparent)]
+    Protocol(amos_protocol::ProtocolError),
     #[error("database error: {0}")]
     Db(#[from] rusqlite::Error),
     #[error("index error: {0}")]
@@ -41,7 +48,10 @@ impl NodeError {
     /// The CLI exit code (docs/cli.md): 1 failed, 2 bad input, 3 refused.
     pub fn exit_code(&self) -> u8 {
         match self {
-            NodeError::BadInput(_) | NodeError::NoSuchMemory(_) | NodeError::NotAHome(_) => 2,
+            NodeError::BadInput(_)
+            | NodeError::Protocol(_)
+            | NodeError::NoSuchMemory(_)
+            | NodeError::NotAHome(_) => 2,
             NodeError::Refused(_) => 3,
             _ => 1,
         }
@@ -53,9 +63,14 @@ impl NodeError {
     }
 }
 
+/// A textual value that did not parse (an id, a scope, a slug: what a user
+/// types) is bad input; every other protocol error stays itself.
 impl From<amos_protocol::ProtocolError> for NodeError {
     fn from(e: amos_protocol::ProtocolError) -> Self {
-        NodeError::BadInput(e.to_string())
+        match e {
+            amos_protocol::ProtocolError::Malformed(m) => NodeError::BadInput(m),
+            e => NodeError::Protocol(e),
+        }
     }
 }
 
@@ -66,3 +81,25 @@ impl From<tantivy::TantivyError> for NodeError {
 }
 
 pub type Result<T, E = NodeError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use amos_protocol::{AgentId, ProtocolError};
+
+    /// What a user typed wrong is bad input; a signature that does not
+    /// verify stays a protocol error a caller can match, with the same
+    /// exit code and message.
+    #[test]
+    fn a_verification_failure_is_not_bad_input() {
+        let typed: NodeError = AgentId::parse("").unwrap_err().into();
+        assert!(matches!(typed, NodeError::BadInput(_)), "{typed:?}");
+        let forged: NodeError = ProtocolError::BadSignature.into();
+        assert!(
+            matches!(forged, NodeError::Protocol(ProtocolError::BadSignature)),
+            "{forged:?}"
+        );
+        assert_eq!(forged.exit_code(), 2);
+        assert_eq!(forged.to_string(), ProtocolError::BadSignature.to_string());
+    }
+}

@@ -294,8 +294,8 @@ fn joiner_memberships(
     agent: &AgentId,
 ) -> Result<(Vec<FactBody>, Vec<OrgScope>)> {
     let refused = |e: NodeError| match e {
-        NodeError::BadInput(m) => {
-            NodeError::Refused(format!("the invite's scope cannot take agent {agent}: {m}"))
+        NodeError::BadInput(_) | NodeError::Protocol(_) => {
+            NodeError::Refused(format!("the invite's scope cannot take agent {agent}: {e}"))
         }
         e => e,
     };
