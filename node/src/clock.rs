@@ -135,6 +135,17 @@ pub(crate) fn parse_expiry_unbounded(s: &str, now_ms: u64) -> Result<u64> {
         .unwrap_or(0))
 }
 
+/// A clock a test moves by hand (`.0.store(ms)`), shared between threads.
+#[cfg(test)]
+pub(crate) struct MovingClock(pub std::sync::atomic::AtomicU64);
+
+#[cfg(test)]
+impl WallClock for MovingClock {
+    fn now_ms(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

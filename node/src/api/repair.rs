@@ -175,6 +175,18 @@ mod tests {
     use amos_sync::repair::{self as rp, Initiator, Step};
     use std::collections::BTreeSet;
 
+    /// A fresh node's home and the id of another fresh node, its peer to
+    /// be; the temp dir holds both homes.
+    fn home_and_peer() -> (tempfile::TempDir, Home, NodeId) {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::new(dir.path().join("a"));
+        Node::init(&home, Some("a")).unwrap();
+        let peer_home = Home::new(dir.path().join("b"));
+        Node::init(&peer_home, Some("b")).unwrap();
+        let peer = Node::open(&peer_home).unwrap().node_id();
+        (dir, home, peer)
+    }
+
     /// A node with a private memory, one shared with `apollo`, one with
     /// `zeus`, and a peer given `team:apollo`: the repair set for that
     /// peer is exactly what an export to it from `seq` 0 sends; no gated
@@ -182,12 +194,7 @@ mod tests {
     /// and asking for one by id gets nothing.
     #[test]
     fn a_scoped_peer_repair_covers_only_what_it_may_receive() {
-        let dir = tempfile::tempdir().unwrap();
-        let home = Home::new(dir.path().join("a"));
-        Node::init(&home, Some("a")).unwrap();
-        let peer_home = Home::new(dir.path().join("b"));
-        Node::init(&peer_home, Some("b")).unwrap();
-        let peer = Node::open(&peer_home).unwrap().node_id();
+        let (_dir, home, peer) = home_and_peer();
         let mut a = Node::open(&home).unwrap();
         a.team_create("apollo", None).unwrap();
         a.team_create("zeus", None).unwrap();
@@ -285,12 +292,7 @@ mod tests {
 
     #[test]
     fn a_repair_is_wanted_when_asked_after_a_disagreement_and_periodically() {
-        let dir = tempfile::tempdir().unwrap();
-        let home = Home::new(dir.path().join("a"));
-        Node::init(&home, Some("a")).unwrap();
-        let peer_home = Home::new(dir.path().join("b"));
-        Node::init(&peer_home, Some("b")).unwrap();
-        let peer = Node::open(&peer_home).unwrap().node_id();
+        let (_dir, home, peer) = home_and_peer();
         let at = |ms: u64| {
             Node::open_with_clock(&home, std::sync::Arc::new(crate::clock::FixedClock(ms))).unwrap()
         };
@@ -369,12 +371,7 @@ mod tests {
         let team = |t: &str| Scope::Team(TeamId::parse(t).unwrap());
         let mut seen = Vec::new();
         for holds_zeus in [false, true] {
-            let dir = tempfile::tempdir().unwrap();
-            let home = Home::new(dir.path().join("a"));
-            Node::init(&home, Some("a")).unwrap();
-            let peer_home = Home::new(dir.path().join("b"));
-            Node::init(&peer_home, Some("b")).unwrap();
-            let peer = Node::open(&peer_home).unwrap().node_id();
+            let (_dir, home, peer) = home_and_peer();
             let mut a = Node::open(&home).unwrap();
             a.team_create("apollo", None).unwrap();
             a.agent_add("alice", "agent", &["apollo".into()]).unwrap();

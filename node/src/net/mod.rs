@@ -12,7 +12,7 @@
 //! actions:
 //!
 //! * the node work runs on blocking threads, each with its own [`Node`](crate::api::Node)
-//!   opened from the [`Home`](crate::home::Home) (rusqlite is not `Sync`): one thread drives the
+//!   opened from the [`Home`](crate::home::Home) (a store connection is not `Sync`): one thread drives the
 //!   session and applies the peer's batches, and a second one streams our
 //!   export while the first keeps applying — so neither side can stall the
 //!   other with a full pipe; the batches already received are applied

@@ -223,16 +223,9 @@ mod tests {
     use super::super::sessions::Sessions;
     use super::super::{ConsoleOptions, bind_with, serve_on};
     use crate::api::node::Node;
-    use crate::clock::WallClock;
     use crate::home::Home;
 
-    /// A clock the test moves.
-    struct Moving(AtomicU64);
-    impl WallClock for Moving {
-        fn now_ms(&self) -> u64 {
-            self.0.load(Ordering::Relaxed)
-        }
-    }
+    use crate::clock::MovingClock as Moving;
 
     /// One plain HTTP/1.1 GET: the answer's head (status line and headers).
     fn get(port: u16, path: &str, cookie: Option<&str>) -> String {

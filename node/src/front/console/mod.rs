@@ -67,8 +67,8 @@ pub struct Serving {
 /// Shared by every request.
 pub(crate) struct App {
     pub home: Home,
-    /// One node for the console's reads and writes (rusqlite is not
-    /// `Sync`: requests take turns, on blocking threads).
+    /// One node for the console's reads and writes (a store connection is
+    /// not `Sync`: requests take turns, on blocking threads).
     pub node: Mutex<Node>,
     pub token: String,
     pub csrf: String,

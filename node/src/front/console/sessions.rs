@@ -80,13 +80,7 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    /// A clock the test moves.
-    struct Moving(AtomicU64);
-    impl WallClock for Moving {
-        fn now_ms(&self) -> u64 {
-            self.0.load(Ordering::Relaxed)
-        }
-    }
+    use crate::clock::MovingClock as Moving;
 
     #[test]
     fn a_session_is_fresh_random_and_lasts_its_lifetime_only() {
