@@ -11,6 +11,7 @@
 //! visibility — callers embed only what a requester may already see.
 #![warn(missing_docs)]
 
+mod encoder;
 mod safetensors;
 mod tokenizer;
 mod vocab;
@@ -20,6 +21,7 @@ use std::borrow::Cow;
 use std::path::Path;
 use std::sync::OnceLock;
 
+pub use encoder::{ENCODER_ENV, Encoder, WINDOW, WINDOW_OVERLAP};
 use safetensors::{Dtype, Tensor, bf16_to_f32, f16_to_f32};
 pub use tokenizer::WordPiece;
 
