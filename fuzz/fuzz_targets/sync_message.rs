@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(m.encode(), data, "decoding is canonical");
         let SyncMessage::V1(v1) = &m;
         match v1 {
-            SyncV1::Hello { listen, .. } => {
+            SyncV1::Hello { listen, .. } | SyncV1::Hello2 { listen, .. } => {
                 assert!(listen.len() <= MAX_LISTEN);
                 assert!(listen.iter().all(|a| parse_listen(a).is_ok()));
             }

@@ -26,6 +26,19 @@
 //! only ever dialled us can be dialled back; the receiver records it only
 //! for a peer it already registered, authenticated by the handshake.
 //!
+//! **Versions** (docs/design.md §13): the transport's ALPN id names the
+//! session protocol's version (`amos/1`, `amos/2`, [`alpn`]); a node offers
+//! every version from [`PROTOCOL_VERSION`] down to version 1, newest first,
+//! so TLS picks the newest both speak and an older node is still reached
+//! (and, if older than [`MIN_PROTOCOL_VERSION`], told why it is refused in a
+//! `Refused` it can decode). From version 2 on, the opening message is
+//! [`SyncV1::Hello2`]: the `Hello`'s fields, the sender's version and the
+//! [`Features`] it decodes. A version-1 peer (545333a, the release before
+//! negotiation) gets the version-1 `Hello`, and is taken to decode
+//! [`Features::implied_by`]`(1)`. A side sends only what the other decodes:
+//! a fact that needs a feature the peer lacks ([`Features::required_by`]) is
+//! held back for it.
+//!
 //! Frames carrying these are length-prefixed by the transport; this module
 //! only encodes and decodes one message, with the size limit of [`codec`],
 //! and refuses a message whose fields break their bounds ([`SyncV1::check`]).
@@ -50,6 +63,122 @@ pub const MAX_DIGEST_SCOPES: usize = 256;
 pub const MAX_REPAIR_ROUND: usize = 512 * 1024;
 /// At most this many ids in one `RepairNeed`.
 pub const MAX_REPAIR_IDS: usize = 8192;
+
+/// The session protocol version this code speaks (docs/design.md §13):
+/// 1 is 545333a's (no negotiation); 2 adds the versioned hello
+/// ([`SyncV1::Hello2`]) and the features it names.
+pub const PROTOCOL_VERSION: u16 = 2;
+/// The oldest version a peer may speak; an older one is refused with
+/// [`VersionError`]'s line.
+pub const MIN_PROTOCOL_VERSION: u16 = 1;
+/// The ALPN id of the first version: every version up to this one is still
+/// offered in the handshake, so a peer too old to sync still connects and
+/// reads why it is refused.
+pub const FIRST_PROTOCOL_VERSION: u16 = 1;
+
+/// The ALPN id of a protocol version: `amos/N`.
+pub fn alpn(version: u16) -> Vec<u8> {
+    format!("amos/{version}").into_bytes()
+}
+
+/// The version an ALPN id names (`amos/N`, N in canonical decimal, at
+/// least 1), or `None`.
+pub fn alpn_version(id: &[u8]) -> Option<u16> {
+    let n = id.strip_prefix(b"amos/")?;
+    let text = std::str::from_utf8(n).ok()?;
+    let v: u16 = text.parse().ok()?;
+    (v >= 1 && v.to_string() == text).then_some(v)
+}
+
+/// The ALPN ids a node speaking up to `max` offers, newest first: every
+/// version from `max` down to [`FIRST_PROTOCOL_VERSION`].
+pub fn alpn_offer(max: u16) -> Vec<Vec<u8>> {
+    (FIRST_PROTOCOL_VERSION..=max.max(FIRST_PROTOCOL_VERSION))
+        .rev()
+        .map(alpn)
+        .collect()
+}
+
+/// A peer speaks a version older than this node accepts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the peer speaks amos protocol version {peer}; this node speaks {ours} and needs at least {min}: upgrade the peer"
+)]
+pub struct VersionError {
+    /// The peer's version.
+    pub peer: u16,
+    /// This node's version.
+    pub ours: u16,
+    /// The oldest this node accepts.
+    pub min: u16,
+}
+
+/// The version a session runs at: the peer's, if it is at least `min`
+/// (the ALPN choice already made it at most ours).
+pub fn negotiate(min: u16, ours: u16, peer: u16) -> Result<u16, VersionError> {
+    if peer < min {
+        Err(VersionError { peer, ours, min })
+    } else {
+        Ok(peer.min(ours))
+    }
+}
+
+/// What a node can decode beyond its protocol version's messages: one bit
+/// per fact kind (or message) added after it. A peer's set may hold bits
+/// this code does not know (a newer peer's): they are kept and ignored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Features(pub u64);
+
+impl Features {
+    /// Content facts with a valid time (fact variant 9, `CONTENT_WITH_VALIDITY`).
+    pub const VALID_TIME: Features = Features(1);
+    /// Every feature this code decodes.
+    pub const ALL: Features = Features(1);
+    /// None.
+    pub const NONE: Features = Features(0);
+
+    /// The features a peer of `version` decodes without saying so: what
+    /// 545333a (version 1, no `Hello2`) decodes. From version 2 on, a peer
+    /// names its own.
+    pub fn implied_by(version: u16) -> Features {
+        if version <= 1 {
+            Features::VALID_TIME
+        } else {
+            Features::NONE
+        }
+    }
+
+    /// Whether every feature of `other` is in this set.
+    pub fn contains(self, other: Features) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The features of `self` that `other` lacks.
+    pub fn without(self, other: Features) -> Features {
+        Features(self.0 & !other.0)
+    }
+
+    /// Both sets' features.
+    pub fn union(self, other: Features) -> Features {
+        Features(self.0 | other.0)
+    }
+
+    /// The features a receiver needs to decode this fact.
+    pub fn required_by(fact: &crate::Fact) -> Features {
+        match &fact.body {
+            crate::FactBody::MemoryContent(m) if !m.validity.is_open() => Features::VALID_TIME,
+            _ => Features::NONE,
+        }
+    }
+
+    /// The features a receiver needs to decode this wire-encoded fact
+    /// (`None`: it does not decode here either).
+    pub fn required_by_wire(bytes: &[u8]) -> Option<Features> {
+        codec::decode_signed(bytes)
+            .ok()
+            .map(|f| Features::required_by(&f.fact))
+    }
+}
 
 /// A log epoch: random, changes when a store is restored or reset.
 pub type Epoch = [u8; 16];
@@ -172,6 +301,22 @@ pub enum SyncV1 {
         /// The sender's repair position the receiver now holds.
         upto: Watermark,
     },
+    /// The opening message from protocol version 2 on (sent only in a
+    /// session whose ALPN id is `amos/2` or later): a `Hello`'s fields,
+    /// the sender's protocol version and the [`Features`] it decodes.
+    /// Appended after `RepairDone`: a version-1 node never receives one.
+    Hello2 {
+        /// The sender's log epoch.
+        epoch: Epoch,
+        /// Its watermark of the receiver's log.
+        have: Option<Watermark>,
+        /// Where it serves (as in `Hello`).
+        listen: Vec<String>,
+        /// The sender's protocol version (at least 2).
+        version: u16,
+        /// What it decodes ([`Features`] bits; unknown bits are kept).
+        features: u64,
+    },
 }
 
 impl SyncV1 {
@@ -180,7 +325,12 @@ impl SyncV1 {
     /// bounded and well-formed, ids are valid slugs.
     pub fn check(&self) -> Result<(), ProtocolError> {
         match self {
-            SyncV1::Hello { listen, .. } => {
+            SyncV1::Hello2 { version, .. } if *version < 2 => {
+                return Err(ProtocolError::malformed(format!(
+                    "a versioned hello names version {version}"
+                )));
+            }
+            SyncV1::Hello { listen, .. } | SyncV1::Hello2 { listen, .. } => {
                 if listen.len() > MAX_LISTEN {
                     return Err(ProtocolError::malformed(format!(
                         "a hello names {} listen addresses (at most {MAX_LISTEN})",
@@ -559,6 +709,121 @@ mod tests {
             },
         });
         assert_eq!(&done[..2], &[0, 10]);
+    }
+
+    #[test]
+    fn alpn_ids_name_versions_and_the_offer_is_newest_first() {
+        assert_eq!(alpn(1), b"amos/1");
+        assert_eq!(alpn_version(b"amos/1"), Some(1));
+        assert_eq!(
+            alpn_version(&alpn(PROTOCOL_VERSION)),
+            Some(PROTOCOL_VERSION)
+        );
+        for junk in [
+            &b"amos/0"[..],
+            b"amos/01",
+            b"amos/",
+            b"amos/+2",
+            b"amos/65536",
+            b"amos/2 ",
+            b"h3",
+        ] {
+            assert_eq!(
+                alpn_version(junk),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(junk)
+            );
+        }
+        assert_eq!(alpn_offer(2), vec![b"amos/2".to_vec(), b"amos/1".to_vec()]);
+        // A node capped at version 1 offers only what 545333a offered.
+        assert_eq!(alpn_offer(1), vec![b"amos/1".to_vec()]);
+    }
+
+    #[test]
+    fn a_peer_older_than_the_minimum_is_refused_naming_both_versions() {
+        assert_eq!(negotiate(1, 2, 1), Ok(1));
+        assert_eq!(negotiate(1, 2, 2), Ok(2));
+        assert_eq!(negotiate(1, 2, 7), Ok(2));
+        let e = negotiate(2, 3, 1).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the peer speaks amos protocol version 1; this node speaks 3 and needs at least 2: upgrade the peer"
+        );
+        assert!(!e.to_string().contains('\n'));
+    }
+
+    #[test]
+    fn the_versioned_hello_is_appended_and_checked() {
+        let hello2 = |version: u16, listen: Vec<String>| {
+            SyncMessage::V1(SyncV1::Hello2 {
+                epoch: [1; 16],
+                have: None,
+                listen,
+                version,
+                features: u64::MAX,
+            })
+        };
+        let m = hello2(2, vec!["127.0.0.1:4747".into()]);
+        let bytes = m.encode();
+        assert_eq!(&bytes[..2], &[0, 11], "after RepairDone");
+        assert_eq!(
+            SyncMessage::decode(&bytes).unwrap(),
+            m,
+            "unknown feature bits kept"
+        );
+        assert!(SyncMessage::decode(&hello2(1, vec![]).encode()).is_err());
+        assert!(SyncMessage::decode(&hello2(2, vec!["nowhere".into()]).encode()).is_err());
+    }
+
+    #[test]
+    fn features_say_what_a_fact_needs_and_what_version_1_decodes() {
+        use crate::{
+            Fact, FactBody, Hlc, MemoryContent, MemoryFixed, MemoryId, MemoryText, MemoryType,
+            NodeId, Validity,
+        };
+        let m = MemoryContent {
+            id: MemoryId([1; 16]),
+            fixed: MemoryFixed {
+                owner: AgentId::parse("alice").unwrap(),
+                created_ms: 1_000,
+                origin: NodeId([1; 32]),
+            },
+            kind: MemoryType::default(),
+            text: MemoryText::Plain("deploy port is 8080".into()),
+            tags: vec![],
+            importance: 0.5,
+            confidence: 1.0,
+            pinned: false,
+            expires_ms: None,
+            supersedes: None,
+            validity: Validity::default(),
+        };
+        let plain = Fact {
+            clock: Hlc {
+                wall_ms: 1,
+                logical: 0,
+                node: NodeId([1; 32]),
+            },
+            body: FactBody::MemoryContent(m.clone()),
+        };
+        assert_eq!(Features::required_by(&plain), Features::NONE);
+        let timed = Fact {
+            body: FactBody::MemoryContent(MemoryContent {
+                validity: Validity {
+                    from_ms: Some(5),
+                    to_ms: None,
+                },
+                ..m
+            }),
+            ..plain
+        };
+        assert_eq!(Features::required_by(&timed), Features::VALID_TIME);
+        // 545333a decodes valid-time facts (variant 9); a version-2 peer says.
+        assert!(Features::implied_by(1).contains(Features::VALID_TIME));
+        assert_eq!(Features::implied_by(2), Features::NONE);
+        assert!(Features::ALL.contains(Features::VALID_TIME));
+        assert_eq!(Features::ALL.without(Features::VALID_TIME), Features::NONE);
     }
 
     proptest! {

@@ -66,8 +66,8 @@ use std::net::SocketAddr;
 
 use amos_protocol::Scope;
 use amos_protocol::wire::{
-    Epoch, MAX_LISTEN, MAX_REPAIR_IDS, SyncV1, Watermark, check_digest_scopes, check_repair_ids,
-    parse_listen,
+    Epoch, Features, MAX_LISTEN, MAX_REPAIR_IDS, SyncV1, Watermark, check_digest_scopes,
+    check_repair_ids, parse_listen,
 };
 
 use crate::repair::{self, Initiator, ItemId, ItemSet, RepairError, Step};
@@ -224,6 +224,11 @@ impl Repair {
 #[derive(Debug, Clone)]
 pub struct Session {
     my_epoch: Epoch,
+    /// The protocol version the transport negotiated (1: 545333a's, whose
+    /// opening is `Hello`; from 2 on, `Hello2`).
+    version: u16,
+    /// The peer's version and features, once its hello came.
+    peer: Option<(u16, Features)>,
     /// Our watermark of the peer when the session opened.
     have: Option<Watermark>,
     their_epoch: Option<Epoch>,
@@ -252,14 +257,53 @@ pub struct Session {
 impl Session {
     /// Open a session: `have` is our stored watermark of the peer, `listen`
     /// where we serve (empty if we do not; at most [`MAX_LISTEN`] are sent).
+    /// The session of protocol version 1 (what [`Session::start_versioned`]
+    /// runs at version 1).
     pub fn start(
         my_epoch: Epoch,
         have: Option<Watermark>,
         listen: &[SocketAddr],
     ) -> (Session, Vec<Action>) {
+        Session::start_versioned(my_epoch, have, listen, 1, Features::implied_by(1))
+    }
+
+    /// Open a session at the protocol `version` the transport negotiated
+    /// (docs/design.md §13): from version 2 on, our opening is `Hello2`,
+    /// naming `version` and the `features` we decode; at version 1 it is
+    /// the `Hello` a node of 545333a expects (and `features` are not sent).
+    /// The peer's opening must be of the same kind.
+    pub fn start_versioned(
+        my_epoch: Epoch,
+        have: Option<Watermark>,
+        listen: &[SocketAddr],
+        version: u16,
+        features: Features,
+    ) -> (Session, Vec<Action>) {
+        let listen: Vec<String> = listen
+            .iter()
+            .take(MAX_LISTEN)
+            .map(ToString::to_string)
+            .collect();
+        let hello = if version >= 2 {
+            SyncV1::Hello2 {
+                epoch: my_epoch,
+                have,
+                listen,
+                version,
+                features: features.0,
+            }
+        } else {
+            SyncV1::Hello {
+                epoch: my_epoch,
+                have,
+                listen,
+            }
+        };
         (
             Session {
                 my_epoch,
+                version,
+                peer: None,
                 have,
                 their_epoch: None,
                 sent_done: false,
@@ -275,16 +319,15 @@ impl Session {
                 skipped_export: false,
                 held_done: None,
             },
-            vec![Action::Send(SyncV1::Hello {
-                epoch: my_epoch,
-                have,
-                listen: listen
-                    .iter()
-                    .take(MAX_LISTEN)
-                    .map(ToString::to_string)
-                    .collect(),
-            })],
+            vec![Action::Send(hello)],
         )
+    }
+
+    /// The peer's protocol version and the features it decodes, once its
+    /// hello came (a version-1 peer's are [`Features::implied_by`]`(1)`):
+    /// the driver sends it nothing that needs a feature it lacks.
+    pub fn peer_version(&self) -> Option<(u16, Features)> {
+        self.peer
     }
 
     /// Ask for a repair in this session whatever the watermarks say (a
@@ -329,14 +372,28 @@ impl Session {
         }
         let mut out = Vec::new();
         match event {
-            Event::Received(SyncV1::Hello {
-                epoch,
-                have,
-                listen,
-            }) => {
+            Event::Received(m @ (SyncV1::Hello { .. } | SyncV1::Hello2 { .. })) => {
                 if self.their_epoch.is_some() {
                     return Err(Protocol("second hello"));
                 }
+                let (epoch, have, listen, peer) = match m {
+                    SyncV1::Hello {
+                        epoch,
+                        have,
+                        listen,
+                    } if self.version < 2 => (epoch, have, listen, (1, Features::implied_by(1))),
+                    SyncV1::Hello2 {
+                        epoch,
+                        have,
+                        listen,
+                        version,
+                        features,
+                    } if self.version >= 2 && version >= 2 => {
+                        (epoch, have, listen, (version, Features(features)))
+                    }
+                    _ => return Err(Protocol("a hello of another protocol version")),
+                };
+                self.peer = Some(peer);
                 // Checked again here: the driver may feed messages that did
                 // not come through `SyncMessage::decode`.
                 if listen.len() > MAX_LISTEN {

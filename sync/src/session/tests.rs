@@ -1027,3 +1027,61 @@ fn junk_listen_addresses_are_a_protocol_error() {
         "no addresses, no action"
     );
 }
+
+/// Versioned sessions (docs/design.md §13): at version 2 each side opens
+/// with `Hello2` naming its version and features, and learns the peer's; at
+/// version 1 (545333a) the opening is the old `Hello` and the peer is taken
+/// to decode what 545333a decodes. A hello of the other kind is refused.
+#[test]
+fn a_versioned_session_opens_with_hello2_and_learns_the_peers_features() {
+    let features = Features(0b101);
+    let (mut a, out_a) = Session::start_versioned([1; 16], None, &[], 2, Features::ALL);
+    let (_b, out_b) = Session::start_versioned([2; 16], Some(wm(1, 3)), &[], 2, features);
+    let [Action::Send(hello_a @ SyncV1::Hello2 { version: 2, .. })] = out_a.as_slice() else {
+        panic!("a version-2 session opens with Hello2: {out_a:?}");
+    };
+    let [Action::Send(hello_b)] = out_b.as_slice() else {
+        panic!("{out_b:?}");
+    };
+    assert_eq!(a.peer_version(), None);
+    let acts = a.handle(Event::Received(hello_b.clone())).unwrap();
+    assert_eq!(a.peer_version(), Some((2, features)), "unknown bits kept");
+    assert!(acts.contains(&Action::Export {
+        since: 3,
+        peer_reset: true
+    }));
+
+    // Version 1: the old hello, and 545333a's features.
+    let (mut old, out_old) = Session::start([3; 16], None, &[]);
+    assert!(matches!(
+        out_old.as_slice(),
+        [Action::Send(SyncV1::Hello { .. })]
+    ));
+    let (_, out_v1) = Session::start_versioned([4; 16], None, &[], 1, Features::ALL);
+    assert_eq!(
+        out_v1,
+        out_old
+            .iter()
+            .map(|a| match a {
+                Action::Send(SyncV1::Hello { have, listen, .. }) => Action::Send(SyncV1::Hello {
+                    epoch: [4; 16],
+                    have: *have,
+                    listen: listen.clone(),
+                }),
+                other => other.clone(),
+            })
+            .collect::<Vec<_>>(),
+        "a version-1 session sends no features"
+    );
+    let [Action::Send(v1_hello)] = out_v1.as_slice() else {
+        panic!()
+    };
+    old.handle(Event::Received(v1_hello.clone())).unwrap();
+    assert_eq!(old.peer_version(), Some((1, Features::implied_by(1))));
+
+    // The other kind of hello is a protocol error either way.
+    let (mut v2, _) = Session::start_versioned([5; 16], None, &[], 2, Features::ALL);
+    assert!(v2.handle(Event::Received(v1_hello.clone())).is_err());
+    let (mut v1, _) = Session::start([6; 16], None, &[]);
+    assert!(v1.handle(Event::Received(hello_a.clone())).is_err());
+}
