@@ -106,10 +106,7 @@ impl Matrix {
         match self.kind {
             Kind::I8 => {
                 let s = self.scale[r];
-                let src = &bytes[self.start + r * c..self.start + (r + 1) * c];
-                for (o, &b) in out.iter_mut().zip(src) {
-                    *o = f32::from(b as i8) * s;
-                }
+                math::dequantise_i8(&bytes[self.start + r * c..self.start + (r + 1) * c], s, out);
             }
             Kind::F16 => {
                 let src = &bytes[self.start + r * c * 2..self.start + (r + 1) * c * 2];
