@@ -464,14 +464,19 @@ impl Encoder {
     }
 
     /// A memory's vectors: one per window (see [`Encoder::windows`]),
-    /// covering the whole text. A short text gives one.
+    /// covering the whole text. A short text gives one. A long text is
+    /// encoded a group of windows at a time, so memory stays bounded (a few
+    /// MB) however long it is.
     pub fn embed_chunks(&self, text: &str) -> Vec<Vec<f32>> {
-        self.forward(&self.windows(text), true)
+        self.embed_batch(&[text]).pop().unwrap_or_default()
     }
 
     /// Many memories at once: `result[i] == embed_chunks(texts[i])`. Windows
     /// are grouped into passes of about 512 tokens, the groups spread over
-    /// rayon's threads.
+    /// rayon's threads (one group alone uses them all). Memory grows with the
+    /// number of groups running at once, not with `texts`' length, but the
+    /// result holds every vector: callers catching up on many memories pass
+    /// them a batch (say a few hundred) at a time.
     pub fn embed_batch(&self, texts: &[&str]) -> Vec<Vec<Vec<f32>>> {
         let windows: Vec<Vec<Vec<u32>>> = texts.par_iter().map(|t| self.windows(t)).collect();
         let flat: Vec<&Vec<u32>> = windows.iter().flatten().collect();
@@ -646,6 +651,34 @@ impl Encoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The encoder's share of the binary: what `builtin` compiles in, no
+    /// more than its files (the vocabulary as a table is smaller than
+    /// tokenizer.json's map).
+    #[test]
+    fn the_builtin_data_is_no_larger_than_the_encoder_files() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/minilm-l6-encoder");
+        let files: u64 = ["model.safetensors", "tokenizer.json", "config.json"]
+            .iter()
+            .map(|f| std::fs::metadata(dir.join(f)).unwrap().len())
+            .sum();
+        let compiled = [
+            builtin::TENSORS,
+            builtin::TOKENIZER,
+            builtin::VOCAB_TABLE,
+            builtin::CONFIG,
+            builtin::SUMS.as_bytes(),
+        ]
+        .iter()
+        .map(|b| b.len() as u64)
+        .sum::<u64>();
+        assert!(
+            compiled <= files,
+            "{compiled} bytes compiled in for {files} bytes of encoder files"
+        );
+        eprintln!("compiled in: {compiled} bytes (files {files})");
+    }
 
     #[test]
     fn the_builtin_encoder_loads_and_is_named() {
