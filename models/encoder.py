@@ -13,8 +13,10 @@ sha256 and that the numpy forward pass (distill.Bert) reproduces the teacher's p
                      the vectors the Rust tests compare against
   LICENSE, NOTICE, SHA256SUMS
 
---measure FILE... instead prints, for both dtypes, the file size and the cosine of each
-quantised vector to the float32 one over the reference sentences and the sentences of FILEs.
+--measure FILE... instead prints, for both dtypes, the tensors' size, the cosine of each
+quantised vector to the float32 one over the reference sentences and the first 200 sentences
+of 5-80 words of FILEs, and how often each text's nearest (and 5 nearest) other texts stay
+the same.
 
 Windows (the Rust engine does the same, embed/src/encoder/): a text of n word pieces takes
 one window when n <= 254 (256 with [CLS] and [SEP]); else w = ceil((n - 32) / (254 - 32))
@@ -175,9 +177,18 @@ def main():
             got = embed_chunks(qb, texts, vocab)
             cos = np.concatenate([(a * b).sum(1) for a, b in zip(ref, got)])
             hwq = got[0][0][:5]
+            # Ranking: each text's nearest other text (first windows), float32 vs quantised.
+            a = np.array([v[0] for v in ref])
+            b = np.array([v[0] for v in got])
+            sa, sb = a @ a.T, b @ b.T
+            np.fill_diagonal(sa, -2)
+            np.fill_diagonal(sb, -2)
+            same = (sa.argmax(1) == sb.argmax(1)).mean()
+            top5 = np.mean([len(set(np.argsort(-x)[:5]) & set(np.argsort(-y)[:5])) / 5 for x, y in zip(sa, sb)])
             print(f"{dtype}: tensors {size / 1e6:.1f} MB; cosine to float32 over {len(cos)} vectors: "
                   f"min {cos.min():.5f} p1 {np.percentile(cos, 1):.5f} mean {cos.mean():.5f}; "
-                  f"hello world max error {np.abs(hwq - HELLO_WORLD_REFERENCE).max():.2e}")
+                  f"hello world max error {np.abs(hwq - HELLO_WORLD_REFERENCE).max():.2e}; "
+                  f"nearest neighbour unchanged for {same:.1%} of texts, top-5 overlap {top5:.1%}")
         return
 
     if args.out is None:

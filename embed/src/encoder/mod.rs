@@ -682,7 +682,9 @@ mod tests {
 
     #[test]
     fn the_builtin_encoder_loads_and_is_named() {
+        fn shared<T: Send + Sync>(_: &T) {}
         let e = Encoder::builtin().unwrap();
+        shared(e);
         assert_eq!(e.dims(), 384);
         assert!(e.name().starts_with("minilm-l6-v2-int8@"), "{}", e.name());
     }
