@@ -12,8 +12,9 @@
 //! the store still gets its best visible hits, not the top of everyone's.
 //!
 //! Text is analysed by [`analyzer`] (lower case, ASCII folding, English
-//! stems, joined compounds) at index and query time; its name is in the
-//! schema, so an index built by another analyzer is rebuilt on open.
+//! stems, joined compounds, no stop-words, CJK runs as character bigrams)
+//! at index and query time; its name is in the schema, so an index built
+//! by another analyzer is rebuilt on open.
 //!
 //! Boundary: nothing the index says about content or visibility is trusted.
 //! It returns ids and a relevance score; the recall pipeline re-reads rows
@@ -40,7 +41,7 @@ use tantivy::{
 mod analyzer;
 pub mod vectors;
 
-pub use analyzer::{ANALYZER_NAME, analyze, analyzer};
+pub use analyzer::{ANALYZER_NAME, STOP_WORDS, analyze, analyzer, is_stop_word};
 
 use crate::error::{NodeError, Result};
 use crate::home::Home;

@@ -1,12 +1,15 @@
 //! The text analyzer of the recall index: how content, tags, type and a
 //! query become index terms (docs/recall.md, "The analyzer").
 //!
-//! Words (Unicode letters and digits) → at most 40 bytes → lower case →
-//! ASCII folding (`Déploiement` → `deploiement`) → English stemming
-//! (tantivy's Snowball `Stemmer`: `deploys`, `deployed` → `deploy`) → joined
-//! compounds: a split or hyphenated verb phrase and its one-word noun become
-//! one term (`roll back`, `rolled back`, `roll-back`, `Rollback` →
-//! `rollback`). The same analyzer runs at index time and at query time.
+//! Words (runs of Unicode letters and digits; a run of Chinese, Japanese or
+//! Korean characters becomes its overlapping character bigrams) → under
+//! 40 bytes → lower case → ASCII folding (`Déploiement` → `deploiement`) →
+//! English stemming (tantivy's Snowball `Stemmer`: `deploys`, `deployed` →
+//! `deploy`) → joined compounds: a split or hyphenated verb phrase and its
+//! one-word noun become one term (`roll back`, `rolled back`, `roll-back`,
+//! `Rollback` → `rollback`) → English stop-words removed ([`STOP_WORDS`]:
+//! `the`, `how`, `my` never carry a match). The same analyzer runs at
+//! index time and at query time.
 //!
 //! Owns the analyzer and its [`ANALYZER_NAME`]: the index schema names the
 //! tokenizer, so changing *anything* here must change that name, which
@@ -15,19 +18,22 @@
 //! Boundary: pure text → terms; never touches the index, the store or who
 //! may see what.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::iter::Peekable;
+use std::str::CharIndices;
 use std::sync::OnceLock;
 
 use tantivy::tokenizer::{
-    AsciiFoldingFilter, Language, LowerCaser, RawTokenizer, RemoveLongFilter, SimpleTokenizer,
-    Stemmer, TextAnalyzer, Token, TokenFilter, TokenStream, Tokenizer,
+    AsciiFoldingFilter, Language, LowerCaser, RawTokenizer, RemoveLongFilter, Stemmer,
+    TextAnalyzer, Token, TokenFilter, TokenStream, Tokenizer,
 };
 
 /// The tokenizer name the text field is indexed with. Part of the index
 /// schema: a new name (bump the number) rebuilds every index on open.
-pub const ANALYZER_NAME: &str = "amos-en-2";
+pub const ANALYZER_NAME: &str = "amos-en-3";
 
-/// Longest term kept, in bytes (longer tokens are dropped).
+/// Tokens of this many bytes or more are dropped. A CJK bigram is at most
+/// 8 bytes, so only a long run of other letters reaches it.
 const MAX_TOKEN_BYTES: usize = 40;
 
 /// Joined compounds and their two-word forms. Both words are stemmed before
@@ -71,14 +77,43 @@ const COMPOUNDS: &[(&str, &str, &str)] = &[
     ("readonly", "read", "only"),
 ];
 
+/// English stop-words: never a term, at index or query time, so a memory
+/// that shares only these with a question is no lexical candidate, and a
+/// question made only of them matches nothing lexically. Removed after the
+/// compounds are joined (`log in` is still `login`, `on call` `oncall`).
+/// Snowball's English list (its contractions as the tokenizer splits them:
+/// `don't` → `don`, `t`) less `own` (`who owns billing`), `down` and `off`
+/// (`the site is down`, `time off`), plus the modals and fillers a question
+/// is phrased with (`can`, `will`, `must`, `us`, `also`, `just`, …). Matched
+/// by stem: `doing` and `does` go as `do` does.
+#[rustfmt::skip]
+pub const STOP_WORDS: &[&str] = &[
+    "a", "about", "above", "after", "again", "against", "ain", "all", "also", "am", "an",
+    "and", "any", "are", "aren", "as", "at", "be", "because", "been", "before", "being",
+    "below", "between", "both", "but", "by", "can", "cannot", "could", "couldn", "d", "did",
+    "didn", "do", "does", "doesn", "doing", "don", "during", "each", "few", "for", "from",
+    "further", "had", "hadn", "has", "hasn", "have", "haven", "having", "he", "her", "here",
+    "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "isn",
+    "it", "its", "itself", "just", "let", "ll", "m", "me", "might", "mightn", "more", "most",
+    "must", "mustn", "my", "myself", "needn", "no", "nor", "not", "now", "o", "of", "on",
+    "once", "only", "or", "other", "ought", "our", "ours", "ourselves", "out", "over", "re",
+    "s", "same", "shall", "shan", "she", "should", "shouldn", "so", "some", "such", "t",
+    "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these",
+    "they", "this", "those", "through", "to", "too", "under", "until", "up", "us", "ve",
+    "very", "was", "wasn", "we", "were", "weren", "what", "when", "where", "which", "while",
+    "who", "whom", "why", "will", "with", "would", "wouldn", "y", "you", "your", "yours",
+    "yourself", "yourselves",
+];
+
 /// The analyzer the index and every query use.
 pub fn analyzer() -> TextAnalyzer {
-    TextAnalyzer::builder(SimpleTokenizer::default())
+    TextAnalyzer::builder(Words::default())
         .filter(RemoveLongFilter::limit(MAX_TOKEN_BYTES))
         .filter(LowerCaser)
         .filter(AsciiFoldingFilter)
         .filter(Stemmer::new(Language::English))
         .filter(Compounds)
+        .filter(StopWords)
         .build()
 }
 
@@ -96,22 +131,263 @@ pub fn analyze(text: &str) -> Vec<String> {
     out
 }
 
+/// Whether the analyzer drops `word` as a stop-word (any case or
+/// inflection of one of [`STOP_WORDS`]: `The`, `Doing`). The one list, for
+/// whoever must judge what a question and a memory share beyond stop-words.
+pub fn is_stop_word(word: &str) -> bool {
+    let mut stem = TextAnalyzer::builder(RawTokenizer::default())
+        .filter(LowerCaser)
+        .filter(AsciiFoldingFilter)
+        .filter(Stemmer::new(Language::English))
+        .build();
+    let mut s = stem.token_stream(word.trim());
+    s.advance() && stop_stems().contains(&s.token().text)
+}
+
+/// One word through the English stemmer alone.
+fn stem_of(stem: &mut TextAnalyzer, w: &str) -> String {
+    let mut s = stem.token_stream(w);
+    match s.advance() {
+        true => s.token().text.clone(),
+        false => w.to_owned(),
+    }
+}
+
+fn english_stemmer() -> TextAnalyzer {
+    TextAnalyzer::builder(RawTokenizer::default())
+        .filter(Stemmer::new(Language::English))
+        .build()
+}
+
+/// [`STOP_WORDS`] as the stemmer leaves them (`doing` → `do`, `only` →
+/// `onli`): what [`StopWords`] compares a term with.
+fn stop_stems() -> &'static HashSet<String> {
+    static SET: OnceLock<HashSet<String>> = OnceLock::new();
+    SET.get_or_init(|| {
+        let mut stem = english_stemmer();
+        STOP_WORDS.iter().map(|w| stem_of(&mut stem, w)).collect()
+    })
+}
+
+/// Whether `c` is written in a script without spaces between words: Han
+/// (Chinese characters, kanji), Hiragana, Katakana (full and half width),
+/// Hangul, Bopomofo. A run of them is split into character bigrams.
+fn is_cjk(c: char) -> bool {
+    matches!(c as u32,
+        0x1100..=0x11FF // Hangul Jamo
+        | 0x2E80..=0x2FDF // CJK and Kangxi radicals
+        | 0x3005..=0x3007 // 々 〆 〇
+        | 0x3021..=0x3029 | 0x3038..=0x303C // Hangzhou numerals, 〻
+        | 0x3040..=0x30FF // Hiragana, Katakana (ー)
+        | 0x3100..=0x318F // Bopomofo, Hangul compatibility Jamo
+        | 0x31A0..=0x31BF // Bopomofo extended
+        | 0x31F0..=0x31FF // Katakana phonetic extensions
+        | 0x3400..=0x4DBF // CJK extension A
+        | 0x4E00..=0x9FFF // CJK unified ideographs
+        | 0xA960..=0xA97F // Hangul Jamo extended A
+        | 0xAC00..=0xD7FF // Hangul syllables, Jamo extended B
+        | 0xF900..=0xFAFF // CJK compatibility ideographs
+        | 0xFF66..=0xFFDC // half-width Katakana and Hangul
+        | 0x20000..=0x3FFFF // CJK extensions B and later
+    ) && c.is_alphanumeric()
+}
+
+fn is_hiragana(c: char) -> bool {
+    matches!(c as u32, 0x3040..=0x309F)
+}
+
+/// The tokenizer: a word is a run of Unicode letters and digits, anything
+/// else separates (as tantivy's `SimpleTokenizer`), except that a run of
+/// [`is_cjk`] characters, written without spaces, becomes its overlapping
+/// bigrams (`経費精算` → `経費`, `費精`, `精算`; a lone character is a term of
+/// its own), and a CJK run inside a word splits it (`API連携` → `API`,
+/// `連携`). In a run that is not all Hiragana, a bigram of two Hiragana
+/// (`です`, `ます`, `して`: particles and endings) and a lone Hiragana (`の`)
+/// are no terms: Japanese stop-words.
+#[derive(Clone, Default)]
+struct Words {
+    token: Token,
+}
+
+impl Tokenizer for Words {
+    type TokenStream<'a> = WordsStream<'a>;
+
+    fn token_stream<'a>(&'a mut self, text: &'a str) -> WordsStream<'a> {
+        self.token.reset();
+        WordsStream {
+            text,
+            chars: text.char_indices().peekable(),
+            token: &mut self.token,
+            run: None,
+        }
+    }
+}
+
+struct WordsStream<'a> {
+    text: &'a str,
+    chars: Peekable<CharIndices<'a>>,
+    token: &'a mut Token,
+    /// The CJK run being read, if any.
+    run: Option<Run>,
+}
+
+/// A CJK run being split into bigrams: its last character read.
+#[derive(Clone, Copy)]
+struct Run {
+    last: char,
+    /// Byte offset of `last`.
+    at: usize,
+    /// Whether `last` was the second character of a bigram (a run of one
+    /// character is a unigram).
+    paired: bool,
+    /// The whole run is Hiragana: its bigrams are kept.
+    kana_only: bool,
+}
+
+impl WordsStream<'_> {
+    fn emit(&mut self, from: usize, to: usize) -> bool {
+        self.token.text.clear();
+        self.token.text.push_str(&self.text[from..to]);
+        self.token.offset_from = from;
+        self.token.offset_to = to;
+        self.token.position = self.token.position.wrapping_add(1);
+        true
+    }
+
+    /// Whether the run starting after `first` is all Hiragana (a look
+    /// ahead over the run, once per run).
+    fn kana_only(&self, first: char) -> bool {
+        is_hiragana(first)
+            && self
+                .chars
+                .clone()
+                .take_while(|(_, c)| is_cjk(*c))
+                .all(|(_, c)| is_hiragana(c))
+    }
+}
+
+impl TokenStream for WordsStream<'_> {
+    fn advance(&mut self) -> bool {
+        loop {
+            if let Some(run) = self.run {
+                match self.chars.peek().copied() {
+                    Some((at, c)) if is_cjk(c) => {
+                        self.chars.next();
+                        self.run = Some(Run {
+                            last: c,
+                            at,
+                            paired: true,
+                            kana_only: run.kana_only,
+                        });
+                        if run.kana_only || !(is_hiragana(run.last) && is_hiragana(c)) {
+                            return self.emit(run.at, at + c.len_utf8());
+                        }
+                    }
+                    _ => {
+                        self.run = None;
+                        if !run.paired && !is_hiragana(run.last) {
+                            return self.emit(run.at, run.at + run.last.len_utf8());
+                        }
+                    }
+                }
+                continue;
+            }
+            let Some((at, c)) = self.chars.next() else {
+                return false;
+            };
+            if !c.is_alphanumeric() {
+                continue;
+            }
+            if is_cjk(c) {
+                self.run = Some(Run {
+                    last: c,
+                    at,
+                    paired: false,
+                    kana_only: self.kana_only(c),
+                });
+                continue;
+            }
+            let mut to = at + c.len_utf8();
+            while let Some(&(o, d)) = self.chars.peek() {
+                if !d.is_alphanumeric() || is_cjk(d) {
+                    break;
+                }
+                to = o + d.len_utf8();
+                self.chars.next();
+            }
+            return self.emit(at, to);
+        }
+    }
+
+    fn token(&self) -> &Token {
+        self.token
+    }
+
+    fn token_mut(&mut self) -> &mut Token {
+        self.token
+    }
+}
+
+/// Token filter dropping English stop-words (by stem, [`stop_stems`]).
+#[derive(Clone)]
+struct StopWords;
+
+impl TokenFilter for StopWords {
+    type Tokenizer<T: Tokenizer> = StopWordsFilter<T>;
+
+    fn transform<T: Tokenizer>(self, tokenizer: T) -> StopWordsFilter<T> {
+        StopWordsFilter { inner: tokenizer }
+    }
+}
+
+#[derive(Clone)]
+struct StopWordsFilter<T> {
+    inner: T,
+}
+
+impl<T: Tokenizer> Tokenizer for StopWordsFilter<T> {
+    type TokenStream<'a> = StopWordsStream<T::TokenStream<'a>>;
+
+    fn token_stream<'a>(&'a mut self, text: &'a str) -> Self::TokenStream<'a> {
+        StopWordsStream {
+            tail: self.inner.token_stream(text),
+            stops: stop_stems(),
+        }
+    }
+}
+
+struct StopWordsStream<S> {
+    tail: S,
+    stops: &'static HashSet<String>,
+}
+
+impl<S: TokenStream> TokenStream for StopWordsStream<S> {
+    fn advance(&mut self) -> bool {
+        while self.tail.advance() {
+            if !self.stops.contains(&self.tail.token().text) {
+                return true;
+            }
+        }
+        false
+    }
+
+    fn token(&self) -> &Token {
+        self.tail.token()
+    }
+
+    fn token_mut(&mut self) -> &mut Token {
+        self.tail.token_mut()
+    }
+}
+
 /// The compounds by stem: first word → second word → the joined word.
 type CompoundTable = HashMap<String, HashMap<String, String>>;
 
 fn compound_table() -> &'static CompoundTable {
     static TABLE: OnceLock<CompoundTable> = OnceLock::new();
     TABLE.get_or_init(|| {
-        let mut stem = TextAnalyzer::builder(RawTokenizer::default())
-            .filter(Stemmer::new(Language::English))
-            .build();
-        let mut one = |w: &str| {
-            let mut s = stem.token_stream(w);
-            match s.advance() {
-                true => s.token().text.clone(),
-                false => w.to_owned(),
-            }
-        };
+        let mut stem = english_stemmer();
+        let mut one = |w: &str| stem_of(&mut stem, w);
         let mut table = CompoundTable::new();
         for (joined, a, b) in COMPOUNDS {
             table.entry(one(a)).or_default().insert(one(b), one(joined));
@@ -251,17 +527,15 @@ mod tests {
 
     #[test]
     fn a_first_word_without_its_partner_stays_itself() {
-        assert_eq!(analyze("roll the dice"), ["roll", "the", "dice"]);
+        assert_eq!(analyze("roll the dice"), ["roll", "dice"]);
         // A word that starts a compound but is followed by another one.
         assert_eq!(analyze("set set up"), ["set", "setup"]);
         assert_eq!(analyze("back"), ["back"]);
         // A first word at the very end, and two first words in a row.
         assert_eq!(analyze("please roll"), ["pleas", "roll"]);
+        assert_eq!(analyze("on the call"), ["call"]);
         assert_eq!(analyze("roll roll back"), ["roll", "rollback"]);
-        assert_eq!(
-            analyze("log out then back up"),
-            ["logout", "then", "backup"]
-        );
+        assert_eq!(analyze("log out then back up"), ["logout", "backup"]);
     }
 
     #[test]
@@ -275,5 +549,115 @@ mod tests {
     fn words_longer_than_the_limit_are_dropped() {
         let long = "a".repeat(MAX_TOKEN_BYTES + 1);
         assert_eq!(analyze(&format!("deploy {long}")), ["deploy"]);
+    }
+
+    #[test]
+    fn stop_words_are_dropped_after_the_compounds_are_joined() {
+        assert_eq!(
+            analyze("How do I log in to the VPN?"),
+            ["login", "vpn"],
+            "`log in` is joined before `in` (a stop-word) goes"
+        );
+        assert_eq!(analyze("we rolled it back"), ["roll", "back"]);
+        assert_eq!(analyze("who is on call this week"), analyze("oncall week"));
+        assert_eq!(analyze("who is on call this week").len(), 2);
+        assert_eq!(analyze("shut it down"), ["shut", "down"]);
+        assert_eq!(analyze("set up the backups"), ["setup", "backup"]);
+        assert_eq!(
+            analyze("who can fix a mistake in my paycheck"),
+            ["fix", "mistak", "paycheck"]
+        );
+        assert_eq!(
+            analyze("how do we guess which clients are about to leave us"),
+            ["guess", "client", "leav"]
+        );
+        // Contractions as the tokenizer splits them, and inflected forms.
+        assert_eq!(
+            analyze("what's the deploy window? don't guess"),
+            ["deploy", "window", "guess"]
+        );
+        assert_eq!(analyze("Doing THE things"), ["thing"]);
+    }
+
+    #[test]
+    fn a_question_of_stop_words_alone_has_no_terms() {
+        assert!(analyze("what is it and who has been doing this?").is_empty());
+        assert!(analyze("How can we do that").is_empty());
+        for w in STOP_WORDS {
+            assert!(analyze(w).is_empty(), "{w:?} is a term");
+        }
+    }
+
+    #[test]
+    fn is_stop_word_is_the_analyzer_s_list() {
+        for w in ["the", "The", "doing", "Does", "us", "what", "ourselves"] {
+            assert!(is_stop_word(w), "{w:?}");
+        }
+        for w in [
+            "payroll", "badge", "own", "owns", "down", "off", "may", "login", "",
+        ] {
+            assert!(!is_stop_word(w), "{w:?}");
+            assert!(w.is_empty() || !analyze(w).is_empty(), "{w:?}");
+        }
+    }
+
+    #[test]
+    fn a_cjk_run_becomes_overlapping_bigrams() {
+        assert_eq!(analyze("経費精算"), ["経費", "費精", "精算"]);
+        // A lone character is a unigram; punctuation separates runs.
+        assert_eq!(analyze("円、経費。"), ["円", "経費"]);
+        // Katakana with its long-vowel mark; Hangul; Chinese.
+        assert_eq!(analyze("サーバー"), ["サー", "ーバ", "バー"]);
+        assert_eq!(analyze("경비 정산"), ["경비", "정산"]);
+        assert_eq!(analyze("报销流程"), ["报销", "销流", "流程"]);
+        // The same run, found from a query sharing one word with it.
+        let memory = analyze("経費精算は月末までに山田さんへ提出してください");
+        for t in analyze("経費精算") {
+            assert!(memory.contains(&t), "{t:?} in {memory:?}");
+        }
+    }
+
+    #[test]
+    fn hiragana_between_kanji_is_not_a_term() {
+        // Particles and endings: `は`, `まで`, `して`, `ください` make no
+        // hiragana-only bigram in a mixed run, and a lone `の` is no term.
+        let terms = analyze("経費精算は月末までに提出してください");
+        for t in ["まで", "して", "くだ", "ださ", "さい", "てく"] {
+            assert!(!terms.contains(&t.to_owned()), "{t:?} in {terms:?}");
+        }
+        assert!(terms.contains(&"算は".to_owned()), "{terms:?}");
+        assert!(terms.contains(&"提出".to_owned()), "{terms:?}");
+        assert_eq!(analyze("Slack の ops"), ["slack", "op"]);
+        // A word written in hiragana alone keeps its bigrams.
+        assert_eq!(analyze("すし"), ["すし"]);
+        assert_eq!(analyze("ありがとう"), ["あり", "りが", "がと", "とう"]);
+    }
+
+    #[test]
+    fn mixed_text_keeps_both_kinds_of_terms() {
+        assert_eq!(
+            analyze("API連携のdeploy手順"),
+            ["api", "連携", "携の", "deploy", "手順"]
+        );
+        assert_eq!(
+            analyze("Deploys are blocked: 本番環境へのデプロイは金曜禁止"),
+            [
+                "deploy", "block", "本番", "番環", "環境", "境へ", "のデ", "デプ", "プロ", "ロイ",
+                "イは", "は金", "金曜", "曜禁", "禁止",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_long_cjk_sentence_is_not_dropped() {
+        let sentence = "経費精算の申請は毎月二十五日までに経理部の山田さんへ提出すること";
+        assert!(sentence.len() > MAX_TOKEN_BYTES);
+        let terms = analyze(sentence);
+        assert!(terms.contains(&"経費".to_owned()), "{terms:?}");
+        assert!(terms.contains(&"山田".to_owned()), "{terms:?}");
+        assert!(terms.contains(&"提出".to_owned()), "{terms:?}");
+        // Long garbage in other letters is still dropped.
+        let long = "x".repeat(MAX_TOKEN_BYTES + 1);
+        assert_eq!(analyze(&format!("経費 {long}")), ["経費"]);
     }
 }

@@ -1,6 +1,8 @@
 //! The index analyzer through the real binary: stems, joined compounds and
 //! ASCII folding find a memory in the other form, at index and query time,
-//! and `--known-at` judges an old text by the same terms.
+//! and `--known-at` judges an old text by the same terms; stop-words carry
+//! no match; unspaced Japanese is found by its character bigrams, behind
+//! the gate.
 
 use crate::common::Home;
 
@@ -70,4 +72,102 @@ fn known_at_matches_the_old_text_by_its_terms() {
         h.search_ids_with("alice", "roll", &["--known-at", &created]),
         Vec::<String>::new()
     );
+}
+
+/// Stop-words never carry a match: a memory that shares only `a`, `in`,
+/// `my` with a question is no lexical candidate, and a question made only
+/// of stop-words finds nothing, while the memory sharing a content word is
+/// found.
+#[test]
+fn a_memory_sharing_only_stop_words_is_not_a_lexical_hit() {
+    let h = Home::apollo();
+    let payroll = h.add(
+        "alice",
+        "Payroll fixes a mistake in a paycheck within two working days",
+        &["team:apollo"],
+    );
+    h.add(
+        "alice",
+        "If my badge is lost, ask in a message to the front desk for a new one",
+        &["team:apollo"],
+    );
+    h.add(
+        "alice",
+        "What it is: the kettle is broken",
+        &["team:apollo"],
+    );
+    assert_eq!(
+        h.search_ids("alice", "who can fix a mistake in my paycheck", 10),
+        vec![payroll]
+    );
+    assert_eq!(
+        h.search_ids("alice", "what is it and how do we do that", 10),
+        Vec::<String>::new()
+    );
+    // A compound whose second word is a stop-word is still one term.
+    let login = h.add("alice", "Log in to the VPN with your badge", &[]);
+    assert_eq!(h.search_ids("alice", "login", 10), vec![login]);
+}
+
+/// An unspaced Japanese sentence (longer than the 40-byte word limit) is
+/// indexed as character bigrams: a Japanese question sharing a word with it
+/// finds it, and English words beside Japanese ones are found too.
+#[test]
+fn an_unspaced_japanese_memory_is_found_by_a_japanese_query() {
+    let h = Home::apollo();
+    let expenses = h.add(
+        "alice",
+        "経費精算は毎月二十五日までに経理部の山田さんへ提出してください。",
+        &["team:apollo"],
+    );
+    let deploys = h.add(
+        "alice",
+        "本番環境へのデプロイは金曜日には行わないこと。",
+        &["team:apollo"],
+    );
+    let vpn = h.add(
+        "alice",
+        "VPNの設定手順はConfluenceのITページにあります",
+        &["team:apollo"],
+    );
+    h.add(
+        "alice",
+        "the kettle in the kitchen is broken",
+        &["team:apollo"],
+    );
+    assert_eq!(
+        h.search_ids("alice", "経費精算の締め切りはいつですか", 10),
+        vec![expenses.clone()]
+    );
+    assert_eq!(h.search_ids("alice", "山田さん", 10), vec![expenses]);
+    assert_eq!(
+        h.search_ids("alice", "金曜日にデプロイしてもいい?", 10),
+        vec![deploys]
+    );
+    assert_eq!(
+        h.search_ids("alice", "confluence 設定", 10),
+        vec![vpn.clone()]
+    );
+    assert_eq!(h.search_ids("alice", "VPN", 10), vec![vpn]);
+}
+
+/// The gate holds for Japanese terms as for any: another agent's private
+/// Japanese memory is not found by a query that finds it for its owner.
+#[test]
+fn a_private_japanese_memory_is_not_found_by_another_agent() {
+    let h = Home::apollo();
+    h.ok(&["agent", "add", "bob", "--team", "apollo"]);
+    let private = h.add("alice", "給与テーブルは人事部の鈴木さんだけが見られる", &[]);
+    let shared = h.add("alice", "人事部の窓口は三階です", &["team:apollo"]);
+    assert_eq!(
+        h.search_ids("alice", "給与テーブル", 10),
+        vec![private.clone()]
+    );
+    assert_eq!(
+        h.search_ids("bob", "給与テーブル", 10),
+        Vec::<String>::new()
+    );
+    let bob = h.search_ids("bob", "人事部の給与テーブル", 10);
+    assert_eq!(bob, vec![shared]);
+    assert!(!bob.contains(&private));
 }
