@@ -202,6 +202,21 @@ fn a_bad_directory_is_a_one_line_error() {
     assert!(one_line("wrong shape").contains("config.json"));
     std::fs::write(d.join("config.json"), "{").unwrap();
     one_line("bad config");
+    let mut huge: serde_json::Value = serde_json::from_str(&config).unwrap();
+    for key in [
+        "num_hidden_layers",
+        "max_position_embeddings",
+        "intermediate_size",
+        "window",
+    ] {
+        let mut c = huge.clone();
+        c[key] = serde_json::json!(usize::MAX / 2);
+        std::fs::write(d.join("config.json"), c.to_string()).unwrap();
+        one_line(key);
+    }
+    huge["num_attention_heads"] = serde_json::json!(0);
+    std::fs::write(d.join("config.json"), huge.to_string()).unwrap();
+    one_line("no heads");
     std::fs::write(d.join("config.json"), &config).unwrap();
     std::fs::write(d.join("tokenizer.json"), b"{\"model\":{\"type\":\"BPE\"}}").unwrap();
     assert!(one_line("bad tokenizer").contains("tokenizer.json"));

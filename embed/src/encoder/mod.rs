@@ -366,7 +366,9 @@ impl Encoder {
         }
         token_type.truncate(h);
         let embed_norm = toc.norm("embeddings.LayerNorm", h)?;
-        let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        // No capacity from the file: a huge layer count fails at the first
+        // missing tensor, never in the allocator.
+        let mut layers = Vec::new();
         for i in 0..c.num_hidden_layers {
             let p = format!("encoder.layer.{i}.");
             layers.push(Layer {
