@@ -1,12 +1,16 @@
-//! amos's static text embeddings: a model2vec-format model — a table of token
-//! vectors (`model.safetensors`, tensor `embeddings`), its WordPiece
-//! `tokenizer.json` and a small `config.json` — turning a text into one
-//! L2-normalised vector: the mean of its tokens' rows.
+//! amos's text embeddings, two kinds. The static model: a model2vec-format
+//! model — a table of token vectors (`model.safetensors`, tensor
+//! `embeddings`), its WordPiece `tokenizer.json` and a small `config.json` —
+//! turning a text into one L2-normalised vector: the mean of its tokens' rows.
+//! The sentence encoder ([`Encoder`], module `encoder`): the transformer the
+//! static model was distilled from, all-MiniLM-L6-v2, int8, run in process —
+//! slower (milliseconds, not microseconds) and much better at paraphrases.
 //!
-//! Owns: the default model, compiled into the binary and parsed once on first
-//! use (`StaticModel::default_model`); loading any other model2vec directory a
-//! user names (`StaticModel::from_dir`, `AMOS_MODEL`), checked before use so a
-//! bad file is a one-line error, never a panic; `embed` and `cosine`.
+//! Owns: both built-in models, compiled into the binary and parsed once on
+//! first use (`StaticModel::default_model`, `Encoder::builtin`); loading any
+//! other directory a user names (`StaticModel::from_dir`, `AMOS_MODEL`;
+//! `Encoder::from_dir`), checked before use so a bad file is a one-line
+//! error, never a panic; `embed` and `cosine`.
 //! Never: network access (nothing is downloaded, ever), storage, ranking or
 //! visibility — callers embed only what a requester may already see.
 #![warn(missing_docs)]
