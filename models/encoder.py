@@ -219,6 +219,7 @@ def main():
         "long_fact": LONG_FACT,
         "sentences": [
             {"text": t, "pieces": len(wordpiece(bert_words(t), vocab)),
+             "ids": wordpiece(bert_words(t), vocab),
              "vectors": [[round(float(x), 6) for x in v] for v in vecs]}
             for t, vecs in zip(REFERENCE, ref)
         ],

@@ -123,6 +123,27 @@ fn a_fact_near_the_end_of_a_long_text_is_in_its_last_chunk() {
 }
 
 #[test]
+fn the_tokenizer_gives_the_teachers_word_pieces() {
+    // BERT uncased over the encoder's own 30,522 ids (the static model's
+    // vocabulary drops [unusedN] and renumbers): accents, CJK, punctuation.
+    let e = Encoder::builtin().unwrap();
+    let loaded = Encoder::from_dir(dir()).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir().join("reference.json")).unwrap()).unwrap();
+    for s in json["sentences"].as_array().unwrap() {
+        let text = s["text"].as_str().unwrap();
+        let want: Vec<u32> = s["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(e.tokenizer().encode(text), want, "{text:?}");
+        assert_eq!(loaded.tokenizer().encode(text), want, "{text:?}");
+    }
+}
+
+#[test]
 fn windows_cover_the_text_and_overlap() {
     let e = Encoder::builtin().unwrap();
     let r = reference();
