@@ -350,6 +350,13 @@ pub struct TextDoc {
     waiting: bool,
     /// A change broke automerge's state (see [`TextDoc::guarded`]).
     broken: bool,
+    /// The seed changes (bases) held, kept as changes are applied: an edit
+    /// names them ([`TextDoc::seed_mark`]) without walking the history.
+    /// `None`: not known (a loaded document, until the first edit reads
+    /// its history once).
+    seeds: Option<BTreeSet<ChangeId>>,
+    /// How many times the whole change history was read for the seeds.
+    history_walks: u32,
 }
 
 impl std::fmt::Debug for TextDoc {
@@ -366,6 +373,8 @@ impl TextDoc {
             doc: AutoCommit::new(),
             waiting: false,
             broken: false,
+            seeds: Some(BTreeSet::new()),
+            history_walks: 0,
         }
     }
 
@@ -401,6 +410,8 @@ impl TextDoc {
             doc,
             waiting: false,
             broken: false,
+            seeds: None,
+            history_walks: 0,
         })
     }
 
@@ -501,6 +512,12 @@ impl TextDoc {
 
     fn try_apply(&mut self, changes: Vec<Change>) -> Result<(), TextError> {
         let hashes: Vec<ChangeHash> = changes.iter().map(Change::hash).collect();
+        let seeder = actor(b"seed", &[&self.id.0]);
+        let seeds: Vec<ChangeId> = changes
+            .iter()
+            .filter(|c| c.actor_id() == &seeder)
+            .map(|c| c.hash().0)
+            .collect();
         // Applied, and read back: automerge can take a change that breaks
         // its later reads, so that is part of applying.
         let applied = self.guarded(None, |doc| {
@@ -512,8 +529,24 @@ impl TextDoc {
             }))
         });
         match applied {
-            Some(Ok(())) => Ok(()),
-            Some(Err(e)) => Err(malformed(e)),
+            Some(Ok(())) => {
+                // A seed depends on nothing, so it is held once applied; if
+                // one somehow is not, the seeds are read from the history.
+                for c in seeds {
+                    if self.contains(&c) {
+                        if let Some(held) = self.seeds.as_mut() {
+                            held.insert(c);
+                        }
+                    } else {
+                        self.seeds = None;
+                    }
+                }
+                Ok(())
+            }
+            Some(Err(e)) => {
+                self.seeds = None;
+                Err(malformed(e))
+            }
             None => Err(malformed("the change does not fit the document")),
         }
     }
@@ -532,6 +565,7 @@ impl TextDoc {
             Err(_) => {
                 std::mem::forget(std::mem::replace(&mut self.doc, AutoCommit::new()));
                 self.broken = true;
+                self.seeds = None;
                 default
             }
         }
@@ -560,17 +594,29 @@ impl TextDoc {
 
     /// The seed changes (bases) this document holds, as one value: their
     /// sorted ids, concatenated.
+    /// Kept as changes are applied; the history is read only when they are
+    /// not known (once after a load).
     fn seed_mark(&mut self) -> Vec<u8> {
+        if let Some(seeds) = &self.seeds {
+            return seeds.iter().flatten().copied().collect();
+        }
         let seeder = actor(b"seed", &[&self.id.0]);
-        let mut ids: Vec<ChangeId> = self.guarded(Vec::new(), |doc| {
-            doc.get_changes(&[])
-                .into_iter()
-                .filter(|c| c.actor_id() == &seeder)
-                .map(|c| c.hash().0)
-                .collect()
+        self.history_walks += 1;
+        let ids: Option<BTreeSet<ChangeId>> = self.guarded(None, |doc| {
+            Some(
+                doc.get_changes(&[])
+                    .into_iter()
+                    .filter(|c| c.actor_id() == &seeder)
+                    .map(|c| c.hash().0)
+                    .collect(),
+            )
         });
-        ids.sort();
-        ids.concat()
+        let mark = ids
+            .as_ref()
+            .map(|ids| ids.iter().flatten().copied().collect())
+            .unwrap_or_default();
+        self.seeds = ids;
+        mark
     }
 
     /// The ids of every change the document holds.
@@ -994,6 +1040,48 @@ mod tests {
             proptest::prop_assert_eq!(made.is_some(), before != new);
             proptest::prop_assert_eq!(doc.text(), new);
         }
+    }
+
+    /// The seeds as the whole history says (what `seed_mark` once read on
+    /// every edit).
+    fn seeds_by_walking(d: &mut TextDoc) -> Vec<u8> {
+        let seeder = actor(b"seed", &[&d.id.0]);
+        let mut ids: Vec<ChangeId> = d
+            .doc
+            .get_changes(&[])
+            .into_iter()
+            .filter(|c| c.actor_id() == &seeder)
+            .map(|c| c.hash().0)
+            .collect();
+        ids.sort();
+        ids.concat()
+    }
+
+    /// An edit names the seeds it was made on without reading the change
+    /// history: never for a document built here, once after a load; and
+    /// the mark is the one the history gives.
+    #[test]
+    fn an_edit_does_not_walk_the_history_for_its_seeds() {
+        let id = MemoryId::new(1_700_000_000_000, [1; 10]);
+        let a = NodeIdentity::from_secret([1; 32]).node_id();
+        let mut d = TextDoc::build(id, Some("alpha beta"), None, []).unwrap();
+        for i in 0..40u64 {
+            d.edit(&format!("alpha beta {i}"), &a, &clock(i + 1, &a))
+                .unwrap()
+                .unwrap();
+        }
+        assert_eq!(d.history_walks, 0, "40 edits read no history");
+        assert_eq!(d.seed_mark(), seeds_by_walking(&mut d));
+        assert_eq!(d.seed_mark().len(), 32, "one seed");
+
+        let mut loaded = TextDoc::load(id, &d.save()).unwrap();
+        for i in 0..10u64 {
+            let t = format!("{} {i}", loaded.text());
+            loaded.edit(&t, &a, &clock(100 + i, &a)).unwrap().unwrap();
+        }
+        assert_eq!(loaded.history_walks, 1, "once after the load");
+        assert_eq!(loaded.seed_mark(), seeds_by_walking(&mut loaded));
+        assert_eq!(loaded.seed_mark(), d.seed_mark());
     }
 
     #[test]

@@ -42,5 +42,6 @@ pub use maintenance::{
 pub use memories::NewMemory;
 pub use node::{InitReport, Node};
 pub use pairing::{JoinReport, join_offline};
+pub use peers::{RETRY_EVERY, RetryReport};
 pub use profile::{ProfileWeights, parse_weight};
 pub use time::{TIMELINE_MAX, TimelineEntry, TimelineEvent};

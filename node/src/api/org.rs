@@ -279,3 +279,39 @@ fn membership(scope: OrgScope, agent: &AgentId, present: bool) -> FactBody {
         present,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::api::node::test_node;
+
+    /// `amos agent list` names only the teams and projects that exist: a
+    /// deleted one's memberships stay in the store (their registers are
+    /// kept) but are not listed.
+    #[test]
+    fn agent_list_leaves_out_a_deleted_project_and_team() {
+        let (_dir, _home, mut node, _who) = test_node("carol");
+        node.team_create("apollo", None).unwrap();
+        node.team_create("zeus", None).unwrap();
+        node.agent_add("bob", "agent", &["apollo".into(), "zeus".into()])
+            .unwrap();
+        node.project_create("moon", "apollo", None).unwrap();
+        node.project_create("mars", "apollo", None).unwrap();
+        node.project_member("moon", "bob", true).unwrap();
+        node.project_member("mars", "bob", true).unwrap();
+        let bob = |node: &crate::api::Node| {
+            let a = node
+                .agent_list()
+                .unwrap()
+                .into_iter()
+                .find(|a| a.id == "bob")
+                .unwrap();
+            (a.teams, a.projects)
+        };
+        let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+        assert_eq!(bob(&node), (s(&["apollo", "zeus"]), s(&["mars", "moon"])));
+        node.project_delete("moon").unwrap();
+        assert_eq!(bob(&node), (s(&["apollo", "zeus"]), s(&["mars"])));
+        node.team_delete("zeus").unwrap();
+        assert_eq!(bob(&node), (s(&["apollo"]), s(&["mars"])));
+    }
+}

@@ -21,6 +21,25 @@ use crate::store::{Tx, echo, peers};
 /// Facts whose clock is further ahead of ours than this are quarantined.
 pub const DEFAULT_MAX_SKEW_MS: u64 = 10 * 60 * 1000;
 
+/// How often `amos serve` retries the deferred facts besides after every
+/// session: a fact from a fast clock becomes applicable by time alone.
+pub const RETRY_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// What one retry of the deferred facts did (`amos sync retry`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RetryReport {
+    /// Deferred facts taken up.
+    pub retried: u64,
+    /// Of those, stored.
+    pub applied: u64,
+    /// Of those, older than or equal to what is held by now.
+    pub stale: u64,
+    /// Of those, refused (audited): their peer is gone, or the gate says no.
+    pub refused: u64,
+    /// Facts deferred after the retry (still ahead, still missing something).
+    pub still_deferred: u64,
+}
+
 fn parse_node_id(s: &str) -> Result<NodeId> {
     s.parse::<NodeId>()
         .map_err(|e| NodeError::BadInput(e.to_string()))
@@ -226,8 +245,27 @@ impl Node {
 
     /// Retry every deferred fact (clock skew that has passed, links whose
     /// endpoints arrived). Facts from peers no longer registered are dropped
-    /// into the audit log.
+    /// into the audit log. [`Node::retry`] with the counts of a batch.
     pub fn retry_deferred(&mut self) -> Result<ApplyReport> {
+        self.retry().map(|r| ApplyReport {
+            applied: r.applied,
+            stale: r.stale,
+            refused: r.refused,
+            deferred: r.still_deferred,
+        })
+    }
+
+    /// Retry every deferred fact, as the gate now judges it at our clock now
+    /// (docs/design.md §7.2): after every live session, on `amos serve`'s
+    /// timer, after a bundle import and on `amos sync retry`. A fact whose
+    /// sender's watermark has long moved past it is applied all the same:
+    /// it waits here, not in the sender's log. One still too far ahead, or
+    /// still missing an endpoint, is deferred again. Nothing deferred: no
+    /// write transaction at all.
+    pub fn retry(&mut self) -> Result<RetryReport> {
+        if replica::deferred_count(&self.store)? == 0 {
+            return Ok(RetryReport::default());
+        }
         let now = self.now_ms();
         let me = self.node_id();
         self.store.write(|tx| {
@@ -235,6 +273,7 @@ impl Node {
             let checked =
                 amos_protocol::verify_each(&rows.iter().map(|(_, b)| b).collect::<Vec<_>>());
             let mut total = ApplyReport::default();
+            let retried = rows.len() as u64;
             for ((peer, _), fact) in rows.into_iter().zip(checked) {
                 let Ok(fact) = fact else {
                     continue;
@@ -260,7 +299,13 @@ impl Node {
                 }
                 r.finish()?;
             }
-            Ok(total)
+            Ok(RetryReport {
+                retried,
+                applied: total.applied,
+                stale: total.stale,
+                refused: total.refused,
+                still_deferred: replica::deferred_count(tx)? as u64,
+            })
         })
     }
 
@@ -515,4 +560,171 @@ fn policy_changed(tx: &mut Tx<'_>, id: &NodeId, policy: &PeerPolicy) -> Result<(
 fn reset_watermark(tx: &mut Tx<'_>, id: &NodeId) -> Result<()> {
     let seq = tx.next_seq()?;
     peers::reset_watermark(tx, id, seq)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::NewMemory;
+    use crate::clock::MovingClock;
+    use crate::home::Home;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    const NOW: u64 = 1_780_000_000_000;
+    const HOUR: u64 = 3_600_000;
+
+    fn node_at(dir: &std::path::Path, name: &str, clock: Arc<MovingClock>) -> Node {
+        let home = Home::new(dir.join(name));
+        Node::init(&home, Some(name)).unwrap();
+        Node::open_with_clock(&home, clock).unwrap()
+    }
+
+    /// One direction of a live session as `net::session` runs it on the
+    /// real store: `from` exports what `to`'s watermark of it has not
+    /// covered, `to` applies it in one transaction and moves its watermark
+    /// to the export's end; then the hook every finished session runs.
+    fn session(from: &Node, to: &mut Node) -> (ApplyReport, RetryReport) {
+        let since = to
+            .watermark_of(&from.node_id())
+            .unwrap()
+            .map_or(0, |w| w.seq);
+        let mut facts = Vec::new();
+        let upto = from
+            .export_for_session(&to.node_id(), since, since == 0, 64, |f| {
+                facts.extend(f);
+                Ok(())
+            })
+            .unwrap();
+        let verified = facts
+            .iter()
+            .map(|f| SignedFact::decode_verified(f).unwrap())
+            .collect();
+        let epoch = from.epoch_bytes().unwrap();
+        let (report, _) = to
+            .apply_from_seqs(&from.node_id(), verified, Some(&epoch))
+            .unwrap();
+        to.save_watermark(&from.node_id(), &Watermark { epoch, seq: upto })
+            .unwrap();
+        (report, to.retry().unwrap())
+    }
+
+    /// A fact from a peer whose clock was two hours ahead is deferred; the
+    /// session still moves the watermark past it, so no export will ever
+    /// send it again. When our clock reaches it, the retry after the next
+    /// (idle) session applies it — no bundle import involved.
+    #[test]
+    fn a_fact_from_a_fast_clock_applies_once_ours_reaches_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let a_clock = Arc::new(MovingClock(AtomicU64::new(NOW)));
+        let b_clock = Arc::new(MovingClock(AtomicU64::new(NOW + 2 * HOUR)));
+        let mut a = node_at(dir.path(), "a", a_clock.clone());
+        let mut b = node_at(dir.path(), "b", b_clock.clone());
+        a.peer_add(&b.node_id().to_string(), None, "full").unwrap();
+        b.peer_add(&a.node_id().to_string(), None, "full").unwrap();
+        b.agent_add("bob", "agent", &[]).unwrap();
+        let who = b.requester("bob").unwrap();
+        b.add(&who, NewMemory::new("theta from the future"))
+            .unwrap();
+
+        let (first, retry) = session(&b, &mut a);
+        let n = first.deferred;
+        assert!(n >= 3 && first.applied == 0, "{first:?}");
+        assert_eq!(retry.retried, n);
+        assert_eq!((retry.applied, retry.still_deferred), (0, n), "{retry:?}");
+        assert_eq!(a.digest(&[]).unwrap().1, 0, "nothing applied early");
+        // The sender's watermark moved past them: the next session sends nothing.
+        let (second, retry) = session(&b, &mut a);
+        assert_eq!(second, ApplyReport::default());
+        assert_eq!(retry.still_deferred, n);
+
+        // An hour on, still more than the allowed skew behind: still deferred.
+        a_clock.0.store(NOW + HOUR, Ordering::Relaxed);
+        b_clock.0.store(NOW + 3 * HOUR, Ordering::Relaxed);
+        let (_, retry) = session(&b, &mut a);
+        assert_eq!((retry.applied, retry.still_deferred), (0, n), "{retry:?}");
+        // Two hours on, our clock reached theirs: an idle session's retry applies them.
+        a_clock.0.store(NOW + 2 * HOUR, Ordering::Relaxed);
+        let (idle, retry) = session(&b, &mut a);
+        assert_eq!(
+            idle,
+            ApplyReport::default(),
+            "the sender sent nothing again"
+        );
+        assert_eq!(retry.retried, n);
+        assert_eq!((retry.applied, retry.still_deferred), (n, 0), "{retry:?}");
+        assert!(a.quarantined().unwrap().is_empty());
+        assert_eq!(a.digest(&[]).unwrap(), b.digest(&[]).unwrap());
+        // Nothing deferred: a retry does nothing.
+        assert_eq!(a.retry().unwrap(), RetryReport::default());
+    }
+}
+
+#[cfg(test)]
+mod project_policy_tests {
+    use super::*;
+    use crate::api::node::test_node;
+    use amos_protocol::FactBody;
+
+    /// What an export under `policy` from `since` sends of the org: a line
+    /// per team record and membership, and the export's end.
+    fn org_out(node: &Node, policy: &PeerPolicy, since: i64) -> (Vec<String>, i64) {
+        let mut out = Vec::new();
+        let high = node
+            .export(policy, since, 64, |facts| {
+                for f in facts {
+                    let f = SignedFact::decode_verified(&f).unwrap();
+                    match &f.fact.body {
+                        FactBody::Team(t) => out.push(format!("team {}", t.id)),
+                        FactBody::Membership(m) => out.push(format!("{} {}", m.scope, m.agent)),
+                        _ => {}
+                    }
+                }
+                Ok(())
+            })
+            .unwrap();
+        out.sort();
+        (out, high)
+    }
+
+    /// Under a `project:` policy the project's team record and its
+    /// members' team memberships go once, not on every sync; a project
+    /// membership new since the watermark brings its member's unchanged
+    /// team membership along.
+    #[test]
+    fn team_memberships_are_not_resent_under_a_project_policy() {
+        let (_dir, _home, mut node, _who) = test_node("carol");
+        node.team_create("apollo", None).unwrap();
+        node.agent_add("bob", "agent", &["apollo".into()]).unwrap();
+        node.agent_add("dave", "agent", &["apollo".into()]).unwrap();
+        node.project_create("moon", "apollo", None).unwrap();
+        node.project_member("moon", "bob", true).unwrap();
+        let policy: PeerPolicy = "project:moon".parse().unwrap();
+
+        let (first, high) = org_out(&node, &policy, 0);
+        assert!(first.contains(&"team apollo".to_owned()), "{first:?}");
+        assert!(first.contains(&"team:apollo bob".to_owned()), "{first:?}");
+        assert!(
+            !first.iter().any(|l| l.contains("dave")),
+            "not a project member"
+        );
+        // Nothing changed: nothing of the org goes again.
+        let (again, high) = org_out(&node, &policy, high);
+        assert_eq!(again, Vec::<String>::new());
+        // dave joins the project: his old team membership now goes too.
+        node.project_member("moon", "dave", true).unwrap();
+        let (joined, high) = org_out(&node, &policy, high);
+        assert!(
+            joined.contains(&"team:apollo dave".to_owned()),
+            "{joined:?}"
+        );
+        assert!(
+            !joined.contains(&"team:apollo bob".to_owned()),
+            "{joined:?}"
+        );
+        let (idle, _) = org_out(&node, &policy, high);
+        assert_eq!(idle, Vec::<String>::new());
+        // The digest still covers them all.
+        assert_eq!(org_out(&node, &policy, 0).0.len(), first.len() + 2);
+    }
 }

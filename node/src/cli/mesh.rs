@@ -90,6 +90,8 @@ pub(super) enum SyncCmd {
     },
     /// Sync once with every peer with an address; unreachable peers are not fatal
     Auto,
+    /// Retry the deferred facts now (a clock that was ahead, a missing endpoint)
+    Retry,
 }
 
 /// Run one of this group's commands: the network ones on the home (each
@@ -246,6 +248,7 @@ fn sync_cmd(home: &Home, out: &Out, cmd: SyncCmd) -> Result<()> {
     let (only, auto) = match &cmd {
         SyncCmd::Now { peer, .. } => (peer.as_deref(), false),
         SyncCmd::Auto => (None, true),
+        SyncCmd::Retry => return retry_cmd(home, out),
     };
     // Validates the home (exit 2 if it is not one).
     let mut node = Node::open(home)?;
@@ -282,6 +285,26 @@ fn sync_cmd(home: &Home, out: &Out, cmd: SyncCmd) -> Result<()> {
             if outcomes.len() == 1 { "" } else { "s" }
         );
     }
+    Ok(())
+}
+
+/// `amos sync retry`: the deferred facts retried once, on this home, with
+/// no network: how many were taken up, applied, and are still deferred.
+fn retry_cmd(home: &Home, out: &Out) -> Result<()> {
+    let r = Node::open(home)?.retry()?;
+    out.emit(&json!(r), || {
+        let mut s = format!(
+            "retried {} deferred fact{}: {} applied, {} still deferred",
+            r.retried,
+            if r.retried == 1 { "" } else { "s" },
+            r.applied,
+            r.still_deferred
+        );
+        if r.stale + r.refused > 0 {
+            s.push_str(&format!(" ({} stale, {} refused)", r.stale, r.refused));
+        }
+        s
+    });
     Ok(())
 }
 

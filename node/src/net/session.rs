@@ -277,9 +277,16 @@ pub(crate) async fn drive(
                 digest_agree,
             };
             let elapsed = started.elapsed();
-            note(&record_home, "the session's figures", move |n| {
-                n.peer_record_session(&peer, &stats, elapsed)
-            })
+            note(
+                &record_home,
+                "the session's figures (or retry deferred facts)",
+                move |n| {
+                    n.peer_record_session(&peer, &stats, elapsed)?;
+                    // What waited (a clock ahead of ours, a missing endpoint)
+                    // may apply now: the sender's watermark is past it.
+                    n.retry().map(|_| ())
+                },
+            )
             .await;
             Ok(stats)
         }

@@ -1,5 +1,5 @@
 //! `amos serve`: the long-running node — the QUIC listener, periodic sync,
-//! push on change, the `/metrics` endpoint, mDNS discovery and
+//! push on change, the deferred facts' retry timer, the `/metrics` endpoint, mDNS discovery and
 //! `agents.toml` — composed from the network layer (`crate::net`) and the
 //! operations around it.
 //!
@@ -237,10 +237,33 @@ pub(crate) async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> 
     let push_wake = tokio::time::sleep_until(far());
     tokio::pin!(push_wake);
 
+    // Deferred facts are retried after every session and on this timer: a
+    // fact from a clock ahead of ours becomes applicable by time alone.
+    let mut retry_tick = tokio::time::interval_at(
+        tokio::time::Instant::now() + crate::api::RETRY_EVERY,
+        crate::api::RETRY_EVERY,
+    );
+    retry_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
+            _ = retry_tick.tick() => {
+                let home = home.clone();
+                sessions.spawn(async move {
+                    let r = tokio::task::spawn_blocking(move || Node::open(&home)?.retry()).await;
+                    match r {
+                        Ok(Ok(r)) if r.retried > 0 => info!(
+                            "retried {} deferred facts: {} applied, {} still deferred",
+                            r.retried, r.applied, r.still_deferred
+                        ),
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => warn!("retrying the deferred facts: {e}"),
+                        Err(e) => warn!("retrying the deferred facts: {e}"),
+                    }
+                });
+            }
             _ = &mut shutdown => {
                 info!("shutting down");
                 break;

@@ -139,8 +139,15 @@ pub fn list_agents(conn: &(impl super::Readable + ?Sized)) -> Result<Vec<AgentIn
     let rows: Vec<(String, String, String)> = stmt
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
         .collect::<rusqlite::Result<_>>()?;
+    // Only scopes that exist here: a membership outlives its deleted team
+    // or project (its register stays), and such a scope is not listed.
     let mut scope_stmt = conn.prepare_cached(
-        "SELECT scope FROM memberships WHERE agent = ?1 AND present = 1 ORDER BY scope",
+        "SELECT m.scope FROM memberships m WHERE m.agent = ?1 AND m.present = 1
+           AND ((m.scope LIKE 'team:%' AND EXISTS(SELECT 1 FROM teams t
+                    WHERE t.id = substr(m.scope, 6) AND t.present = 1))
+             OR (m.scope LIKE 'project:%' AND EXISTS(SELECT 1 FROM projects p
+                    WHERE p.id = substr(m.scope, 9) AND p.present = 1)))
+         ORDER BY m.scope",
     )?;
     let mut out = Vec::new();
     for (id, kind, display_name) in rows {

@@ -554,34 +554,51 @@ pub fn export_facts(
         }
     }
     // A `project:` policy's teams: the record and the memberships of the
-    // projects' members, whole every time (few; a project membership can
-    // make an unchanged team membership needed).
+    // projects' members. Only what changed after `since` — or what a change
+    // after it made needed: a project record new to the peer needs its
+    // team's record and its members' memberships, a project membership new
+    // to it that member's unchanged team membership. An export from 0 (the
+    // digest, a first sync, a policy change) sends them all.
     let via = export::teams_via_projects(spec.policy, |p| project_team(conn, p).ok().flatten());
+    let mut project_seq = conn.prepare_cached("SELECT seq FROM projects WHERE id = ?1 AND seq <= ?2")?;
+    let mut member = conn.prepare_cached(
+        "SELECT seq FROM memberships WHERE scope = ?1 AND agent = ?2 AND present = 1 AND seq <= ?3",
+    )?;
     for (team, projects) in &via {
-        let record: Option<Vec<u8>> = conn
-            .prepare_cached("SELECT fact FROM teams WHERE id = ?1 AND seq <= ?2")?
-            .query_row(params![team.as_str(), high], |r| r.get(0))
+        let mut projects_new = false;
+        for p in projects {
+            let seq: Option<i64> = project_seq
+                .query_row(params![p.as_str(), high], |r| r.get(0))
+                .optional()?;
+            projects_new |= seq.is_some_and(|s| s > spec.since);
+        }
+        let record: Option<(Vec<u8>, i64)> = conn
+            .prepare_cached("SELECT fact, seq FROM teams WHERE id = ?1 AND seq <= ?2")?
+            .query_row(params![team.as_str(), high], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?;
-        if let Some(f) = record {
+        if let Some((f, seq)) = record
+            && (projects_new || seq > spec.since)
+        {
             push(f, &mut out)?;
         }
         let mut stmt = conn.prepare_cached(
-            "SELECT m.fact, m.agent FROM memberships m WHERE m.scope = ?1 AND m.seq <= ?2 ORDER BY m.seq",
-        )?;
-        let mut member = conn.prepare_cached(
-            "SELECT EXISTS(SELECT 1 FROM memberships WHERE scope = ?1 AND agent = ?2 AND present = 1)",
+            "SELECT m.fact, m.agent, m.seq FROM memberships m WHERE m.scope = ?1 AND m.seq <= ?2 ORDER BY m.seq",
         )?;
         let mut rows = stmt.query(params![format!("team:{team}"), high])?;
         while let Some(r) = rows.next()? {
             let agent: String = r.get(1)?;
             let mut needed = false;
+            let mut fresh = projects_new || r.get::<_, i64>(2)? > spec.since;
             for p in projects {
-                if member.query_row(params![format!("project:{p}"), agent], |r| r.get(0))? {
+                let seq: Option<i64> = member
+                    .query_row(params![format!("project:{p}"), agent, high], |r| r.get(0))
+                    .optional()?;
+                if let Some(seq) = seq {
                     needed = true;
-                    break;
+                    fresh |= seq > spec.since;
                 }
             }
-            if needed {
+            if needed && fresh {
                 push(r.get(0)?, &mut out)?;
             }
         }
@@ -878,6 +895,15 @@ pub fn deferred(conn: &(impl super::Readable + ?Sized)) -> Result<Vec<DeferredIn
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// How many facts are deferred.
+pub fn deferred_count(conn: &(impl super::Readable + ?Sized)) -> Result<usize> {
+    let conn = super::sql(conn);
+    let n: i64 = conn
+        .prepare_cached("SELECT COUNT(*) FROM deferred")?
+        .query_row([], |r| r.get(0))?;
+    Ok(n.max(0) as usize)
 }
 
 /// Take every deferred fact out of the table (for a retry), grouped by peer.
