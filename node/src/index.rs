@@ -39,6 +39,7 @@ use tantivy::{
 };
 
 mod analyzer;
+pub mod encoded;
 pub mod vectors;
 
 pub use analyzer::{ANALYZER_NAME, STOP_WORDS, analyze, analyzer, is_stop_word};

@@ -69,6 +69,21 @@ pub struct RebuildReport {
     /// get none).
     pub vectors: u64,
     pub vector_bytes: u64,
+    /// Memories left for the encoder (`amos index catch-up`, or `serve`'s
+    /// background catch-up); `None` when the encoder is off.
+    pub encoder_pending: Option<u64>,
+}
+
+/// What `amos index catch-up` did.
+#[derive(Debug, Serialize)]
+pub struct EncoderCatchUpReport {
+    /// The encoder; `None` when it is off on this node.
+    pub model: Option<String>,
+    /// Memories encoded now.
+    pub encoded: usize,
+    /// Memories still waiting (0 unless `--max` stopped it).
+    pub pending: u64,
+    pub seconds: f64,
 }
 
 /// What a hygiene job did or would do to one memory.
@@ -226,12 +241,45 @@ impl Node {
         let progress = Progress::bar(feedback, "vectors", "memories", 0);
         let (_, (vectors, vector_bytes)) = self.rebuild_vectors(&progress)?;
         drop(progress);
+        self.rebuild_encoder()?;
+        let encoder_pending = self.encoder_status()?.map(|s| s.progress.pending);
         Ok(RebuildReport {
             indexed,
             docs,
             index_bytes,
             vectors,
             vector_bytes,
+            encoder_pending,
+        })
+    }
+
+    /// Encode the memories waiting for the encoder (at most `max`), with a
+    /// progress bar on stderr when `feedback` allows and it is a terminal.
+    pub fn index_catch_up(
+        &mut self,
+        feedback: Feedback,
+        max: Option<usize>,
+    ) -> Result<EncoderCatchUpReport> {
+        let started = std::time::Instant::now();
+        let Some(before) = self.encoder_status()? else {
+            return Ok(EncoderCatchUpReport {
+                model: None,
+                encoded: 0,
+                pending: 0,
+                seconds: 0.0,
+            });
+        };
+        let max = max.unwrap_or(usize::MAX);
+        let len = before.progress.pending.min(max as u64);
+        let progress = Progress::bar(feedback, "encoder", "memories", len);
+        let encoded = self.encoder_catch_up(max, &progress)?;
+        drop(progress);
+        let pending = self.encoder_status()?.map_or(0, |s| s.progress.pending);
+        Ok(EncoderCatchUpReport {
+            model: Some(before.model),
+            encoded,
+            pending,
+            seconds: started.elapsed().as_secs_f64(),
         })
     }
 

@@ -74,9 +74,13 @@ impl Node {
     /// Store a new memory owned by the requester. Default visibility: private.
     pub fn add(&mut self, who: &AuthorizedScopes, new: NewMemory) -> Result<MemoryId> {
         let ids = self.add_many(vec![(who, new)])?;
-        ids.into_iter()
+        let id = ids
+            .into_iter()
             .next()
-            .ok_or_else(|| NodeError::Corrupt("add produced no id".into()))
+            .ok_or_else(|| NodeError::Corrupt("add produced no id".into()))?;
+        // One memory is encoded now (bulk writes leave theirs pending).
+        self.encode_now(&[id]);
+        Ok(id)
     }
 
     /// Store several memories in one transaction (all or none), each owned by

@@ -28,13 +28,14 @@ use crate::clock::{SystemClock, WallClock};
 use crate::error::{NodeError, Result};
 use crate::home::Home;
 use crate::index::RecallIndex;
+use crate::index::encoded::{EncodedIndex, EncoderProgress};
 use crate::index::vectors::VectorIndex;
 use crate::recall::RecallMode;
 use crate::recall::time::{self, TimeQuery, ValidTime};
 use crate::store::memory::MemoryRecord;
 use crate::store::org::{self, StoredOrg};
 use crate::store::{Readable, Store, Tx};
-use amos_embed::StaticModel;
+use amos_embed::{Encoder, StaticModel};
 
 use crate::api::signing::{admit_local, sign_all};
 
@@ -50,12 +51,41 @@ pub struct InitReport {
 pub(crate) struct RecallParts<'a> {
     pub index: &'a RecallIndex,
     pub vectors: Option<(&'a VectorIndex, &'a StaticModel)>,
+    /// The encoder's vectors and the encoder (hybrid and semantic recall,
+    /// unless the encoder is off); memories it has not encoded yet are
+    /// found by their static vectors.
+    pub encoded: Option<(&'a EncodedIndex, &'a Encoder)>,
     pub store: &'a mut Store,
     /// The thread a recall's vector walk runs on while it reads rows; only
     /// with `vectors` (`None`: a lexical recall, a node's first, one core,
     /// or no thread could be started; the walk then runs first, on the
     /// caller's thread).
     pub walker: Option<&'a rayon::ThreadPool>,
+}
+
+/// The built-in encoder, or one loaded from `AMOS_ENCODER`'s directory.
+pub(crate) enum EncoderRef {
+    Builtin(&'static Encoder),
+    Loaded(Box<Encoder>),
+}
+
+impl std::ops::Deref for EncoderRef {
+    type Target = Encoder;
+    fn deref(&self) -> &Encoder {
+        match self {
+            EncoderRef::Builtin(e) => e,
+            EncoderRef::Loaded(e) => e,
+        }
+    }
+}
+
+/// What `amos status` says of the encoder.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EncoderStatus {
+    /// The encoder's name (with its files' version).
+    pub model: String,
+    #[serde(flatten)]
+    pub progress: EncoderProgress,
 }
 
 /// An open node: identity, store and (lazily) the index.
@@ -67,6 +97,9 @@ pub struct Node {
     index: Option<RecallIndex>,
     /// The vector index and the model that fills it, opened on first use.
     vectors: Option<(VectorIndex, Cow<'static, StaticModel>)>,
+    /// The encoder's index and the encoder, opened on first use (`None`:
+    /// not yet; `Some(None)`: the encoder is off on this node).
+    encoder: Option<Option<(EncodedIndex, EncoderRef)>>,
     /// The recall's second thread ([`RecallParts::walker`]), started with
     /// the second recall that walks the vectors: a process that recalls
     /// once (a CLI command) would pay more to start it than it saves.
@@ -133,6 +166,7 @@ impl Node {
             store,
             index: None,
             vectors: None,
+            encoder: None,
             walker: None,
             walked: false,
             clock,
@@ -193,6 +227,102 @@ impl Node {
         Ok((vectors, model, store))
     }
 
+    /// The encoder: `AMOS_ENCODER`'s directory, else the built-in one. A
+    /// directory that is not an encoder is bad input.
+    fn load_encoder() -> Result<EncoderRef> {
+        let loaded = match std::env::var_os(amos_embed::ENCODER_ENV) {
+            Some(dir) if !dir.is_empty() => Encoder::from_dir(std::path::Path::new(&dir))
+                .map(|e| EncoderRef::Loaded(Box::new(e))),
+            _ => Encoder::builtin().map(EncoderRef::Builtin),
+        };
+        loaded.map_err(|e| NodeError::BadInput(format!("encoder: {e}")))
+    }
+
+    /// The encoder's index, the encoder and the store, opened on first use;
+    /// `None` when the encoder is off on this node.
+    pub(crate) fn encoder_parts(
+        &mut self,
+    ) -> Result<Option<(&mut EncodedIndex, &Encoder, &mut Store)>> {
+        if self.encoder.is_none() {
+            let on = crate::store::catchup::encoder_enabled(&self.store)?;
+            self.encoder = Some(match on {
+                true => Some((EncodedIndex::open(&self.home)?, Node::load_encoder()?)),
+                false => None,
+            });
+        }
+        let Node { encoder, store, .. } = self;
+        Ok(match encoder {
+            Some(Some((index, enc))) => Some((index, &**enc, store)),
+            _ => None,
+        })
+    }
+
+    /// Whether this node keeps encoder vectors (`amos config set encoder`).
+    pub fn encoder_enabled(&self) -> Result<bool> {
+        crate::store::catchup::encoder_enabled(&self.store)
+    }
+
+    /// Switch the encoder on or off (local). Off drops nothing on disk but
+    /// recall stops using it; `index rebuild` removes its files' content.
+    pub fn set_encoder_enabled(&mut self, on: bool) -> Result<()> {
+        self.store
+            .write(|tx| crate::store::catchup::set_encoder_enabled(tx, on))?;
+        self.encoder = None;
+        Ok(())
+    }
+
+    /// The encoder's name and how many memories it has encoded and has
+    /// still to encode (caught up first); `None` when it is off.
+    pub fn encoder_status(&mut self) -> Result<Option<EncoderStatus>> {
+        let Some((index, enc, store)) = self.encoder_parts()? else {
+            return Ok(None);
+        };
+        index.catch_up(store, enc)?;
+        Ok(Some(EncoderStatus {
+            model: enc.name().to_owned(),
+            progress: index.progress(store)?,
+        }))
+    }
+
+    /// Encode up to `max` pending memories (`amos index catch-up`, the
+    /// background catch-up of `serve`); how many were encoded (0 when the
+    /// encoder is off).
+    pub fn encoder_catch_up(
+        &mut self,
+        max: usize,
+        progress: &crate::progress::Progress,
+    ) -> Result<usize> {
+        let Some((index, enc, store)) = self.encoder_parts()? else {
+            return Ok(0);
+        };
+        index.catch_up(store, enc)?;
+        index.encode_pending(store, enc, max, progress)
+    }
+
+    /// Encode memories `ids` now if they are pending (a single add): never
+    /// fails the write that made them; a memory left pending is found by its
+    /// static vector until a catch-up encodes it.
+    pub(crate) fn encode_now(&mut self, ids: &[MemoryId]) {
+        let done = (|| -> Result<usize> {
+            let Some((index, enc, store)) = self.encoder_parts()? else {
+                return Ok(0);
+            };
+            index.catch_up(store, enc)?;
+            index.encode_ids(store, enc, ids)
+        })();
+        if let Err(e) = done {
+            tracing::debug!(error = %e, "left pending for the encoder's catch-up");
+        }
+    }
+
+    /// Drop the encoder's vectors: every memory is pending again.
+    pub(crate) fn rebuild_encoder(&mut self) -> Result<Option<crate::index::CatchUp>> {
+        let Some((index, enc, store)) = self.encoder_parts()? else {
+            return Ok(None);
+        };
+        index.rebuild(store, enc).map(Some)
+    }
+
     /// Catch up what a recall in `mode` reads — the full-text index (even
     /// in semantic mode: resonance and `--known-at` use its analyzer) and,
     /// unless lexical, the vector index — and hand them out with the store.
@@ -201,9 +331,13 @@ impl Node {
         if mode.semantic() {
             self.vector_parts()?;
         }
+        if mode.encoder() {
+            self.encoder_parts()?;
+        }
         let Node {
             index,
             vectors,
+            encoder,
             store,
             walker,
             walked,
@@ -220,6 +354,13 @@ impl Node {
             }
             _ => None,
         };
+        let encoded = match encoder.as_mut() {
+            Some(Some((e, enc))) if mode.encoder() => {
+                e.catch_up(store, enc)?;
+                Some((&*e, &**enc))
+            }
+            _ => None,
+        };
         let walker = match vectors {
             Some(_) if *walked => walker.get_or_insert_with(start_walker).as_ref(),
             _ => None,
@@ -228,6 +369,7 @@ impl Node {
         Ok(RecallParts {
             index,
             vectors,
+            encoded,
             store,
             walker,
         })

@@ -12,8 +12,12 @@ use amos_protocol::MemoryId;
 use crate::api::node::Node;
 use crate::api::node::RecallParts;
 use crate::error::{NodeError, Result};
+use crate::index::encoded::EncodedIndex;
+use crate::index::vectors::VectorIndex;
 use crate::index::{analyze, owner_term};
-use crate::recall::fuse::{Direct, MIN_SIMILARITY, RecallMode, floor_of, fuse};
+use crate::recall::fuse::{
+    Direct, ENCODER_FLOOR, MIN_SIMILARITY, RecallMode, floor_of, fuse, static_on_encoder_scale,
+};
 use crate::recall::pack::{
     Conflict, Fingerprint, Included, PACK_CORE, Pack, PackDecision, PackOptions, decision,
     duplicate, estimate_tokens, included_of,
@@ -104,6 +108,7 @@ impl Node {
         let RecallParts {
             index,
             vectors,
+            encoded,
             store,
             walker,
         } = self.recall_parts(opts.mode)?;
@@ -115,9 +120,19 @@ impl Node {
             Some((_, model)) => model.embed(query),
             None => Vec::new(),
         };
+        let encoder_vector = match encoded {
+            Some((_, enc)) => enc.embed_query(query),
+            None => Vec::new(),
+        };
         let semantic_only = opts.mode == RecallMode::Semantic;
-        let floor = vectors.map_or(MIN_SIMILARITY, |(_, model)| floor_of(model));
-        if terms.is_empty() && (query_vector.iter().all(|x| *x == 0.0) || !opts.mode.semantic()) {
+        let static_floor = vectors.map_or(MIN_SIMILARITY, |(_, model)| floor_of(model));
+        let floor = match encoded {
+            Some(_) => ENCODER_FLOOR,
+            None => static_floor,
+        };
+        let no_vector =
+            query_vector.iter().all(|x| *x == 0.0) && encoder_vector.iter().all(|x| *x == 0.0);
+        if terms.is_empty() && (no_vector || !opts.mode.semantic()) {
             return Ok(Vec::new());
         }
         let access = access_terms(who);
@@ -147,11 +162,22 @@ impl Node {
             // touches only the vector index.
             let mut nearest: Option<Result<Vec<(MemoryId, f32)>>> = None;
             let mut walk = {
-                let (slot, q, a, x) = (&mut nearest, &query_vector, access.as_deref(), &expired);
+                let (slot, q, qe, a, x) = (
+                    &mut nearest,
+                    &query_vector,
+                    &encoder_vector,
+                    access.as_deref(),
+                    &expired,
+                );
                 move || {
-                    if let Some((v, _)) = vectors {
-                        *slot = Some(v.search(q, a, x, semantic_limit));
-                    }
+                    *slot = semantic_candidates(
+                        vectors.map(|v| v.0),
+                        encoded.map(|e| e.0),
+                        (q, qe),
+                        (a, x),
+                        static_floor,
+                        semantic_limit,
+                    );
                 }
             };
             let lexical_rows = || -> Result<_> {
@@ -223,9 +249,15 @@ impl Node {
                     lexical_now.extend(score.map(|s| (m.id, s)));
                 }
                 if let Some((_, model)) = vectors {
-                    let score = match edited {
-                        false => cosine.get(&m.id).copied(),
-                        true => Some(amos_embed::cosine(&model.embed(&m.content), &query_vector)),
+                    let score = match (edited, encoded) {
+                        (false, _) => cosine.get(&m.id).copied(),
+                        (true, Some((_, enc))) => Some(amos_embed::cosine(
+                            &enc.embed_query(&m.content),
+                            &encoder_vector,
+                        )),
+                        (true, None) => {
+                            Some(amos_embed::cosine(&model.embed(&m.content), &query_vector))
+                        }
                     };
                     semantic_now.extend(score.map(|s| (m.id, s)));
                 }
@@ -670,6 +702,42 @@ impl Node {
             search_ms,
         })
     }
+}
+
+/// The semantic candidates of a recall, nearest first: the encoder's nearest
+/// memories and, for those it has not encoded yet, their static vectors'
+/// similarity put on the encoder's scale; or, without the encoder, the
+/// static vectors' alone. `queries` is (static, encoder) and `filter` the
+/// requester's access terms and the memories to skip. `None` when there
+/// are no vectors to ask.
+fn semantic_candidates(
+    vectors: Option<&VectorIndex>,
+    encoded: Option<&EncodedIndex>,
+    queries: (&[f32], &[f32]),
+    filter: (Option<&[String]>, &[MemoryId]),
+    static_floor: f32,
+    limit: usize,
+) -> Option<Result<Vec<(MemoryId, f32)>>> {
+    let (access, skip) = filter;
+    let statics = vectors.map(|v| v.search(queries.0, access, skip, limit));
+    let Some(encoded) = encoded else {
+        return statics;
+    };
+    let found = || -> Result<Vec<(MemoryId, f32)>> {
+        let mut near = encoded.search(queries.1, access, skip, limit)?;
+        if let Some(statics) = statics {
+            near.extend(
+                statics?
+                    .into_iter()
+                    .filter(|(id, _)| !encoded.is_encoded(id))
+                    .map(|(id, s)| (id, static_on_encoder_scale(s, static_floor))),
+            );
+        }
+        near.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        near.truncate(limit);
+        Ok(near)
+    };
+    Some(found())
 }
 
 #[cfg(test)]

@@ -19,11 +19,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use amos_protocol::MemoryId;
+use amos_protocol::{MemoryId, Scope};
 use serde::{Deserialize, Serialize};
 
 use super::corpus::build_org;
 use super::workload::{Org, WorkloadMemory};
+use crate::api::NewMemory;
 use crate::api::node::Node;
 use crate::error::{NodeError, Result};
 use crate::home::Home;
@@ -64,9 +65,60 @@ pub struct GoldenQuery {
     /// Phrased in other words than the memory (the semantic yardstick).
     #[serde(default)]
     pub paraphrase: bool,
+    /// Which part of the set it belongs to: `tune` (what recall may be
+    /// tuned on) or `heldout` (what it is judged on); none for the older
+    /// sets, which are one part.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<Split>,
+    /// Kinds the question is also reported under (`near-miss`, `entity`,
+    /// `gate`, `long-tail`, `ja`, ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
     /// Why the question is there (ignored by the run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+/// The two parts of a set written for tuning (docs/cli.md, "amos eval").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Split {
+    /// Questions recall may be tuned on.
+    Tune,
+    /// Questions recall is judged on, never tuned to.
+    Heldout,
+}
+
+impl Split {
+    /// Parse `tune` or `heldout`.
+    pub fn parse(s: &str) -> Option<Split> {
+        match s {
+            "tune" => Some(Split::Tune),
+            "heldout" => Some(Split::Heldout),
+            _ => None,
+        }
+    }
+}
+
+/// What to run of a set, besides its questions.
+#[derive(Debug, Clone, Default)]
+pub struct EvalOptions {
+    /// Only the questions of this part (all when `None`).
+    pub split: Option<Split>,
+    /// Real text to mix into the set as memories every agent may see
+    /// (JSON lines, `{"content": "..."}` each): recall among distractors.
+    pub distractors: Option<PathBuf>,
+    /// Use at most this many distractors (all when `None`).
+    pub distractor_limit: Option<usize>,
+    /// Another static embedding model's directory (`--model`).
+    pub model: Option<PathBuf>,
+}
+
+/// One distractor line.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Distractor {
+    content: String,
 }
 
 /// One line of the JSON-lines form.
@@ -79,10 +131,11 @@ enum Line {
 }
 
 /// The modes an eval runs, each with its own entry under `modes`.
-pub const MODES: [RecallMode; 3] = [
+pub const MODES: [RecallMode; 4] = [
     RecallMode::Lexical,
     RecallMode::Semantic,
     RecallMode::Hybrid,
+    RecallMode::Fast,
 ];
 
 /// hit@1, hit@5 and MRR over some questions.
@@ -123,6 +176,9 @@ pub struct ModeReport {
     pub all: Metrics,
     pub literal: Metrics,
     pub paraphrase: Metrics,
+    /// Each tag's questions (`near-miss`, `gate`, `ja`, ...).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, Metrics>,
     pub results: Vec<QueryResult>,
 }
 
@@ -134,6 +190,10 @@ pub struct QueryResult {
     pub query: String,
     pub expect: Vec<String>,
     pub paraphrase: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub split: Option<Split>,
     /// Rank of the first expected memory (1-based), if in the top k.
     pub rank: Option<usize>,
     /// Keys of the top 5 hits (all visible to the agent).
@@ -147,14 +207,23 @@ pub struct EvalReport {
     pub memories: usize,
     pub queries: usize,
     pub paraphrases: usize,
+    /// The part of the set asked (`tune`, `heldout`), if one was chosen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub split: Option<Split>,
+    /// Distractor memories mixed in.
+    pub distractors: usize,
     pub k: usize,
     pub modes: BTreeMap<String, ModeReport>,
 }
 
-/// Read a golden set (JSON or JSON lines).
+/// Read a golden set (JSON or JSON lines), or a directory of JSON-lines
+/// files read in name order as one set (`node/eval/deep/`).
 pub fn load(path: &Path) -> Result<GoldenSet> {
-    let text = fs::read_to_string(path)
-        .map_err(|e| NodeError::BadInput(format!("cannot read {}: {e}", path.display())))?;
+    let text = match path.is_dir() {
+        true => read_parts(path)?,
+        false => fs::read_to_string(path)
+            .map_err(|e| NodeError::BadInput(format!("cannot read {}: {e}", path.display())))?,
+    };
     let bad = |e: serde_json::Error| NodeError::BadInput(format!("{}: {e}", path.display()));
     let values: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&text)
         .into_iter()
@@ -193,20 +262,78 @@ pub fn load(path: &Path) -> Result<GoldenSet> {
     })
 }
 
+/// The `*.jsonl` files of `dir`, in name order, as one text.
+fn read_parts(dir: &Path) -> Result<String> {
+    let cannot =
+        |e: std::io::Error| NodeError::BadInput(format!("cannot read {}: {e}", dir.display()));
+    let mut files: Vec<PathBuf> = fs::read_dir(dir)
+        .map_err(cannot)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()
+        .map_err(cannot)?;
+    files.retain(|f| f.extension().is_some_and(|x| x == "jsonl"));
+    files.sort();
+    if files.is_empty() {
+        return Err(NodeError::BadInput(format!(
+            "{}: no .jsonl files",
+            dir.display()
+        )));
+    }
+    let mut text = String::new();
+    for f in files {
+        let part = fs::read_to_string(&f)
+            .map_err(|e| NodeError::BadInput(format!("cannot read {}: {e}", f.display())))?;
+        text.push_str(&part);
+        text.push('\n');
+    }
+    Ok(text)
+}
+
+/// Read a distractor file: one `{"content": "..."}` per line.
+pub fn load_distractors(path: &Path, limit: Option<usize>) -> Result<Vec<String>> {
+    let text = fs::read_to_string(path)
+        .map_err(|e| NodeError::BadInput(format!("cannot read {}: {e}", path.display())))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
+        if limit.is_some_and(|n| out.len() >= n) {
+            break;
+        }
+        let d: Distractor = serde_json::from_str(line)
+            .map_err(|e| NodeError::BadInput(format!("{}: line {}: {e}", path.display(), i + 1)))?;
+        out.push(d.content);
+    }
+    Ok(out)
+}
+
 /// Load `file` and run every mode on it, embedding with the model in
 /// `model` (else `AMOS_MODEL`, else the built-in one).
 pub fn run(file: &Path, model: Option<&Path>) -> Result<EvalReport> {
+    run_with(
+        file,
+        &EvalOptions {
+            model: model.map(Path::to_path_buf),
+            ..EvalOptions::default()
+        },
+    )
+}
+
+/// Load `file` and run every mode on it as `opts` says.
+pub fn run_with(file: &Path, opts: &EvalOptions) -> Result<EvalReport> {
     let set = load(file)?;
-    run_set(&set, file.to_path_buf(), model)
+    run_set(&set, file.to_path_buf(), opts)
 }
 
 /// Run every mode on `set` in a throw-away home.
-pub fn run_set(set: &GoldenSet, file: PathBuf, model: Option<&Path>) -> Result<EvalReport> {
+pub fn run_set(set: &GoldenSet, file: PathBuf, opts: &EvalOptions) -> Result<EvalReport> {
     if set.queries.is_empty() {
         return Err(NodeError::BadInput("the golden set has no queries".into()));
     }
+    let distractors = match &opts.distractors {
+        Some(path) => load_distractors(path, opts.distractor_limit)?,
+        None => Vec::new(),
+    };
     let tmp = tempfile::tempdir().map_err(NodeError::io("creating a temporary home"))?;
-    let home = Home::new(tmp.path().join("home")).with_model(model.map(Path::to_path_buf));
+    let home = Home::new(tmp.path().join("home")).with_model(opts.model.clone());
     Node::init(&home, Some("eval"))?;
     let mut node = Node::open(&home)?;
     let requesters = build_org(&mut node, &set.org)?;
@@ -232,6 +359,30 @@ pub fn run_set(set: &GoldenSet, file: PathBuf, model: Option<&Path>) -> Result<E
         batch.push((requester(&m.memory.owner)?, new));
     }
     let ids = node.add_many(batch)?;
+    if !distractors.is_empty() {
+        // Owned by the org's first agent, shared with everyone: every
+        // question's asker may see every distractor.
+        let owner = set
+            .org
+            .agents
+            .first()
+            .ok_or_else(|| NodeError::BadInput("the org names no agent".into()))?;
+        let who = requester(owner)?;
+        for chunk in distractors.chunks(1000) {
+            let batch = chunk
+                .iter()
+                .map(|text| {
+                    let mut n = NewMemory::new(text.clone());
+                    n.share = vec![Scope::Global];
+                    (who, n)
+                })
+                .collect();
+            node.add_many(batch)?;
+        }
+    }
+    // Every memory encoded before a question is asked (a bulk load leaves
+    // them pending, as an import does).
+    node.encoder_catch_up(usize::MAX, &crate::progress::Progress::hidden())?;
     let key_of: HashMap<MemoryId, &str> = ids
         .iter()
         .copied()
@@ -272,10 +423,20 @@ pub fn run_set(set: &GoldenSet, file: PathBuf, model: Option<&Path>) -> Result<E
         }
     }
 
+    let asked: Vec<&GoldenQuery> = set
+        .queries
+        .iter()
+        .filter(|q| opts.split.is_none() || q.split == opts.split)
+        .collect();
+    if asked.is_empty() {
+        return Err(NodeError::BadInput(
+            "no question of the set is in the chosen split".into(),
+        ));
+    }
     let mut modes = BTreeMap::new();
     for mode in MODES {
-        let mut results = Vec::with_capacity(set.queries.len());
-        for q in &set.queries {
+        let mut results = Vec::with_capacity(asked.len());
+        for q in &asked {
             let who = requester(&q.agent)?;
             let opts = RecallOptions {
                 k: EVAL_K,
@@ -295,6 +456,8 @@ pub fn run_set(set: &GoldenSet, file: PathBuf, model: Option<&Path>) -> Result<E
                 query: q.query.clone(),
                 expect: q.expect.clone(),
                 paraphrase: q.paraphrase,
+                tags: q.tags.clone(),
+                split: q.split,
                 rank,
                 top: keys.into_iter().take(5).collect(),
             });
@@ -302,12 +465,21 @@ pub fn run_set(set: &GoldenSet, file: PathBuf, model: Option<&Path>) -> Result<E
         let ranks = |f: &dyn Fn(&QueryResult) -> bool| -> Vec<Option<usize>> {
             results.iter().filter(|r| f(r)).map(|r| r.rank).collect()
         };
+        let tags: BTreeMap<String, Metrics> = asked
+            .iter()
+            .flat_map(|q| q.tags.iter())
+            .map(|t| {
+                let m = Metrics::of(&ranks(&|r| r.tags.contains(t)));
+                (t.clone(), m)
+            })
+            .collect();
         modes.insert(
             mode.as_str().to_owned(),
             ModeReport {
                 all: Metrics::of(&ranks(&|_| true)),
                 literal: Metrics::of(&ranks(&|r| !r.paraphrase)),
                 paraphrase: Metrics::of(&ranks(&|r| r.paraphrase)),
+                tags,
                 results,
             },
         );
@@ -315,8 +487,10 @@ pub fn run_set(set: &GoldenSet, file: PathBuf, model: Option<&Path>) -> Result<E
     Ok(EvalReport {
         file: file.display().to_string(),
         memories: set.memories.len(),
-        queries: set.queries.len(),
-        paraphrases: set.queries.iter().filter(|q| q.paraphrase).count(),
+        queries: asked.len(),
+        paraphrases: asked.iter().filter(|q| q.paraphrase).count(),
+        split: opts.split,
+        distractors: distractors.len(),
         k: EVAL_K,
         modes,
     })

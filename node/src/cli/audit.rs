@@ -18,7 +18,7 @@ pub(super) enum AuditingCmd {
         #[command(subcommand)]
         what: Option<AuditCmd>,
     },
-    /// Local settings of this node (never replicated): read-audit, read-audit-retention
+    /// Local settings of this node (never replicated): read-audit, read-audit-retention, encoder
     #[command(subcommand)]
     Config(ConfigCmd),
 }
@@ -41,7 +41,7 @@ pub(super) enum AuditCmd {
 
 #[derive(Subcommand, Debug)]
 pub(super) enum ConfigCmd {
-    /// read-audit on|off, or read-audit-retention DUR (e.g. 30d)
+    /// read-audit on|off, read-audit-retention DUR (e.g. 30d), or encoder on|off (the sentence encoder's vectors; off: hybrid recall uses the static model, as --mode fast)
     Set { key: String, value: String },
     /// The local settings
     Show,
@@ -65,16 +65,31 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: AuditingCmd) -> Result<()> {
                     })?;
                     node.set_read_audit_retention(d.as_millis() as u64)?
                 }
+                "encoder" => {
+                    match value.as_str() {
+                        "on" => node.set_encoder_enabled(true)?,
+                        "off" => node.set_encoder_enabled(false)?,
+                        v => return Err(bad(format!("encoder is on or off, not {v:?}"))),
+                    }
+                    node.read_audit_config()?
+                }
                 k => {
                     return Err(bad(format!(
-                        "unknown setting {k:?}: read-audit, read-audit-retention"
+                        "unknown setting {k:?}: read-audit, read-audit-retention, encoder"
                     )));
                 }
+            };
+            let c = Settings {
+                read_audit: c,
+                encoder: on_off(node.encoder_enabled()?),
             };
             out.emit(&c, || config_text(&c));
         }
         AuditingCmd::Config(ConfigCmd::Show) => {
-            let c = node.read_audit_config()?;
+            let c = Settings {
+                read_audit: node.read_audit_config()?,
+                encoder: on_off(node.encoder_enabled()?),
+            };
             out.emit(&c, || config_text(&c));
         }
         AuditingCmd::Audit {
@@ -141,15 +156,30 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: AuditingCmd) -> Result<()> {
     Ok(())
 }
 
-fn config_text(c: &amos_node::api::reads::ReadAuditConfig) -> String {
+/// The local settings as `config show` prints them.
+#[derive(serde::Serialize)]
+struct Settings {
+    #[serde(flatten)]
+    read_audit: amos_node::api::reads::ReadAuditConfig,
+    /// `on` or `off`.
+    encoder: &'static str,
+}
+
+fn on_off(on: bool) -> &'static str {
+    if on { "on" } else { "off" }
+}
+
+fn config_text(s: &Settings) -> String {
+    let c = &s.read_audit;
     format!(
-        "read-audit {}{} (stored: {}), retention {}",
+        "read-audit {}{} (stored: {}), retention {}, encoder {}",
         if c.on { "on" } else { "off" },
         c.env
             .as_ref()
             .map(|e| format!(" by AMOS_READ_AUDIT={e}"))
             .unwrap_or_default(),
         if c.stored { "on" } else { "off" },
-        humantime::format_duration(std::time::Duration::from_millis(c.retention_ms))
+        humantime::format_duration(std::time::Duration::from_millis(c.retention_ms)),
+        s.encoder
     )
 }

@@ -2,13 +2,13 @@
 
 use std::path::Path;
 
-use amos_node::bench::eval::{self, Metrics};
+use amos_node::bench::eval::{self, EvalOptions, Metrics};
 use anyhow::Result;
 
 use super::output::Out;
 
-pub fn run(out: &Out, file: &Path, model: Option<&Path>) -> Result<()> {
-    let r = eval::run(file, model)?;
+pub fn run(out: &Out, file: &Path, opts: &EvalOptions) -> Result<()> {
+    let r = eval::run_with(file, opts)?;
     out.emit(&r, || {
         let row = |name: &str, m: &Metrics| {
             format!(
@@ -18,8 +18,21 @@ pub fn run(out: &Out, file: &Path, model: Option<&Path>) -> Result<()> {
         };
         let mut lines = vec![
             format!(
-                "{}: {} memories, {} queries ({} paraphrased), top {}",
-                r.file, r.memories, r.queries, r.paraphrases, r.k
+                "{}: {} memories{}, {} queries{} ({} paraphrased), top {}",
+                r.file,
+                r.memories,
+                match r.distractors {
+                    0 => String::new(),
+                    n => format!(" + {n} distractors"),
+                },
+                r.queries,
+                match r.split {
+                    Some(eval::Split::Tune) => " of the tuning part",
+                    Some(eval::Split::Heldout) => " of the held-out part",
+                    None => "",
+                },
+                r.paraphrases,
+                r.k
             ),
             format!(
                 "{:<14} {:>6} {:>6} {:>6} {:>8}",
@@ -30,6 +43,9 @@ pub fn run(out: &Out, file: &Path, model: Option<&Path>) -> Result<()> {
             lines.push(row(mode, &m.all));
             lines.push(row("  literal", &m.literal));
             lines.push(row("  paraphrase", &m.paraphrase));
+            for (tag, t) in &m.tags {
+                lines.push(row(&format!("  {tag}"), t));
+            }
         }
         for (mode, m) in &r.modes {
             let missed: Vec<String> = m

@@ -63,8 +63,14 @@ pub(super) enum MaintenanceCmd {
 
 #[derive(Subcommand, Debug)]
 pub(super) enum IndexCmd {
-    /// Drop and rebuild the index from the store
+    /// Drop and rebuild the index from the store (the encoder's vectors are dropped too: catch-up re-encodes them)
     Rebuild,
+    /// Encode the memories waiting for the sentence encoder (bulk writes leave them pending; `serve` does this in the background)
+    CatchUp {
+        /// Encode at most N memories
+        #[arg(long, value_name = "N")]
+        max: Option<usize>,
+    },
 }
 
 /// Run one of this group's commands: `init` makes the home, the others
@@ -175,10 +181,24 @@ fn on_node(node: &mut Node, out: &Out, cmd: MaintenanceCmd) -> Result<()> {
         MaintenanceCmd::Index(IndexCmd::Rebuild) => {
             let r = node.index_rebuild(out.feedback())?;
             out.emit(&r, || {
+                let pending = match r.encoder_pending {
+                    Some(n) => format!("; {n} memories wait for the encoder (amos index catch-up)"),
+                    None => String::new(),
+                };
                 format!(
-                    "indexed {} memories ({} bytes), {} vectors ({} bytes)",
+                    "indexed {} memories ({} bytes), {} vectors ({} bytes){pending}",
                     r.indexed, r.index_bytes, r.vectors, r.vector_bytes
                 )
+            });
+        }
+        MaintenanceCmd::Index(IndexCmd::CatchUp { max }) => {
+            let r = node.index_catch_up(out.feedback(), max)?;
+            out.emit(&r, || match &r.model {
+                None => "the encoder is off on this node (amos config set encoder on)".to_owned(),
+                Some(model) => format!(
+                    "encoded {} memories with {model} in {:.1}s; {} pending",
+                    r.encoded, r.seconds, r.pending
+                ),
             });
         }
         MaintenanceCmd::Backup { file, keep } => {

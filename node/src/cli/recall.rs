@@ -73,7 +73,7 @@ pub(super) struct Ranking {
         env = "AMOS_HALF_LIFE"
     )]
     half_life: String,
-    /// Candidates: hybrid (words and meaning, fused), lexical (words) or semantic (meaning)
+    /// Candidates: hybrid (words and meaning by the sentence encoder, fused), lexical (words), semantic (meaning) or fast (words and the static model)
     #[arg(long, value_enum, default_value = "hybrid", env = "AMOS_RECALL_MODE")]
     mode: ModeArg,
 }
@@ -83,6 +83,7 @@ pub(super) enum ModeArg {
     Hybrid,
     Lexical,
     Semantic,
+    Fast,
 }
 
 impl From<ModeArg> for amos_node::recall::RecallMode {
@@ -91,6 +92,7 @@ impl From<ModeArg> for amos_node::recall::RecallMode {
             ModeArg::Hybrid => Self::Hybrid,
             ModeArg::Lexical => Self::Lexical,
             ModeArg::Semantic => Self::Semantic,
+            ModeArg::Fast => Self::Fast,
         }
     }
 }

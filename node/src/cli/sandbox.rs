@@ -16,8 +16,17 @@ pub(super) enum SandboxCmd {
     Demo,
     /// Recall quality on a golden set (hit@1, hit@5, MRR per mode) in a throw-away home
     Eval {
-        /// The golden set, JSON or JSON lines (e.g. node/eval/golden.jsonl)
+        /// The golden set: JSON, JSON lines, or a directory of JSON-lines files (e.g. node/eval/golden.jsonl, node/eval/deep)
         file: PathBuf,
+        /// Ask only the questions of one part of the set: tune or heldout
+        #[arg(long, value_name = "PART")]
+        split: Option<String>,
+        /// Mix these memories into the set, shared with everyone (JSON lines, {"content": "..."} each)
+        #[arg(long, value_name = "FILE")]
+        distractors: Option<PathBuf>,
+        /// Mix in at most N of the distractors
+        #[arg(long, value_name = "N", requires = "distractors")]
+        distractor_limit: Option<usize>,
     },
     /// Benchmark on a workload directory (org.json, memories.jsonl, queries.jsonl), or write one
     Bench {
@@ -60,7 +69,26 @@ pub(super) enum SandboxCmd {
 pub(super) fn run(out: &Out, model: Option<&Path>, cmd: SandboxCmd) -> Result<()> {
     match cmd {
         SandboxCmd::Demo => demo::run(out),
-        SandboxCmd::Eval { file } => eval::run(out, &file, model),
+        SandboxCmd::Eval {
+            file,
+            split,
+            distractors,
+            distractor_limit,
+        } => {
+            let split = match split.as_deref() {
+                None => None,
+                Some(s) => Some(amos_node::bench::eval::Split::parse(s).ok_or_else(|| {
+                    bad(format!("eval --split: expected tune or heldout, got {s:?}"))
+                })?),
+            };
+            let opts = amos_node::bench::eval::EvalOptions {
+                split,
+                distractors,
+                distractor_limit,
+                model: model.map(Path::to_path_buf),
+            };
+            eval::run(out, &file, &opts)
+        }
         SandboxCmd::Bench {
             mesh: Some(nodes),
             degree,

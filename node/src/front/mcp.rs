@@ -199,7 +199,7 @@ const TOOLS: &[ToolSpec] = &[
                     "until": {"type": "string", "description": "only memories whose valid time starts at/before this"},
                     "valid_at": {"type": "string", "description": "what was true then: superseded and ended memories drop out"},
                     "known_at": {"type": "string", "description": "answer with what was on record then"},
-                    "mode": {"type": "string", "enum": ["hybrid", "lexical", "semantic"], "description": "candidates: hybrid (default: words and meaning), lexical (words) or semantic (meaning)"}
+                    "mode": {"type": "string", "enum": ["hybrid", "lexical", "semantic", "fast"], "description": "candidates: hybrid (default: words and meaning, by the sentence encoder), lexical (words), semantic (meaning) or fast (words and the static model)"}
                 }),
                 &["query"],
             )
@@ -229,7 +229,7 @@ const TOOLS: &[ToolSpec] = &[
                     "until": {"type": "string", "description": "only memories whose valid time starts at/before this"},
                     "valid_at": {"type": "string", "description": "what was true then: superseded and ended memories drop out"},
                     "known_at": {"type": "string", "description": "answer with what was on record then"},
-                    "mode": {"type": "string", "enum": ["hybrid", "lexical", "semantic"], "description": "candidates: hybrid (default: words and meaning), lexical (words) or semantic (meaning)"}
+                    "mode": {"type": "string", "enum": ["hybrid", "lexical", "semantic", "fast"], "description": "candidates: hybrid (default: words and meaning, by the sentence encoder), lexical (words), semantic (meaning) or fast (words and the static model)"}
                 }),
                 &["query"],
             )
@@ -463,7 +463,7 @@ fn mode_of(mode: Option<&str>) -> Result<RecallMode> {
         None => Ok(RecallMode::default()),
         Some(m) => RecallMode::parse(m).ok_or_else(|| {
             NodeError::BadInput(format!(
-                "mode must be hybrid, lexical or semantic, not {m:?}"
+                "mode must be hybrid, lexical, semantic or fast, not {m:?}"
             ))
         }),
     }

@@ -24,8 +24,12 @@ use std::collections::HashMap;
 use amos_protocol::MemoryId;
 use serde::Serialize;
 
-/// The lexical share of a hybrid relevance (the semantic share is the rest).
+/// The lexical share of a `fast` relevance (the static vectors' share is
+/// the rest).
 pub const LEXICAL_WEIGHT: f32 = 0.4;
+
+/// The lexical share of a `hybrid` relevance (the encoder's is the rest).
+pub const ENCODER_LEXICAL_WEIGHT: f32 = 0.4;
 
 /// A semantic candidate below the model's cosine floor is not a candidate
 /// at all: the nearest vectors of a store always exist, but an unrelated
@@ -33,6 +37,18 @@ pub const LEXICAL_WEIGHT: f32 = 0.4;
 /// The floor belongs to the model (`min_similarity` in its `config.json`;
 /// the built-in model's is 0.17); this one is for a model that names none.
 pub const MIN_SIMILARITY: f32 = 0.25;
+
+/// The cosine floor of the encoder's candidates (all-MiniLM-L6-v2's
+/// similarity of unrelated English sentences is mostly below it).
+pub const ENCODER_FLOOR: f32 = 0.2;
+
+/// A static-model similarity `s` (floor `static_floor`) on the encoder's
+/// scale, for a memory the encoder has not encoded yet: the two floors
+/// meet and 1 stays 1, linearly between.
+pub fn static_on_encoder_scale(s: f32, static_floor: f32) -> f32 {
+    let span = (1.0 - static_floor).max(f32::EPSILON);
+    ENCODER_FLOOR + (s - static_floor) * (1.0 - ENCODER_FLOOR) / span
+}
 
 /// The cosine floor of semantic candidates under `model`.
 pub fn floor_of(model: &amos_embed::StaticModel) -> f32 {
@@ -43,17 +59,25 @@ pub fn floor_of(model: &amos_embed::StaticModel) -> f32 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RecallMode {
+    /// Lexical candidates fused with the encoder's (static vectors for the
+    /// memories it has not encoded yet).
     #[default]
     Hybrid,
+    /// BM25 alone.
     Lexical,
+    /// The encoder's nearest vectors alone (static for pending memories).
     Semantic,
+    /// Lexical fused with the static model's vectors: no encoder at query
+    /// time (the hybrid of releases before the encoder).
+    Fast,
 }
 
 impl RecallMode {
-    pub const ALL: [RecallMode; 3] = [
+    pub const ALL: [RecallMode; 4] = [
         RecallMode::Hybrid,
         RecallMode::Lexical,
         RecallMode::Semantic,
+        RecallMode::Fast,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -61,20 +85,37 @@ impl RecallMode {
             RecallMode::Hybrid => "hybrid",
             RecallMode::Lexical => "lexical",
             RecallMode::Semantic => "semantic",
+            RecallMode::Fast => "fast",
         }
     }
 
-    /// Parse `hybrid`, `lexical` or `semantic`.
+    /// Parse `hybrid`, `lexical`, `semantic` or `fast`.
     pub fn parse(s: &str) -> Option<RecallMode> {
         RecallMode::ALL.into_iter().find(|m| m.as_str() == s)
     }
 
+    /// Whether BM25 candidates count.
     pub fn lexical(self) -> bool {
         self != RecallMode::Semantic
     }
 
+    /// Whether vector candidates count (static, encoder or both).
     pub fn semantic(self) -> bool {
         self != RecallMode::Lexical
+    }
+
+    /// Whether the encoder's vectors are asked (with the static ones of the
+    /// memories it has not encoded yet).
+    pub fn encoder(self) -> bool {
+        matches!(self, RecallMode::Hybrid | RecallMode::Semantic)
+    }
+
+    /// The lexical share of a fused relevance (the vectors' is the rest).
+    pub fn lexical_weight(self) -> f32 {
+        match self {
+            RecallMode::Hybrid => ENCODER_LEXICAL_WEIGHT,
+            _ => LEXICAL_WEIGHT,
+        }
     }
 }
 
@@ -153,7 +194,10 @@ pub fn fuse(
         d.relevance = match mode {
             RecallMode::Lexical => d.bm25,
             RecallMode::Semantic => d.semantic.unwrap_or(0.0).max(0.0),
-            RecallMode::Hybrid => LEXICAL_WEIGHT * lexical + (1.0 - LEXICAL_WEIGHT) * semantic,
+            RecallMode::Hybrid | RecallMode::Fast => {
+                let w = mode.lexical_weight();
+                w * lexical + (1.0 - w) * semantic
+            }
         };
     }
     out

@@ -19,7 +19,7 @@ pub const DEFAULT_RETENTION_MS: u64 = 90 * 24 * 3600 * 1000;
 const ON_KEY: &str = "read_audit";
 const RETENTION_KEY: &str = "read_audit_retention_ms";
 
-fn meta(conn: &Connection, key: &str) -> Result<Option<String>> {
+pub(in crate::store) fn meta(conn: &Connection, key: &str) -> Result<Option<String>> {
     Ok(conn
         .query_row(
             "SELECT CAST(value AS TEXT) FROM meta WHERE key = ?1",
@@ -29,7 +29,7 @@ fn meta(conn: &Connection, key: &str) -> Result<Option<String>> {
         .optional()?)
 }
 
-fn set_meta(conn: &Connection, key: &str, value: &str) -> Result<()> {
+pub(in crate::store) fn set_meta(conn: &Connection, key: &str, value: &str) -> Result<()> {
     conn.execute(
         "INSERT INTO meta(key, value) VALUES (?1, ?2)
          ON CONFLICT(key) DO UPDATE SET value = excluded.value",

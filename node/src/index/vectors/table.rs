@@ -444,6 +444,29 @@ impl VectorTable {
         }
     }
 
+    /// Memory `id`'s stored vector, as it was stored (row, scale and code).
+    pub fn vector_of(&self, id: &MemoryId) -> Option<Quantized> {
+        let slot = self.slot_of(id)? as usize;
+        Some(Quantized {
+            row: self.rows.get(slot).to_vec(),
+            scale: self.scales.get(slot)[0],
+            code: self.codes.get(slot).to_vec(),
+        })
+    }
+
+    /// The access terms memory `id`'s vector is found under (a walk of every
+    /// term's posting: for the rare merge of two processes' tables).
+    pub fn terms_of(&self, id: &MemoryId) -> Vec<String> {
+        let Some(slot) = self.slot_of(id) else {
+            return Vec::new();
+        };
+        self.postings
+            .iter()
+            .filter(|(_, p)| p.slots.parts().into_iter().flatten().any(|s| *s == slot))
+            .map(|(t, _)| t.clone())
+            .collect()
+    }
+
     /// Forget memory `id`'s vector; whether there was one. Its slot stays
     /// in the postings, dead (skipped by every search), until compaction.
     pub fn remove(&mut self, id: &MemoryId) -> bool {

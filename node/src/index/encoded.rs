@@ -1,0 +1,643 @@
+//! The encoder's vectors: every live memory's sentence-encoder embedding
+//! (all-MiniLM-L6-v2, [`amos_embed::Encoder`]), one vector per window of a
+//! long memory, in the disposable index (docs/recall.md, "The encoder").
+//!
+//! Like the static vectors ([`super::vectors`]) they are derived, local and
+//! disposable, found under each memory's access terms (so a memory the
+//! requester cannot see never takes a candidate place), and kept in one
+//! mapped file, `<home>/vectors/encoder.amv`, with a small companion,
+//! `encoder.state` (which text each memory's vectors were made from, and
+//! how many windows it has). Unlike them, encoding costs ~30 ms a memory,
+//! so a catch-up does not encode: it only notices. A memory whose text is
+//! new or changed loses its encoder vectors and becomes *pending*; an
+//! access change alone re-files the vectors it has. Pending memories are
+//! encoded by [`EncodedIndex::encode_pending`] (`amos index catch-up`, the
+//! background catch-up of `amos serve`) and one by one by a single `amos
+//! add` ([`EncodedIndex::encode_ids`]); until then recall finds them by
+//! their static vector, so nothing is ever missing from recall.
+//!
+//! A memory's window `c` is stored under the key `id` for `c = 0` and
+//! `id XOR mask(c)` for the others ([`chunk_key`]), so the vector table
+//! stays keyed by 16 bytes; the state names the memories with more than
+//! one window, and a search reports each memory once, at its best window.
+//!
+//! Boundary: nothing here decides visibility or trusts content: a search
+//! returns ids and similarities, which the recall pipeline re-reads from
+//! the store and gates.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use amos_embed::Encoder;
+use amos_protocol::MemoryId;
+
+use super::vectors::backing::Source;
+use super::vectors::quantize::{self, Quantized};
+use super::vectors::snapshot::{self, Provenance};
+use super::vectors::table::VectorTable;
+use super::{CatchUp, IndexRow, ROW_CHUNK, changed_rows, lock};
+use crate::error::{NodeError, Result};
+use crate::home::{self, Home};
+use crate::progress::Progress;
+use crate::store::{self, Store};
+
+/// The snapshot file inside `<home>/vectors/`.
+const FILE: &str = "encoder.amv";
+/// Its companion: what each memory's vectors were made from.
+const STATE_FILE: &str = "encoder.state";
+const STATE_MAGIC: &[u8; 8] = b"AMOSENC1";
+/// Memories encoded per batch of a catch-up (one forward pass group each,
+/// spread over the cores), and between two saves of the file.
+pub const BATCH: usize = 64;
+/// Unsaved changes (re-filed or removed vectors) a catch-up may hold before
+/// it saves the file.
+const PERSIST_AFTER: u64 = 256;
+/// Windows kept per memory: a memory longer than this many windows (about
+/// 3,500 words) is found by its first ones.
+pub const MAX_WINDOWS: usize = 16;
+
+/// The key of memory `id`'s window `c` in the vector table.
+pub fn chunk_key(id: &MemoryId, c: usize) -> MemoryId {
+    if c == 0 {
+        return *id;
+    }
+    let mask = blake3::hash(format!("amos encoder window {c}").as_bytes());
+    let mut key = id.0;
+    for (k, m) in key.iter_mut().zip(mask.as_bytes()) {
+        *k ^= m;
+    }
+    MemoryId(key)
+}
+
+/// What a memory's vectors were made from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Encoded {
+    /// The first 8 bytes of the BLAKE3 hash of the text encoded.
+    text: [u8; 8],
+    windows: u16,
+}
+
+fn fingerprint(text: &str) -> [u8; 8] {
+    let h = blake3::hash(text.as_bytes());
+    let mut out = [0u8; 8];
+    out.copy_from_slice(&h.as_bytes()[..8]);
+    out
+}
+
+/// How far the encoder's vectors are.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct EncoderProgress {
+    /// Memories with encoder vectors for their current text.
+    pub encoded: u64,
+    /// Live memories still waiting for theirs (found by their static vector).
+    pub pending: u64,
+}
+
+/// An open encoder index.
+pub struct EncodedIndex {
+    dir: PathBuf,
+    file: PathBuf,
+    state_file: PathBuf,
+    lock_path: PathBuf,
+    held: Option<Held>,
+}
+
+struct Held {
+    table: VectorTable,
+    provenance: Provenance,
+    encoded: HashMap<MemoryId, Encoded>,
+    /// Table key of a window past the first → its memory.
+    owner_of: HashMap<MemoryId, MemoryId>,
+    /// The nonce the file pair was written with (or `[0; 16]`: never saved).
+    nonce: [u8; 16],
+    unsaved: u64,
+}
+
+impl Held {
+    fn fresh(model: &str, epoch: String) -> Held {
+        Held {
+            table: VectorTable::new(0),
+            provenance: Provenance {
+                model: model.to_owned(),
+                epoch,
+                watermark: 0,
+            },
+            encoded: HashMap::new(),
+            owner_of: HashMap::new(),
+            nonce: [0; 16],
+            unsaved: 0,
+        }
+    }
+
+    /// Drop memory `id`'s vectors; whether it had any.
+    fn forget(&mut self, id: &MemoryId) -> bool {
+        let Some(e) = self.encoded.remove(id) else {
+            return false;
+        };
+        for c in 0..usize::from(e.windows) {
+            let key = chunk_key(id, c);
+            self.table.remove(&key);
+            if c > 0 {
+                self.owner_of.remove(&key);
+            }
+        }
+        true
+    }
+
+    /// Store `windows` as memory `id`'s vectors, made from `text`.
+    fn store(&mut self, id: MemoryId, text: [u8; 8], windows: Vec<Quantized>, access: &[String]) {
+        self.forget(&id);
+        if windows.is_empty() {
+            return;
+        }
+        if self.table.is_empty() && self.table.dim() != windows[0].row.len() {
+            self.table = VectorTable::new(windows[0].row.len());
+        }
+        let n = windows.len().min(MAX_WINDOWS);
+        for (c, v) in windows.into_iter().take(n).enumerate() {
+            let key = chunk_key(&id, c);
+            self.table.upsert(key, v, access);
+            if c > 0 {
+                self.owner_of.insert(key, id);
+            }
+        }
+        self.encoded.insert(
+            id,
+            Encoded {
+                text,
+                windows: n as u16,
+            },
+        );
+    }
+
+    /// File memory `id`'s vectors under new access terms (its text is
+    /// unchanged): the rows are re-quantized from the table as they are.
+    fn refile(&mut self, id: &MemoryId, access: &[String]) {
+        let Some(e) = self.encoded.get(id).copied() else {
+            return;
+        };
+        for c in 0..usize::from(e.windows) {
+            let key = chunk_key(id, c);
+            if let Some(v) = self.table.vector_of(&key) {
+                self.table.upsert(key, v, access);
+            }
+        }
+    }
+}
+
+impl EncodedIndex {
+    /// The encoder index of `home`; nothing is read until the first catch-up.
+    pub fn open(home: &Home) -> Result<EncodedIndex> {
+        let dir = home.vectors_dir();
+        Ok(EncodedIndex {
+            file: dir.join(FILE),
+            state_file: dir.join(STATE_FILE),
+            dir,
+            lock_path: home.index_lock_path(),
+            held: None,
+        })
+    }
+
+    /// Notice every change in the store since the last catch-up: a memory
+    /// gone loses its vectors; one whose text changed loses them and is
+    /// pending; one whose access changed keeps them, re-filed. Encodes
+    /// nothing.
+    pub fn catch_up(&mut self, store: &mut Store, encoder: &Encoder) -> Result<CatchUp> {
+        self.sync_with(store, encoder, false)
+    }
+
+    /// Drop every encoder vector: every live memory is pending again.
+    pub fn rebuild(&mut self, store: &mut Store, encoder: &Encoder) -> Result<CatchUp> {
+        self.sync_with(store, encoder, true)
+    }
+
+    fn sync_with(
+        &mut self,
+        store: &mut Store,
+        encoder: &Encoder,
+        force_rebuild: bool,
+    ) -> Result<CatchUp> {
+        let epoch = store.epoch()?;
+        let model = encoder.name().to_owned();
+        let fits = |h: &Held| h.provenance.model == model && h.provenance.epoch == epoch;
+        if force_rebuild || self.held.as_ref().is_some_and(|h| !fits(h)) {
+            self.held = None;
+        }
+        if let Some(h) = &self.held
+            && h.provenance.watermark >= store.max_seq()?
+        {
+            return Ok(CatchUp::default());
+        }
+        let mut out = CatchUp::default();
+        let mut held = match self.held.take() {
+            Some(h) => h,
+            None => match self.load().filter(|h| !force_rebuild && fits(h)) {
+                Some(h) => h,
+                None => {
+                    out.rebuilt = true;
+                    Held::fresh(&model, epoch)
+                }
+            },
+        };
+        let from = held.provenance.watermark;
+        let high = changed_rows(
+            store,
+            from,
+            ROW_CHUNK,
+            |_| {},
+            |rows| {
+                for row in rows {
+                    held.unsaved += 1;
+                    if !row.live {
+                        if held.forget(&row.id) {
+                            out.removed += 1;
+                        }
+                        continue;
+                    }
+                    match held.encoded.get(&row.id) {
+                        Some(e) if e.text == fingerprint(&row.text) => {
+                            held.refile(&row.id, &row.access);
+                        }
+                        _ => {
+                            held.forget(&row.id);
+                        }
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        held.provenance.watermark = high;
+        if out.rebuilt || held.unsaved >= PERSIST_AFTER {
+            self.persist(&mut held)?;
+        }
+        self.held = Some(held);
+        Ok(out)
+    }
+
+    /// The live memories waiting for encoder vectors, oldest first by the
+    /// store's order, at most `limit`.
+    fn pending_rows(&self, store: &mut Store, limit: usize) -> Result<Vec<IndexRow>> {
+        let held = self.held()?;
+        let ids: Vec<MemoryId> = store::catchup::live_ids(store)?
+            .into_iter()
+            .filter(|id| !held.encoded.contains_key(id))
+            .take(limit)
+            .collect();
+        Ok(store::catchup::rows_of(store, &ids)?
+            .into_iter()
+            .map(IndexRow::from)
+            .collect())
+    }
+
+    /// How many live memories have encoder vectors and how many wait.
+    pub fn progress(&self, store: &mut Store) -> Result<EncoderProgress> {
+        let held = self.held()?;
+        let live = store::catchup::live_ids(store)?;
+        let encoded = live
+            .iter()
+            .filter(|id| held.encoded.contains_key(id))
+            .count() as u64;
+        Ok(EncoderProgress {
+            encoded,
+            pending: live.len() as u64 - encoded,
+        })
+    }
+
+    /// Whether memory `id`'s current vectors are the encoder's (else it is
+    /// pending, or not live).
+    pub fn is_encoded(&self, id: &MemoryId) -> bool {
+        self.held
+            .as_ref()
+            .is_some_and(|h| h.encoded.contains_key(id))
+    }
+
+    /// Encode up to `max` pending memories, [`BATCH`] at a time, saving the
+    /// file after each batch; returns how many were encoded. Call
+    /// [`catch_up`](Self::catch_up) first.
+    pub fn encode_pending(
+        &mut self,
+        store: &mut Store,
+        encoder: &Encoder,
+        max: usize,
+        progress: &Progress,
+    ) -> Result<usize> {
+        let mut done = 0;
+        while done < max {
+            let rows = self.pending_rows(store, BATCH.min(max - done))?;
+            if rows.is_empty() {
+                break;
+            }
+            done += self.encode_rows(encoder, &rows)?;
+            progress.inc(rows.len() as u64);
+            let mut held = self.held.take().ok_or_else(not_caught_up)?;
+            let saved = self.persist(&mut held);
+            self.held = Some(held);
+            saved?;
+        }
+        Ok(done)
+    }
+
+    /// Encode memories `ids` now, if they are live and pending (a single
+    /// `amos add`); the file is saved. Call [`catch_up`](Self::catch_up) first.
+    pub fn encode_ids(
+        &mut self,
+        store: &mut Store,
+        encoder: &Encoder,
+        ids: &[MemoryId],
+    ) -> Result<usize> {
+        let held = self.held()?;
+        let wanted: Vec<MemoryId> = ids
+            .iter()
+            .filter(|id| !held.encoded.contains_key(id))
+            .copied()
+            .collect();
+        if wanted.is_empty() {
+            return Ok(0);
+        }
+        let rows: Vec<IndexRow> = store::catchup::rows_of(store, &wanted)?
+            .into_iter()
+            .map(IndexRow::from)
+            .filter(|r| r.live)
+            .collect();
+        let n = self.encode_rows(encoder, &rows)?;
+        let mut held = self.held.take().ok_or_else(not_caught_up)?;
+        let saved = self.persist(&mut held);
+        self.held = Some(held);
+        saved.map(|_| n)
+    }
+
+    fn encode_rows(&mut self, encoder: &Encoder, rows: &[IndexRow]) -> Result<usize> {
+        let texts: Vec<&str> = rows.iter().map(|r| r.text.as_str()).collect();
+        let vectors = encoder.embed_batch(&texts);
+        let held = self.held.as_mut().ok_or_else(not_caught_up)?;
+        for (row, windows) in rows.iter().zip(vectors) {
+            let windows: Vec<Quantized> = windows
+                .iter()
+                .filter_map(|w| quantize::quantize(w))
+                .collect();
+            held.store(row.id, fingerprint(&row.text), windows, &row.access);
+            held.unsaved += 1;
+        }
+        Ok(rows.len())
+    }
+
+    /// The `limit` memories nearest to `query` (an encoder vector) among
+    /// those carrying one of the `access` terms (`None`: no restriction,
+    /// for the local admin), each at its nearest window, nearest first
+    /// (ties by memory id). `skip` never takes a candidate place.
+    pub fn search(
+        &self,
+        query: &[f32],
+        access: Option<&[String]>,
+        skip: &[MemoryId],
+        limit: usize,
+    ) -> Result<Vec<(MemoryId, f32)>> {
+        let held = self.held()?;
+        let Some(q) = quantize::query(query) else {
+            return Ok(Vec::new());
+        };
+        if held.table.is_empty() {
+            return Ok(Vec::new());
+        }
+        if q.dim() != held.table.dim() {
+            return Err(NodeError::Index(format!(
+                "the encoder index holds {}-dimensional vectors, the query has {}",
+                held.table.dim(),
+                q.dim()
+            )));
+        }
+        let mut skip_keys: Vec<MemoryId> = Vec::with_capacity(skip.len());
+        for id in skip {
+            let windows = held.encoded.get(id).map_or(1, |e| usize::from(e.windows));
+            skip_keys.extend((0..windows).map(|c| chunk_key(id, c)));
+        }
+        // A memory's windows may take several places; ask for more.
+        let extra = held.owner_of.len().min(limit);
+        let near = held.table.nearest(&q, access, &skip_keys, limit + extra);
+        let mut seen = HashSet::new();
+        let mut out = Vec::with_capacity(limit);
+        for (key, similarity) in near {
+            let id = held.owner_of.get(&key).copied().unwrap_or(key);
+            if seen.insert(id) {
+                out.push((id, similarity));
+            }
+            if out.len() == limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Vectors held and bytes on disk.
+    pub fn stats(&self) -> (u64, u64) {
+        let n = self.held.as_ref().map_or(0, |h| h.table.len());
+        let bytes = [&self.file, &self.state_file]
+            .iter()
+            .filter_map(|f| fs::metadata(f).ok())
+            .map(|m| m.len())
+            .sum();
+        (n, bytes)
+    }
+
+    fn held(&self) -> Result<&Held> {
+        self.held.as_ref().ok_or_else(not_caught_up)
+    }
+
+    /// The pair of files, if both read and belong together. The two are
+    /// replaced one after the other under the lock: a pair caught between
+    /// the renames is read again under it.
+    fn load(&self) -> Option<Held> {
+        self.load_unlocked().or_else(|| {
+            let _guard = lock(&self.lock_path).ok()?;
+            self.load_unlocked()
+        })
+    }
+
+    /// Replace the two files with `held`. If another process replaced them
+    /// since this one loaded them, its pair is taken up first and this
+    /// process's encoded memories are added to it, so neither loses work.
+    fn persist(&self, held: &mut Held) -> Result<()> {
+        let _guard = lock(&self.lock_path)?;
+        if let Some(theirs) = self.file_nonce()
+            && theirs != held.nonce
+            && held.nonce != [0; 16]
+            && let Some(mut newer) = self.load_unlocked()
+            && newer.provenance.model == held.provenance.model
+            && newer.provenance.epoch == held.provenance.epoch
+        {
+            // Ours are at least as current for what we encoded; theirs for
+            // the rest. A memory either side has for a text the other does
+            // not know is caught up again by the next catch-up.
+            for (id, e) in &held.encoded {
+                if newer.encoded.get(id) == Some(e) {
+                    continue;
+                }
+                let windows: Vec<Quantized> = (0..usize::from(e.windows))
+                    .filter_map(|c| held.table.vector_of(&chunk_key(id, c)))
+                    .collect();
+                let access = held.table.terms_of(id);
+                newer.store(*id, e.text, windows, &access);
+            }
+            newer.provenance.watermark = newer.provenance.watermark.min(held.provenance.watermark);
+            *held = newer;
+        }
+        fs::create_dir_all(&self.dir)
+            .map_err(NodeError::io("creating the vector index directory"))?;
+        let nonce: [u8; 16] = rand::random();
+        let state = encode_state(&nonce, &held.encoded);
+        home::write_replacing(&self.state_file, &state, 0o600)?;
+        let provenance = Provenance {
+            model: format!("{} {}", held.provenance.model, hex(&nonce)),
+            ..held.provenance.clone()
+        };
+        let image = held.table.image();
+        home::write_replacing_with(&self.file, 0o600, |out| {
+            snapshot::write(&provenance, &image, out)
+        })?;
+        drop(image);
+        held.nonce = nonce;
+        held.unsaved = 0;
+        // Search the file from now on: the table built here is freed for the map.
+        if let Some(loaded) = self.load_unlocked()
+            && loaded.nonce == nonce
+        {
+            *held = loaded;
+        }
+        Ok(())
+    }
+
+    fn load_unlocked(&self) -> Option<Held> {
+        let state = fs::read(&self.state_file).ok()?;
+        let (nonce, encoded) = decode_state(&state)?;
+        let file = fs::File::open(&self.file).ok()?;
+        let source = Arc::new(Source::map(&file).ok()?);
+        let (provenance, parts) = snapshot::decode(&source).ok()?;
+        let (model, file_nonce) = split_nonce(&provenance.model)?;
+        if file_nonce != nonce {
+            return None;
+        }
+        let mut owner_of = HashMap::new();
+        for (id, e) in &encoded {
+            for c in 1..usize::from(e.windows) {
+                owner_of.insert(chunk_key(id, c), *id);
+            }
+        }
+        Some(Held {
+            table: VectorTable::from_parts(parts),
+            provenance: Provenance {
+                model: model.to_owned(),
+                ..provenance
+            },
+            encoded,
+            owner_of,
+            nonce,
+            unsaved: 0,
+        })
+    }
+
+    /// The nonce in the snapshot file's header, if it reads.
+    fn file_nonce(&self) -> Option<[u8; 16]> {
+        let mut head = Vec::new();
+        fs::File::open(&self.file)
+            .ok()?
+            .take(1 << 16)
+            .read_to_end(&mut head)
+            .ok()?;
+        let (provenance, _, _) = snapshot::decode_header(&head).ok()?;
+        split_nonce(&provenance.model).map(|(_, n)| n)
+    }
+}
+
+fn not_caught_up() -> NodeError {
+    NodeError::Index("the encoder index was not caught up".into())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    data_encoding::HEXLOWER.encode(bytes)
+}
+
+/// `"<model> <nonce hex>"` → the model and the nonce.
+fn split_nonce(model: &str) -> Option<(&str, [u8; 16])> {
+    let (name, nonce) = model.rsplit_once(' ')?;
+    let bytes = data_encoding::HEXLOWER.decode(nonce.as_bytes()).ok()?;
+    Some((name, bytes.try_into().ok()?))
+}
+
+/// The state file: magic, nonce, count, then per memory its id, text
+/// fingerprint and window count (little-endian).
+fn encode_state(nonce: &[u8; 16], encoded: &HashMap<MemoryId, Encoded>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(28 + encoded.len() * 26);
+    out.extend_from_slice(STATE_MAGIC);
+    out.extend_from_slice(nonce);
+    out.extend_from_slice(&(encoded.len() as u32).to_le_bytes());
+    let mut ids: Vec<&MemoryId> = encoded.keys().collect();
+    ids.sort_unstable();
+    for id in ids {
+        let e = encoded[id];
+        out.extend_from_slice(&id.0);
+        out.extend_from_slice(&e.text);
+        out.extend_from_slice(&e.windows.to_le_bytes());
+    }
+    out
+}
+
+/// A state file, read as untrusted: `None` for anything malformed (the
+/// index is then rebuilt).
+fn decode_state(bytes: &[u8]) -> Option<([u8; 16], HashMap<MemoryId, Encoded>)> {
+    let rest = bytes.strip_prefix(STATE_MAGIC)?;
+    let (nonce, rest) = rest.split_first_chunk::<16>()?;
+    let (count, mut rest) = rest.split_first_chunk::<4>()?;
+    let count = u32::from_le_bytes(*count) as usize;
+    if rest.len() != count.checked_mul(26)? {
+        return None;
+    }
+    let mut encoded = HashMap::with_capacity(count);
+    while let Some((entry, more)) = rest.split_first_chunk::<26>() {
+        let mut id = [0u8; 16];
+        id.copy_from_slice(&entry[..16]);
+        let mut text = [0u8; 8];
+        text.copy_from_slice(&entry[16..24]);
+        let windows = u16::from_le_bytes([entry[24], entry[25]]);
+        if windows == 0 || usize::from(windows) > MAX_WINDOWS {
+            return None;
+        }
+        encoded.insert(MemoryId(id), Encoded { text, windows });
+        rest = more;
+    }
+    Some((*nonce, encoded))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_round_trips_and_a_bad_one_is_refused() {
+        let mut encoded = HashMap::new();
+        encoded.insert(
+            MemoryId([7; 16]),
+            Encoded {
+                text: [1; 8],
+                windows: 3,
+            },
+        );
+        let bytes = encode_state(&[9; 16], &encoded);
+        assert_eq!(decode_state(&bytes), Some(([9; 16], encoded)));
+        assert_eq!(decode_state(&bytes[..bytes.len() - 1]), None);
+        let mut zero = bytes.clone();
+        let at = zero.len() - 2;
+        zero[at..].copy_from_slice(&0u16.to_le_bytes());
+        assert_eq!(decode_state(&zero), None);
+    }
+
+    #[test]
+    fn window_keys_differ_and_the_first_is_the_id() {
+        let id = MemoryId([3; 16]);
+        assert_eq!(chunk_key(&id, 0), id);
+        let keys: HashSet<MemoryId> = (0..MAX_WINDOWS).map(|c| chunk_key(&id, c)).collect();
+        assert_eq!(keys.len(), MAX_WINDOWS);
+    }
+}
