@@ -287,14 +287,21 @@ fn gemm_avx512<R>(
     R: Fn(usize, &mut [f32]) + Sync,
 {
     assert!(x.len() >= m * k && cols <= ldo && out.len() >= (m - 1) * ldo + cols);
-    let mut rowbuf = vec![0.0f32; k];
+    let mut rows_buf = vec![0.0f32; NR * k];
     let mut panel = vec![0.0f32; k * NR];
     for p0 in (0..cols).step_by(NR) {
         let pc = NR.min(cols - p0);
-        for j in 0..pc {
-            row(c0 + p0 + j, &mut rowbuf);
-            for (kk, v) in rowbuf.iter().enumerate() {
-                panel[kk * NR + j] = *v;
+        for (j, r) in rows_buf.chunks_exact_mut(k).take(pc).enumerate() {
+            row(c0 + p0 + j, r);
+        }
+        // Transposed 16 values of k at a time, so the 16 panel rows written
+        // stay in L1 while all 64 weight rows pass.
+        for b in (0..k).step_by(16) {
+            let e = (b + 16).min(k);
+            for (j, r) in rows_buf.chunks_exact(k).take(pc).enumerate() {
+                for (kk, v) in r[b..e].iter().enumerate() {
+                    panel[(b + kk) * NR + j] = *v;
+                }
             }
         }
         for i0 in (0..m).step_by(MR) {
@@ -559,8 +566,31 @@ pub(crate) fn layer_norm(x: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) {
     }
 }
 
+/// `e^x` for `x` in [-87, 88] (clamped there), relative error under 2e-7
+/// (Cephes' `expf` polynomial): branch-free, so a loop of it vectorises,
+/// which libm's `expf` call does not.
+#[inline(always)]
+fn exp(x: f32) -> f32 {
+    let x = x.clamp(-87.0, 88.0);
+    let n = (x * std::f32::consts::LOG2_E + 0.5).floor();
+    let r = x - n * 0.693_359_4 + n * 2.121_944_4e-4;
+    let mut p = 1.987_569_1e-4;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 0.166_666_65;
+    p = p * r + 0.5;
+    let y = p * r * r + r + 1.0;
+    // n is a whole number in [-125, 127]: 1.5 × 2^23 + n holds it in its
+    // low mantissa bits, whence 2^n's exponent field, n + 127 (no float to
+    // int conversion, whose saturation would not vectorise).
+    let bits = (n + 12_582_912.0).to_bits().wrapping_sub(0x4B40_0000);
+    y * f32::from_bits(bits.wrapping_add(127) << 23)
+}
+
 /// The error function, Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7, below
 /// float32's resolution near 1): what models/distill.py computes.
+#[inline(always)]
 fn erf(x: f32) -> f32 {
     let a = x.abs();
     let t = 1.0 / (1.0 + 0.327_591_1 * a);
@@ -568,12 +598,34 @@ fn erf(x: f32) -> f32 {
         - (((((1.061_405_4 * t - 1.453_152_1) * t) + 1.421_413_8) * t - 0.284_496_74) * t
             + 0.254_829_6)
             * t
-            * (-a * a).exp();
+            * exp(-a * a);
     y.copysign(x)
 }
 
-/// BERT's exact GELU, `x Φ(x)`, in place.
+/// BERT's exact GELU, `x Φ(x)`, in place: with AVX2 and FMA when the CPU has
+/// them (the same loop, compiled for them).
 pub(crate) fn gelu(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        #[allow(unsafe_code)]
+        // SAFETY: the CPU was just seen to have AVX2 and FMA, the only
+        // features gelu_avx2 is compiled for; its body is safe code.
+        unsafe {
+            gelu_avx2(x)
+        };
+        return;
+    }
+    gelu_body(x);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn gelu_avx2(x: &mut [f32]) {
+    gelu_body(x);
+}
+
+#[inline(always)]
+fn gelu_body(x: &mut [f32]) {
     for v in x {
         *v = 0.5 * *v * (1.0 + erf(*v * std::f32::consts::FRAC_1_SQRT_2));
     }
@@ -581,14 +633,33 @@ pub(crate) fn gelu(x: &mut [f32]) {
 
 /// Softmax of each row of `s` (rows of `len`), in place.
 pub(crate) fn softmax_rows(s: &mut [f32], len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        #[allow(unsafe_code)]
+        // SAFETY: as in gelu: AVX2 and FMA were just seen, and
+        // softmax_rows_avx2's body is safe code.
+        unsafe {
+            softmax_rows_avx2(s, len)
+        };
+        return;
+    }
+    softmax_rows_body(s, len);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn softmax_rows_avx2(s: &mut [f32], len: usize) {
+    softmax_rows_body(s, len);
+}
+
+#[inline(always)]
+fn softmax_rows_body(s: &mut [f32], len: usize) {
     for row in s.chunks_exact_mut(len) {
         let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0.0;
         for v in row.iter_mut() {
-            *v = (*v - max).exp();
-            sum += *v;
+            *v = exp(*v - max);
         }
-        let inv = 1.0 / sum;
+        let inv = 1.0 / row.iter().sum::<f32>();
         row.iter_mut().for_each(|v| *v *= inv);
     }
 }
@@ -623,6 +694,49 @@ mod tests {
                 assert!((a - b).abs() < 1e-4, "{a} vs {b} (parallel {parallel})");
             }
         }
+    }
+
+    #[test]
+    fn exp_is_accurate() {
+        for i in -870..=880 {
+            let x = i as f32 / 10.0;
+            let (got, want) = (exp(x), x.exp());
+            assert!(
+                ((got - want) / want).abs() < 3e-7,
+                "exp({x}) = {got}, not {want}"
+            );
+        }
+        assert_eq!(exp(-1000.0), exp(-87.0));
+    }
+
+    #[test]
+    fn gelu_and_softmax_match_plain_formulas() {
+        let xs: Vec<f32> = (-60..=60).map(|i| i as f32 / 10.0).collect();
+        let mut g = xs.clone();
+        gelu(&mut g);
+        for (x, y) in xs.iter().zip(&g) {
+            let want = 0.5 * x * (1.0 + erf_libm(x / std::f32::consts::SQRT_2));
+            assert!((y - want).abs() < 1e-6, "gelu({x}) = {y}, not {want}");
+        }
+        let mut s = vec![1.0, 2.0, 3.0, -1.0, 0.0, 1.0];
+        softmax_rows(&mut s, 3);
+        let e = [1.0f32.exp(), 2.0f32.exp(), 3.0f32.exp()];
+        let sum: f32 = e.iter().sum();
+        for (got, want) in s.iter().zip(e.iter().chain(&e).map(|v| v / sum)) {
+            assert!((got - want).abs() < 1e-6, "{got} vs {want}");
+        }
+    }
+
+    /// erf through libm's exp, the reference for the fast one.
+    fn erf_libm(x: f32) -> f32 {
+        let a = x.abs();
+        let t = 1.0 / (1.0 + 0.327_591_1 * a);
+        let y = 1.0
+            - (((((1.061_405_4 * t - 1.453_152_1) * t) + 1.421_413_8) * t - 0.284_496_74) * t
+                + 0.254_829_6)
+                * t
+                * (-a * a).exp();
+        y.copysign(x)
     }
 
     #[test]
