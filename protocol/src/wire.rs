@@ -102,7 +102,7 @@ pub fn alpn_offer(max: u16) -> Vec<Vec<u8>> {
 /// A peer speaks a version older than this node accepts.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "the peer speaks amos protocol version {peer}; this node speaks {ours} and needs at least {min}: upgrade the peer"
+    "amos protocol version {peer} is older than {min}, the oldest the refusing node accepts (it speaks {ours}): upgrade the node on version {peer}"
 )]
 pub struct VersionError {
     /// The peer's version.
@@ -748,7 +748,7 @@ mod tests {
         let e = negotiate(2, 3, 1).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "the peer speaks amos protocol version 1; this node speaks 3 and needs at least 2: upgrade the peer"
+            "amos protocol version 1 is older than 2, the oldest the refusing node accepts (it speaks 3): upgrade the node on version 1"
         );
         assert!(!e.to_string().contains('\n'));
     }

@@ -4,7 +4,8 @@
 //! writes ([`signing`]), text
 //! editing and history ([`edits`]), recall ([`recall`]), the timeline
 //! ([`time`]), profiles
-//! ([`profile`]), peers and replication ([`peers`]), range-based repair ([`repair`]), pairing
+//! ([`profile`]), peers and replication ([`peers`]), range-based repair ([`repair`]),
+//! versioned sessions ([`compat`]), pairing
 //! ([`pairing`]), bundles ([`bundles`]), maintenance ([`maintenance`]) and
 //! moving memories in and out ([`import`]: importers, per-agent export and
 //! erasure).
@@ -15,6 +16,7 @@
 //! gate) in `amos-acl` and `amos-sync`. Nothing here opens a socket.
 
 pub(crate) mod bundles;
+pub(crate) mod compat;
 pub(crate) mod edits;
 pub mod import;
 pub(crate) mod links;

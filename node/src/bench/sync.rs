@@ -97,7 +97,8 @@ fn serve_loopback(rt: &Runtime, home: &Home, peer: NodeId) -> Result<SocketAddr>
                 let Ok((send, recv)) = conn.accept_bi().await else {
                     return;
                 };
-                match mesh::drive_session(home, peer, send, recv, None, None).await {
+                let version = transport::negotiated(&conn).unwrap_or(1);
+                match mesh::drive_session(home, peer, version, send, recv, None, None).await {
                     // The dialler closes once it has read our end of stream.
                     Ok(_) => {
                         let _ = tokio::time::timeout(SESSION_LIMIT, conn.closed()).await;
@@ -137,7 +138,8 @@ fn session(rt: &Runtime, b: &Home, a: NodeId, addr: SocketAddr) -> Result<(Sessi
         .await
         .map_err(|e| failed(&e))?;
         let (send, recv) = conn.open_bi().await.map_err(|e| failed(&e))?;
-        let result = mesh::drive_session(b.clone(), a, send, recv, None, None).await;
+        let version = transport::negotiated(&conn).unwrap_or(1);
+        let result = mesh::drive_session(b.clone(), a, version, send, recv, None, None).await;
         let s = t0.elapsed().as_secs_f64();
         conn.close(quinn::VarInt::from_u32(u32::from(result.is_err())), b"done");
         let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;

@@ -91,7 +91,9 @@ pub(crate) async fn serve_connection(home: Home, incoming: quinn::Incoming) {
         return;
     }
     let started = Instant::now();
-    let session = drive_accepted_session(home, peer, remote, send, recv, first).await;
+    // The handshake accepted only an id we offered: `amos/1` at the least.
+    let version = transport::negotiated(&conn).unwrap_or(1);
+    let session = drive_accepted_session(home, peer, version, remote, send, recv, first).await;
     events::emit(SyncEvent::Finished {
         peer: &peer.to_string(),
         role: Role::Accept,

@@ -247,7 +247,11 @@ pub(crate) async fn dial_and_sync(
     })
     .await;
     let result = match stream {
-        Ok((send, recv)) => drive_session(home.clone(), expected, send, recv, None, observer).await,
+        Ok((send, recv)) => {
+            // `connect` accepted only an id we offered: `amos/1` at the least.
+            let version = transport::negotiated(&conn).unwrap_or(1);
+            drive_session(home.clone(), expected, version, send, recv, None, observer).await
+        }
         Err(e) => Err(e.into()),
     };
     match result {

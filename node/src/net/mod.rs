@@ -7,7 +7,8 @@
 //! `crate::ops::serve`.
 //!
 //! A session runs over one bidirectional QUIC stream (the dialling side opens
-//! it); every frame carries one `SyncMessage::V1`. The protocol itself is
+//! it); every frame carries one `SyncMessage::V1`, at the protocol version
+//! the handshake's ALPN id chose (docs/design.md §13). The protocol itself is
 //! the sans-IO `Session` of `amos-sync`; this module only carries out its
 //! actions:
 //!
@@ -92,6 +93,10 @@ pub enum MeshError {
     BadMessage(String),
     #[error("{0}")]
     Closed(String),
+    /// The peer speaks a protocol version older than we accept (it was
+    /// sent the same line).
+    #[error("refused: {0}")]
+    Version(#[from] amos_protocol::wire::VersionError),
 }
 
 impl MeshError {
@@ -99,7 +104,8 @@ impl MeshError {
     pub(crate) fn result(&self) -> SyncResult {
         match self {
             MeshError::Transport(TransportError::Refused { .. })
-            | MeshError::Session(SessionError::Refused(_)) => SyncResult::Refused,
+            | MeshError::Session(SessionError::Refused(_))
+            | MeshError::Version(_) => SyncResult::Refused,
             MeshError::Transport(TransportError::Unreachable { .. }) => SyncResult::Unreachable,
             _ => SyncResult::Failed,
         }

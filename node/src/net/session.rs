@@ -1,16 +1,26 @@
 //! The session driver: one sync session over one QUIC stream, carrying out
 //! the actions of the sans-IO `amos_sync::session::Session` (see the
 //! module doc of [`crate::net`]).
+//!
+//! Versions (docs/design.md §13): the session runs at the protocol version
+//! the handshake chose; a peer older than the minimum gets one `Refused`
+//! line naming both versions, and nothing else. A fact that needs a feature
+//! the peer's hello does not name is held back — not sent, counted in the
+//! peer's row — and the export after the peer has it starts from the
+//! beginning, so it goes then. While facts are held back for a peer, no
+//! digest is exchanged with it (they would disagree by design).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::net::transport::{TransportError, read_frame, with_timeout, write_frame};
-use amos_protocol::wire::{Epoch, SyncMessage, SyncV1, Watermark};
+use crate::net::transport::{TransportError, read_frame, speaks, with_timeout, write_frame};
+use amos_protocol::wire::{
+    Epoch, Features, MIN_PROTOCOL_VERSION, SyncMessage, SyncV1, Watermark, negotiate,
+};
 use amos_protocol::{CheckedBatch, NodeId};
-use amos_sync::session::{Action, Event, Session, SessionError};
+use amos_sync::session::{Action, Event, SKIP_EXPORT, Session, SessionError};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
@@ -27,9 +37,18 @@ use crate::home::Home;
 /// What the session thread waits for.
 pub(crate) enum Input {
     Msg(SyncV1),
-    ExportDone(std::result::Result<(Watermark, u64), NodeError>),
+    ExportDone(std::result::Result<Exported, NodeError>),
     IoFailed(MeshError),
     Eof,
+}
+
+/// What an export sent: up to where, how many facts, and how many it held
+/// back (they need features the peer lacks: `needs`).
+pub(crate) struct Exported {
+    upto: Watermark,
+    sent: u64,
+    held: u64,
+    needs: Features,
 }
 
 /// What the writer task sends, in order. The queue is unbounded but holds
@@ -52,16 +71,19 @@ pub(crate) enum Outgoing {
 /// `first` is a message the caller already read from `recv` (the server
 /// reads one to tell a sync from a pairing); `observer` hears of every batch
 /// applied and sent. The peer's listen addresses are not recorded: a
-/// dialler reached the peer at the address it has.
+/// dialler reached the peer at the address it has. `version`: the protocol
+/// version the connection's handshake chose
+/// ([`negotiated`](crate::net::transport::negotiated)).
 pub async fn drive_session(
     home: Home,
     peer: NodeId,
+    version: u16,
     send: quinn::SendStream,
     recv: quinn::RecvStream,
     first: Option<SyncV1>,
     observer: Option<Observer>,
 ) -> std::result::Result<SessionStats, MeshError> {
-    drive(home, peer, send, recv, first, observer, None).await
+    drive(home, peer, version, send, recv, first, observer, None).await
 }
 
 /// Like [`drive_session`], for a session the registered `peer` opened from
@@ -70,12 +92,23 @@ pub async fn drive_session(
 pub async fn drive_accepted_session(
     home: Home,
     peer: NodeId,
+    version: u16,
     remote: SocketAddr,
     send: quinn::SendStream,
     recv: quinn::RecvStream,
     first: SyncV1,
 ) -> std::result::Result<SessionStats, MeshError> {
-    drive(home, peer, send, recv, Some(first), None, Some(remote)).await
+    drive(
+        home,
+        peer,
+        version,
+        send,
+        recv,
+        Some(first),
+        None,
+        Some(remote),
+    )
+    .await
 }
 
 /// Where to dial a peer that says it serves at `listen` and was seen
@@ -108,15 +141,33 @@ pub fn learned_addr(listen: &[SocketAddr], remote: SocketAddr) -> Option<SocketA
         .copied()
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn drive(
     home: Home,
     peer: NodeId,
+    version: u16,
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     first: Option<SyncV1>,
     observer: Option<Observer>,
     learn_from: Option<SocketAddr>,
 ) -> std::result::Result<SessionStats, MeshError> {
+    // A peer older than we accept is told why, in one line every version
+    // decodes (`Refused`), and nothing else.
+    if let Err(e) = negotiate(MIN_PROTOCOL_VERSION, speaks().version, version) {
+        let refused = SyncMessage::V1(SyncV1::Refused {
+            reason: e.to_string(),
+        });
+        let _ = with_timeout(
+            PEER_TIMEOUT,
+            "refusing the peer",
+            write_frame(&mut send, &refused.encode()),
+        )
+        .await;
+        let _ = send.finish();
+        let _ = tokio::time::timeout(PEER_TIMEOUT, send.stopped()).await;
+        return Err(MeshError::Version(e));
+    }
     let started = std::time::Instant::now();
     let record_home = home.clone();
     // Deep enough to hold a whole transaction's worth of batches.
@@ -239,6 +290,7 @@ pub(crate) async fn drive(
             let r = session_thread(
                 &home,
                 peer,
+                version,
                 in_rx,
                 in_tx,
                 out_tx,
@@ -322,6 +374,7 @@ pub(crate) async fn note(
 pub(crate) fn session_thread(
     home: &Home,
     peer: NodeId,
+    version: u16,
     mut input: mpsc::Receiver<Input>,
     export_tx: mpsc::Sender<Input>,
     out: mpsc::UnboundedSender<Outgoing>,
@@ -333,7 +386,22 @@ pub(crate) fn session_thread(
     let my_epoch = node.epoch_bytes()?;
     // Where `amos serve` last said it listens (none if it never served).
     let listen: Vec<SocketAddr> = pairing::recorded_listen(home).into_iter().collect();
-    let (mut session, first) = Session::start(my_epoch, node.watermark_of(&peer)?, &listen);
+    let (mut session, first) = Session::start_versioned(
+        my_epoch,
+        node.watermark_of(&peer)?,
+        &listen,
+        version,
+        speaks().features,
+    );
+    // Facts held back for the peer before this session (and what they
+    // need), and after its export: while any are, no digest is exchanged.
+    let (mut held_before, mut held_needs) = node.peer_held_back(&peer)?;
+    let mut held_now = held_before;
+    let mut export_since = SKIP_EXPORT;
+    // We ended our stream early (no digest while facts are held back).
+    let mut finished_early = false;
+    // The features the peer decodes, once its hello came.
+    let mut peer_features = Features::implied_by(version);
     // Repair (docs/design.md §7.9) when asked, after a digest disagreed, or
     // periodically; an untrusted watermark the session sees by itself. Not
     // right after a repair that never completed (the peer may be older).
@@ -383,6 +451,26 @@ pub(crate) fn session_thread(
                     let tx = export_tx
                         .take()
                         .ok_or(MeshError::Session(SessionError::Protocol("second export")))?;
+                    // The export follows the peer's hello: what it speaks.
+                    if let Some((v, f)) = session.peer_version() {
+                        peer_features = f;
+                        node.peer_record_protocol(&peer, v, f)?;
+                    }
+                    // What was held back goes once the peer decodes it: this
+                    // export starts from the beginning.
+                    let since = if since != SKIP_EXPORT
+                        && held_before > 0
+                        && peer_features.contains(held_needs)
+                    {
+                        info!(
+                            "{} now decodes the {held_before} facts held back for it: sending them",
+                            peer.short()
+                        );
+                        0
+                    } else {
+                        since
+                    };
+                    export_since = since;
                     let (batches, rx) = mpsc::channel(CHANNEL_DEPTH);
                     send(Outgoing::Facts(rx))?;
                     spawn_export(
@@ -391,6 +479,7 @@ pub(crate) fn session_thread(
                         my_epoch,
                         since,
                         peer_reset,
+                        peer_features,
                         batches,
                         tx,
                         abort.clone(),
@@ -422,6 +511,16 @@ pub(crate) fn session_thread(
                     None => debug!("{} serves at {addrs:?}", peer.short()),
                 },
                 Action::SaveWatermark(w) => node.save_watermark(&peer, &w)?,
+                Action::SendDigest if held_now > 0 => {
+                    // The peer lacks facts we hold back by design: a digest
+                    // would disagree and ask for a repair that cannot help.
+                    // Ending our stream instead finishes the peer's side
+                    // without a comparison (as with a node older than
+                    // `Digest`), and ours once its digest (or end) came.
+                    debug!("{held_now} facts held back for {}: no digest", peer.short());
+                    finished_early = true;
+                    send(Outgoing::Finish)?;
+                }
                 Action::SendDigest => {
                     let (scopes, digest, facts) = node.session_digest(&peer)?;
                     send(Outgoing::Msg(SyncV1::Digest {
@@ -429,6 +528,18 @@ pub(crate) fn session_thread(
                         digest,
                         facts,
                     }))?;
+                }
+                Action::CompareDigest {
+                    scopes,
+                    digest,
+                    facts,
+                } if held_now > 0 => {
+                    debug!(
+                        "{held_now} facts held back for {}: its digest ({facts} facts over {} scopes) not compared",
+                        peer.short(),
+                        scopes.len()
+                    );
+                    let _ = digest;
                 }
                 Action::CompareDigest {
                     scopes,
@@ -460,6 +571,11 @@ pub(crate) fn session_thread(
                 }
                 Action::SendRepairFacts(ids) => {
                     let sent = node.repair_facts(&peer, &ids, EXPORT_BATCH, |facts| {
+                        // Never what the peer cannot decode (held back).
+                        let facts = match hold_back(facts, peer_features) {
+                            (kept, _) if kept.is_empty() => return Ok(()),
+                            (kept, _) => kept,
+                        };
                         if let Some(o) = &observer {
                             o.sent(&peer, facts.len() as u64);
                         }
@@ -474,7 +590,9 @@ pub(crate) fn session_thread(
                     if let Err(e) = node.peer_record_repair(&peer, session.repaired()) {
                         warn!("cannot record the repair count of {}: {e}", peer.short());
                     }
-                    send(Outgoing::Finish)?;
+                    if !finished_early {
+                        send(Outgoing::Finish)?;
+                    }
                     return Ok((facts_in, facts_out, digest_agree));
                 }
             }
@@ -494,9 +612,30 @@ pub(crate) fn session_thread(
         }
         match held.take().or_else(|| input.blocking_recv()) {
             Some(Input::Msg(m)) => todo.extend(session.handle(Event::Received(m))?),
-            Some(Input::ExportDone(Ok((upto, n)))) => {
-                facts_out += n;
-                todo.extend(session.handle(Event::ExportDone { upto, sent: n })?);
+            Some(Input::ExportDone(Ok(done))) => {
+                facts_out += done.sent;
+                if export_since != SKIP_EXPORT {
+                    // An export from the beginning counts anew; a later one
+                    // adds what it held back to what was.
+                    let (n, needs) = if export_since == 0 {
+                        (done.held, done.needs)
+                    } else {
+                        (held_before + done.held, held_needs.union(done.needs))
+                    };
+                    if done.held > 0 {
+                        info!(
+                            "held back {} facts for {}: it lacks a feature they need",
+                            done.held,
+                            peer.short()
+                        );
+                    }
+                    node.peer_set_held_back(&peer, n, needs)?;
+                    (held_before, held_needs, held_now) = (n, needs, n);
+                }
+                todo.extend(session.handle(Event::ExportDone {
+                    upto: done.upto,
+                    sent: done.sent,
+                })?);
             }
             Some(Input::ExportDone(Err(e))) => return Err(e.into()),
             Some(Input::IoFailed(e)) => return Err(e),
@@ -602,6 +741,7 @@ pub(crate) fn spawn_export(
     epoch: Epoch,
     since: i64,
     peer_reset: bool,
+    decodes: Features,
     out: mpsc::Sender<Vec<Vec<u8>>>,
     done: mpsc::Sender<Input>,
     abort: Arc<AtomicBool>,
@@ -611,9 +751,16 @@ pub(crate) fn spawn_export(
         let result = (|| {
             let node = Node::open(&home)?;
             let mut n = 0u64;
+            let (mut held, mut needs) = (0u64, Features::NONE);
             let seq = node.export_for_session(&peer, since, peer_reset, EXPORT_BATCH, |facts| {
                 if abort.load(Ordering::Relaxed) {
                     return Err(NodeError::Failed("the sync was aborted".into()));
+                }
+                let (facts, withheld) = hold_back(facts, decodes);
+                held += withheld.len() as u64;
+                needs = withheld.iter().fold(needs, |a, f| a.union(*f));
+                if facts.is_empty() {
+                    return Ok(());
                 }
                 n += facts.len() as u64;
                 if let Some(o) = &observer {
@@ -622,13 +769,43 @@ pub(crate) fn spawn_export(
                 out.blocking_send(facts)
                     .map_err(|_| NodeError::Failed("the connection to the peer closed".into()))
             })?;
-            Ok((Watermark { epoch, seq }, n))
+            Ok(Exported {
+                upto: Watermark { epoch, seq },
+                sent: n,
+                held,
+                needs,
+            })
         })();
         // Every batch is queued; closing the channel lets the writer move on
         // to what follows the export (done).
         drop(out);
         let _ = done.blocking_send(Input::ExportDone(result));
     });
+}
+
+/// Split a batch of wire-encoded facts into those a peer that decodes
+/// `decodes` can take and, for each one it cannot, the features it needs
+/// (docs/design.md §13). A peer with every feature we know takes all,
+/// without decoding any.
+pub(crate) fn hold_back(facts: Vec<Vec<u8>>, decodes: Features) -> (Vec<Vec<u8>>, Vec<Features>) {
+    if decodes.contains(Features::ALL) {
+        return (facts, Vec::new());
+    }
+    let mut held = Vec::new();
+    let kept = facts
+        .into_iter()
+        .filter(|f| {
+            // Our own store's bytes: one that does not decode is sent as
+            // before (the peer's verification refuses it, as ours would).
+            let needs = Features::required_by_wire(f).unwrap_or(Features::NONE);
+            let ok = decodes.contains(needs);
+            if !ok {
+                held.push(needs.without(decodes));
+            }
+            ok
+        })
+        .collect();
+    (kept, held)
 }
 
 #[cfg(test)]

@@ -168,6 +168,8 @@ fn session_finished(
 struct StoreGauges {
     memories: i64,
     peers: i64,
+    /// Facts held back for peers lacking a feature (docs/design.md §13).
+    held_back: i64,
     index_lag: i64,
     store_bytes: u64,
     /// reason class → distinct refused facts in the audit log.
@@ -211,6 +213,7 @@ fn read_store(home: &Home) -> Result<StoreGauges> {
     Ok(StoreGauges {
         memories: status::live_memories(&store)?,
         peers: status::peer_count(&store)?,
+        held_back: status::held_back(&store)?,
         index_lag,
         store_bytes,
         refused_by_reason: grouped(status::audit_codes(&store)?, &Refusal::CODES),
@@ -417,6 +420,12 @@ fn render(store: Option<&StoreGauges>) -> String {
                 s.memories,
             ),
             ("amos_peers", "gauge", "Registered peers.", s.peers),
+            (
+                "amos_facts_held_back",
+                "gauge",
+                "Facts held back for peers whose protocol lacks a feature they need; sent once they have it.",
+                s.held_back,
+            ),
         ] {
             header(&mut o, name, kind, help);
             let _ = writeln!(o, "{name} {v}");

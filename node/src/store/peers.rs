@@ -424,3 +424,55 @@ pub fn record_repair(tx: &super::Tx<'_>, id: &NodeId, repaired: bool, now_ms: u6
     }
     Ok(())
 }
+
+/// Record the protocol version and features `id` spoke in a session
+/// (docs/design.md §13).
+pub fn record_protocol(tx: &super::Tx<'_>, id: &NodeId, version: u16, features: u64) -> Result<()> {
+    super::sql(tx).execute(
+        "UPDATE peers SET protocol = ?2, features = ?3 WHERE node_id = ?1",
+        params![&id.0[..], i64::from(version), features as i64],
+    )?;
+    Ok(())
+}
+
+/// The protocol version and features `id` spoke in its last session
+/// (`None`: none recorded, or an unknown peer).
+pub fn protocol(conn: &(impl super::Readable + ?Sized), id: &NodeId) -> Result<Option<(u16, u64)>> {
+    let row = super::sql(conn)
+        .query_row(
+            "SELECT protocol, features FROM peers WHERE node_id = ?1",
+            params![&id.0[..]],
+            |r| Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, Option<i64>>(1)?)),
+        )
+        .optional()?;
+    Ok(match row {
+        Some((Some(v), Some(f))) => u16::try_from(v).ok().map(|v| (v, f as u64)),
+        _ => None,
+    })
+}
+
+/// How many facts are held back for `id` (it lacked a feature they need),
+/// and those features' bits: `(0, 0)` when none, or for an unknown peer.
+pub fn held_back(conn: &(impl super::Readable + ?Sized), id: &NodeId) -> Result<(u64, u64)> {
+    let row = super::sql(conn)
+        .query_row(
+            "SELECT held_back, held_features FROM peers WHERE node_id = ?1",
+            params![&id.0[..]],
+            |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
+        )
+        .optional()?;
+    Ok(row.map_or((0, 0), |(n, f)| (u64::try_from(n).unwrap_or(0), f as u64)))
+}
+
+/// Set what is held back for `id`: `count` facts needing `features`.
+pub fn set_held_back(tx: &super::Tx<'_>, id: &NodeId, count: u64, features: u64) -> Result<()> {
+    super::sql(tx).execute(
+        "UPDATE peers SET held_back = ?2, held_features = ?3 WHERE node_id = ?1",
+        params![
+            &id.0[..],
+            i64::try_from(count).unwrap_or(i64::MAX),
+            features as i64
+        ],
+    )?;
+    Ok(())
+}

@@ -786,6 +786,12 @@ pub struct PeerInfo {
     /// The figures of the last session with the peer that completed, run
     /// by any process on this home (`None`: none yet).
     pub last_session: Option<crate::store::peers::LastSession>,
+    /// The protocol version its last session spoke (docs/design.md §13;
+    /// `None`: no session since this was recorded).
+    pub protocol: Option<u16>,
+    /// Facts held back for it: they need a feature it lacks, and go once it
+    /// has it.
+    pub held_back: u64,
 }
 
 /// The peers `want` names (`amos sync now PEER`): exactly by NodeId or name,
@@ -809,7 +815,8 @@ pub fn list_peers(conn: &(impl super::Readable + ?Sized)) -> Result<Vec<PeerInfo
     let mut stmt = conn.prepare(
         "SELECT node_id, name, addr, policy, last_sync_ms, last_result, digest_agree, digest_ms,
             digest_scopes, digest_peer_facts, digest_my_facts, session_at_ms, session_ms,
-            session_facts_in, session_facts_out, session_bytes_in, session_bytes_out
+            session_facts_in, session_facts_out, session_bytes_in, session_bytes_out,
+            protocol, held_back
          FROM peers ORDER BY added_ms",
     )?;
     let rows = stmt.query_map([], |r| {
@@ -825,6 +832,10 @@ pub fn list_peers(conn: &(impl super::Readable + ?Sized)) -> Result<Vec<PeerInfo
             last_result: r.get(5)?,
             digest: crate::store::peers::digest_check(r, 6)?,
             last_session: crate::store::peers::last_session(r, 11)?,
+            protocol: r
+                .get::<_, Option<i64>>(17)?
+                .and_then(|v| u16::try_from(v).ok()),
+            held_back: u64::try_from(r.get::<_, i64>(18)?).unwrap_or(0),
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)

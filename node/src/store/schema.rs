@@ -334,6 +334,15 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (peer, first_seq)
     ) STRICT;
     "#,
+    // v(n): what each peer's last session negotiated (docs/design.md §13):
+    // its protocol version and the features it decodes, and how many facts
+    // are held back for it (and the features they need), sent once it has them.
+    r#"
+    ALTER TABLE peers ADD COLUMN protocol INTEGER;
+    ALTER TABLE peers ADD COLUMN features INTEGER;
+    ALTER TABLE peers ADD COLUMN held_back INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE peers ADD COLUMN held_features INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// The schema version this binary writes.

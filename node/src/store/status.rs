@@ -54,6 +54,12 @@ pub fn peer_count(r: &(impl Readable + ?Sized)) -> Result<i64> {
     count(r, "SELECT count(*) FROM peers")
 }
 
+/// Facts held back for peers that lack a feature they need, over all
+/// peers (docs/design.md §13).
+pub fn held_back(r: &(impl Readable + ?Sized)) -> Result<i64> {
+    count(r, "SELECT coalesce(sum(held_back), 0) FROM peers")
+}
+
 /// Every refusal in the audit log.
 pub fn audit_refusals(r: &(impl Readable + ?Sized)) -> Result<i64> {
     count(r, "SELECT count(*) FROM audit")

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use amos_node::net::transport::{
     MAX_FRAME, PeerAcceptor, RefusedBy, TransportError, accept_incoming, client_endpoint, connect,
-    peer_node_id, read_frame, server_endpoint, tls, with_timeout, write_frame,
+    negotiated, peer_node_id, read_frame, server_endpoint, tls, with_timeout, write_frame,
 };
 use amos_protocol::{NodeId, NodeIdentity};
 use quinn::crypto::rustls::QuicClientConfig;
@@ -455,7 +455,7 @@ async fn a_client_without_amos_alpn_cannot_connect() {
     let (server_ep, addr, _) = server(1, only(b));
     let mut events = spawn_echo_server(server_ep);
 
-    for alpn in [vec![b"amos/2".to_vec()], vec![b"h3".to_vec()], vec![]] {
+    for alpn in [vec![b"amos/99".to_vec()], vec![b"h3".to_vec()], vec![]] {
         let endpoint = client_with_alpn(2, a, alpn.clone());
         let err = within(connect_and_echo(&endpoint, addr, a))
             .await
@@ -475,12 +475,22 @@ async fn a_client_without_amos_alpn_cannot_connect() {
         );
     }
 
-    // Control: the same identity with the right ALPN connects.
-    let endpoint = client_with_alpn(2, a, vec![b"amos/1".to_vec()]);
-    assert_eq!(
-        within(connect_and_echo(&endpoint, addr, a)).await.unwrap(),
-        b"ping"
-    );
+    // Control: the same identity with an id we speak connects, at the
+    // version it names: amos/1 alone (545333a) or amos/2 (docs/design.md §13).
+    for (offer, version) in [
+        (vec![b"amos/1".to_vec()], 1),
+        (vec![b"amos/2".to_vec(), b"amos/1".to_vec()], 2),
+        (vec![b"amos/99".to_vec(), b"amos/2".to_vec()], 2),
+    ] {
+        let endpoint = client_with_alpn(2, a, offer);
+        let conn = within(connect(&endpoint, addr, a)).await.unwrap();
+        assert_eq!(negotiated(&conn), Some(version));
+        conn.close(quinn::VarInt::from_u32(0), b"done");
+        assert_eq!(
+            within(connect_and_echo(&endpoint, addr, a)).await.unwrap(),
+            b"ping"
+        );
+    }
 }
 
 // Dialling a port where nothing answers is bounded by the caller's timeout.

@@ -13,7 +13,7 @@ use quinn::{ConnectError, Connection, Endpoint, Incoming};
 use rustls::pki_types::CertificateDer;
 
 use super::error::{from_connect_error, from_connection_error};
-use super::tls::{self, ALPN, PeerAcceptor};
+use super::tls::{self, PeerAcceptor};
 use super::{RefusedBy, TransportError};
 
 fn quinn_client_config(
@@ -156,17 +156,14 @@ pub fn peer_node_id(connection: &Connection) -> Result<NodeId, TransportError> {
 }
 
 fn check_alpn(connection: &Connection) -> Result<(), TransportError> {
-    let protocol = connection
-        .handshake_data()
-        .and_then(|data| data.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
-        .and_then(|data| data.protocol);
-    if protocol.as_deref() == Some(ALPN) {
-        Ok(())
-    } else {
-        connection.close(quinn::VarInt::from_u32(0), b"ALPN amos/1 required");
-        Err(TransportError::Protocol(format!(
-            "the peer negotiated application protocol {:?}, not amos/1",
-            protocol.map(|p| String::from_utf8_lossy(&p).into_owned())
-        )))
+    // TLS chose one of the ids we offered (newest first), or none at all.
+    match super::version::negotiated(connection) {
+        Some(v) if v <= super::version::speaks().version => Ok(()),
+        other => {
+            connection.close(quinn::VarInt::from_u32(0), b"ALPN amos/N required");
+            Err(TransportError::Protocol(format!(
+                "the peer negotiated no amos protocol version we speak ({other:?})"
+            )))
+        }
     }
 }

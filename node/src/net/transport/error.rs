@@ -113,7 +113,7 @@ fn is_key_refusal(alert: u8) -> bool {
 }
 
 const ALPN_HINT: &str = "the two sides share no application protocol (ALPN); \
-     the peer does not speak amos/1 (different amos version, or not an amos node)";
+     the peer speaks no amos protocol version this node speaks (amos/1 and later), or is not an amos node";
 
 /// rustls shows a custom certificate error as
 /// `invalid peer certificate: Other(OtherError(<our message>))`; keep the message.

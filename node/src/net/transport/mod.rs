@@ -8,10 +8,13 @@
 //! from the peers table is refused on its next connection. A dialling client
 //! additionally requires the key to be the NodeId it dialled.
 //!
-//! * [`tls`]: the rustls configurations (ring provider, TLS 1.3 only, ALPN
-//!   [`ALPN`], no session resumption so every connection runs the verifiers).
+//! * [`tls`]: the rustls configurations (ring provider, TLS 1.3 only, the
+//!   ALPN ids `amos/N` of every version spoken, newest first, no session
+//!   resumption so every connection runs the verifiers).
 //! * [`endpoint`]: quinn endpoints, [`connect`], [`accept_incoming`],
 //!   [`peer_node_id`].
+//! * [`version`]: what this node speaks (protocol version, features) and
+//!   what a connection negotiated.
 //! * [`frame`]: `u32` big-endian length-prefixed frames, at most
 //!   [`MAX_FRAME`] bytes, the limit checked before any allocation.
 //!
@@ -26,8 +29,10 @@ pub mod endpoint;
 pub mod error;
 pub mod frame;
 pub mod tls;
+pub mod version;
 
 pub use endpoint::{accept_incoming, client_endpoint, connect, peer_node_id, server_endpoint};
 pub use error::{RefusedBy, TransportError, from_connection_error, with_timeout};
 pub use frame::{MAX_FRAME, read_frame, read_frame_with_limit, write_frame};
-pub use tls::{ALPN, PeerAcceptor};
+pub use tls::PeerAcceptor;
+pub use version::{Speaks, negotiated, speaks};

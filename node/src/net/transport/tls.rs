@@ -32,8 +32,13 @@ use rustls::{
 
 use super::TransportError;
 
-/// The application protocol (ALPN) both sides must offer.
-pub const ALPN: &[u8] = b"amos/1";
+/// The application protocols (ALPN ids) this node offers, newest first:
+/// `amos/N` for every session protocol version it speaks
+/// ([`super::version::speaks`], docs/design.md §13). TLS picks the newest
+/// both sides offer: an older node is still reached.
+pub fn alpn_ids() -> Vec<Vec<u8>> {
+    amos_protocol::wire::alpn_offer(super::version::speaks().version)
+}
 
 /// Decides, on every handshake, whether a peer's key is acceptable (e.g. "is
 /// it in the current peers table, or the inviter of a pending pairing?").
@@ -332,7 +337,7 @@ pub fn server_config(
         .with_cert_resolver(Arc::new(AlwaysResolvesServerRawPublicKeys::new(
             certified_key(identity)?,
         )));
-    config.alpn_protocols = vec![ALPN.to_vec()];
+    config.alpn_protocols = alpn_ids();
     config.session_storage = Arc::new(NoServerSessionStorage {});
     config.send_tls13_tickets = 0;
     config.max_early_data_size = 0;
@@ -356,7 +361,7 @@ pub fn client_config(
         .with_client_cert_resolver(Arc::new(AlwaysResolvesClientRawPublicKeys::new(
             certified_key(identity)?,
         )));
-    config.alpn_protocols = vec![ALPN.to_vec()];
+    config.alpn_protocols = alpn_ids();
     config.resumption = Resumption::disabled();
     config.enable_sni = false;
     config.enable_early_data = false;
@@ -415,8 +420,9 @@ mod tests {
         let acceptor: Arc<dyn PeerAcceptor> = Arc::new(|_: &NodeId| true);
         let server = server_config(&identity, acceptor.clone()).unwrap();
         let client = client_config(&identity, acceptor).unwrap();
-        assert_eq!(server.alpn_protocols, vec![ALPN.to_vec()]);
-        assert_eq!(client.alpn_protocols, vec![ALPN.to_vec()]);
+        assert_eq!(server.alpn_protocols, alpn_ids());
+        assert_eq!(client.alpn_protocols, alpn_ids());
+        assert_eq!(alpn_ids().last(), Some(&b"amos/1".to_vec()), "545333a's id");
         assert!(!client.enable_sni);
         assert_eq!(server.send_tls13_tickets, 0);
     }

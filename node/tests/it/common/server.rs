@@ -49,8 +49,20 @@ impl Server {
 
     /// `amos serve --listen ADDR EXTRA...` (inside `netns` if given).
     pub fn start_with(home: &Path, netns: Option<&str>, addr: &str, extra: &[&str]) -> Server {
+        Server::start_env(home, netns, addr, extra, &[])
+    }
+
+    /// [`Server::start_with`] with these environment variables set too.
+    pub fn start_env(
+        home: &Path,
+        netns: Option<&str>,
+        addr: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Server {
         let mut child = amos_in(netns, home)
             .env("AMOS_LOG", "info")
+            .envs(env.iter().copied())
             .args(["serve", "--listen", addr])
             .args(extra)
             .stdout(Stdio::null())

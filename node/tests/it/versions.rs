@@ -1,0 +1,175 @@
+//! Versioned sessions (docs/design.md §13), between real `amos serve`
+//! processes over loopback QUIC: a node speaking as 545333a did
+//! (`AMOS_PROTOCOL=1`: only ALPN `amos/1`, the old `Hello`) and this
+//! release sync both ways, valid time included; a peer whose hello lacks a
+//! feature gets nothing that needs it, the facts held back are counted, and
+//! they go once it has the feature. The two-binary run against a node built
+//! from 545333a itself is `scripts/interop-old.sh` (too slow for CI).
+
+use serde_json::Value;
+
+use crate::common::Home;
+use crate::common::server::{Server, free_port, id, pair_serving};
+
+/// `amos --json ARGS` with `AMOS_PROTOCOL` set as given (None: unset).
+fn json_as(h: &Home, protocol: Option<&str>, args: &[&str]) -> Value {
+    let mut c = h.cmd();
+    if let Some(p) = protocol {
+        c.env("AMOS_PROTOCOL", p);
+    }
+    let out = c.arg("--json").args(args).output().expect("spawn amos");
+    assert!(
+        out.status.success(),
+        "amos {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+/// `amos sync now` as a node speaking `protocol`; every peer synced ok.
+fn sync_as(h: &Home, protocol: Option<&str>) {
+    let r = json_as(h, protocol, &["sync", "now"]);
+    for p in r["peers"].as_array().expect("peers") {
+        assert_eq!(p["result"], "ok", "{r}");
+    }
+}
+
+/// `peer`'s row in `h`'s `amos peers list --json`.
+fn row(h: &Home, peer: &Home) -> Value {
+    let pid = id(peer);
+    h.json(&["peers", "list"])["peers"]
+        .as_array()
+        .expect("peers")
+        .iter()
+        .find(|p| p["node_id"] == pid.as_str())
+        .cloned()
+        .expect("the peer's row")
+}
+
+fn serve(h: &Home, protocol: Option<&str>) -> Server {
+    serve_at(h, &format!("127.0.0.1:{}", free_port()), protocol)
+}
+
+/// `amos serve --no-mdns --no-push` at `addr`, speaking `protocol`.
+fn serve_at(h: &Home, addr: &str, protocol: Option<&str>) -> Server {
+    let env: Vec<(&str, &str)> = protocol.map(|p| ("AMOS_PROTOCOL", p)).into_iter().collect();
+    Server::start_env(h.path(), None, addr, &["--no-mdns", "--no-push"], &env)
+}
+
+fn ids(h: &Home, agent: &str, query: &str) -> Vec<String> {
+    h.search_ids(agent, query, 10)
+}
+
+#[test]
+fn a_version_1_node_and_this_release_sync_both_ways_with_valid_time() {
+    let new = Home::new();
+    let old = Home::new();
+    for h in [&new, &old] {
+        h.ok(&["agent", "add", "alice"]);
+    }
+    let s_new = serve(&new, None);
+    let s_old = serve(&old, Some("1"));
+    pair_serving(&new, &old, &s_new, &s_old, "full");
+
+    let timed = new.json(&[
+        "add",
+        "launch window opens in March",
+        "--as",
+        "alice",
+        "--share",
+        "global",
+        "--valid-from",
+        "2026-03-01",
+        "--valid-to",
+        "2026-04-01",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let from_old = old.add("alice", "the staging host moved to rack nine", &["global"]);
+
+    // The old node dials (it offers only amos/1), then the new one dials it.
+    sync_as(&old, Some("1"));
+    assert_eq!(ids(&old, "alice", "launch window"), vec![timed.clone()]);
+    assert_eq!(ids(&new, "alice", "staging rack"), vec![from_old.clone()]);
+    let got = json_as(&old, Some("1"), &["get", &timed, "--as", "alice"]);
+    assert_eq!(got["valid_to"], "2026-04-01T00:00:00.000Z", "{got}");
+    assert_eq!(row(&new, &old)["protocol"], 1);
+    assert_eq!(row(&old, &new)["protocol"], 1);
+
+    let later = new.add("alice", "the canteen opens at noon", &["global"]);
+    sync_as(&new, None);
+    assert_eq!(ids(&old, "alice", "canteen noon"), vec![later]);
+    assert_eq!(
+        row(&new, &old)["protocol"],
+        1,
+        "the new node dialled amos/1"
+    );
+    assert_eq!(row(&new, &old)["held_back"], 0);
+    // Idle: the digests agree across the versions.
+    sync_as(&new, None);
+    assert_eq!(new.digest("global"), old.digest("global"));
+
+    // Upgraded, the same pair speaks version 2.
+    let addr = s_old.addr.clone();
+    drop(s_old);
+    let _s_old = serve_at(&old, &addr, None);
+    sync_as(&new, None);
+    assert_eq!(row(&new, &old)["protocol"], 2);
+    assert_eq!(row(&old, &new)["protocol"], 2);
+}
+
+#[test]
+fn a_feature_the_peer_lacks_is_held_back_counted_and_sent_once_it_has_it() {
+    let a = Home::new();
+    let b = Home::new();
+    for h in [&a, &b] {
+        h.ok(&["agent", "add", "alice"]);
+    }
+    let sa = serve(&a, None);
+    let sb = serve(&b, Some("2:0"));
+    pair_serving(&a, &b, &sa, &sb, "full");
+    let timed = a.json(&[
+        "add",
+        "the audit runs in the first week",
+        "--as",
+        "alice",
+        "--share",
+        "global",
+        "--valid-from",
+        "2026-01-01",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let plain = a.add("alice", "the audit report goes to finance", &["global"]);
+
+    // B says it decodes no valid-time fact: it gets the plain memory only.
+    sync_as(&b, Some("2:0"));
+    assert_eq!(ids(&b, "alice", "audit"), vec![plain.clone()]);
+    let held = row(&a, &b);
+    assert_eq!(held["protocol"], 2, "{held}");
+    assert_eq!(held["held_back"], 1, "the timed memory's content: {held}");
+    // An idle session with facts held back still completes (no digest), in
+    // either direction, and holds the same back.
+    sync_as(&b, Some("2:0"));
+    sync_as(&a, None);
+    assert_eq!(row(&a, &b)["held_back"], 1);
+    assert_eq!(ids(&b, "alice", "audit"), vec![plain.clone()]);
+
+    // B upgrades: the next session sends what was held back.
+    let addr = sb.addr.clone();
+    drop(sb);
+    let _sb = serve_at(&b, &addr, None);
+    sync_as(&b, None);
+    let mut got = ids(&b, "alice", "audit");
+    got.sort();
+    let mut want = vec![timed, plain];
+    want.sort();
+    assert_eq!(got, want);
+    assert_eq!(row(&a, &b)["held_back"], 0);
+    // And the digests agree again.
+    sync_as(&b, None);
+    assert_eq!(a.digest("global"), b.digest("global"));
+    assert_eq!(row(&a, &b)["digest"]["agree"], true, "{}", row(&a, &b));
+}
