@@ -41,7 +41,7 @@ fn at_least(v: &Value, mode: &str, floor: [f64; 3]) {
 }
 
 /// Measured on the shipped sets with the analyzer without stop-words
-/// (`amos-en-3`: stems, joined compounds, English stop-words dropped, CJK
+/// (`amos-en-4`: stems, joined compounds, English stop-words dropped, CJK
 /// bigrams) and the built-in model (384-dim int8, tuned on WordNet's
 /// definitions by models/tune.py over all 160,175 texts, cosine floor
 /// 0.17), 2026-12-06:
