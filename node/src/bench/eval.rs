@@ -112,7 +112,25 @@ pub struct EvalOptions {
     pub distractor_limit: Option<usize>,
     /// Another static embedding model's directory (`--model`).
     pub model: Option<PathBuf>,
+    /// Write each question's lexical and semantic candidates (top
+    /// [`CANDIDATES_K`] of each, with BM25 and cosine, through the gated
+    /// search) to this file as JSON lines: what fusion is tuned from.
+    pub candidates: Option<PathBuf>,
 }
+
+/// The tag of a question no memory of the set answers: it counts only
+/// under its tag, by how many memories recall gave it.
+pub const UNRELATED: &str = "unrelated";
+
+impl GoldenQuery {
+    /// Whether no memory of the set should answer it.
+    pub fn unrelated(&self) -> bool {
+        self.tags.iter().any(|t| t == UNRELATED)
+    }
+}
+
+/// Candidates per list written by [`EvalOptions::candidates`].
+pub const CANDIDATES_K: usize = 100;
 
 /// One distractor line.
 #[derive(Debug, Deserialize)]
@@ -179,6 +197,10 @@ pub struct ModeReport {
     /// Each tag's questions (`near-miss`, `gate`, `ja`, ...).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, Metrics>,
+    /// The mean number of memories (of the top [`EVAL_K`]) returned for a
+    /// question nothing should answer (tagged [`UNRELATED`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unrelated_returned: Option<f64>,
     pub results: Vec<QueryResult>,
 }
 
@@ -194,6 +216,8 @@ pub struct QueryResult {
     pub tags: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub split: Option<Split>,
+    /// How many memories the search returned (at most [`EVAL_K`]).
+    pub returned: usize,
     /// Rank of the first expected memory (1-based), if in the top k.
     pub rank: Option<usize>,
     /// Keys of the top 5 hits (all visible to the agent).
@@ -393,9 +417,9 @@ pub fn run_set(set: &GoldenSet, file: PathBuf, opts: &EvalOptions) -> Result<Eva
     // Every expected key must exist and be one the asking agent may see.
     for (i, q) in set.queries.iter().enumerate() {
         let who = requester(&q.agent)?;
-        if q.expect.is_empty() {
+        if q.expect.is_empty() && !q.unrelated() {
             return Err(NodeError::BadInput(format!(
-                "query {} ({:?}): expect names no memory",
+                "query {} ({:?}): expect names no memory (tag it \"{UNRELATED}\" if none should answer)",
                 i + 1,
                 q.query
             )));
@@ -433,6 +457,41 @@ pub fn run_set(set: &GoldenSet, file: PathBuf, opts: &EvalOptions) -> Result<Eva
             "no question of the set is in the chosen split".into(),
         ));
     }
+    if let Some(path) = &opts.candidates {
+        let mut out = String::new();
+        for q in &asked {
+            let who = requester(&q.agent)?;
+            let mut lists = Vec::new();
+            for mode in [RecallMode::Lexical, RecallMode::Semantic] {
+                let opts = RecallOptions {
+                    k: CANDIDATES_K,
+                    mode,
+                    note_recall: false,
+                    ..RecallOptions::default()
+                };
+                let hits = node.search_with(who, &q.query, &opts)?;
+                let list: Vec<(String, f32)> = hits
+                    .iter()
+                    .filter_map(|h| {
+                        let part = match mode {
+                            RecallMode::Lexical => h.explain.direct.bm25,
+                            _ => h.explain.direct.semantic.unwrap_or(0.0),
+                        };
+                        key_of.get(&h.memory.id).map(|k| ((*k).to_owned(), part))
+                    })
+                    .collect();
+                lists.push(list);
+            }
+            let line = serde_json::json!({
+                "as": q.agent, "query": q.query, "expect": q.expect,
+                "paraphrase": q.paraphrase, "split": q.split, "tags": q.tags,
+                "lexical": lists[0], "semantic": lists[1],
+            });
+            out.push_str(&line.to_string());
+            out.push('\n');
+        }
+        fs::write(path, out).map_err(NodeError::io(format!("writing {}", path.display())))?;
+    }
     let mut modes = BTreeMap::new();
     for mode in MODES {
         let mut results = Vec::with_capacity(asked.len());
@@ -458,16 +517,34 @@ pub fn run_set(set: &GoldenSet, file: PathBuf, opts: &EvalOptions) -> Result<Eva
                 paraphrase: q.paraphrase,
                 tags: q.tags.clone(),
                 split: q.split,
+                returned: hits.len(),
                 rank,
                 top: keys.into_iter().take(5).collect(),
             });
         }
+        // A question nothing should answer counts only under its tag, as
+        // the memories it was given.
         let ranks = |f: &dyn Fn(&QueryResult) -> bool| -> Vec<Option<usize>> {
-            results.iter().filter(|r| f(r)).map(|r| r.rank).collect()
+            results
+                .iter()
+                .filter(|r| !r.tags.iter().any(|t| t == UNRELATED) && f(r))
+                .map(|r| r.rank)
+                .collect()
+        };
+        let unrelated: Vec<&QueryResult> = results
+            .iter()
+            .filter(|r| r.tags.iter().any(|t| t == UNRELATED))
+            .collect();
+        let given = match unrelated.is_empty() {
+            true => None,
+            false => Some(
+                unrelated.iter().map(|r| r.returned).sum::<usize>() as f64 / unrelated.len() as f64,
+            ),
         };
         let tags: BTreeMap<String, Metrics> = asked
             .iter()
             .flat_map(|q| q.tags.iter())
+            .filter(|t| *t != UNRELATED)
             .map(|t| {
                 let m = Metrics::of(&ranks(&|r| r.tags.contains(t)));
                 (t.clone(), m)
@@ -480,6 +557,7 @@ pub fn run_set(set: &GoldenSet, file: PathBuf, opts: &EvalOptions) -> Result<Eva
                 literal: Metrics::of(&ranks(&|r| !r.paraphrase)),
                 paraphrase: Metrics::of(&ranks(&|r| r.paraphrase)),
                 tags,
+                unrelated_returned: given,
                 results,
             },
         );

@@ -46,6 +46,9 @@ pub fn run(out: &Out, file: &Path, opts: &EvalOptions) -> Result<()> {
             for (tag, t) in &m.tags {
                 lines.push(row(&format!("  {tag}"), t));
             }
+            if let Some(n) = m.unrelated_returned {
+                lines.push(format!("  unrelated: {n:.1} memories returned a question"));
+            }
         }
         for (mode, m) in &r.modes {
             let missed: Vec<String> = m

@@ -27,6 +27,9 @@ pub(super) enum SandboxCmd {
         /// Mix in at most N of the distractors
         #[arg(long, value_name = "N", requires = "distractors")]
         distractor_limit: Option<usize>,
+        /// Also write each question's lexical and semantic candidates (BM25, cosine) to FILE, as JSON lines (for tuning fusion on the tuning part)
+        #[arg(long, value_name = "FILE")]
+        candidates: Option<PathBuf>,
     },
     /// Benchmark on a workload directory (org.json, memories.jsonl, queries.jsonl), or write one
     Bench {
@@ -62,6 +65,9 @@ pub(super) enum SandboxCmd {
         /// Skip the live-sync section (two in-process nodes over loopback QUIC)
         #[arg(long)]
         no_sync: bool,
+        /// The sentence encoder: on, or off to skip it (for 100k and 1M runs; the default mode is then as --mode fast)
+        #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+        encoder: String,
     },
 }
 
@@ -74,6 +80,7 @@ pub(super) fn run(out: &Out, model: Option<&Path>, cmd: SandboxCmd) -> Result<()
             split,
             distractors,
             distractor_limit,
+            candidates,
         } => {
             let split = match split.as_deref() {
                 None => None,
@@ -86,6 +93,7 @@ pub(super) fn run(out: &Out, model: Option<&Path>, cmd: SandboxCmd) -> Result<()
                 distractors,
                 distractor_limit,
                 model: model.map(Path::to_path_buf),
+                candidates,
             };
             eval::run(out, &file, &opts)
         }
@@ -141,6 +149,7 @@ pub(super) fn run(out: &Out, model: Option<&Path>, cmd: SandboxCmd) -> Result<()
             workdir,
             keep,
             no_sync,
+            encoder,
             ..
         } => {
             let Some(corpus) = corpus else {
@@ -160,6 +169,7 @@ pub(super) fn run(out: &Out, model: Option<&Path>, cmd: SandboxCmd) -> Result<()
                 feedback: out.feedback(),
                 keep,
                 sync: !no_sync,
+                encoder: encoder == "on",
             };
             let r = amos_node::bench::run(&cfg)?;
             out.emit(&r, || serde_json::to_string_pretty(&r).unwrap_or_default());
