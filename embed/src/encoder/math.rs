@@ -366,12 +366,12 @@ fn kernel_avx512(x: &[f32], i0: usize, rows: usize, k: usize, panel: &[f32]) -> 
 /// is used by so few rows.
 const SMALL_M: usize = 48;
 
-/// Weight rows dequantised and dotted at once by [`small_block`].
+/// Weight rows dequantised and dotted at once by the dot kernel ([`dot4`]).
 const TILE: usize = 4;
 
 /// `linear` for few rows: each tile of 4 weight rows is dequantised into a
 /// small buffer (24 KB at most, in L1) and dotted with every row of `x` by
-/// [`small_block`], no packing; the result is built transposed (`n × m`, one
+/// [`small_rows`], no packing; the result is built transposed (`n × m`, one
 /// contiguous part per thread) and scattered into `out`.
 #[allow(clippy::too_many_arguments)]
 fn linear_small<R>(
