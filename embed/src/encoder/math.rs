@@ -159,6 +159,24 @@ pub(crate) fn linear<R>(
     if std::arch::is_x86_feature_detected!("avx512f") {
         return linear_avx512(x, m, k, n, &row, bias, out, parallel);
     }
+    linear_sgemm(x, m, k, n, &row, bias, out, parallel);
+}
+
+/// `linear` through `matrixmultiply`'s sgemm: the path for many rows on a
+/// CPU without AVX-512.
+#[allow(clippy::too_many_arguments)]
+fn linear_sgemm<R>(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    row: &R,
+    bias: &[f32],
+    out: &mut [f32],
+    parallel: bool,
+) where
+    R: Fn(usize, &mut [f32]) + Sync,
+{
     // One panel per thread: sgemm packs `x` again for every call, so fewer,
     // larger panels (a whole 1536 x 384 matrix is 2.4 MB) beat cache-sized
     // ones (64 rows packed `x` 24 times and spent a quarter of the time there).
@@ -672,6 +690,67 @@ mod tests {
     fn linear_matches_a_plain_loop_in_both_modes() {
         for (m, k, n) in [(5, 7, 130), (3, 40, 9), (70, 33, 70), (61, 48, 200)] {
             check_linear(m, k, n);
+        }
+    }
+
+    /// Each path alone (the dispatch above takes only one of them on a
+    /// given CPU): the portable and AVX2 dot kernels, sgemm, AVX-512.
+    #[test]
+    fn every_path_matches_a_plain_loop() {
+        for (m, k, n) in [(5, 7, 130), (3, 40, 9), (70, 33, 70), (61, 48, 200)] {
+            let x: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
+            let w: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.11).cos()).collect();
+            let bias: Vec<f32> = (0..n).map(|i| i as f32 * 0.01).collect();
+            let row = |r: usize, buf: &mut [f32]| buf.copy_from_slice(&w[r * k..(r + 1) * k]);
+            let dot = |i: usize, j: usize| -> f32 {
+                (0..k).map(|t| x[i * k + t] * w[j * k + t]).sum::<f32>()
+            };
+            let close = |a: f32, b: f32, what: &str| {
+                assert!((a - b).abs() < 1e-4, "{what}: {a} vs {b} ({m}, {k}, {n})")
+            };
+            // The dot kernels fill a transposed part (n × m), without bias.
+            let mut part = vec![0.0; n * m];
+            small_rows_with(&x, m, k, 0, &mut part, &row, dot4);
+            for j in 0..n {
+                for i in 0..m {
+                    close(part[j * m + i], dot(i, j), "portable dot");
+                }
+            }
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                let mut part = vec![0.0; n * m];
+                #[allow(unsafe_code)]
+                small_rows_with(&x, m, k, 0, &mut part, &row, |x, w| {
+                    // SAFETY: AVX2 and FMA were just seen.
+                    unsafe { dot4_avx2(x, w) }
+                });
+                for j in 0..n {
+                    for i in 0..m {
+                        close(part[j * m + i], dot(i, j), "AVX2 dot");
+                    }
+                }
+            }
+            for parallel in [false, true] {
+                let mut out = vec![0.0; m * n];
+                linear_sgemm(&x, m, k, n, &row, &bias, &mut out, parallel);
+                for i in 0..m {
+                    for j in 0..n {
+                        close(out[i * n + j], dot(i, j) + bias[j], "sgemm");
+                    }
+                }
+                #[cfg(target_arch = "x86_64")]
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    let mut out = vec![0.0; m * n];
+                    linear_avx512(&x, m, k, n, &row, &bias, &mut out, parallel);
+                    for i in 0..m {
+                        for j in 0..n {
+                            close(out[i * n + j], dot(i, j) + bias[j], "AVX-512");
+                        }
+                    }
+                }
+            }
         }
     }
 
