@@ -50,6 +50,28 @@ pub struct BenchConfig {
     pub keep: bool,
     /// Run the live-sync section (two in-process nodes over loopback QUIC).
     pub sync: bool,
+    /// Use the sentence encoder (`--encoder off`: the node keeps none, the
+    /// default mode is then lexical + static, as `fast`).
+    pub encoder: bool,
+}
+
+/// The sentence encoder's figures (`encoder` in `amos bench --json`).
+#[derive(Debug, Serialize)]
+pub struct EncoderBench {
+    /// The encoder's name.
+    pub model: String,
+    /// One query's embedding alone (`Encoder::embed_query`), every query of
+    /// every pass.
+    pub query_ms: Millis,
+    /// The catch-up after the bulk load: memories encoded per second of
+    /// `catch_up_s`.
+    pub memories_per_s: f64,
+    /// Encoding every memory the bulk load left pending, in batches of
+    /// [`crate::index::encoded::BATCH`] (the searches between batches not
+    /// counted).
+    pub catch_up_s: f64,
+    /// Memories the catch-up encoded.
+    pub encoded: usize,
 }
 
 /// What `amos bench --json` prints.
@@ -63,7 +85,21 @@ pub struct BenchReport {
     pub load_s: f64,
     pub load_per_s: f64,
     pub add_ms: Millis,
+    /// Default mode (hybrid: lexical + the encoder), timed after the
+    /// encoder's catch-up has finished.
     pub search_ms: Millis,
+    /// The same searches and packs in mode `fast` (lexical + static
+    /// vectors, no encoder at query time), warm, interleaved with
+    /// `search_warm_ms`.
+    pub search_fast_ms: Millis,
+    pub pack_fast_ms: Millis,
+    /// Default-mode searches while the catch-up runs: one query between
+    /// each two batches of the catch-up (the index part encoded, part
+    /// pending), in the same thread; null with `--encoder off`.
+    pub search_during_catch_up_ms: Option<Millis>,
+    /// The encoder: query time and catch-up throughput; null with
+    /// `--encoder off`.
+    pub encoder: Option<EncoderBench>,
     /// The time filter's cost: the same searches again, warm, plain
     /// (`search_warm_ms`) and with `--valid-at` now (`search_valid_at_ms`;
     /// every memory is valid then, so the answers match), in alternating
@@ -94,7 +130,8 @@ pub struct BenchReport {
     /// `memories / (load_s + vectors_build_s)`.
     pub load_with_vectors_per_s: f64,
     /// Memory per phase (Linux): each phase's own peak RSS and the RSS left
-    /// after it (`load`, `index`, `vectors`, `search`, `export`, `import`).
+    /// after it (`load`, `index`, `vectors`, `encoder`, `search`, `export`,
+    /// `import`).
     pub rss: std::collections::BTreeMap<&'static str, PhaseMemory>,
     pub index_rebuild_s: f64,
     pub db_bytes: u64,
@@ -235,6 +272,9 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
     let home = Home::new(tmp.path().join("home"));
     Node::init(&home, Some("bench"))?;
     let mut node = Node::open(&home)?;
+    if !cfg.encoder {
+        node.set_encoder_enabled(false)?;
+    }
     let mut rss = std::collections::BTreeMap::new();
     reset_peak_rss();
 
@@ -291,18 +331,37 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
     let vectors_build_s = t0.elapsed().as_secs_f64();
     rss.insert("vectors", PhaseMemory::end_phase());
 
+    // The encoder's catch-up of everything the bulk load left pending,
+    // with one default-mode search between each two batches.
+    let (encoder, search_during_catch_up) = match cfg.encoder {
+        true => {
+            let (e, during) = encoder_catch_up(&mut node, &queries, cfg)?;
+            (Some(e), Some(millis(during)))
+        }
+        false => (None, None),
+    };
+    rss.insert("encoder", PhaseMemory::end_phase());
+
     // Queries, each as its own requester (the gate is rebuilt per query).
     let pb = Progress::bar(
         cfg.feedback,
         "queries",
         "recalls",
-        (queries.len() * cfg.passes * 4) as u64,
+        (queries.len() * cfg.passes * 5) as u64,
     );
     let mut search = Vec::new();
     let mut search_valid_at = Vec::new();
     let mut search_warm = Vec::new();
     let mut search_lexical = Vec::new();
     let mut pack_lexical = Vec::new();
+    let mut search_fast = Vec::new();
+    let mut pack_fast = Vec::new();
+    let fast = RecallOptions {
+        mode: RecallMode::Fast,
+        ..RecallOptions::top(10)
+    };
+    let mut fast_pack = PackOptions::new(1200);
+    fast_pack.recall.mode = RecallMode::Fast;
     let plain = RecallOptions::top(10);
     let lexical = RecallOptions {
         mode: RecallMode::Lexical,
@@ -364,7 +423,15 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         let who = node.requester(&q.agent)?;
         node.pack_with(&who, &q.query, &lexical_pack)?;
         pack_lexical.push(t0.elapsed().as_secs_f64() * 1e3);
-        pb.inc(1);
+        let t0 = Instant::now();
+        let who = node.requester(&q.agent)?;
+        node.search_with(&who, &q.query, &fast)?;
+        search_fast.push(t0.elapsed().as_secs_f64() * 1e3);
+        let t0 = Instant::now();
+        let who = node.requester(&q.agent)?;
+        node.pack_with(&who, &q.query, &fast_pack)?;
+        pack_fast.push(t0.elapsed().as_secs_f64() * 1e3);
+        pb.inc(2);
     }
     drop(pb);
     let (mut found, mut exact, mut vector_search) = (0, 0, Vec::new());
@@ -483,6 +550,10 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         load_per_s: loaded as f64 / load_s.max(1e-9),
         add_ms: millis(adds),
         search_ms: millis(search),
+        search_fast_ms: millis(search_fast),
+        pack_fast_ms: millis(pack_fast),
+        search_during_catch_up_ms: search_during_catch_up,
+        encoder,
         search_warm_ms: millis(search_warm),
         search_valid_at_ms: millis(search_valid_at),
         search_lexical_ms: millis(search_lexical),
@@ -514,4 +585,61 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport> {
         text,
         text_error,
     })
+}
+
+/// Encode every memory the bulk load left pending, a batch at a time,
+/// timing the batches alone; between each two, one default-mode search
+/// (the queries in turn), timed apart. Then each query's embedding alone.
+fn encoder_catch_up(
+    node: &mut Node,
+    queries: &[WorkloadQuery],
+    cfg: &BenchConfig,
+) -> Result<(EncoderBench, Vec<f64>)> {
+    let before = node
+        .encoder_status()?
+        .ok_or_else(|| NodeError::Failed("bench: the encoder is off on the bench's node".into()))?;
+    let pb = Progress::bar(cfg.feedback, "encoder", "memories", before.progress.pending);
+    let mut catch_up_s = 0.0;
+    let mut encoded = 0;
+    let mut during = Vec::new();
+    let mut next = queries.iter().cycle();
+    loop {
+        let t0 = Instant::now();
+        let n = node.encoder_catch_up(crate::index::encoded::BATCH, &pb)?;
+        catch_up_s += t0.elapsed().as_secs_f64();
+        encoded += n;
+        if n == 0 {
+            break;
+        }
+        if let Some(q) = next.next() {
+            let t0 = Instant::now();
+            let who = node.requester(&q.agent)?;
+            node.search(&who, &q.query, 10)?;
+            during.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    drop(pb);
+    let Some((_, enc, _)) = node.encoder_parts()? else {
+        return Err(NodeError::Failed(
+            "bench: the encoder went off during the catch-up".into(),
+        ));
+    };
+    let mut query_ms = Vec::with_capacity(queries.len() * cfg.passes);
+    for _ in 0..cfg.passes {
+        for q in queries {
+            let t0 = Instant::now();
+            std::hint::black_box(enc.embed_query(&q.query));
+            query_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    Ok((
+        EncoderBench {
+            model: before.model,
+            query_ms: millis(query_ms),
+            memories_per_s: encoded as f64 / catch_up_s.max(1e-9),
+            catch_up_s,
+            encoded,
+        },
+        during,
+    ))
 }

@@ -129,9 +129,15 @@ fn bench_runs_on_a_generated_workload() {
         "5",
         "--workdir",
         work.to_str().unwrap(),
+        "--encoder",
+        "off",
     ]);
     assert_eq!(r.code, 0, "{r:?}");
     let v = r.json();
+    // The encoder is skipped: no encoder figures, nothing searched during
+    // a catch-up.
+    assert!(v["encoder"].is_null(), "{v}");
+    assert!(v["search_during_catch_up_ms"].is_null(), "{v}");
     for field in [
         "memories",
         "queries",
@@ -159,7 +165,13 @@ fn bench_runs_on_a_generated_workload() {
     ] {
         assert!(!v[field].is_null(), "missing {field}: {v}");
     }
-    for field in ["add_ms", "search_ms", "pack_ms"] {
+    for field in [
+        "add_ms",
+        "search_ms",
+        "pack_ms",
+        "search_fast_ms",
+        "pack_fast_ms",
+    ] {
         assert!(v[field]["p50"].is_f64() && v[field]["p99"].is_f64(), "{v}");
     }
     // The machine that ran it, so that runs on two machines are not read as one.
@@ -231,6 +243,58 @@ fn bench_runs_on_a_generated_workload() {
     // The temporary homes are removed afterwards.
     let left: Vec<_> = std::fs::read_dir(&work).unwrap().collect();
     assert!(left.is_empty(), "bench left files behind: {left:?}");
+}
+
+/// With the encoder (the default), the bulk load leaves every memory
+/// pending; the bench's catch-up encodes them all, reports its time, rate
+/// and query figures, and searches between its batches.
+#[test]
+fn bench_encodes_what_the_bulk_load_left_pending() {
+    let home = Home::uninit();
+    let corpus = home.path().join("workload");
+    let work = home.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    generate(&home, "1000", &corpus, None);
+    let r = home.run(&[
+        "--json",
+        "bench",
+        "--corpus",
+        corpus.to_str().unwrap(),
+        "--limit",
+        "130",
+        "--passes",
+        "1",
+        "--adds",
+        "2",
+        "--no-sync",
+        "--workdir",
+        work.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let v = r.json();
+    assert_eq!(v["memories"], 130, "{v}");
+    let e = &v["encoder"];
+    assert!(
+        e["model"].as_str().is_some_and(|m| m.contains("minilm")),
+        "{v}"
+    );
+    assert_eq!(e["encoded"], 130, "every loaded memory was pending: {v}");
+    assert!(e["catch_up_s"].as_f64().is_some_and(|s| s > 0.0), "{v}");
+    assert!(e["memories_per_s"].as_f64().is_some_and(|s| s > 0.0), "{v}");
+    assert!(
+        e["query_ms"]["p50"].as_f64().is_some_and(|s| s > 0.0),
+        "{v}"
+    );
+    // 130 memories are three batches of 64: a search after each.
+    let during = &v["search_during_catch_up_ms"];
+    assert!(during["p50"].as_f64().is_some_and(|s| s > 0.0), "{v}");
+    for field in ["search_ms", "pack_ms", "search_fast_ms", "pack_fast_ms"] {
+        assert!(
+            v[field]["p50"].as_f64().is_some_and(|s| s > 0.0),
+            "{field}: {v}"
+        );
+    }
+    assert!(v["rss"]["encoder"]["peak_bytes"].is_u64(), "{v}");
 }
 
 /// `bench --mesh`: the simulated mesh's report has the fields, has
