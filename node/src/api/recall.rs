@@ -16,7 +16,8 @@ use crate::index::encoded::EncodedIndex;
 use crate::index::vectors::VectorIndex;
 use crate::index::{analyze, owner_term};
 use crate::recall::fuse::{
-    Direct, ENCODER_FLOOR, MIN_SIMILARITY, RecallMode, floor_of, fuse, static_on_encoder_scale,
+    Direct, ENCODER_FLOOR, MIN_SIMILARITY, RecallMode, floor_of, fuse_for, mostly_cjk,
+    static_on_encoder_scale,
 };
 use crate::recall::pack::{
     Conflict, Fingerprint, Included, PACK_CORE, Pack, PackDecision, PackOptions, decision,
@@ -125,6 +126,7 @@ impl Node {
             None => Vec::new(),
         };
         let semantic_only = opts.mode == RecallMode::Semantic;
+        let cjk = mostly_cjk(query);
         let static_floor = vectors.map_or(MIN_SIMILARITY, |(_, model)| floor_of(model));
         let floor = match encoded {
             Some(_) => ENCODER_FLOOR,
@@ -265,7 +267,10 @@ impl Node {
             for list in [&mut lexical_now, &mut semantic_now] {
                 list.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
             }
-            let direct = fuse(opts.mode, &lexical_now, &semantic_now, floor, |_| true);
+            let mut direct = fuse_for(opts.mode, cjk, &lexical_now, &semantic_now, floor, |_| true);
+            if let Some(least) = opts.mode.relevance_floor() {
+                direct.retain(|_, d| d.relevance >= least);
+            }
             let hits: Vec<Hit> = in_time
                 .into_iter()
                 .filter_map(|(m, vt)| {
@@ -490,7 +495,13 @@ impl Node {
                     p.hops,
                     if p.hops == 1 { "" } else { "s" }
                 ),
-                None => format!("relevant (score {:.4})", h.score),
+                None => match h.explain.direct.floor {
+                    Some(f) => format!(
+                        "relevant (score {:.4}; relevance {:.3} >= floor {f:.2})",
+                        h.score, h.explain.direct.relevance
+                    ),
+                    None => format!("relevant (score {:.4})", h.score),
+                },
             };
             report.push(decision(&h, true, "relevant", why, tokens));
             included.push(included_of(&h, print));

@@ -28,8 +28,46 @@ use serde::Serialize;
 /// the rest).
 pub const LEXICAL_WEIGHT: f32 = 0.4;
 
-/// The lexical share of a `hybrid` relevance (the encoder's is the rest).
-pub const ENCODER_LEXICAL_WEIGHT: f32 = 0.4;
+/// `hybrid`: how much lexical evidence adds to the encoder's similarity:
+/// relevance = cos + `ENCODER_LEXICAL_WEIGHT` × bm25 / (bm25 + [`BM25_HALF`]).
+/// Tuned on the tuning part of node/eval/deep (docs/recall.md, "Fusion").
+pub const ENCODER_LEXICAL_WEIGHT: f32 = 0.1;
+
+/// The BM25 at which lexical evidence counts half (it saturates: a long
+/// list of word matches cannot outvote the encoder).
+pub const BM25_HALF: f32 = 20.0;
+
+/// `hybrid` for a question written mostly in Chinese, Japanese or Korean,
+/// which the English encoder does not read: relevance = bm25 / (bm25 +
+/// [`CJK_BM25_HALF`]) + [`CJK_ENCODER_WEIGHT`] × cos.
+pub const CJK_BM25_HALF: f32 = 5.0;
+pub const CJK_ENCODER_WEIGHT: f32 = 0.1;
+
+/// In the encoder's modes (`hybrid`, `semantic`) a candidate whose relevance
+/// is below this is dropped: an unrelated question gets few memories or
+/// none, instead of the best of a bad lot (tuned with the fusion).
+pub const RELEVANCE_FLOOR: f32 = 0.25;
+
+/// Whether `query` is written mostly in CJK scripts (of its letters).
+pub fn mostly_cjk(query: &str) -> bool {
+    let (mut letters, mut cjk) = (0usize, 0usize);
+    for c in query.chars().filter(|c| c.is_alphabetic()) {
+        letters += 1;
+        cjk += usize::from(is_cjk(c));
+    }
+    letters > 0 && 2 * cjk >= letters
+}
+
+fn is_cjk(c: char) -> bool {
+    matches!(c as u32,
+        0x3040..=0x30FF      // Hiragana, Katakana
+        | 0x3400..=0x4DBF    // CJK Extension A
+        | 0x4E00..=0x9FFF    // CJK Unified Ideographs
+        | 0xAC00..=0xD7AF    // Hangul syllables
+        | 0xF900..=0xFAFF    // CJK Compatibility Ideographs
+        | 0xFF66..=0xFF9F    // half-width Katakana
+        | 0x20000..=0x2FA1F) // CJK Extensions B-F, Compatibility Supplement
+}
 
 /// A semantic candidate below the model's cosine floor is not a candidate
 /// at all: the nearest vectors of a store always exist, but an unrelated
@@ -110,12 +148,10 @@ impl RecallMode {
         matches!(self, RecallMode::Hybrid | RecallMode::Semantic)
     }
 
-    /// The lexical share of a fused relevance (the vectors' is the rest).
-    pub fn lexical_weight(self) -> f32 {
-        match self {
-            RecallMode::Hybrid => ENCODER_LEXICAL_WEIGHT,
-            _ => LEXICAL_WEIGHT,
-        }
+    /// The relevance below which a candidate is dropped (the encoder's
+    /// modes; the others keep every candidate, as before the encoder).
+    pub fn relevance_floor(self) -> Option<f32> {
+        self.encoder().then_some(RELEVANCE_FLOOR)
     }
 }
 
@@ -145,6 +181,10 @@ pub struct Direct {
     /// Its place among the visible semantic candidates (1 = first).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub semantic_rank: Option<usize>,
+    /// The relevance a candidate needed to be kept, in the modes that have
+    /// one ([`RecallMode::relevance_floor`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor: Option<f32>,
 }
 
 /// Fuse the `lexical` (BM25) and `semantic` (cosine) candidate lists, each
@@ -154,6 +194,19 @@ pub struct Direct {
 /// candidates.
 pub fn fuse(
     mode: RecallMode,
+    lexical: &[(MemoryId, f32)],
+    semantic: &[(MemoryId, f32)],
+    floor: f32,
+    visible: impl Fn(&MemoryId) -> bool,
+) -> HashMap<MemoryId, Direct> {
+    fuse_for(mode, false, lexical, semantic, floor, visible)
+}
+
+/// [`fuse`] for a question that is [`mostly_cjk`] or not (`hybrid` then
+/// leans on the words, not the English encoder).
+pub fn fuse_for(
+    mode: RecallMode,
+    cjk: bool,
     lexical: &[(MemoryId, f32)],
     semantic: &[(MemoryId, f32)],
     floor: f32,
@@ -191,14 +244,16 @@ pub fn fuse(
         let semantic = d.semantic.map_or(0.0, |c| {
             ((c - floor) / (top_cosine - floor).max(f32::EPSILON)).max(0.0)
         });
+        let cos = d.semantic.unwrap_or(0.0).max(0.0);
+        let bm25 = d.bm25.max(0.0);
         d.relevance = match mode {
             RecallMode::Lexical => d.bm25,
-            RecallMode::Semantic => d.semantic.unwrap_or(0.0).max(0.0),
-            RecallMode::Hybrid | RecallMode::Fast => {
-                let w = mode.lexical_weight();
-                w * lexical + (1.0 - w) * semantic
-            }
+            RecallMode::Semantic => cos,
+            RecallMode::Hybrid if cjk => bm25 / (bm25 + CJK_BM25_HALF) + CJK_ENCODER_WEIGHT * cos,
+            RecallMode::Hybrid => cos + ENCODER_LEXICAL_WEIGHT * bm25 / (bm25 + BM25_HALF),
+            RecallMode::Fast => LEXICAL_WEIGHT * lexical + (1.0 - LEXICAL_WEIGHT) * semantic,
         };
+        d.floor = mode.relevance_floor();
     }
     out
 }
@@ -215,7 +270,7 @@ mod tests {
     fn hybrid_rewards_agreement_and_lexical_keeps_bm25() {
         let lex = [(id(1), 9.0), (id(2), 5.0)];
         let sem = [(id(2), 0.9), (id(3), 0.8)];
-        let h = fuse(RecallMode::Hybrid, &lex, &sem, MIN_SIMILARITY, |_| true);
+        let h = fuse(RecallMode::Fast, &lex, &sem, MIN_SIMILARITY, |_| true);
         assert!((h[&id(1)].relevance - LEXICAL_WEIGHT).abs() < 1e-6);
         assert!(
             h[&id(2)].relevance > h[&id(1)].relevance,
@@ -229,6 +284,23 @@ mod tests {
         let s = fuse(RecallMode::Semantic, &lex, &sem, MIN_SIMILARITY, |_| true);
         assert_eq!(s.len(), 2);
         assert!((s[&id(2)].relevance - 0.9).abs() < 1e-6);
+    }
+
+    #[test]
+    fn hybrid_adds_saturating_word_evidence_to_the_encoders_similarity() {
+        let lex = [(id(1), 20.0), (id(2), 2000.0)];
+        let sem = [(id(1), 0.5), (id(3), 0.54)];
+        let h = fuse(RecallMode::Hybrid, &lex, &sem, 0.2, |_| true);
+        assert!((h[&id(1)].relevance - (0.5 + ENCODER_LEXICAL_WEIGHT * 0.5)).abs() < 1e-6);
+        // Any number of word matches adds at most the weight: a memory the
+        // encoder finds no nearer is not outvoted by words alone.
+        assert!(h[&id(2)].relevance <= ENCODER_LEXICAL_WEIGHT);
+        assert!(h[&id(1)].relevance > h[&id(3)].relevance);
+        // A question in Japanese leans on its words instead.
+        let j = fuse_for(RecallMode::Hybrid, true, &lex, &sem, 0.2, |_| true);
+        assert!(j[&id(2)].relevance > j[&id(3)].relevance);
+        assert!(mostly_cjk("経費精算はどうするの") && !mostly_cjk("where is the Pleo card"));
+        assert!(mostly_cjk("Pleoの経費精算の締め切り"));
     }
 
     #[test]
