@@ -178,6 +178,30 @@ impl Features {
             .ok()
             .map(|f| Features::required_by(&f.fact))
     }
+
+    /// Split wire-encoded facts into those a receiver that decodes `self`
+    /// can take and, for each one held back, the features it lacks. A set
+    /// with every feature this code knows takes all, none decoded. Bytes
+    /// that do not decode are kept (the receiver's verification refuses
+    /// them, as it would have).
+    pub fn split_decodable(self, facts: Vec<Vec<u8>>) -> (Vec<Vec<u8>>, Vec<Features>) {
+        if self.contains(Features::ALL) {
+            return (facts, Vec::new());
+        }
+        let mut held = Vec::new();
+        let kept = facts
+            .into_iter()
+            .filter(|f| {
+                let needs = Features::required_by_wire(f).unwrap_or(Features::NONE);
+                let ok = self.contains(needs);
+                if !ok {
+                    held.push(needs.without(self));
+                }
+                ok
+            })
+            .collect();
+        (kept, held)
+    }
 }
 
 /// A log epoch: random, changes when a store is restored or reset.

@@ -21,6 +21,7 @@ use std::io::{BufReader, BufWriter};
 use std::path::Path;
 
 use amos_acl::PeerPolicy;
+use amos_protocol::wire::Features;
 use amos_protocol::{
     BUNDLE_FRAME_FACTS, BundleError, BundleWriter, Hlc, MeshKey, ReadError, Recipient, Scope,
     read_verified, verify_bundle,
@@ -49,6 +50,9 @@ pub struct ExportReport {
     pub facts: u64,
     pub frames: u64,
     pub bytes: u64,
+    /// Facts left out because the recipient (`--for`) lacks a feature they
+    /// need, as its last session said (docs/design.md §13).
+    pub held_back: u64,
 }
 
 /// What `amos bundle import` reports.
@@ -129,6 +133,7 @@ impl Node {
     ) -> Result<ExportReport> {
         let mut pairing = None;
         let mut recipient = Recipient::AnyPeer;
+        let mut decodes = Features::ALL;
         let policy = match (for_peer, scopes.is_empty()) {
             (Some(_), false) => {
                 return Err(NodeError::BadInput("use --for or --scope, not both".into()));
@@ -139,6 +144,11 @@ impl Node {
                 })?;
                 pairing = crate::api::pairing::join_proof_for(self.store(), &id)?;
                 recipient = Recipient::Node(id);
+                // What its last session said it decodes (nothing recorded:
+                // a peer never synced live, or one of 545333a's time,
+                // decodes what version 1 does).
+                decodes = crate::store::peers::protocol(self.store(), &id)?
+                    .map_or(Features::implied_by(1), |(_, f)| Features(f));
                 self.peer_policy(&id)?
                     .ok_or_else(|| NodeError::BadInput(format!("unknown peer {peer}")))?
             }
@@ -180,8 +190,14 @@ impl Node {
         )
         .map_err(bundle_err(file))?;
         let pb = Progress::counter(feedback, "export", "facts");
+        let mut held_back = 0u64;
         self.export_snapshot(&policy, FRAME_FACTS, |facts| {
             pb.inc(facts.len() as u64);
+            let (facts, held) = decodes.split_decodable(facts);
+            held_back += held.len() as u64;
+            if facts.is_empty() {
+                return Ok(());
+            }
             writer.write_frame(&facts).map_err(bundle_err(file))
         })?;
         drop(pb);
@@ -200,6 +216,7 @@ impl Node {
             facts: summary.facts,
             frames: summary.frames,
             bytes: summary.bytes,
+            held_back,
         })
     }
 

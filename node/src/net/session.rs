@@ -783,29 +783,10 @@ pub(crate) fn spawn_export(
     });
 }
 
-/// Split a batch of wire-encoded facts into those a peer that decodes
-/// `decodes` can take and, for each one it cannot, the features it needs
-/// (docs/design.md §13). A peer with every feature we know takes all,
-/// without decoding any.
+/// [`Features::split_decodable`]: what a peer that decodes `decodes` can
+/// take, and the features each fact held back needs (docs/design.md §13).
 pub(crate) fn hold_back(facts: Vec<Vec<u8>>, decodes: Features) -> (Vec<Vec<u8>>, Vec<Features>) {
-    if decodes.contains(Features::ALL) {
-        return (facts, Vec::new());
-    }
-    let mut held = Vec::new();
-    let kept = facts
-        .into_iter()
-        .filter(|f| {
-            // Our own store's bytes: one that does not decode is sent as
-            // before (the peer's verification refuses it, as ours would).
-            let needs = Features::required_by_wire(f).unwrap_or(Features::NONE);
-            let ok = decodes.contains(needs);
-            if !ok {
-                held.push(needs.without(decodes));
-            }
-            ok
-        })
-        .collect();
-    (kept, held)
+    decodes.split_decodable(facts)
 }
 
 #[cfg(test)]

@@ -150,6 +150,19 @@ fn a_feature_the_peer_lacks_is_held_back_counted_and_sent_once_it_has_it() {
     let held = row(&a, &b);
     assert_eq!(held["protocol"], 2, "{held}");
     assert_eq!(held["held_back"], 1, "the timed memory's content: {held}");
+    // A bundle for B leaves out the same, as B's last session said.
+    let file = a.path().join("for-b.bundle");
+    let file = file.to_str().expect("utf-8 path");
+    let report = a.json(&["bundle", "export", file, "--for", &id(&b)]);
+    assert_eq!(report["held_back"], 1, "{report}");
+    let everything = a.json(&["bundle", "export", &format!("{file}.all")]);
+    assert_eq!(everything["held_back"], 0, "{everything}");
+    assert_eq!(
+        everything["facts"].as_u64().unwrap(),
+        report["facts"].as_u64().unwrap() + 1
+    );
+    json_as(&b, Some("2:0"), &["bundle", "import", file]);
+    assert_eq!(ids(&b, "alice", "audit"), vec![plain.clone()]);
     // An idle session with facts held back still completes (no digest), in
     // either direction, and holds the same back.
     sync_as(&b, Some("2:0"));
