@@ -7,13 +7,17 @@
 //! others with [`NodeError::Refused`].
 
 use amos_acl::AuthorizedScopes;
+use amos_acl::Visible;
 use amos_protocol::{
     Fact, FactBody, Grants, LinkFact, MemoryAcl, MemoryContent, MemoryFixed, MemoryId, MemoryText,
     MemoryTombstone, MemoryType, Relation, Scope, Validity, check_tags, check_text, check_unit,
 };
 use rand::RngExt;
+use serde::Serialize;
 
 use crate::error::{NodeError, Result};
+use crate::recall::RecallMode;
+use crate::recall::rank::RecallOptions;
 use crate::store::memory::MemoryRecord;
 
 use crate::api::node::Node;
@@ -68,6 +72,53 @@ pub(crate) fn check_validity(v: &Validity, created_ms: u64) -> Result<()> {
     Ok(())
 }
 
+/// The encoder similarity (cosine, all-MiniLM-L6-v2's scale) from which a
+/// visible memory is reported as saying nearly what a new one says. A
+/// starting value: to be tuned on the eval set's tuning split.
+pub const SIMILAR_THRESHOLD: f32 = 0.75;
+
+/// At most this many similar memories are reported on a write.
+pub const SIMILAR_MAX: usize = 3;
+
+/// How many semantic hits the lookup reads before keeping the most similar:
+/// the recall ranks by score (importance, freshness…), similarity picks.
+const SIMILAR_POOL: usize = 10;
+
+/// The characters of a similar memory's excerpt.
+const EXCERPT_CHARS: usize = 80;
+
+/// A visible memory close to a new one ([`Node::add_noting_similar`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct Similar {
+    #[serde(serialize_with = "as_string")]
+    pub id: MemoryId,
+    /// Encoder cosine similarity of the two texts.
+    pub similarity: f32,
+    /// Its first words on one line (`…` when cut).
+    pub excerpt: String,
+}
+
+/// What [`Node::add_noting_similar`] wrote and found.
+#[derive(Debug, Clone)]
+pub struct Added {
+    pub id: MemoryId,
+    /// Visible memories that say nearly the same, most similar first.
+    pub similar: Vec<Similar>,
+}
+
+fn as_string<S: serde::Serializer>(id: &MemoryId, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.collect_str(id)
+}
+
+/// `text` on one line, at most `max` characters (then `…`).
+fn excerpt(text: &str, max: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &flat[..cut]),
+        None => flat,
+    }
+}
+
 impl Node {
     // ---------------------------------------------------------------- memories
 
@@ -81,6 +132,68 @@ impl Node {
         // One memory is encoded now (bulk writes leave theirs pending).
         self.encode_now(&[id]);
         Ok(id)
+    }
+
+    /// [`Node::add`], and the memories the writer can see that say nearly
+    /// the same ([`Added::similar`]): a hint to supersede one of them
+    /// instead of piling up contradictions (issue 39 item 7). Never fails
+    /// the write it follows: a failed lookup is logged and finds none.
+    pub fn add_noting_similar(&mut self, who: &AuthorizedScopes, new: NewMemory) -> Result<Added> {
+        let text = new.text.clone();
+        let supersedes = new.supersedes;
+        let id = self.add(who, new)?;
+        let similar = match self.similar_to(who, &text, &[Some(id), supersedes]) {
+            Ok(similar) => similar,
+            Err(e) => {
+                tracing::debug!(error = %e, "similar memories not looked up");
+                Vec::new()
+            }
+        };
+        Ok(Added { id, similar })
+    }
+
+    /// The visible memories whose encoder similarity to `text` reaches
+    /// [`SIMILAR_THRESHOLD`], most similar first, at most [`SIMILAR_MAX`],
+    /// leaving out `skip`. It is the requester's own gated recall in
+    /// semantic mode (never a second ranking path), so nothing the
+    /// requester cannot see is read, ranked or counted. None when the
+    /// encoder is off: the static model's cosines are on another scale.
+    fn similar_to(
+        &mut self,
+        who: &AuthorizedScopes,
+        text: &str,
+        skip: &[Option<MemoryId>],
+    ) -> Result<Vec<Similar>> {
+        if !self.encoder_enabled()? {
+            return Ok(Vec::new());
+        }
+        let opts = RecallOptions {
+            k: SIMILAR_POOL,
+            mode: RecallMode::Semantic,
+            note_recall: false,
+            ..RecallOptions::default()
+        };
+        let mut found: Vec<(f32, Visible<MemoryRecord>)> = self
+            .recall(who, text, &opts)?
+            .into_iter()
+            .filter(|h| !skip.contains(&Some(h.memory.id)))
+            .filter_map(|h| {
+                let s = h.explain.direct.semantic?;
+                (s >= SIMILAR_THRESHOLD).then_some((s, h.memory))
+            })
+            .collect();
+        found.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.id.cmp(&b.1.id)));
+        found.truncate(SIMILAR_MAX);
+        let shown: Vec<MemoryId> = found.iter().map(|(_, m)| m.id).collect();
+        self.audit_reads(who, &shown, "add");
+        Ok(found
+            .into_iter()
+            .map(|(similarity, m)| Similar {
+                id: m.id,
+                similarity,
+                excerpt: excerpt(&m.content, EXCERPT_CHARS),
+            })
+            .collect())
     }
 
     /// Store several memories in one transaction (all or none), each owned by

@@ -223,8 +223,23 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: MemoryCmd) -> Result<()> {
                 supersedes,
             }
             .memory(node.now_ms(), |f| format!("--{f}"))?;
-            let id = node.add(&who, new)?;
-            out.emit(&json!({"id": id.to_string()}), || id.to_string());
+            let added = node.add_noting_similar(&who, new)?;
+            let id = added.id.to_string();
+            out.emit(&json!({"id": id, "similar": added.similar}), || id.clone());
+            // The hint goes to stderr: stdout stays the bare id for scripts.
+            if !out.json
+                && !out.quiet
+                && let Some(s) = added.similar.first()
+            {
+                let more = match added.similar.len() {
+                    1 => String::new(),
+                    n => format!(" (and {} more: amos --json add)", n - 1),
+                };
+                eprintln!(
+                    "similar: {} ({:.2}) \"{}\"{more} — supersede it with amos supersede {} TEXT --as AGENT",
+                    s.id, s.similarity, s.excerpt, s.id
+                );
+            }
         }
         MemoryCmd::Supersede {
             id,

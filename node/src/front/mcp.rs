@@ -167,7 +167,9 @@ const TOOLS: &[ToolSpec] = &[
         description: "Store a new memory owned by you. It is private unless you share it: \
             share=[\"team:ID\"], [\"project:ID\"], [\"agent:ID\"] or [\"global\"]. Keep one \
             fact, decision, procedure or lesson per memory, written so it stands alone. \
-            Returns the new id.",
+            Returns the new id, and `similar`: up to 3 memories you can see that say \
+            nearly the same (id, similarity, excerpt) — supersede one instead of adding a \
+            contradiction.",
         schema: || {
             obj(
                 json!({
@@ -479,8 +481,18 @@ fn dispatch(
         "memory_add" => {
             let a: AddRequest = parse(tool, args)?;
             let new = a.memory(node.now_ms(), str::to_owned)?;
-            let id = node.add(who, new)?;
-            Ok((format!("stored {id}"), json!({"id": id.to_string()})))
+            let added = node.add_noting_similar(who, new)?;
+            let mut text = format!("stored {}", added.id);
+            for s in &added.similar {
+                text.push_str(&format!(
+                    "\nsimilar: {} ({:.2}) \"{}\" (memory_add with supersedes={} replaces it)",
+                    s.id, s.similarity, s.excerpt, s.id
+                ));
+            }
+            Ok((
+                text,
+                json!({"id": added.id.to_string(), "similar": added.similar}),
+            ))
         }
         "memory_search" => {
             let a: SearchArgs = parse(tool, args)?;
