@@ -9,6 +9,7 @@
 use serde_json::Value;
 
 use crate::common::Home;
+use crate::common::console::Console;
 use crate::common::server::{Server, free_port, id, pair_serving};
 
 /// `amos --json ARGS` with `AMOS_PROTOCOL` set as given (None: unset).
@@ -150,6 +151,9 @@ fn a_feature_the_peer_lacks_is_held_back_counted_and_sent_once_it_has_it() {
     let held = row(&a, &b);
     assert_eq!(held["protocol"], 2, "{held}");
     assert_eq!(held["held_back"], 1, "the timed memory's content: {held}");
+    // The console's peers page says so too.
+    let page = Console::start(a.path()).get("/peers").body;
+    assert!(page.contains("v2, 1 held back"), "{page}");
     // A bundle for B leaves out the same, as B's last session said.
     let file = a.path().join("for-b.bundle");
     let file = file.to_str().expect("utf-8 path");

@@ -45,6 +45,11 @@ struct PeerRow {
     session: Option<LastSession>,
     /// When it ended and how long it took.
     session_note: String,
+    /// The protocol version its last session spoke (`v2`; `–` before one)
+    /// and the facts held back for it (docs/design.md §13).
+    protocol: String,
+    /// What that means.
+    protocol_note: String,
 }
 
 /// An invite just made.
@@ -73,6 +78,20 @@ fn page(node: &crate::api::Node, app: &App, flash: Vec<String>) -> Result<PeersP
         .peer_list()?
         .into_iter()
         .map(|p| PeerRow {
+            protocol: match (p.protocol, p.held_back) {
+                (None, _) => "–".into(),
+                (Some(v), 0) => format!("v{v}"),
+                (Some(v), n) => format!("v{v}, {n} held back"),
+            },
+            protocol_note: if p.held_back > 0 {
+                format!(
+                    "{} facts need a feature this peer's protocol lacks: they are sent once it \
+                     has it (it is upgraded)",
+                    p.held_back
+                )
+            } else {
+                "the sync protocol version the peer's last session spoke".into()
+            },
             session: p.last_session,
             session_note: p.last_session.map_or_else(
                 || "no session has completed since this node recorded them".into(),
