@@ -58,14 +58,16 @@ NEW() { amos "$NEW_BIN" "$T/new" "$@"; }
 OLD() { amos "$OLD_BIN" "$T/old" "$@"; }
 jget() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
 
-serve() { # serve NAME BIN: start, wait for "listening on", print the address
+serve() { # serve NAME BIN: start (in this shell, so cleanup can stop it), wait
+  # for "listening on", set ADDR to its address
   local name=$1 bin=$2
+  : >"$T/$name.log"
   AMOS_HOME=$T/$name AMOS_LOG=info "$bin" serve --no-mdns --no-push --listen 127.0.0.1:0 \
-    </dev/null >/dev/null 2>"$T/$name.log" &
+    </dev/null >/dev/null 2>>"$T/$name.log" &
   PIDS+=($!)
   for _ in $(seq 1 300); do
     if grep -q "listening on" "$T/$name.log"; then
-      grep -o "listening on [^ ]*" "$T/$name.log" | head -1 | awk '{print $3}'
+      ADDR=$(grep -o "listening on [^ ]*" "$T/$name.log" | head -1 | awk '{print $3}')
       return
     fi
     sleep 0.1
@@ -97,7 +99,8 @@ echo "old: $("$OLD_BIN" --version) ($OLD_REV)"
 NEW init --name new >/dev/null; OLD init --name old >/dev/null
 NEW agent add alice >/dev/null; OLD agent add alice >/dev/null
 NEW_ID=$(NEW --json id | jget "d['node_id']"); OLD_ID=$(OLD --json id | jget "d['node_id']")
-NEW_ADDR=$(serve new "$NEW_BIN"); OLD_ADDR=$(serve old "$OLD_BIN")
+serve new "$NEW_BIN"; NEW_ADDR=$ADDR
+serve old "$OLD_BIN"; OLD_ADDR=$ADDR
 ok "new $NEW_ID serves at $NEW_ADDR; old $OLD_ID at $OLD_ADDR"
 NEW peers add "$OLD_ID" "$OLD_ADDR" --policy full >/dev/null
 OLD peers add "$NEW_ID" "$NEW_ADDR" --policy full >/dev/null
