@@ -37,6 +37,11 @@ pub struct Status {
     pub audit_refusals: i64,
     /// Refusals recorded since the previous `amos status`.
     pub audit_refusals_new: i64,
+    /// The sentence encoder's name and its memories encoded and pending
+    /// (pending ones are found by their static vectors until `serve`'s
+    /// background catch-up or `amos index catch-up` encodes them); `None`
+    /// when the encoder is off on this node.
+    pub encoder: Option<crate::api::node::EncoderStatus>,
 }
 
 #[derive(Debug, Serialize)]
@@ -192,6 +197,7 @@ impl Node {
             quarantined: self.quarantined()?,
             audit_refusals: status::audit_refusals(&self.store)?,
             audit_refusals_new,
+            encoder: self.encoder_status()?,
         })
     }
 

@@ -119,6 +119,13 @@ fn on_node(node: &mut Node, out: &Out, cmd: MaintenanceCmd) -> Result<()> {
                         "schema v{}  seq {}  index lag {}",
                         s.schema_version, s.seq, s.index_lag
                     ),
+                    match &s.encoder {
+                        Some(e) => format!(
+                            "encoder {}  encoded {}  pending {}",
+                            e.model, e.progress.encoded, e.progress.pending
+                        ),
+                        None => "encoder off".to_owned(),
+                    },
                     format!("peers: {}", if s.peers.is_empty() { "none" } else { "" }),
                 ];
                 for p in &s.peers {

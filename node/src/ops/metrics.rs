@@ -80,6 +80,12 @@ struct Counters {
     /// (peer, direction) → facts / bytes moved by sessions that finished.
     facts: BTreeMap<(String, &'static str), u64>,
     bytes: BTreeMap<(String, &'static str), u64>,
+    /// The encoder's memories (encoded, pending) as `serve`'s background
+    /// catch-up last counted them; `None`: not counted (encoder off, or no
+    /// catch-up running in this process).
+    encoder: Option<(u64, u64)>,
+    /// Memories the background catch-up encoded since start.
+    encoded: u64,
 }
 
 static COUNTERS: Mutex<Counters> = Mutex::new(Counters {
@@ -91,6 +97,8 @@ static COUNTERS: Mutex<Counters> = Mutex::new(Counters {
     durations: BTreeMap::new(),
     facts: BTreeMap::new(),
     bytes: BTreeMap::new(),
+    encoder: None,
+    encoded: 0,
 });
 
 fn counters() -> std::sync::MutexGuard<'static, Counters> {
@@ -130,6 +138,14 @@ fn facts_applied(r: &ApplyReport) {
     c.stale += r.stale;
     c.refused += r.refused;
     c.deferred += r.deferred;
+}
+
+/// `serve`'s background catch-up counted the encoder's memories
+/// (`None`: the encoder is off) and has just encoded `encoded` more.
+pub fn encoder_progress(progress: Option<(u64, u64)>, encoded: u64) {
+    let mut c = counters();
+    c.encoder = progress;
+    c.encoded += encoded;
 }
 
 /// A sync session with `peer` ended (`stats` only when it succeeded).
@@ -346,6 +362,30 @@ fn render(store: Option<&StoreGauges>) -> String {
                 label(peer)
             );
         }
+    }
+    if let Some((encoded, pending)) = c.encoder {
+        for (name, help, v) in [
+            (
+                "amos_encoder_pending",
+                "Live memories waiting for the sentence encoder (found by their static vectors until encoded), as the background catch-up last counted them.",
+                pending,
+            ),
+            (
+                "amos_encoder_encoded",
+                "Live memories with the sentence encoder's vectors for their current text, as the background catch-up last counted them.",
+                encoded,
+            ),
+        ] {
+            header(&mut o, name, "gauge", help);
+            let _ = writeln!(o, "{name} {v}");
+        }
+        header(
+            &mut o,
+            "amos_encoder_encoded_total",
+            "counter",
+            "Memories the background catch-up encoded since start.",
+        );
+        let _ = writeln!(o, "amos_encoder_encoded_total {}", c.encoded);
     }
     drop(c);
 

@@ -245,6 +245,8 @@ pub(crate) async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> 
     );
     retry_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
+    // Encodes what bulk paths left pending; stopped and joined when dropped.
+    let _encoder = crate::ops::encoder::start(home);
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     loop {

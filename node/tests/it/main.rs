@@ -17,6 +17,7 @@ mod deploy;
 mod discovery;
 mod doctor;
 mod encoder;
+mod encoder_serve;
 mod eval;
 mod far_future;
 mod gate_and_recall;

@@ -1,6 +1,7 @@
 //! `/`: this node at a glance — NodeId (and its QR code for pairing),
-//! version, uptime, store and index size, index lag, clock health, mesh
-//! key, the listener, metrics and console addresses.
+//! version, uptime, store and index size, index lag, the encoder's pending
+//! memories, clock health, mesh key, the listener, metrics and console
+//! addresses.
 //!
 //! Must never: change anything (it reads `Node::status_peek`, which leaves
 //! the "new refusals" mark of `amos status` alone).
@@ -32,6 +33,9 @@ struct NodePage {
     projects: i64,
     peers: usize,
     index_lag: i64,
+    /// The encoder's name (empty: off) and its pending memories.
+    encoder: String,
+    encoder_pending: u64,
     clock: String,
     clock_ok: bool,
     quarantined: usize,
@@ -71,6 +75,8 @@ pub(crate) async fn show(State(app): State<Arc<App>>) -> Result<Response, PageEr
             projects: s.projects,
             peers: s.peers.len(),
             index_lag: s.index_lag,
+            encoder_pending: s.encoder.as_ref().map_or(0, |e| e.progress.pending),
+            encoder: s.encoder.map(|e| e.model).unwrap_or_default(),
             clock_ok: ahead.is_none(),
             clock: match ahead {
                 None => "ok: the system clock is not behind the node's clock".into(),
