@@ -280,6 +280,38 @@ fn imported_memories_are_found_while_pending_and_after_catch_up() {
     }
 }
 
+/// A bundle import (another bulk path) leaves what it brings pending: found
+/// by its static vector before any catch-up, encoded by `index catch-up`.
+#[test]
+fn a_bundle_imported_memory_is_found_while_pending_and_after_catch_up() {
+    let (a, b) = (Home::new(), Home::new());
+    let id_of = |h: &Home| h.json(&["id"])["node_id"].as_str().unwrap().to_owned();
+    let (ia, ib) = (id_of(&a), id_of(&b));
+    a.ok(&["peers", "add", &ib, "--policy", "full"]);
+    b.ok(&["peers", "add", &ia, "--policy", "full"]);
+    a.ok(&["agent", "add", "bob"]);
+    for t in DISTRACTORS {
+        a.add("bob", t, &["global"]);
+    }
+    let payroll = a.add("bob", PAYROLL, &["global"]);
+    let file = b.path().join("a-to-b.amb");
+    a.json(&["bundle", "export", file.to_str().unwrap(), "--for", &ib]);
+    b.json(&["bundle", "import", file.to_str().unwrap()]);
+    for mode in ["hybrid", "semantic"] {
+        let got = rank(&b, "bob", mode, PARAPHRASE, &payroll);
+        assert!(got.is_some_and(|r| r <= 3), "{mode} while pending: {got:?}");
+    }
+    let r = catch_up(&b);
+    assert_eq!(r["encoded"], DISTRACTORS.len() + 1, "all pending: {r}");
+    for mode in ["hybrid", "semantic"] {
+        assert_eq!(
+            rank(&b, "bob", mode, PARAPHRASE, &payroll),
+            Some(1),
+            "{mode}"
+        );
+    }
+}
+
 /// Over 256 word pieces: a section at the end (only in the last window) is
 /// found by a question about it — first in hybrid, and by meaning alone in
 /// semantic mode (the first window, all filler, is below the floor). Its
