@@ -44,6 +44,6 @@ pub use maintenance::{
 pub use memories::NewMemory;
 pub use node::{InitReport, Node};
 pub use pairing::{JoinReport, join_offline};
-pub use peers::{RETRY_EVERY, RetryReport};
+pub use peers::{RETRY_EVERY, RetryReport, SET_DIGEST_SINCE};
 pub use profile::{ProfileWeights, parse_weight};
 pub use time::{TIMELINE_MAX, TimelineEntry, TimelineEvent};

@@ -25,6 +25,11 @@ pub const DEFAULT_MAX_SKEW_MS: u64 = 10 * 60 * 1000;
 /// session: a fact from a fast clock becomes applicable by time alone.
 pub const RETRY_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// The protocol version from which a session's digests are the set digest
+/// kept on write (`amos_sync::digest::SetDigest`), not the sorted-hash
+/// digest a scan computes: both sides of a session run at one version.
+pub const SET_DIGEST_SINCE: u16 = 2;
+
 /// What one retry of the deferred facts did (`amos sync retry`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RetryReport {
@@ -329,6 +334,18 @@ impl Node {
     /// never over a fact the peer may not receive, so it tells nothing of
     /// gated facts), with their number.
     pub fn session_digest(&self, peer: &NodeId) -> Result<(Vec<Scope>, [u8; 32], u64)> {
+        self.session_digest_at(peer, false)
+    }
+
+    /// [`Node::session_digest`], as the set digest kept on write when `set`
+    /// (both sides speak [`SET_DIGEST_SINCE`] or later: one row read, no
+    /// scan), else as the sorted-hash digest `amos digest` prints (a scan,
+    /// cached while the store does not move), which older peers compute.
+    pub fn session_digest_at(
+        &self,
+        peer: &NodeId,
+        set: bool,
+    ) -> Result<(Vec<Scope>, [u8; 32], u64)> {
         let policy = self.peer_policy(peer)?.ok_or_else(|| {
             NodeError::Refused(format!("{} is not a registered peer", peer.short()))
         })?;
@@ -340,7 +357,11 @@ impl Node {
                 scopes.len()
             )));
         }
-        let (digest, n) = replica::digest_bytes(&self.store, &policy)?;
+        let (digest, n) = if set {
+            replica::set_digest_bytes(&self.store, &policy)?
+        } else {
+            replica::digest_bytes(&self.store, &policy)?
+        };
         Ok((scopes, digest, n as u64))
     }
 
@@ -364,6 +385,19 @@ impl Node {
         digest: &[u8; 32],
         facts: u64,
     ) -> Result<Option<bool>> {
+        self.peer_compare_digest_at(peer, scopes, digest, facts, false)
+    }
+
+    /// [`Node::peer_compare_digest`] of a digest of the kind `set` says
+    /// ([`Node::session_digest_at`]): both sides of a session use the same.
+    pub fn peer_compare_digest_at(
+        &mut self,
+        peer: &NodeId,
+        scopes: &[Scope],
+        digest: &[u8; 32],
+        facts: u64,
+        set: bool,
+    ) -> Result<Option<bool>> {
         let ours = self.peer_policy(peer)?.ok_or_else(|| {
             NodeError::Refused(format!("{} is not a registered peer", peer.short()))
         })?;
@@ -371,7 +405,11 @@ impl Node {
             self.store.write(|tx| peers::clear_digest(tx, peer))?;
             return Ok(None);
         };
-        let (mine, n) = replica::digest_bytes(&self.store, &policy)?;
+        let (mine, n) = if set {
+            replica::set_digest_bytes(&self.store, &policy)?
+        } else {
+            replica::digest_bytes(&self.store, &policy)?
+        };
         let check = peers::DigestCheck {
             agree: mine == *digest,
             at_ms: self.now_ms(),
@@ -726,5 +764,190 @@ mod project_policy_tests {
         assert_eq!(idle, Vec::<String>::new());
         // The digest still covers them all.
         assert_eq!(org_out(&node, &policy, 0).0.len(), first.len() + 2);
+    }
+}
+
+#[cfg(test)]
+mod running_digest_tests {
+    use super::*;
+    use crate::api::NewMemory;
+    use crate::api::node::test_node;
+    use crate::home::Home;
+    use crate::store::replica::compute_set_digest;
+
+    /// A small deterministic generator (xorshift): the test's choices.
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
+    }
+
+    /// The running set digest of every policy a session asked for equals
+    /// the full scan after every change: local adds with any grants,
+    /// shares and revocations, tombstones, links, edits (the text log),
+    /// team and project memberships (a `project:` policy's team rows),
+    /// facts applied from a peer (new rows written whole) and the peer's
+    /// policy changing (its memories re-judged).
+    #[test]
+    fn running_digests_equal_the_full_scan() {
+        for seed in [7u64, 2026, 0x9e37_79b9] {
+            one_run(seed, 70);
+        }
+    }
+
+    fn one_run(seed: u64, steps: usize) {
+        let (_dir, _home, mut a, _) = test_node("carol");
+        let dir_b = tempfile::tempdir().unwrap();
+        let home_b = Home::new(dir_b.path().join("b"));
+        Node::init(&home_b, Some("b")).unwrap();
+        let mut b = Node::open(&home_b).unwrap();
+        for t in ["apollo", "zeus"] {
+            a.team_create(t, None).unwrap();
+        }
+        a.agent_add("dave", "agent", &["apollo".into()]).unwrap();
+        a.agent_add("erin", "agent", &[]).unwrap();
+        a.team_member("apollo", "carol", true).unwrap();
+        a.team_member("zeus", "carol", true).unwrap();
+        a.project_create("moon", "apollo", None).unwrap();
+        a.project_member("moon", "carol", true).unwrap();
+        b.agent_add("bob", "agent", &[]).unwrap();
+        a.peer_add(&b.node_id().to_string(), None, "full").unwrap();
+        b.peer_add(&a.node_id().to_string(), None, "full").unwrap();
+        let mut peers = vec![b.node_id()];
+        for (i, policy) in ["team:apollo", "project:moon", "team:zeus,global"]
+            .iter()
+            .enumerate()
+        {
+            let id = amos_protocol::NodeIdentity::from_secret([i as u8 + 40; 32]).node_id();
+            a.peer_add(&id.to_string(), None, policy).unwrap();
+            peers.push(id);
+        }
+        // The sessions' digests start the running ones.
+        for p in &peers {
+            a.session_digest_at(p, true).unwrap();
+        }
+        let check = |a: &Node, step: &str| {
+            let mut policies: Vec<PeerPolicy> = vec![PeerPolicy::Full];
+            for p in &peers {
+                policies.push(a.peer_policy(p).unwrap().unwrap());
+            }
+            for policy in policies {
+                let running = crate::store::digest::running_of(&a.store, &policy)
+                    .unwrap()
+                    .unwrap_or_else(|| panic!("{policy} has no running digest"));
+                let scan = compute_set_digest(&a.store, &policy).unwrap();
+                assert_eq!(running, scan, "seed {seed}, {policy}, after {step}");
+            }
+        };
+        check(&a, "the set-up");
+        let shares: [&[&str]; 6] = [
+            &[],
+            &["team:apollo"],
+            &["team:zeus"],
+            &["global"],
+            &["project:moon"],
+            &["team:apollo", "team:zeus"],
+        ];
+        let scopes = ["team:apollo", "team:zeus", "global", "project:moon"];
+        let mut rng = Rng(seed);
+        let mut mine: Vec<String> = Vec::new();
+        let mut from_b: Vec<String> = Vec::new();
+        let mut b_since = 0;
+        for step in 0..steps {
+            let who = a.requester("carol").unwrap();
+            let pick = |rng: &mut Rng, v: &[String]| v.get(rng.below(v.len().max(1))).cloned();
+            let op = rng.below(10);
+            let what = match op {
+                0 | 1 => {
+                    let mut m = NewMemory::new(format!("note {step} of seed {seed}"));
+                    m.share = shares[rng.below(shares.len())]
+                        .iter()
+                        .map(|s| s.parse().unwrap())
+                        .collect();
+                    if let Ok(id) = a.add(&who, m) {
+                        mine.push(id.to_string());
+                    }
+                    "an add"
+                }
+                2 => {
+                    if let Some(id) = pick(&mut rng, &mine) {
+                        let scope = scopes[rng.below(scopes.len())];
+                        let _ = a.set_grant(&who, &id, scope, rng.below(2) == 0);
+                    }
+                    "a share or revocation"
+                }
+                3 => {
+                    if let Some(id) = pick(&mut rng, &mine) {
+                        let _ = a.forget(&who, &id);
+                    }
+                    "a tombstone"
+                }
+                4 => {
+                    let all: Vec<String> = mine.iter().chain(&from_b).cloned().collect();
+                    if let (Some(x), Some(y)) = (pick(&mut rng, &all), pick(&mut rng, &all)) {
+                        let _ = a.link(&who, &x, &y, None, 0.5);
+                    }
+                    "a link"
+                }
+                5 => {
+                    if let Some(id) = pick(&mut rng, &mine) {
+                        let _ = a.update(&who, &id, &format!("edited at step {step}"));
+                    }
+                    "an edit"
+                }
+                6 => {
+                    let agent = ["dave", "erin"][rng.below(2)];
+                    let team = ["apollo", "zeus"][rng.below(2)];
+                    let _ = a.team_member(team, agent, rng.below(3) != 0);
+                    "a team membership"
+                }
+                7 => {
+                    let agent = ["dave", "erin"][rng.below(2)];
+                    let _ = a.project_member("moon", agent, rng.below(3) != 0);
+                    "a project membership"
+                }
+                8 => {
+                    let bob = b.requester("bob").unwrap();
+                    let mut m = NewMemory::new(format!("from b at step {step}"));
+                    m.share = shares[rng.below(shares.len())]
+                        .iter()
+                        .map(|s| s.parse().unwrap())
+                        .collect();
+                    if let Ok(id) = b.add(&bob, m) {
+                        from_b.push(id.to_string());
+                    }
+                    if rng.below(2) == 0
+                        && let Some(id) = pick(&mut rng, &from_b)
+                    {
+                        let _ = b.update(&bob, &id, &format!("b edited at {step}"));
+                    }
+                    let mut facts = Vec::new();
+                    b_since = b
+                        .export(&PeerPolicy::Full, b_since, 64, |f| {
+                            facts.extend(f);
+                            Ok(())
+                        })
+                        .unwrap();
+                    let v = facts
+                        .iter()
+                        .map(|f| SignedFact::decode_verified(f).unwrap())
+                        .collect();
+                    a.apply_from(&b.node_id(), v).unwrap();
+                    "facts from b"
+                }
+                _ => {
+                    let policy =
+                        ["full", "team:apollo", "global", "team:zeus,global"][rng.below(4)];
+                    a.peer_set_policy(&b.node_id().to_string(), policy).unwrap();
+                    a.session_digest_at(&b.node_id(), true).unwrap();
+                    "b's policy changing"
+                }
+            };
+            check(&a, &format!("step {step}: {what}"));
+        }
     }
 }

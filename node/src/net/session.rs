@@ -522,7 +522,9 @@ pub(crate) fn session_thread(
                     send(Outgoing::Finish)?;
                 }
                 Action::SendDigest => {
-                    let (scopes, digest, facts) = node.session_digest(&peer)?;
+                    // Both sides run at `version`: both use the same digest.
+                    let set = version >= crate::api::SET_DIGEST_SINCE;
+                    let (scopes, digest, facts) = node.session_digest_at(&peer, set)?;
                     send(Outgoing::Msg(SyncV1::Digest {
                         scopes,
                         digest,
@@ -546,7 +548,8 @@ pub(crate) fn session_thread(
                     digest,
                     facts,
                 } => {
-                    let agree = node.peer_compare_digest(&peer, &scopes, &digest, facts)?;
+                    let set = version >= crate::api::SET_DIGEST_SINCE;
+                    let agree = node.peer_compare_digest_at(&peer, &scopes, &digest, facts, set)?;
                     match agree {
                         Some(agree) => debug!(agree, "compared digests with {}", peer.short()),
                         None => debug!(

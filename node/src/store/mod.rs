@@ -29,6 +29,7 @@
 pub(crate) mod catchup;
 pub mod checkpoint;
 mod connect;
+pub(crate) mod digest;
 pub mod echo;
 pub mod foreign;
 pub(crate) mod hygiene;
@@ -156,6 +157,7 @@ impl Store {
             tx,
             seq: None,
             hlc: None,
+            digests: Default::default(),
         };
         let out = f(&mut w)?;
         w.flush()?;
@@ -313,6 +315,8 @@ pub struct Tx<'c> {
     tx: rusqlite::Transaction<'c>,
     seq: Option<i64>,
     hlc: Option<HlcState>,
+    /// The rows this transaction changes, for the running digests.
+    digests: digest::Tracker,
 }
 
 impl Tx<'_> {
@@ -367,6 +371,7 @@ impl Tx<'_> {
 
     /// Persist the advanced counter and clock (inside the transaction).
     fn flush(&mut self) -> Result<()> {
+        self.digests.flush(&self.tx)?;
         let mut stmt = self.tx.prepare_cached(
             "INSERT INTO meta(key, value) VALUES (?1, ?2)
              ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -379,6 +384,32 @@ impl Tx<'_> {
             stmt.execute(params!["hlc_logical", s.logical as i64])?;
         }
         Ok(())
+    }
+
+    /// Note the row `body` writes, before it changes, for the running
+    /// digests (`store::digest`).
+    fn note_row(&mut self, body: &FactBody) -> Result<()> {
+        use digest::RowKey;
+        let key = match body {
+            FactBody::MemoryContent(m) => RowKey::Memory(m.id.0.to_vec()),
+            FactBody::MemoryAcl(m) => RowKey::Memory(m.id.0.to_vec()),
+            FactBody::MemoryTombstone(m) => RowKey::Memory(m.id.0.to_vec()),
+            FactBody::Link(l) => {
+                RowKey::Link(l.from.0.to_vec(), l.to.0.to_vec(), l.relation.as_str().to_owned())
+            }
+            FactBody::Team(t) => RowKey::Team(t.id.as_str().to_owned()),
+            FactBody::Project(p) => {
+                return self
+                    .digests
+                    .touch_project(&self.tx, p.id.as_str(), p.team.as_str());
+            }
+            FactBody::Membership(m) => {
+                RowKey::Membership(m.scope.to_string(), m.agent.as_str().to_owned())
+            }
+            FactBody::Agent(a) => RowKey::Agent(a.id.as_str().to_owned()),
+            FactBody::Profile(p) => RowKey::Profile(p.agent.as_str().to_owned()),
+        };
+        self.digests.touch(&self.tx, key)
     }
 
     /// Write an admitted fact into its register row, verbatim with its
@@ -415,6 +446,7 @@ impl Tx<'_> {
     }
 
     fn put_fact(&mut self, fact: &Verified<SignedFact>, effect: &Effect) -> Result<()> {
+        self.note_row(&fact.fact.body)?;
         let seq = self.next_seq()?;
         let bytes = fact.to_bytes();
         let v = fact.fact.clock.sort_key().to_vec();
@@ -638,6 +670,8 @@ impl Tx<'_> {
         owner_trusted: bool,
         purge: bool,
     ) -> Result<()> {
+        self.digests
+            .touch(&self.tx, digest::RowKey::Memory(id.0.to_vec()))?;
         let seq = self.next_seq()?;
         let ever = self.grants_ever_with(id, effective)?;
         self.tx
@@ -787,6 +821,7 @@ impl Tx<'_> {
         let seq = self.next_seq()?;
         let tags = serde_json::to_string(&m.tags).unwrap_or_else(|_| "[]".into());
         let effective_text = join_grants(effective);
+        let (content_bytes, acl_bytes) = (content.to_bytes(), acl.to_bytes());
         let tx = &self.tx;
         tx.prepare_cached(
             "INSERT INTO memories(id, owner, origin, created_ms, kind, content, tags,
@@ -810,16 +845,18 @@ impl Tx<'_> {
             m.expires_ms.map(|e| e as i64),
             m.supersedes.map(|s| s.0.to_vec()),
             &content.fact.clock.sort_key()[..],
-            content.to_bytes(),
+            &content_bytes,
             join_grants(&a.grants),
-            effective_text,
+            &effective_text,
             &acl.fact.clock.sort_key()[..],
-            acl.to_bytes(),
+            &acl_bytes,
             seq,
             owner_trusted,
             m.validity.from_ms.map(|t| t as i64),
             m.validity.to_ms.map(|t| t as i64),
         ])?;
+        self.digests
+            .new_memory(&self.tx, &m.id.0, &effective_text, [&content_bytes, &acl_bytes])?;
         self.insert_memory_grants(&m.id, effective)
     }
 

@@ -769,6 +769,77 @@ fn compute_digest(conn: &Connection, policy: &PeerPolicy) -> Result<([u8; 32], u
     Ok(d.finish_bytes())
 }
 
+/// The running set digest of what `policy` admits now (a session digest
+/// with a peer whose protocol has it, docs/design.md §7.3): one row read.
+/// The first time a policy is asked for, it is computed by a full scan and
+/// kept from then on by every write (`store::digest`), both in one write
+/// transaction; when this connection is already inside a transaction, the
+/// scan is returned and nothing is kept.
+pub fn set_digest_bytes(
+    conn: &(impl super::Readable + ?Sized),
+    policy: &PeerPolicy,
+) -> Result<([u8; 32], usize)> {
+    let conn = super::sql(conn);
+    let key = policy.to_string();
+    if let Some(d) = super::digest::running(conn, &key)? {
+        return Ok(d.finish_bytes());
+    }
+    if !conn.is_autocommit() {
+        return Ok(compute_set_digest(conn, policy)?.finish_bytes());
+    }
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let started = (|| -> Result<amos_sync::digest::SetDigest> {
+        if let Some(d) = super::digest::running(conn, &key)? {
+            return Ok(d);
+        }
+        let scan = compute_set_digest(conn, policy)?;
+        super::digest::start(conn, &key, &scan)?;
+        Ok(scan)
+    })();
+    match started {
+        Ok(d) => {
+            conn.execute_batch("COMMIT")?;
+            Ok(d.finish_bytes())
+        }
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}
+
+/// The set digest over what `policy` admits now, by a full scan (what the
+/// running one must always equal).
+pub fn compute_set_digest(
+    conn: &(impl super::Readable + ?Sized),
+    policy: &PeerPolicy,
+) -> Result<amos_sync::digest::SetDigest> {
+    let conn = super::sql(conn);
+    let mut hashes: Vec<[u8; 32]> = Vec::new();
+    export_facts(
+        conn,
+        &ExportSpec {
+            policy,
+            since: 0,
+            retractions: false,
+            skip_author: None,
+            echo: None,
+        },
+        4096,
+        |facts| {
+            hashes.extend(facts.iter().map(|f| *blake3::hash(f).as_bytes()));
+            Ok(())
+        },
+    )?;
+    hashes.sort_unstable();
+    hashes.dedup();
+    let mut d = amos_sync::digest::SetDigest::new();
+    for h in &hashes {
+        d.insert(amos_sync::digest::Term::from_hash(h));
+    }
+    Ok(d)
+}
+
 // ------------------------------------------------------------------ peers
 
 /// One registered peer.

@@ -343,6 +343,16 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE peers ADD COLUMN held_back INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE peers ADD COLUMN held_features INTEGER NOT NULL DEFAULT 0;
     "#,
+    // v(n): the running session digests (docs/design.md §7.3, store::digest):
+    // per policy a session asked for, the sum of its facts' hashes and their
+    // number, kept by every write transaction.
+    r#"
+    CREATE TABLE digest_running (
+        policy TEXT PRIMARY KEY,
+        sum    BLOB NOT NULL,
+        facts  INTEGER NOT NULL
+    ) STRICT;
+    "#,
 ];
 
 /// The schema version this binary writes.

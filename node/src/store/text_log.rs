@@ -299,6 +299,9 @@ impl Tx<'_> {
         let FactBody::MemoryContent(m) = &fact.fact.body else {
             return Ok(false);
         };
+        // Its text log is part of the row's share of the running digests.
+        self.digests
+            .touch(&self.tx, super::digest::RowKey::Memory(m.id.0.to_vec()))?;
         let TextState {
             mut log,
             mut doc,
