@@ -80,7 +80,8 @@ impl Node {
             if !peers::set_policy(tx, &id, &policy)? {
                 return Err(NodeError::BadInput(format!("unknown peer {}", id.short())));
             }
-            policy_changed(tx, &id, &policy)
+            policy_changed(tx, &id, &policy)?;
+            replica::keep_running(tx, &policy)
         })
     }
 
@@ -579,7 +580,8 @@ pub(crate) fn upsert_peer(
     if old.is_some_and(|o| o != *policy) {
         policy_changed(tx, id, policy)?;
     }
-    Ok(())
+    // Last: its scan covers this transaction's writes.
+    replica::keep_running(tx, policy)
 }
 
 /// A peer's policy changed: the memories it originated are re-judged as the
@@ -826,10 +828,7 @@ mod running_digest_tests {
             a.peer_add(&id.to_string(), None, policy).unwrap();
             peers.push(id);
         }
-        // The sessions' digests start the running ones.
-        for p in &peers {
-            a.session_digest_at(p, true).unwrap();
-        }
+        // Registering the peers started their policies' running digests.
         let check = |a: &Node, step: &str| {
             let mut policies: Vec<PeerPolicy> = vec![PeerPolicy::Full];
             for p in &peers {
@@ -943,7 +942,6 @@ mod running_digest_tests {
                     let policy =
                         ["full", "team:apollo", "global", "team:zeus,global"][rng.below(4)];
                     a.peer_set_policy(&b.node_id().to_string(), policy).unwrap();
-                    a.session_digest_at(&b.node_id(), true).unwrap();
                     "b's policy changing"
                 }
             };

@@ -560,7 +560,8 @@ pub fn export_facts(
     // to it that member's unchanged team membership. An export from 0 (the
     // digest, a first sync, a policy change) sends them all.
     let via = export::teams_via_projects(spec.policy, |p| project_team(conn, p).ok().flatten());
-    let mut project_seq = conn.prepare_cached("SELECT seq FROM projects WHERE id = ?1 AND seq <= ?2")?;
+    let mut project_seq =
+        conn.prepare_cached("SELECT seq FROM projects WHERE id = ?1 AND seq <= ?2")?;
     let mut member = conn.prepare_cached(
         "SELECT seq FROM memberships WHERE scope = ?1 AND agent = ?2 AND present = 1 AND seq <= ?3",
     )?;
@@ -806,6 +807,22 @@ pub fn set_digest_bytes(
             Err(e)
         }
     }
+}
+
+/// Start keeping the running set digest of `policy` inside `tx`, if it has
+/// none (a peer registered, or given a new policy): on an empty store
+/// free, on a full one a scan at the operator's command rather than in the
+/// first idle session after. Call it after the transaction's other writes:
+/// the scan covers them, and the transaction's own notes do not know the
+/// policy.
+pub fn keep_running(tx: &super::Tx<'_>, policy: &PeerPolicy) -> Result<()> {
+    let conn = super::sql(tx);
+    let key = policy.to_string();
+    if super::digest::running(conn, &key)?.is_some() {
+        return Ok(());
+    }
+    let scan = compute_set_digest(conn, policy)?;
+    super::digest::start(conn, &key, &scan)
 }
 
 /// The set digest over what `policy` admits now, by a full scan (what the
