@@ -16,9 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::net::transport::{TransportError, read_frame, speaks, with_timeout, write_frame};
-use amos_protocol::wire::{
-    Epoch, Features, MIN_PROTOCOL_VERSION, SyncMessage, SyncV1, Watermark, negotiate,
-};
+use amos_protocol::wire::{Epoch, Features, SyncMessage, SyncV1, Watermark, negotiate};
 use amos_protocol::{CheckedBatch, NodeId};
 use amos_sync::session::{Action, Event, SKIP_EXPORT, Session, SessionError};
 use tokio::sync::mpsc;
@@ -154,7 +152,7 @@ pub(crate) async fn drive(
 ) -> std::result::Result<SessionStats, MeshError> {
     // A peer older than we accept is told why, in one line every version
     // decodes (`Refused`), and nothing else.
-    if let Err(e) = negotiate(MIN_PROTOCOL_VERSION, speaks().version, version) {
+    if let Err(e) = negotiate(speaks().min, speaks().version, version) {
         let refused = SyncMessage::V1(SyncV1::Refused {
             reason: e.to_string(),
         });

@@ -190,3 +190,64 @@ fn a_feature_the_peer_lacks_is_held_back_counted_and_sent_once_it_has_it() {
     assert_eq!(a.digest("global"), b.digest("global"));
     assert_eq!(row(&a, &b)["digest"]["agree"], true, "{}", row(&a, &b));
 }
+
+/// `amos --json sync now` with these variables: the one peer's outcome.
+fn sync_outcome(h: &Home, env: &[(&str, &str)]) -> Value {
+    let out = h
+        .cmd()
+        .envs(env.iter().copied())
+        .args(["--json", "sync", "now"])
+        .output()
+        .expect("spawn amos");
+    let r: Value = serde_json::from_slice(&out.stdout).expect("json");
+    r["peers"][0].clone()
+}
+
+/// Wait (bounded) until `server`'s log holds `line`.
+fn logged(server: &Server, line: &str) -> bool {
+    for _ in 0..500 {
+        if server.log().contains(line) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn a_peer_older_than_the_minimum_is_refused_in_one_line_naming_both_versions() {
+    let strict = Home::new();
+    let old = Home::new();
+    let min = [("AMOS_PROTOCOL_MIN", "2")];
+    let s_strict = Server::start_env(
+        strict.path(),
+        None,
+        &format!("127.0.0.1:{}", free_port()),
+        &["--no-mdns", "--no-push"],
+        &min,
+    );
+    let s_old = serve(&old, Some("1"));
+    pair_serving(&strict, &old, &s_strict, &s_old, "full");
+    for h in [&strict, &old] {
+        h.ok(&["agent", "add", "alice"]);
+    }
+    strict.add("alice", "never for the old node", &["global"]);
+    let line = "amos protocol version 1 is older than 2, the oldest the refusing node \
+                accepts (it speaks 2): upgrade the node on version 1";
+
+    // The old node dials: the handshake succeeds (amos/1 is still offered),
+    // then one Refused line, which it shows as the peer's reason.
+    let o = sync_outcome(&old, &[("AMOS_PROTOCOL", "1")]);
+    assert_eq!(o["result"], "refused", "{o}");
+    assert!(o["error"].as_str().unwrap().contains(line), "{o}");
+    assert!(logged(&s_strict, line), "{}", s_strict.log());
+
+    // The strict node dials the old one: refused on its side, same line.
+    let o = sync_outcome(&strict, &min);
+    assert_eq!(o["result"], "refused", "{o}");
+    assert!(o["error"].as_str().unwrap().contains(line), "{o}");
+    assert!(logged(&s_old, line), "{}", s_old.log());
+
+    // Nothing crossed either way.
+    assert!(old.search_ids("alice", "never old node", 5).is_empty());
+}
