@@ -181,3 +181,26 @@ fn with_the_encoder_off_serve_encodes_nothing() {
     assert_eq!(e["pending"], 4, "{e}");
     assert_eq!(e["encoded"], 0, "{e}");
 }
+
+/// The console's node page shows the encoder's pending memories, and that
+/// every memory is encoded once a catch-up ran.
+#[test]
+fn the_console_shows_pending_memories() {
+    let h = Home::new();
+    h.ok(&["agent", "add", "bob"]);
+    import_mem0(&h, "bob", "first", &texts(0, 2));
+    let c = crate::common::console::Console::start(h.path());
+    let page = c.get("/");
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("2 memories pending"), "{}", page.body);
+    assert!(page.body.contains("minilm"), "the encoder's name");
+    assert_eq!(h.json(&["index", "catch-up"])["encoded"], 2);
+    // A console started after the catch-up (a long-lived node does not yet
+    // take up another process's encoding: index/encoded.rs reloads its
+    // files only when it saves them itself).
+    drop(c);
+    let c = crate::common::console::Console::start(h.path());
+    let page = c.get("/");
+    assert!(!page.body.contains("memories pending"), "{}", page.body);
+    assert!(page.body.contains("every memory encoded"), "{}", page.body);
+}
