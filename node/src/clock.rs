@@ -77,16 +77,13 @@ pub(crate) fn parse_time_unbounded(s: &str, now_ms: u64) -> Result<u64> {
             now_ms.saturating_sub(d)
         });
     }
-    let t = humantime::parse_rfc3339_weak(s)
-        .or_else(|_| humantime::parse_rfc3339_weak(&format!("{s} 00:00:00")))
-        .map_err(|_| {
+    parse_rfc3339(s)
+        .or_else(|| parse_rfc3339(&format!("{s} 00:00:00")))
+        .ok_or_else(|| {
             NodeError::BadInput(format!(
                 "malformed time {s:?}: use an RFC 3339 time or date (2026-03-01), now, or an offset (-7d)"
             ))
-        })?;
-    Ok(t.duration_since(std::time::UNIX_EPOCH)
-        .map(duration_ms)
-        .unwrap_or(0))
+        })
 }
 
 /// A duration in whole ms, saturating (`as u64` would wrap a huge one
@@ -125,14 +122,103 @@ pub(crate) fn parse_expiry_unbounded(s: &str, now_ms: u64) -> Result<u64> {
     if let Ok(d) = humantime::parse_duration(s) {
         return Ok(now_ms.saturating_add(duration_ms(d)));
     }
-    let t = humantime::parse_rfc3339_weak(s).map_err(|_| {
+    parse_rfc3339(s).ok_or_else(|| {
         NodeError::BadInput(format!(
             "malformed expiry {s:?}: use a duration (30d, 12h) or an RFC 3339 time"
         ))
-    })?;
-    Ok(t.duration_since(std::time::UNIX_EPOCH)
-        .map(duration_ms)
-        .unwrap_or(0))
+    })
+}
+
+/// An RFC 3339 / ISO 8601 time as `YYYY-MM-DD[T ]HH:MM:SS[.fff]` with
+/// `Z`, `±HH:MM` (or `±HHMM`) or no zone (UTC), in ms since 1970,
+/// unbounded: the one grammar of written times, for what users type
+/// ([`parse_time`], [`parse_expiry`]) and what sources write
+/// ([`parse_source_time`]). Never panics, whatever `s` holds.
+pub fn parse_rfc3339(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let b = s.as_bytes();
+    // Every byte sliced below is an ASCII digit or separator, checked
+    // before any slice: a multi-byte character can never be cut.
+    let digits = |r: std::ops::Range<usize>| -> Option<i64> {
+        let d = b.get(r)?;
+        if d.is_empty() || !d.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        d.iter().try_fold(0i64, |n, c| {
+            n.checked_mul(10)?.checked_add(i64::from(c - b'0'))
+        })
+    };
+    if b.len() < 19
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !(b[10] == b'T' || b[10] == b' ')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let (y, mo, d) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
+    let (h, mi, sec) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    let mut rest = &b[19..];
+    let mut ms = 0i64;
+    if let Some(frac) = rest.strip_prefix(b".") {
+        let n = frac.iter().take_while(|c| c.is_ascii_digit()).count();
+        if n == 0 {
+            return None;
+        }
+        let f = digits(20..20 + n.min(3))?;
+        ms = f * 10i64.pow(3 - n.min(3) as u32);
+        rest = &frac[n..];
+    }
+    let offset_min = match rest {
+        b"" | b"Z" | b"z" => 0,
+        [sign @ (b'+' | b'-'), zone @ ..] => {
+            let sign = if *sign == b'+' { 1 } else { -1 };
+            let hm: Vec<u8> = zone.iter().copied().filter(|c| *c != b':').collect();
+            if hm.len() != 4 || !hm.iter().all(u8::is_ascii_digit) || zone.len() > 5 {
+                return None;
+            }
+            let (zh, zm) = (
+                i64::from(hm[0] - b'0') * 10 + i64::from(hm[1] - b'0'),
+                i64::from(hm[2] - b'0') * 10 + i64::from(hm[3] - b'0'),
+            );
+            if zh > 23 || zm > 59 {
+                return None;
+            }
+            sign * (zh * 60 + zm)
+        }
+        _ => return None,
+    };
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let (y2, m2) = if mo <= 2 {
+        (y - 1, mo + 9)
+    } else {
+        (y, mo - 3)
+    };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let doy = (153 * m2 + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let total = ((days * 24 + h) * 60 + mi - offset_min) * 60 + sec;
+    (total >= 0).then(|| (total * 1000 + ms) as u64)
+}
+
+/// A time as sources write it (importers): [`parse_rfc3339`], or a number
+/// of seconds since 1970 (ChatGPT). `None` if it is neither, or if it is
+/// past [`MAX_TIME_MS`] (docs/design.md §4): a source's time out of bounds
+/// is no time, as a malformed one. Never panics, whatever `s` holds.
+pub fn parse_source_time(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let ms = match s.parse::<f64>() {
+        // `as` saturates: 1e300 seconds is u64::MAX, past the bound.
+        Ok(secs) => (secs.is_finite() && secs >= 0.0).then_some((secs * 1000.0) as u64),
+        Err(_) => parse_rfc3339(s),
+    };
+    ms.filter(|ms| *ms <= MAX_TIME_MS)
 }
 
 /// A clock a test moves by hand (`.0.store(ms)`), shared between threads.
@@ -148,6 +234,23 @@ impl WallClock for MovingClock {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn users_and_sources_share_one_grammar() {
+        // A zone, which humantime's parser did not read, is read for both.
+        let t = "2025-03-01T11:00:00+01:00";
+        assert_eq!(parse_rfc3339(t), Some(1_740_823_200_000));
+        assert_eq!(parse_time(t, 0).unwrap(), 1_740_823_200_000);
+        assert_eq!(parse_expiry(t, 0).unwrap(), 1_740_823_200_000);
+        assert_eq!(parse_source_time(t), Some(1_740_823_200_000));
+        // A date is midnight UTC for a user; a source must give a time.
+        assert_eq!(parse_time("2025-03-01", 0).unwrap(), 1_740_787_200_000);
+        assert_eq!(parse_source_time("2025-03-01"), None);
+        // Seconds since 1970 are a source's, not a user's (a bare number
+        // is a duration ago for a user).
+        assert_eq!(parse_source_time("1740823200"), Some(1_740_823_200_000));
+        assert!(parse_time("2025-03-01T10:00:00+99:00", 0).is_err());
+    }
+
     use super::*;
     use amos_protocol::MAX_TIME_MS;
     use proptest::prelude::*;

@@ -282,90 +282,10 @@ pub fn source_validity(created_ms: Option<u64>, valid_to_ms: Option<u64>) -> Val
     }
 }
 
-/// Parse the timestamps sources write: RFC 3339 / ISO 8601 with `T` or a
-/// space, optional fraction, `Z`, `±HH:MM` or no zone (UTC); or a number of
-/// seconds since 1970 (ChatGPT). `None` if it is neither, or if it is past
-/// [`amos_protocol::MAX_TIME_MS`] (docs/design.md §4): a source's time out
-/// of bounds is no time, as a malformed one. Never panics, whatever `s` holds.
+/// Parse the timestamps sources write ([`crate::clock::parse_source_time`]:
+/// RFC 3339 with any zone, or seconds since 1970), `None` past the bound.
 pub fn parse_time(s: &str) -> Option<u64> {
-    parse_time_unbounded(s).filter(|ms| *ms <= amos_protocol::MAX_TIME_MS)
-}
-
-fn parse_time_unbounded(s: &str) -> Option<u64> {
-    let s = s.trim();
-    if let Ok(secs) = s.parse::<f64>() {
-        // `as` saturates: 1e300 seconds is u64::MAX, past the bound.
-        return (secs.is_finite() && secs >= 0.0).then_some((secs * 1000.0) as u64);
-    }
-    let b = s.as_bytes();
-    // Every byte sliced below is an ASCII digit or separator, checked
-    // before any slice: a multi-byte character can never be cut.
-    let digits = |r: std::ops::Range<usize>| -> Option<i64> {
-        let d = b.get(r)?;
-        if d.is_empty() || !d.iter().all(u8::is_ascii_digit) {
-            return None;
-        }
-        d.iter().try_fold(0i64, |n, c| {
-            n.checked_mul(10)?.checked_add(i64::from(c - b'0'))
-        })
-    };
-    if b.len() < 19
-        || b[4] != b'-'
-        || b[7] != b'-'
-        || !(b[10] == b'T' || b[10] == b' ')
-        || b[13] != b':'
-        || b[16] != b':'
-    {
-        return None;
-    }
-    let (y, mo, d) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
-    let (h, mi, sec) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
-        return None;
-    }
-    let mut rest = &b[19..];
-    let mut ms = 0i64;
-    if let Some(frac) = rest.strip_prefix(b".") {
-        let n = frac.iter().take_while(|c| c.is_ascii_digit()).count();
-        if n == 0 {
-            return None;
-        }
-        let f = digits(20..20 + n.min(3))?;
-        ms = f * 10i64.pow(3 - n.min(3) as u32);
-        rest = &frac[n..];
-    }
-    let offset_min = match rest {
-        b"" | b"Z" | b"z" => 0,
-        [sign @ (b'+' | b'-'), zone @ ..] => {
-            let sign = if *sign == b'+' { 1 } else { -1 };
-            let hm: Vec<u8> = zone.iter().copied().filter(|c| *c != b':').collect();
-            if hm.len() != 4 || !hm.iter().all(u8::is_ascii_digit) || zone.len() > 5 {
-                return None;
-            }
-            let (zh, zm) = (
-                i64::from(hm[0] - b'0') * 10 + i64::from(hm[1] - b'0'),
-                i64::from(hm[2] - b'0') * 10 + i64::from(hm[3] - b'0'),
-            );
-            if zh > 23 || zm > 59 {
-                return None;
-            }
-            sign * (zh * 60 + zm)
-        }
-        _ => return None,
-    };
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let (y2, m2) = if mo <= 2 {
-        (y - 1, mo + 9)
-    } else {
-        (y, mo - 3)
-    };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let doy = (153 * m2 + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let total = ((days * 24 + h) * 60 + mi - offset_min) * 60 + sec;
-    (total >= 0).then(|| (total * 1000 + ms) as u64)
+    crate::clock::parse_source_time(s)
 }
 
 /// Tags kept from a source: trimmed, commas and control characters
