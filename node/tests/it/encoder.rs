@@ -511,10 +511,12 @@ fn add_returns_similar_visible_memories_and_never_a_hidden_one() {
     assert!(hint[0].contains("amos supersede"), "{t:?}");
     assert!(!t.stderr.contains(&hidden) && !t.stderr.contains(&hidden_team));
 
-    // Unrelated: none, and the JSON still says so.
+    // Related but another fact (0.42 to the cafeteria memory bob can see,
+    // above the recall's floor, below the threshold): none, and the JSON
+    // still says so.
     let other = h.json(&[
         "add",
-        "The red team exercise found an open port on the staging firewall",
+        "The cafeteria closes early on public holidays",
         "--as",
         "bob",
     ]);
