@@ -230,16 +230,20 @@ fn a_fact_that_does_not_verify_fails_the_sync_and_moves_nothing() {
         let (conn, _) = accept_incoming(incoming).await.unwrap();
         let (mut send, mut recv) = conn.accept_bi().await.unwrap();
         let hello = read_frame(&mut recv).await.unwrap().unwrap();
-        assert!(matches!(
-            SyncMessage::decode(&hello).unwrap(),
-            SyncMessage::V1(SyncV1::Hello { .. })
-        ));
+        // The client offered amos/2 (docs/design.md §13): it opens with
+        // Hello2, and so does this stand-in server.
+        let SyncMessage::V1(SyncV1::Hello2 { version, .. }) = SyncMessage::decode(&hello).unwrap()
+        else {
+            panic!("a version-2 client opens with Hello2")
+        };
         let epoch = [7u8; 16];
         for m in [
-            SyncV1::Hello {
+            SyncV1::Hello2 {
                 epoch,
                 have: None,
                 listen: vec![],
+                version,
+                features: u64::MAX,
             },
             SyncV1::Facts { facts },
             SyncV1::Done {

@@ -249,7 +249,7 @@ async fn send_raw(
     let wait = Duration::from_secs(20);
     while let Ok(Ok(Some(frame))) = tokio::time::timeout(wait, read_frame(&mut recv)).await {
         got.push(match SyncMessage::decode(&frame) {
-            Ok(SyncMessage::V1(SyncV1::Hello { .. })) => "hello".to_owned(),
+            Ok(SyncMessage::V1(SyncV1::Hello { .. } | SyncV1::Hello2 { .. })) => "hello".to_owned(),
             Ok(SyncMessage::V1(m)) => format!("{m:?}"),
             Err(e) => format!("undecodable: {e}"),
         });
