@@ -633,6 +633,17 @@ mod tests {
         assert_eq!(decode_state(&zero), None);
     }
 
+    proptest::proptest! {
+        /// The state file is read as untrusted: any bytes decode or are
+        /// refused, never a panic; what decodes encodes back the same.
+        #[test]
+        fn any_state_bytes_decode_or_are_refused(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            if let Some((nonce, encoded)) = decode_state(&bytes) {
+                proptest::prop_assert_eq!(encode_state(&nonce, &encoded), bytes);
+            }
+        }
+    }
+
     #[test]
     fn window_keys_differ_and_the_first_is_the_id() {
         let id = MemoryId([3; 16]);
