@@ -360,7 +360,13 @@ fn a_fact_near_the_end_of_a_long_memory_is_found() {
 fn the_encoder_off_and_on_again() {
     let (h, _, _) = org();
     h.ok(&["config", "set", "encoder", "off"]);
-    let added_off = h.add("alice", PAYROLL, &["team:hr"]);
+    let off_add = h.json(&["add", PAYROLL, "--as", "alice", "--share", "team:hr"]);
+    let added_off = off_add["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        off_add["similar"],
+        json!([]),
+        "no similar hints with the encoder off, even for the same text: {off_add}"
+    );
     let hits = ids(&search(&h, "bob", "hybrid", "payroll corrections"));
     assert_eq!(
         hits.first(),
@@ -375,6 +381,12 @@ fn the_encoder_off_and_on_again() {
     h.ok(&["config", "set", "encoder", "on"]);
     let on = catch_up(&h);
     assert_eq!(on["encoded"], 1, "the add made while off was pending: {on}");
+    let again = h.json(&["add", PAYROLL, "--as", "alice", "--share", "team:hr"]);
+    assert_eq!(
+        again["similar"].as_array().map(Vec::len),
+        Some(2),
+        "{again}"
+    );
     assert_eq!(
         rank(&h, "bob", "semantic", PARAPHRASE, &added_off).map(|r| r <= 2),
         Some(true)
