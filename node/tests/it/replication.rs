@@ -278,3 +278,56 @@ fn facts_from_a_clock_far_ahead_are_quarantined_then_applied_later() {
     assert!(a.quarantined().unwrap().is_empty());
     assert_eq!(a.digest(&[]).unwrap(), b.digest(&[]).unwrap());
 }
+
+/// `amos sync retry` retries the deferred facts of its home with no
+/// network and says how many it took up, applied and still holds: facts
+/// from a clock two hours ahead of the real one stay deferred (the
+/// command runs on the system clock), and are counted both ways.
+#[test]
+fn sync_retry_says_what_it_retried_and_what_is_still_deferred() {
+    use amos_node::clock::FixedClock;
+    use std::sync::Arc;
+    let a = crate::common::Home::new();
+    assert_eq!(
+        a.json(&["sync", "retry"]),
+        serde_json::json!({"retried": 0, "applied": 0, "stale": 0, "refused": 0, "still_deferred": 0})
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let hb = Home::new(dir.path().join("b"));
+    Node::init(&hb, Some("b")).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let mut b = Node::open_with_clock(&hb, Arc::new(FixedClock(now + 2 * 3_600_000))).unwrap();
+    let mut na = Node::open(&Home::new(a.path())).unwrap();
+    na.peer_add(&b.node_id().to_string(), None, "full").unwrap();
+    b.peer_add(&na.node_id().to_string(), None, "full").unwrap();
+    b.agent_add("bob", "agent", &[]).unwrap();
+    let who = b.requester("bob").unwrap();
+    b.add(&who, NewMemory::new("from two hours ahead")).unwrap();
+    let mut facts = Vec::new();
+    b.export(&PeerPolicy::Full, 0, 100, |f| {
+        facts.extend(f);
+        Ok(())
+    })
+    .unwrap();
+    let n = facts.len() as u64;
+    let v = facts
+        .iter()
+        .map(|x| SignedFact::decode_verified(x).unwrap())
+        .collect();
+    assert_eq!(na.apply_from(&b.node_id(), v).unwrap().deferred, n);
+    drop(na);
+    let r = a.json(&["sync", "retry"]);
+    assert_eq!(r["retried"], n, "{r}");
+    assert_eq!(r["applied"], 0, "{r}");
+    assert_eq!(r["still_deferred"], n, "{r}");
+    let text = a.ok(&["sync", "retry"]).stdout;
+    assert!(
+        text.contains(&format!(
+            "retried {n} deferred facts: 0 applied, {n} still deferred"
+        )),
+        "{text}"
+    );
+}
