@@ -136,7 +136,9 @@ fn each_agent_sees_in_the_console_exactly_what_the_cli_shows() {
         assert_eq!(search.status, 200);
         assert_eq!(
             listed_ids(&search.body),
-            h.search_ids(agent, "launch", 20),
+            // The console searches in the default mode, as the CLI does
+            // without --mode (search_ids alone asks lexical).
+            h.search_ids_with(agent, "launch", &["-k", "20", "--mode", "hybrid"]),
             "search as {agent}"
         );
     }
