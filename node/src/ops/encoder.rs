@@ -30,7 +30,7 @@ use crate::progress::Progress;
 use crate::store::Watch;
 
 /// How often an idle catch-up reads the store's `seq`.
-pub const SEQ_POLL: Duration = crate::ops::serve::SEQ_POLL;
+pub use crate::store::SEQ_POLL;
 /// An idle catch-up looks again this often even when the store did not
 /// move (`amos config set encoder on` moves no `seq`).
 const RECHECK: Duration = Duration::from_secs(60);

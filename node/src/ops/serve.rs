@@ -50,9 +50,7 @@ pub struct ServeOptions {
     pub push: Option<PushConfig>,
 }
 
-/// How often the watcher reads the store's `seq` counter (one indexed read
-/// of one row).
-pub const SEQ_POLL: Duration = Duration::from_millis(50);
+pub use crate::store::SEQ_POLL;
 
 /// What the push loop hears.
 enum PushInput {

@@ -62,6 +62,10 @@ impl Connect {
 /// How long a watcher's read ([`Connect::WATCH`]) waits for a writer.
 pub const WATCH_WAIT: Duration = Duration::from_secs(2);
 
+/// How often a watcher reads the store's `seq` counter (one indexed read of
+/// one row): `serve`'s push on change and its encoder catch-up.
+pub const SEQ_POLL: Duration = Duration::from_millis(50);
+
 /// The one connection factory: the flags of `how.access` (never shared
 /// between threads: `NO_MUTEX`), its busy timeout, and the per-connection
 /// pragmas every connection runs with. The file-wide settings (WAL, the

@@ -61,7 +61,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use crate::error::{NodeError, Result};
 
 pub(in crate::store) use connect::connect;
-pub use connect::{Access, BUSY_TIMEOUT, Connect, WATCH_WAIT, Watch};
+pub use connect::{Access, BUSY_TIMEOUT, Connect, SEQ_POLL, WATCH_WAIT, Watch};
 
 /// An open store.
 pub struct Store {
@@ -394,9 +394,11 @@ impl Tx<'_> {
             FactBody::MemoryContent(m) => RowKey::Memory(m.id.0.to_vec()),
             FactBody::MemoryAcl(m) => RowKey::Memory(m.id.0.to_vec()),
             FactBody::MemoryTombstone(m) => RowKey::Memory(m.id.0.to_vec()),
-            FactBody::Link(l) => {
-                RowKey::Link(l.from.0.to_vec(), l.to.0.to_vec(), l.relation.as_str().to_owned())
-            }
+            FactBody::Link(l) => RowKey::Link(
+                l.from.0.to_vec(),
+                l.to.0.to_vec(),
+                l.relation.as_str().to_owned(),
+            ),
             FactBody::Team(t) => RowKey::Team(t.id.as_str().to_owned()),
             FactBody::Project(p) => {
                 return self
@@ -855,8 +857,12 @@ impl Tx<'_> {
             m.validity.from_ms.map(|t| t as i64),
             m.validity.to_ms.map(|t| t as i64),
         ])?;
-        self.digests
-            .new_memory(&self.tx, &m.id.0, &effective_text, [&content_bytes, &acl_bytes])?;
+        self.digests.new_memory(
+            &self.tx,
+            &m.id.0,
+            &effective_text,
+            [&content_bytes, &acl_bytes],
+        )?;
         self.insert_memory_grants(&m.id, effective)
     }
 
