@@ -113,7 +113,18 @@ struct Held {
     owner_of: HashMap<MemoryId, MemoryId>,
     /// The nonce the file pair was written with (or `[0; 16]`: never saved).
     nonce: [u8; 16],
+    /// The state file as it was when this table was loaded or saved.
+    seen: Option<FileStamp>,
     unsaved: u64,
+}
+
+/// What tells one version of a file from the next: it is replaced whole by
+/// rename, so a new file has a new inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    inode: u64,
+    len: u64,
+    modified: Option<std::time::SystemTime>,
 }
 
 impl Held {
@@ -128,6 +139,7 @@ impl Held {
             encoded: HashMap::new(),
             owner_of: HashMap::new(),
             nonce: [0; 16],
+            seen: None,
             unsaved: 0,
         }
     }
@@ -224,6 +236,12 @@ impl EncodedIndex {
         let model = encoder.name().to_owned();
         let fits = |h: &Held| h.provenance.model == model && h.provenance.epoch == epoch;
         if force_rebuild || self.held.as_ref().is_some_and(|h| !fits(h)) {
+            self.held = None;
+        }
+        // Another process (serve's catch-up, `amos index catch-up`, an add)
+        // may have encoded memories since this one loaded the files: a
+        // long-lived process (MCP, the console) takes them up.
+        if self.held.as_ref().is_some_and(|h| h.seen != self.stamp()) {
             self.held = None;
         }
         if let Some(h) = &self.held
@@ -442,6 +460,17 @@ impl EncodedIndex {
         (n, bytes)
     }
 
+    /// The state file's stamp now (`None`: no file).
+    fn stamp(&self) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = fs::metadata(&self.state_file).ok()?;
+        Some(FileStamp {
+            inode: m.ino(),
+            len: m.len(),
+            modified: m.modified().ok(),
+        })
+    }
+
     fn held(&self) -> Result<&Held> {
         self.held.as_ref().ok_or_else(not_caught_up)
     }
@@ -499,6 +528,7 @@ impl EncodedIndex {
         })?;
         drop(image);
         held.nonce = nonce;
+        held.seen = self.stamp();
         held.unsaved = 0;
         // Search the file from now on: the table built here is freed for the map.
         if let Some(loaded) = self.load_unlocked()
@@ -510,6 +540,7 @@ impl EncodedIndex {
     }
 
     fn load_unlocked(&self) -> Option<Held> {
+        let stamp = self.stamp();
         let state = fs::read(&self.state_file).ok()?;
         let (nonce, encoded) = decode_state(&state)?;
         let file = fs::File::open(&self.file).ok()?;
@@ -534,6 +565,7 @@ impl EncodedIndex {
             encoded,
             owner_of,
             nonce,
+            seen: stamp,
             unsaved: 0,
         })
     }
@@ -642,6 +674,30 @@ mod tests {
                 proptest::prop_assert_eq!(encode_state(&nonce, &encoded), bytes);
             }
         }
+    }
+
+    /// A long-lived process (MCP, the console) takes up what another
+    /// process encoded since it loaded the files, though the store did not
+    /// move (the encoder writes only its own files).
+    #[test]
+    fn a_long_lived_process_sees_what_another_encoded() {
+        let (_dir, home, mut long_lived, who) = crate::api::node::test_node("ann");
+        let n = |t: &str| crate::api::NewMemory::new(t.to_owned());
+        long_lived
+            .add_many(vec![
+                (&who, n("payroll corrections go to the pay desk")),
+                (&who, n("badges are replaced at reception")),
+            ])
+            .unwrap();
+        let pending = |node: &mut crate::api::node::Node| {
+            node.encoder_status().unwrap().unwrap().progress.pending
+        };
+        assert_eq!(pending(&mut long_lived), 2);
+        let mut other = crate::api::node::Node::open(&home).unwrap();
+        let hidden = Progress::hidden();
+        assert_eq!(other.encoder_catch_up(usize::MAX, &hidden).unwrap(), 2);
+        assert_eq!(pending(&mut other), 0);
+        assert_eq!(pending(&mut long_lived), 0);
     }
 
     #[test]
