@@ -42,7 +42,7 @@ mod analyzer;
 pub mod encoded;
 pub mod vectors;
 
-pub use analyzer::{ANALYZER_NAME, STOP_WORDS, analyze, analyzer, is_stop_word};
+pub use analyzer::{ANALYZER_NAME, STOP_WORDS, analyze, analyzer, is_stop_word, mostly_cjk};
 
 use crate::error::{NodeError, Result};
 use crate::home::Home;

@@ -14,10 +14,9 @@ use crate::api::node::RecallParts;
 use crate::error::{NodeError, Result};
 use crate::index::encoded::EncodedIndex;
 use crate::index::vectors::VectorIndex;
-use crate::index::{analyze, owner_term};
+use crate::index::{analyze, mostly_cjk, owner_term};
 use crate::recall::fuse::{
-    Direct, ENCODER_FLOOR, MIN_SIMILARITY, RecallMode, floor_of, fuse_for, mostly_cjk,
-    static_on_encoder_scale,
+    Direct, ENCODER_FLOOR, MIN_SIMILARITY, RecallMode, floor_of, fuse_for, static_on_encoder_scale,
 };
 use crate::recall::pack::{
     Conflict, Fingerprint, Included, PACK_CORE, Pack, PackDecision, PackOptions, decision,

@@ -329,18 +329,6 @@ pub fn load_distractors(path: &Path, limit: Option<usize>) -> Result<Vec<String>
     Ok(out)
 }
 
-/// Load `file` and run every mode on it, embedding with the model in
-/// `model` (else `AMOS_MODEL`, else the built-in one).
-pub fn run(file: &Path, model: Option<&Path>) -> Result<EvalReport> {
-    run_with(
-        file,
-        &EvalOptions {
-            model: model.map(Path::to_path_buf),
-            ..EvalOptions::default()
-        },
-    )
-}
-
 /// Load `file` and run every mode on it as `opts` says.
 pub fn run_with(file: &Path, opts: &EvalOptions) -> Result<EvalReport> {
     let set = load(file)?;

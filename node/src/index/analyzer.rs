@@ -169,6 +169,18 @@ fn stop_stems() -> &'static HashSet<String> {
     })
 }
 
+/// Whether `text` is written mostly (of its letters) in the scripts
+/// [`is_cjk`] names: recall then leans on its words, not the English
+/// encoder (`recall::fuse::fuse_for`).
+pub fn mostly_cjk(text: &str) -> bool {
+    let (mut letters, mut cjk) = (0usize, 0usize);
+    for c in text.chars().filter(|c| c.is_alphabetic()) {
+        letters += 1;
+        cjk += usize::from(is_cjk(c));
+    }
+    letters > 0 && 2 * cjk >= letters
+}
+
 /// Whether `c` is written in a script without spaces between words: Han
 /// (Chinese characters, kanji), Hiragana, Katakana (full and half width),
 /// Hangul, Bopomofo. A run of them is split into character bigrams.
@@ -471,6 +483,13 @@ impl<S: TokenStream> TokenStream for CompoundsStream<S> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_text_mostly_in_cjk_scripts_is_told_apart() {
+        assert!(mostly_cjk("経費精算はどうするの") && !mostly_cjk("where is the Pleo card"));
+        assert!(mostly_cjk("Pleoの経費精算の締め切り"));
+        assert!(!mostly_cjk("") && !mostly_cjk("42 !"));
+    }
+
     use super::*;
 
     #[test]

@@ -25,7 +25,7 @@
 //! returns ids and similarities, which the recall pipeline re-reads from
 //! the store and gates.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::io::Read;
 use std::path::PathBuf;
@@ -50,11 +50,16 @@ const FILE: &str = "encoder.amv";
 const STATE_FILE: &str = "encoder.state";
 const STATE_MAGIC: &[u8; 8] = b"AMOSENC1";
 /// Memories encoded per batch of a catch-up (one forward pass group each,
-/// spread over the cores), and between two saves of the file.
+/// spread over the cores).
 pub const BATCH: usize = 64;
-/// Unsaved changes (re-filed or removed vectors) a catch-up may hold before
-/// it saves the file.
+/// Unsaved changes (encoded, re-filed or removed memories) a process may
+/// hold before it saves the files...
 const PERSIST_AFTER: u64 = 256;
+/// ... or this fraction of the memories encoded, whichever is more: each
+/// save rewrites the whole file, so a catch-up of n memories writes
+/// O(n log n) bytes, not O(n²); a search meanwhile finds the unsaved ones
+/// by their static vectors.
+const PERSIST_SHARE: u64 = 16;
 /// Windows kept per memory: a memory longer than this many windows (about
 /// 3,500 words) is found by its first ones.
 pub const MAX_WINDOWS: usize = 16;
@@ -111,6 +116,10 @@ struct Held {
     encoded: HashMap<MemoryId, Encoded>,
     /// Table key of a window past the first → its memory.
     owner_of: HashMap<MemoryId, MemoryId>,
+    /// Live memories without encoder vectors for their current text, once
+    /// counted (`None` until a caller needs them: a search does not), then
+    /// kept by every change this table takes.
+    pending: Option<BTreeSet<MemoryId>>,
     /// The nonce the file pair was written with (or `[0; 16]`: never saved).
     nonce: [u8; 16],
     /// The state file as it was when this table was loaded or saved.
@@ -138,6 +147,7 @@ impl Held {
             },
             encoded: HashMap::new(),
             owner_of: HashMap::new(),
+            pending: None,
             nonce: [0; 16],
             seen: None,
             unsaved: 0,
@@ -160,13 +170,18 @@ impl Held {
     }
 
     /// Store `windows` as memory `id`'s vectors, made from `text`.
+    /// (A text with nothing to be near is recorded with no window: it is
+    /// encoded, not pending.)
     fn store(&mut self, id: MemoryId, text: [u8; 8], windows: Vec<Quantized>, access: &[String]) {
         self.forget(&id);
-        if windows.is_empty() {
-            return;
+        if let Some(p) = &mut self.pending {
+            p.remove(&id);
         }
-        if self.table.is_empty() && self.table.dim() != windows[0].row.len() {
-            self.table = VectorTable::new(windows[0].row.len());
+        if let Some(first) = windows.first()
+            && self.table.is_empty()
+            && self.table.dim() != first.row.len()
+        {
+            self.table = VectorTable::new(first.row.len());
         }
         let n = windows.len().min(MAX_WINDOWS);
         for (c, v) in windows.into_iter().take(n).enumerate() {
@@ -183,6 +198,14 @@ impl Held {
                 windows: n as u16,
             },
         );
+    }
+
+    /// Whether the unsaved changes are due to be saved.
+    fn due(&self) -> bool {
+        let share = self.encoded.len() as u64 / PERSIST_SHARE;
+        self.unsaved > 0
+            && (self.unsaved >= PERSIST_AFTER.max(share)
+                || self.pending.as_ref().is_some_and(BTreeSet::is_empty))
     }
 
     /// File memory `id`'s vectors under new access terms (its text is
@@ -240,8 +263,13 @@ impl EncodedIndex {
         }
         // Another process (serve's catch-up, `amos index catch-up`, an add)
         // may have encoded memories since this one loaded the files: a
-        // long-lived process (MCP, the console) takes them up.
-        if self.held.as_ref().is_some_and(|h| h.seen != self.stamp()) {
+        // long-lived process (MCP, the console) takes them up. One holding
+        // unsaved work keeps it: its next save merges the two.
+        if self
+            .held
+            .as_ref()
+            .is_some_and(|h| h.unsaved == 0 && h.seen != self.stamp())
+        {
             self.held = None;
         }
         if let Some(h) = &self.held
@@ -273,6 +301,9 @@ impl EncodedIndex {
                         if held.forget(&row.id) {
                             out.removed += 1;
                         }
+                        if let Some(p) = &mut held.pending {
+                            p.remove(&row.id);
+                        }
                         continue;
                     }
                     match held.encoded.get(&row.id) {
@@ -281,6 +312,9 @@ impl EncodedIndex {
                         }
                         _ => {
                             held.forget(&row.id);
+                            if let Some(p) = &mut held.pending {
+                                p.insert(row.id);
+                            }
                         }
                     }
                 }
@@ -288,39 +322,35 @@ impl EncodedIndex {
             },
         )?;
         held.provenance.watermark = high;
-        if out.rebuilt || held.unsaved >= PERSIST_AFTER {
+        if out.rebuilt || held.due() {
             self.persist(&mut held)?;
         }
         self.held = Some(held);
         Ok(out)
     }
 
-    /// The live memories waiting for encoder vectors, oldest first by the
-    /// store's order, at most `limit`.
-    fn pending_rows(&self, store: &mut Store, limit: usize) -> Result<Vec<IndexRow>> {
-        let held = self.held()?;
-        let ids: Vec<MemoryId> = store::catchup::live_ids(store)?
-            .into_iter()
-            .filter(|id| !held.encoded.contains_key(id))
-            .take(limit)
-            .collect();
-        Ok(store::catchup::rows_of(store, &ids)?
-            .into_iter()
-            .map(IndexRow::from)
-            .collect())
+    /// The live memories waiting for encoder vectors, counted from the
+    /// store the first time they are asked for (one read of the live ids).
+    fn pending(&mut self, store: &mut Store) -> Result<&mut BTreeSet<MemoryId>> {
+        let held = self.held.as_mut().ok_or_else(not_caught_up)?;
+        if held.pending.is_none() {
+            let live = store::catchup::live_ids(store)?;
+            let encoded = &held.encoded;
+            held.pending = Some(
+                live.into_iter()
+                    .filter(|id| !encoded.contains_key(id))
+                    .collect(),
+            );
+        }
+        Ok(held.pending.get_or_insert_with(BTreeSet::new))
     }
 
     /// How many live memories have encoder vectors and how many wait.
-    pub fn progress(&self, store: &mut Store) -> Result<EncoderProgress> {
-        let held = self.held()?;
-        let live = store::catchup::live_ids(store)?;
-        let encoded = live
-            .iter()
-            .filter(|id| held.encoded.contains_key(id))
-            .count() as u64;
+    pub fn progress(&mut self, store: &mut Store) -> Result<EncoderProgress> {
+        let pending = self.pending(store)?.len() as u64;
         Ok(EncoderProgress {
-            encoded,
-            pending: live.len() as u64 - encoded,
+            encoded: self.held()?.encoded.len() as u64,
+            pending,
         })
     }
 
@@ -333,8 +363,8 @@ impl EncodedIndex {
     }
 
     /// Encode up to `max` pending memories, [`BATCH`] at a time, saving the
-    /// file after each batch; returns how many were encoded. Call
-    /// [`catch_up`](Self::catch_up) first.
+    /// files when [due](Held::due) and when none is left; returns how many
+    /// were encoded. Call [`catch_up`](Self::catch_up) first.
     pub fn encode_pending(
         &mut self,
         store: &mut Store,
@@ -344,14 +374,32 @@ impl EncodedIndex {
     ) -> Result<usize> {
         let mut done = 0;
         while done < max {
-            let rows = self.pending_rows(store, BATCH.min(max - done))?;
-            if rows.is_empty() {
+            let ids: Vec<MemoryId> = self
+                .pending(store)?
+                .iter()
+                .take(BATCH.min(max - done))
+                .copied()
+                .collect();
+            if ids.is_empty() {
                 break;
             }
+            // Gone since they were counted: no longer pending.
+            let rows: Vec<IndexRow> = store::catchup::rows_of(store, &ids)?
+                .into_iter()
+                .map(IndexRow::from)
+                .filter(|r| r.live)
+                .collect();
             done += self.encode_rows(encoder, &rows)?;
-            progress.inc(rows.len() as u64);
+            let pending = self.pending(store)?;
+            for id in &ids {
+                pending.remove(id);
+            }
+            progress.inc(ids.len() as u64);
             let mut held = self.held.take().ok_or_else(not_caught_up)?;
-            let saved = self.persist(&mut held);
+            let saved = match held.due() {
+                true => self.persist(&mut held),
+                false => Ok(()),
+            };
             self.held = Some(held);
             saved?;
         }
@@ -500,15 +548,21 @@ impl EncodedIndex {
             // Ours are at least as current for what we encoded; theirs for
             // the rest. A memory either side has for a text the other does
             // not know is caught up again by the next catch-up.
-            for (id, e) in &held.encoded {
-                if newer.encoded.get(id) == Some(e) {
-                    continue;
-                }
+            let ours: Vec<(MemoryId, Encoded)> = held
+                .encoded
+                .iter()
+                .filter(|(id, e)| newer.encoded.get(id) != Some(e))
+                .map(|(id, e)| (*id, *e))
+                .collect();
+            // A memory's windows are all filed under its terms: the first's say.
+            let ids: Vec<MemoryId> = ours.iter().map(|(id, _)| *id).collect();
+            let mut terms = held.table.terms_by_id(&ids);
+            for (id, e) in ours {
                 let windows: Vec<Quantized> = (0..usize::from(e.windows))
-                    .filter_map(|c| held.table.vector_of(&chunk_key(id, c)))
+                    .filter_map(|c| held.table.vector_of(&chunk_key(&id, c)))
                     .collect();
-                let access = held.table.terms_of(id);
-                newer.store(*id, e.text, windows, &access);
+                let access = terms.remove(&id).unwrap_or_default();
+                newer.store(id, e.text, windows, &access);
             }
             newer.provenance.watermark = newer.provenance.watermark.min(held.provenance.watermark);
             *held = newer;
@@ -531,9 +585,11 @@ impl EncodedIndex {
         held.seen = self.stamp();
         held.unsaved = 0;
         // Search the file from now on: the table built here is freed for the map.
-        if let Some(loaded) = self.load_unlocked()
+        if let Some(mut loaded) = self.load_unlocked()
             && loaded.nonce == nonce
         {
+            // The same memories as this table: what is pending is too.
+            loaded.pending = held.pending.take();
             *held = loaded;
         }
         Ok(())
@@ -564,6 +620,7 @@ impl EncodedIndex {
             },
             encoded,
             owner_of,
+            pending: None,
             nonce,
             seen: stamp,
             unsaved: 0,
@@ -633,7 +690,7 @@ fn decode_state(bytes: &[u8]) -> Option<([u8; 16], HashMap<MemoryId, Encoded>)> 
         let mut text = [0u8; 8];
         text.copy_from_slice(&entry[16..24]);
         let windows = u16::from_le_bytes([entry[24], entry[25]]);
-        if windows == 0 || usize::from(windows) > MAX_WINDOWS {
+        if usize::from(windows) > MAX_WINDOWS {
             return None;
         }
         encoded.insert(MemoryId(id), Encoded { text, windows });
@@ -659,10 +716,14 @@ mod tests {
         let bytes = encode_state(&[9; 16], &encoded);
         assert_eq!(decode_state(&bytes), Some(([9; 16], encoded)));
         assert_eq!(decode_state(&bytes[..bytes.len() - 1]), None);
-        let mut zero = bytes.clone();
-        let at = zero.len() - 2;
-        zero[at..].copy_from_slice(&0u16.to_le_bytes());
-        assert_eq!(decode_state(&zero), None);
+        // No window is a text with nothing to be near (encoded, not pending);
+        // more than MAX_WINDOWS is no state amos writes.
+        let mut edit = bytes.clone();
+        let at = edit.len() - 2;
+        edit[at..].copy_from_slice(&0u16.to_le_bytes());
+        assert!(decode_state(&edit).is_some());
+        edit[at..].copy_from_slice(&(MAX_WINDOWS as u16 + 1).to_le_bytes());
+        assert_eq!(decode_state(&edit), None);
     }
 
     proptest::proptest! {
@@ -698,6 +759,79 @@ mod tests {
         assert_eq!(other.encoder_catch_up(usize::MAX, &hidden).unwrap(), 2);
         assert_eq!(pending(&mut other), 0);
         assert_eq!(pending(&mut long_lived), 0);
+    }
+
+    /// Two processes that encoded different memories since they loaded the
+    /// files both keep their work: the later save merges the other's, with
+    /// each memory's vectors still found only under its access terms.
+    #[test]
+    fn two_processes_encoding_apart_both_keep_their_work() {
+        let (_dir, home, mut node, who) = crate::api::node::test_node("ann");
+        let n = |t: &str| crate::api::NewMemory::new(t.to_owned());
+        let ids = node
+            .add_many(vec![
+                (&who, n("payroll corrections go to the pay desk")),
+                (&who, n("badges are replaced at reception")),
+            ])
+            .unwrap();
+        let enc = Encoder::builtin().unwrap();
+        let store = &mut node.store;
+        let (mut a, mut b) = (
+            EncodedIndex::open(&home).unwrap(),
+            EncodedIndex::open(&home).unwrap(),
+        );
+        a.catch_up(store, enc).unwrap();
+        b.catch_up(store, enc).unwrap();
+        // A encodes the first and holds it unsaved; B encodes and saves the
+        // second; A's save must keep B's.
+        let rows: Vec<IndexRow> = store::catchup::rows_of(store, &ids[..1])
+            .unwrap()
+            .into_iter()
+            .map(IndexRow::from)
+            .collect();
+        a.encode_rows(enc, &rows).unwrap();
+        assert_eq!(b.encode_ids(store, enc, &ids[1..]).unwrap(), 1);
+        let mut held = a.held.take().unwrap();
+        a.persist(&mut held).unwrap();
+        a.held = Some(held);
+        let mut c = EncodedIndex::open(&home).unwrap();
+        c.catch_up(store, enc).unwrap();
+        assert_eq!(c.progress(store).unwrap().pending, 0);
+        let q = enc.embed_query("who fixes a wrong paycheck");
+        let mine = vec![crate::index::owner_term("ann")];
+        let found = c.search(&q, Some(&mine), &[], 2).unwrap();
+        assert_eq!(found.len(), 2, "{found:?}");
+        let nobody = vec!["team:nobody".to_owned()];
+        assert!(c.search(&q, Some(&nobody), &[], 2).unwrap().is_empty());
+    }
+
+    /// A catch-up saves the files by a share of what is encoded, not every
+    /// batch (each save rewrites the whole file), and always once nothing
+    /// is left pending.
+    #[test]
+    fn saves_come_by_share_and_at_the_end() {
+        let mut h = Held::fresh("m", "e".into());
+        let e = Encoded {
+            text: [0; 8],
+            windows: 1,
+        };
+        for n in 0..10_000u32 {
+            let mut id = [0u8; 16];
+            id[..4].copy_from_slice(&n.to_le_bytes());
+            h.encoded.insert(MemoryId(id), e);
+        }
+        h.pending = Some(BTreeSet::from([MemoryId([9; 16])]));
+        h.unsaved = BATCH as u64;
+        assert!(!h.due(), "one batch of 10,000 is not due");
+        h.unsaved = 10_000 / PERSIST_SHARE - 1;
+        assert!(!h.due());
+        h.unsaved = 10_000 / PERSIST_SHARE;
+        assert!(h.due());
+        h.unsaved = 1;
+        h.pending = Some(BTreeSet::new());
+        assert!(h.due(), "the last batch is saved");
+        h.unsaved = 0;
+        assert!(!h.due());
     }
 
     #[test]

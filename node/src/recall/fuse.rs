@@ -48,27 +48,6 @@ pub const CJK_ENCODER_WEIGHT: f32 = 0.1;
 /// none, instead of the best of a bad lot (tuned with the fusion).
 pub const RELEVANCE_FLOOR: f32 = 0.25;
 
-/// Whether `query` is written mostly in CJK scripts (of its letters).
-pub fn mostly_cjk(query: &str) -> bool {
-    let (mut letters, mut cjk) = (0usize, 0usize);
-    for c in query.chars().filter(|c| c.is_alphabetic()) {
-        letters += 1;
-        cjk += usize::from(is_cjk(c));
-    }
-    letters > 0 && 2 * cjk >= letters
-}
-
-fn is_cjk(c: char) -> bool {
-    matches!(c as u32,
-        0x3040..=0x30FF      // Hiragana, Katakana
-        | 0x3400..=0x4DBF    // CJK Extension A
-        | 0x4E00..=0x9FFF    // CJK Unified Ideographs
-        | 0xAC00..=0xD7AF    // Hangul syllables
-        | 0xF900..=0xFAFF    // CJK Compatibility Ideographs
-        | 0xFF66..=0xFF9F    // half-width Katakana
-        | 0x20000..=0x2FA1F) // CJK Extensions B-F, Compatibility Supplement
-}
-
 /// A semantic candidate below the model's cosine floor is not a candidate
 /// at all: the nearest vectors of a store always exist, but an unrelated
 /// memory should not answer a query just because nothing closer was there.
@@ -202,7 +181,8 @@ pub fn fuse(
     fuse_for(mode, false, lexical, semantic, floor, visible)
 }
 
-/// [`fuse`] for a question that is [`mostly_cjk`] or not (`hybrid` then
+/// [`fuse`] for a question written mostly in CJK scripts or not
+/// ([`crate::index::mostly_cjk`]) (`hybrid` then
 /// leans on the words, not the English encoder).
 pub fn fuse_for(
     mode: RecallMode,
@@ -299,8 +279,6 @@ mod tests {
         // A question in Japanese leans on its words instead.
         let j = fuse_for(RecallMode::Hybrid, true, &lex, &sem, 0.2, |_| true);
         assert!(j[&id(2)].relevance > j[&id(3)].relevance);
-        assert!(mostly_cjk("経費精算はどうするの") && !mostly_cjk("where is the Pleo card"));
-        assert!(mostly_cjk("Pleoの経費精算の締め切り"));
     }
 
     #[test]

@@ -454,17 +454,23 @@ impl VectorTable {
         })
     }
 
-    /// The access terms memory `id`'s vector is found under (a walk of every
-    /// term's posting: for the rare merge of two processes' tables).
-    pub fn terms_of(&self, id: &MemoryId) -> Vec<String> {
-        let Some(slot) = self.slot_of(id) else {
-            return Vec::new();
-        };
-        self.postings
+    /// The access terms each of `ids`' vectors is found under, in one walk
+    /// of every term's posting (for the rare merge of two processes'
+    /// tables); an id with no vector is left out.
+    pub fn terms_by_id(&self, ids: &[MemoryId]) -> HashMap<MemoryId, Vec<String>> {
+        let slots: HashMap<u32, MemoryId> = ids
             .iter()
-            .filter(|(_, p)| p.slots.parts().into_iter().flatten().any(|s| *s == slot))
-            .map(|(t, _)| t.clone())
-            .collect()
+            .filter_map(|id| Some((self.slot_of(id)?, *id)))
+            .collect();
+        let mut out: HashMap<MemoryId, Vec<String>> = HashMap::new();
+        for (term, p) in &self.postings {
+            for slot in p.slots.parts().into_iter().flatten() {
+                if let Some(id) = slots.get(slot) {
+                    out.entry(*id).or_default().push(term.clone());
+                }
+            }
+        }
+        out
     }
 
     /// Forget memory `id`'s vector; whether there was one. Its slot stays
