@@ -420,9 +420,7 @@ fn the_console_in_a_real_browser() {
         (&json!(0), &json!(0)),
         "the second sync moved nothing"
     );
-    // Something new on B for the live session to bring.
-    b.add("zed", "later from the other node", &["global"]);
-    // Wait until the stream is open, then watch the cell.
+    // Watch the cell, then wait until the stream is open.
     browser.script_async(
         "var done = arguments[arguments.length - 1];
          var row = document.querySelector(arguments[0]);
@@ -433,6 +431,11 @@ fn the_console_in_a_real_browser() {
          (function wait() { if (document.body.dataset.live === 'on') done(true); else setTimeout(wait, 20); })();",
         json!([row]),
     );
+    // Only now something new on B for a session to bring: B's serving
+    // process may push it to A before `sync now` runs, and a session that
+    // ended before the page listened would never be heard. Every session
+    // A takes part in runs in A's serving process, which feeds the page.
+    b.add("zed", "later from the other node", &["global"]);
     let (code, outcomes) = b.sync(&["now", &id(&a)]);
     assert_eq!(code, 0, "{outcomes:?}");
     let changed = browser.script_async(
