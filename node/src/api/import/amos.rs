@@ -4,7 +4,8 @@
 //! The file is JSON Lines: a header `{"kind": "amos-export", "version": 1,
 //! "agent", "node", "exported"}`, then one `memory` record per memory the
 //! agent owns (text, type, grants, tags, importance, confidence, pinned,
-//! created, valid from/to, expiry, archived, and its edit history), one `link` record per link
+//! created, valid from/to, expiry, archived, the memory it supersedes, and
+//! its edit history), one `link` record per link
 //! leaving one of them, and the agent's `profile`. Memories leave the
 //! store only through the read gate, as the agent itself sees them.
 //!
@@ -91,6 +92,7 @@ impl Node {
                     "expires": m.expires_ms().map(rfc3339),
                     "archived": m.archived(),
                     "origin": m.origin().to_string(),
+                    "supersedes": m.supersedes().map(|s| s.to_string()),
                     "history": history,
                 }));
                 shown.push(m.id());
@@ -287,6 +289,10 @@ pub fn read(path: &Path, as_agent: Option<&AgentId>) -> Result<Plan> {
                     valid_to_ms: time("valid_to"),
                     expires_ms: time("expires"),
                     archived: v.get("archived").and_then(Value::as_bool).unwrap_or(false),
+                    supersedes: v
+                        .get("supersedes")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
                 });
             }
             "link" => plan.links.push(PlanLink {

@@ -453,6 +453,7 @@ fn map(g: Gathered) -> Result<Plan> {
             valid_to_ms: None,
             expires_ms,
             archived: *archived,
+            supersedes: None,
         });
     }
     for (o, at) in &g.links {

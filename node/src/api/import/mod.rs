@@ -96,6 +96,9 @@ pub struct PlanMemory {
     pub expires_ms: Option<u64>,
     /// Archived in the source: imported archived (local-only state here).
     pub archived: bool,
+    /// The source id of the memory this one replaces (an amos export's
+    /// `supersedes`): kept when that memory is in the same input.
+    pub supersedes: Option<String>,
 }
 
 impl PlanMemory {
@@ -125,6 +128,7 @@ impl PlanMemory {
             valid_to_ms: None,
             expires_ms: None,
             archived: false,
+            supersedes: None,
         }
     }
 }
@@ -556,6 +560,8 @@ fn prepare(
     let mut ids: HashMap<&str, MemoryId> = HashMap::new();
     let mut scope_ok: HashMap<Scope, bool> = HashMap::new();
     let mut memories = Vec::with_capacity(plan.memories.len());
+    // (index in `memories`, source id of the memory it replaces)
+    let mut replacing: Vec<(usize, &str)> = Vec::new();
     for m in &plan.memories {
         if tombstoned.contains(m.source_id.as_str()) {
             continue; // deleted in the source: handled with the tombstones
@@ -564,6 +570,11 @@ fn prepare(
         if moves::memory_fixed(conn, &id)?.is_some() {
             report.memories_held += 1;
             ids.insert(&m.source_id, id);
+            continue;
+        }
+        if let Some(own) = held_as_itself(conn, plan.source, m)? {
+            report.memories_held += 1;
+            ids.insert(&m.source_id, own);
             continue;
         }
         if ids.contains_key(m.source_id.as_str()) {
@@ -663,10 +674,23 @@ fn prepare(
         if m.archived {
             report.archived += 1;
         }
+        if let Some(old) = &m.supersedes {
+            replacing.push((memories.len(), old.as_str()));
+        }
         memories.push((content, acl, m.archived));
         ids.insert(&m.source_id, id);
     }
     report.memories = memories.len();
+    // Supersession, once every memory's id is known (a file may list the
+    // new memory before the one it replaces): only within what the input
+    // brings, held or new.
+    for (at, old) in replacing {
+        let old = ids.get(old).copied();
+        match (&mut memories[at].0, old) {
+            (FactBody::MemoryContent(c), Some(old)) if old != c.id => c.supersedes = Some(old),
+            _ => unmapped("supersedes a memory not in the input: left out".into()),
+        }
+    }
 
     // Tombstones: only for a memory an earlier import made here.
     let mut after = Vec::new();
@@ -770,6 +794,28 @@ fn prepare(
         after,
         report,
     })
+}
+
+/// An amos export names each memory by its own id: imported into a node
+/// that holds that very memory live (the node that exported it, or one
+/// holding a replica), it is that memory, held, not made again. Only a
+/// live memory of the same owner counts: a file cannot claim another
+/// agent's memory, and one forgotten here (`amos forget --agent A --all`
+/// before a re-import) comes back as a new memory.
+fn held_as_itself(
+    conn: &(impl crate::store::Readable + ?Sized),
+    source: Source,
+    m: &PlanMemory,
+) -> Result<Option<MemoryId>> {
+    if source != Source::Amos {
+        return Ok(None);
+    }
+    let Ok(own) = m.source_id.parse::<MemoryId>() else {
+        return Ok(None);
+    };
+    Ok(moves::memory_fixed(conn, &own)?
+        .is_some_and(|(f, forgotten)| !forgotten && f.owner == m.owner)
+        .then_some(own))
 }
 
 fn membership(scope: OrgScope, agent: &AgentId) -> FactBody {
