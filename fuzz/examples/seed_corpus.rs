@@ -323,22 +323,22 @@ fn main() -> std::io::Result<()> {
     // vector_snapshot: a small index file with two terms.
     let v = root.join("vector_snapshot");
     fs::create_dir_all(&v)?;
-    let mut table = amos_node::index::vectors::table::VectorTable::new(20);
+    let mut table = amos_node::index::vectors::VectorTable::new(20);
     for i in 0..12u8 {
         let x: Vec<f32> = (0..20).map(|j| ((i as usize * 5 + j * 3) % 11) as f32 - 5.0).collect();
-        if let Some(q) = amos_node::index::vectors::quantize::quantize(&x) {
+        if let Some(q) = amos_node::index::vectors::quantize(&x) {
             let terms = [if i % 2 == 0 { "team:x" } else { "owner:bob" }.to_string()];
             table.upsert(amos_protocol::MemoryId([i; 16]), q, &terms);
         }
     }
-    let provenance = amos_node::index::vectors::snapshot::Provenance {
+    let provenance = amos_node::index::vectors::Provenance {
         model: "builtin".into(),
         epoch: "e".into(),
         watermark: 9,
     };
     fs::write(
         v.join("seed-table"),
-        amos_node::index::vectors::snapshot::encode(&provenance, &table.to_parts()),
+        amos_node::index::vectors::encode(&provenance, &table.to_parts()),
     )?;
     // sync_message: one frame of every session message, the `Digest` (the
     // newest variant) scoped and full.

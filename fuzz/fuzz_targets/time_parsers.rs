@@ -10,7 +10,7 @@
 use amos_node::api::import;
 use amos_node::api::{parse_expiry, parse_time};
 use amos_node::clock::rfc3339;
-use amos_node::front::request::{AddRequest, TimeRequest};
+use amos_node::front::{AddRequest, TimeRequest};
 use amos_protocol::MAX_TIME_MS;
 use libfuzzer_sys::fuzz_target;
 

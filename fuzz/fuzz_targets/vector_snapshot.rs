@@ -6,17 +6,17 @@
 
 use std::collections::HashSet;
 
-use amos_node::index::vectors::{quantize, snapshot, table::VectorTable};
+use amos_node::index::vectors::{self, VectorTable};
 use amos_protocol::MemoryId;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = snapshot::decode_header(data);
-    let Ok((provenance, parts)) = snapshot::decode_bytes(data) else {
+    let _ = vectors::decode_header(data);
+    let Ok((provenance, parts)) = vectors::decode_bytes(data) else {
         return;
     };
     // The layout is canonical: what was accepted encodes to the same bytes.
-    let again = snapshot::encode(&provenance, &parts);
+    let again = vectors::encode(&provenance, &parts);
     assert_eq!(again, data, "an accepted snapshot re-encodes differently");
     let shown: HashSet<_> = parts
         .access
@@ -26,7 +26,7 @@ fuzz_target!(|data: &[u8]| {
     let dim = parts.dim;
     let table = VectorTable::from_parts(parts);
     let v: Vec<f32> = (0..dim).map(|i| (i % 7) as f32 - 3.0).collect();
-    let Some(q) = quantize::query(&v) else { return };
+    let Some(q) = vectors::query(&v) else { return };
     let terms = ["team:x".to_string()];
     for (id, _) in table.nearest(&q, Some(&terms), &[], 10) {
         assert!(shown.contains(&id), "a vector outside the allowed terms");

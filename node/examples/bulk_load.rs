@@ -13,9 +13,9 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use amos_node::Home;
 use amos_node::api::Node;
 use amos_node::bench::{Org, WorkloadMemory, build_org};
-use amos_node::home::Home;
 
 const BATCH: usize = 1000;
 

@@ -39,10 +39,11 @@ use tantivy::{
 };
 
 mod analyzer;
-pub mod encoded;
+pub(crate) mod encoded;
 pub mod vectors;
 
 pub use analyzer::{ANALYZER_NAME, STOP_WORDS, analyze, analyzer, is_stop_word, mostly_cjk};
+pub use encoded::EncoderProgress;
 
 use crate::error::{NodeError, Result};
 use crate::home::Home;

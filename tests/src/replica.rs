@@ -2,7 +2,7 @@
 //! [`TestReplica`] is every operation those tests perform on a replica,
 //! implemented over the in-memory twin ([`Mem`], `amos_sync::memstore`) and
 //! over the real store ([`Sql`]: `amos_node::store::Store` on a SQLite file
-//! in a temporary directory, written through `amos_node::store::replica::SqlReplica`
+//! in a temporary directory, written through `amos_node::store::inspect::SqlReplica`
 //! inside `Store::write`, exactly as the node applies a batch).
 //!
 //! Each primitive lives in ONE function here (local write, apply, export,
@@ -18,9 +18,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use amos_acl::{AuthorizedScopes, PeerPolicy};
-use amos_node::store::org::StoredOrg;
-use amos_node::store::replica::{self, ExportSpec, SqlReplica};
-use amos_node::store::{Store, Tx, inspect, peers, split_grants};
+use amos_node::store::inspect::{self, ExportSpec, SqlReplica};
+use amos_node::store::{Store, StoredOrg, Tx, split_grants};
 use amos_protocol::{
     AgentId, Fact, FactBody, Grants, Hlc, HlcState, MemoryFixed, MemoryId, MemoryText, NodeId,
     NodeIdentity, Register, SignedFact, Verified,
@@ -366,7 +365,7 @@ pub fn sql_local_write(
 
 /// Register `node` as a peer with `policy` (`amos peers add`).
 pub fn sql_add_peer(tx: &mut Tx<'_>, node: &NodeId, policy: &PeerPolicy) -> amos_node::Result<()> {
-    peers::upsert(tx, node, None, None, policy, 0)
+    inspect::upsert(tx, node, None, None, policy, 0)
 }
 
 /// Change a registered peer's policy, as `amos peers policy` does at the
@@ -377,16 +376,16 @@ pub fn sql_set_peer_policy(
     node: &NodeId,
     policy: &PeerPolicy,
 ) -> amos_node::Result<()> {
-    if !peers::set_policy(tx, node, policy)? {
+    if !inspect::set_policy(tx, node, policy)? {
         return Err(amos_node::NodeError::BadInput(format!(
             "unknown peer {}",
             node.short()
         )));
     }
     // Re-judge the memories it originated, as `amos peers policy` does.
-    replica::restand_origin(tx, node, policy)?;
+    inspect::restand_origin(tx, node, policy)?;
     let seq = tx.next_seq()?;
-    peers::reset_watermark(tx, node, seq)
+    inspect::reset_watermark(tx, node, seq)
 }
 
 /// Facts refused or held aside as stored, decoded, with sender and why.
@@ -504,7 +503,7 @@ impl TestReplica for Sql {
 
     fn export(&mut self, policy: &PeerPolicy) -> Vec<Verified<SignedFact>> {
         let mut out = Vec::new();
-        replica::export_facts(
+        inspect::export_facts(
             &self.store,
             &ExportSpec {
                 policy,
@@ -524,13 +523,13 @@ impl TestReplica for Sql {
     }
 
     fn digest(&mut self) -> String {
-        replica::digest(&self.store, &PeerPolicy::Full)
+        inspect::digest(&self.store, &PeerPolicy::Full)
             .expect("digest")
             .0
     }
 
     fn scoped_digest(&mut self, policy: &PeerPolicy) -> String {
-        replica::digest(&self.store, policy).expect("digest").0
+        inspect::digest(&self.store, policy).expect("digest").0
     }
 
     fn visible_to(&mut self, agent: &AgentId) -> BTreeSet<MemoryId> {
@@ -597,7 +596,7 @@ impl TestReplica for Sql {
     }
 
     fn peer_policy(&mut self, node: &NodeId) -> Option<PeerPolicy> {
-        replica::peer_policy(&self.store, node).expect("peer policy")
+        inspect::peer_policy(&self.store, node).expect("peer policy")
     }
 
     fn set_peer_policy(&mut self, node: &NodeId, policy: &PeerPolicy) {
@@ -629,7 +628,7 @@ impl TestReplica for Sql {
 
     fn take_deferred(&mut self) -> Vec<(SignedFact, NodeId)> {
         self.store
-            .write(|tx| replica::take_deferred(tx))
+            .write(|tx| inspect::take_deferred(tx))
             .expect("take deferred")
             .into_iter()
             .map(|(peer, b)| (decode(&b).into_inner(), peer))

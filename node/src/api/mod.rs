@@ -27,9 +27,9 @@ pub(crate) mod org;
 pub(crate) mod pairing;
 pub(crate) mod peers;
 pub(crate) mod profile;
-pub mod reads;
+pub(crate) mod reads;
 pub(crate) mod recall;
-pub mod repair;
+pub(crate) mod repair;
 pub(crate) mod signing;
 pub(crate) mod time;
 
@@ -38,12 +38,15 @@ pub use bundles::{ExportReport, ImportReport};
 pub use edits::{DEFAULT_COMPACT_BYTES, HistoryLine};
 pub use links::LinkView;
 pub use maintenance::{
-    BackupReport, CheckReport, DanglingLink, HygieneAction, HygieneReport, RebuildReport,
-    RetentionPolicy, Status,
+    BackupReport, CheckReport, DanglingLink, EncoderCatchUpReport, HygieneAction, HygieneReport,
+    RebuildReport, RetentionPolicy, Status,
 };
-pub use memories::NewMemory;
-pub use node::{InitReport, Node};
-pub use pairing::{JoinReport, join_offline};
+pub use memories::{Added, NewMemory, Similar};
+pub use node::{EncoderStatus, InitReport, Node};
+pub use pairing::{Invite, JoinReport, MeshKeyOutcome, Welcome, join_offline};
 pub use peers::{RETRY_EVERY, RetryReport, SET_DIGEST_SINCE};
 pub use profile::{ProfileWeights, parse_weight};
+pub use reads::ReadAuditConfig;
+pub use recall::VectorProbe;
+pub use repair::{RepairPlan, RepairReason};
 pub use time::{TIMELINE_MAX, TimelineEntry, TimelineEvent};

@@ -25,16 +25,17 @@ mod corpus;
 mod edits;
 pub mod eval;
 mod generate;
-pub mod mesh;
+pub(crate) mod mesh;
 mod stats;
 mod sync;
 mod workload;
 
-pub use corpus::{BenchConfig, BenchReport, build_org, run};
+pub use corpus::{BenchConfig, BenchReport, EncoderBench, build_org, run};
 pub use edits::TextReport;
 pub use generate::{
     DEFAULT_SEED, GenerateConfig, GenerateReport, VisibilityMix, generate, is_framed, org,
 };
-pub use stats::{Millis, peak_rss_bytes};
+pub use mesh::{MeshReport, run as run_mesh};
+pub use stats::{Machine, Millis, PhaseMemory, peak_rss_bytes};
 pub use sync::SyncReport;
 pub use workload::{Org, OrgProject, WorkloadMemory, WorkloadQuery};

@@ -160,7 +160,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: AuditingCmd) -> Result<()> {
 #[derive(serde::Serialize)]
 struct Settings {
     #[serde(flatten)]
-    read_audit: amos_node::api::reads::ReadAuditConfig,
+    read_audit: amos_node::api::ReadAuditConfig,
     /// `on` or `off`.
     encoder: &'static str,
 }

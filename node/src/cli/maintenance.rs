@@ -79,7 +79,7 @@ pub(super) fn run(home: &Home, out: &Out, cmd: MaintenanceCmd) -> Result<()> {
     match cmd {
         MaintenanceCmd::Init { name } => {
             let r = Node::init(home, name.as_deref())?;
-            amos_node::front::console::token::ensure(home)?;
+            amos_node::front::console::ensure_token(home)?;
             out.emit(&json!({"node_id": r.node_id, "home": r.home}), || {
                 format!(
                     "{} node {} in {}",
@@ -153,7 +153,7 @@ fn on_node(node: &mut Node, out: &Out, cmd: MaintenanceCmd) -> Result<()> {
             })
         }
         MaintenanceCmd::Doctor { offline } => {
-            let r = amos_node::ops::doctor::run(node, !offline)?;
+            let r = amos_node::ops::doctor(node, !offline)?;
             out.emit(&r, || {
                 r.checks
                     .iter()

@@ -210,7 +210,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: MemoryCmd) -> Result<()> {
         } => {
             let text = text_arg(text)?;
             let who = who(node, &w)?;
-            let new = amos_node::front::request::AddRequest {
+            let new = amos_node::front::AddRequest {
                 content: text,
                 kind,
                 share,
@@ -286,7 +286,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: MemoryCmd) -> Result<()> {
             out.emit(&json!({"events": events}), || {
                 events
                     .iter()
-                    .map(amos_node::front::view::timeline_line)
+                    .map(amos_node::front::timeline_line)
                     .collect::<Vec<_>>()
                     .join("\n")
             });
@@ -401,7 +401,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: MemoryCmd) -> Result<()> {
             let timed = node.list_in_time(&who, kind.as_ref(), limit, &q)?;
             let ms: Vec<_> = timed.iter().map(|(m, _)| m.clone()).collect();
             out.emit(
-                &json!({"memories": timed.iter().map(|(m, vt)| amos_node::front::view::timed_json(m, vt)).collect::<Vec<_>>()}),
+                &json!({"memories": timed.iter().map(|(m, vt)| amos_node::front::timed_json(m, vt)).collect::<Vec<_>>()}),
                 || {
                     ms.iter()
                         .map(|m| {
@@ -440,7 +440,7 @@ fn text_arg(text: String) -> Result<String> {
 
 impl ValidArgs {
     fn validity(&self, now_ms: u64) -> Result<amos_protocol::Validity> {
-        Ok(amos_node::front::request::validity(
+        Ok(amos_node::front::validity(
             self.valid_from.as_deref(),
             self.valid_to.as_deref(),
             now_ms,

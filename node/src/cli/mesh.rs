@@ -182,7 +182,7 @@ fn on_node(node: &mut Node, out: &Out, cmd: ReplicationCmd) -> Result<()> {
 
 /// `amos join CODE [--offline] [--as AGENT]`.
 fn join_cmd(home: &Home, out: &Out, code: &str, offline: bool, agent: Option<&str>) -> Result<()> {
-    use amos_node::events::SyncResult;
+    use amos_node::SyncResult;
     use amos_node::net::{AgentLeftOut, JoinAgent};
     // Validates the home (exit 2 if it is not one).
     let agent = amos_node::net::join_agent(&Node::open(home)?, code, agent, offline)?;
@@ -200,7 +200,7 @@ fn join_cmd(home: &Home, out: &Out, code: &str, offline: bool, agent: Option<&st
     let r = if offline {
         amos_node::api::join_offline(home, code)?
     } else {
-        let progress = amos_node::progress::SyncProgress::new(out.feedback());
+        let progress = amos_node::SyncProgress::new(out.feedback());
         amos_node::net::join_blocking(home, code, agent.carried(), progress.observer())?
     };
     out.emit(&r, || {
@@ -244,7 +244,7 @@ fn join_cmd(home: &Home, out: &Out, code: &str, offline: bool, agent: Option<&st
 
 /// `amos sync now|auto`: one pass, one line (or JSON object) per peer.
 fn sync_cmd(home: &Home, out: &Out, cmd: SyncCmd) -> Result<()> {
-    use amos_node::events::SyncResult;
+    use amos_node::SyncResult;
     let (only, auto) = match &cmd {
         SyncCmd::Now { peer, .. } => (peer.as_deref(), false),
         SyncCmd::Auto => (None, true),
@@ -257,7 +257,7 @@ fn sync_cmd(home: &Home, out: &Out, cmd: SyncCmd) -> Result<()> {
         node.ask_repair_of(only)?;
     }
     drop(node);
-    let progress = amos_node::progress::SyncProgress::new(out.feedback());
+    let progress = amos_node::SyncProgress::new(out.feedback());
     let outcomes = amos_node::net::sync_pass_blocking(home, only, progress.observer())?;
     drop(progress);
     out.emit(&json!({"peers": outcomes}), || {
@@ -266,7 +266,7 @@ fn sync_cmd(home: &Home, out: &Out, cmd: SyncCmd) -> Result<()> {
         }
         outcomes
             .iter()
-            .map(amos_node::front::view::outcome_line)
+            .map(amos_node::front::outcome_line)
             .collect::<Vec<_>>()
             .join("\n")
     });
@@ -312,7 +312,7 @@ fn retry_cmd(home: &Home, out: &Out) -> Result<()> {
 fn discover_cmd(home: &Home, out: &Out, timeout: &str) -> Result<()> {
     let timeout = humantime::parse_duration(timeout)
         .map_err(|_| bad(format!("malformed --timeout {timeout:?}: use e.g. 3s")))?;
-    let nodes = amos_node::net::discovery::discover(home, timeout)?;
+    let nodes = amos_node::net::discover(home, timeout)?;
     out.emit(&json!({"nodes": nodes}), || {
         if nodes.is_empty() {
             return "no amos nodes seen".into();

@@ -5,8 +5,8 @@
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 
+use amos_node::Progress;
 use amos_node::api::import::{self, ImportOptions, ImportReport};
-use amos_node::progress::Progress;
 use amos_node::{Node, NodeError};
 use amos_protocol::{AgentId, Scope};
 use anyhow::Result;

@@ -102,7 +102,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: OrgCmd) -> Result<()> {
         }
         OrgCmd::Agent(AgentCmd::Apply) => {
             let home = node.home().clone();
-            let r = amos_node::ops::fleet::apply(node, &home)?;
+            let r = amos_node::ops::apply_fleet(node, &home)?;
             out.emit(&r, || {
                 if !r.file {
                     return "no agents.toml in the home: nothing to apply".into();

@@ -5,9 +5,10 @@
 
 use amos_acl::Visible;
 use amos_node::api::{BackupReport, HygieneReport};
-pub use amos_node::front::view::{hit_json, memory_json, one_line, pack_json, rfc3339};
+pub use amos_node::clock::rfc3339;
+pub use amos_node::front::{hit_json, memory_json, one_line, pack_json};
 use amos_node::recall::{Hit, Pack};
-use amos_node::store::memory::MemoryRecord;
+use amos_node::store::MemoryRecord;
 use serde::Serialize;
 
 /// Where and how results are printed.
@@ -18,11 +19,11 @@ pub struct Out {
 
 impl Out {
     /// Progress on stderr: never with `--json` or `-q`.
-    pub fn feedback(&self) -> amos_node::progress::Feedback {
+    pub fn feedback(&self) -> amos_node::Feedback {
         if self.json || self.quiet {
-            amos_node::progress::Feedback::Quiet
+            amos_node::Feedback::Quiet
         } else {
-            amos_node::progress::Feedback::Auto
+            amos_node::Feedback::Auto
         }
     }
 
@@ -72,7 +73,7 @@ pub fn hits_text(hits: &[Hit], explain: bool) -> String {
                 .map(|by| {
                     format!(
                         " × superseded {} (by {by})",
-                        amos_node::recall::time::SUPERSEDED_FACTOR
+                        amos_node::recall::SUPERSEDED_FACTOR
                     )
                 })
                 .unwrap_or_default();

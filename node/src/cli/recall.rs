@@ -131,7 +131,7 @@ pub(super) struct TimeArgs {
 
 impl TimeArgs {
     pub(super) fn query(self, now_ms: u64) -> Result<amos_node::recall::TimeQuery> {
-        Ok(amos_node::front::request::TimeRequest {
+        Ok(amos_node::front::TimeRequest {
             since: self.since,
             until: self.until,
             valid_at: self.valid_at,

@@ -108,7 +108,7 @@ pub(super) fn run(out: &Out, model: Option<&Path>, cmd: SandboxCmd) -> Result<()
                     "bench --mesh: needs at least 2 nodes and a degree from 1 to N-1 (got {nodes} nodes, degree {degree})"
                 )));
             }
-            let r = amos_node::bench::mesh::run(nodes, degree, seed.unwrap_or(1));
+            let r = amos_node::bench::run_mesh(nodes, degree, seed.unwrap_or(1));
             out.emit(&r, || serde_json::to_string_pretty(&r).unwrap_or_default());
             Ok(())
         }

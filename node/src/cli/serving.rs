@@ -103,7 +103,7 @@ pub(super) fn run(home: &Home, home_flag: Option<&Path>, out: &Out, cmd: Serving
                     "malformed --push-debounce {push_debounce:?}: use e.g. 200ms"
                 ))
             })?;
-            let push = (!no_push).then(|| amos_node::net::push::PushConfig {
+            let push = (!no_push).then(|| amos_node::net::PushConfig {
                 debounce_ms: push_debounce.as_millis() as u64,
                 max_sessions: usize::from(push_sessions),
                 ..Default::default()
@@ -275,7 +275,7 @@ fn console_cmd(
     // Validates the home (exit 2 if it is not one).
     drop(Node::open(home)?);
     if print_url {
-        let token = amos_node::front::console::token::ensure(home)?;
+        let token = amos_node::front::console::ensure_token(home)?;
         let url = amos_node::front::console::url(opts.listen, &token);
         out.emit(&json!({"url": url}), || url.clone());
         return Ok(());

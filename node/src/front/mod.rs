@@ -8,5 +8,10 @@
 
 pub mod console;
 pub mod mcp;
-pub mod request;
-pub mod view;
+pub(crate) mod request;
+pub(crate) mod view;
+
+pub use request::{AddRequest, TimeRequest, validity};
+pub use view::{
+    hit_json, memory_json, one_line, outcome_line, pack_json, timed_json, timeline_line,
+};

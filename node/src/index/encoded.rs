@@ -497,17 +497,6 @@ impl EncodedIndex {
         Ok(out)
     }
 
-    /// Vectors held and bytes on disk.
-    pub fn stats(&self) -> (u64, u64) {
-        let n = self.held.as_ref().map_or(0, |h| h.table.len());
-        let bytes = [&self.file, &self.state_file]
-            .iter()
-            .filter_map(|f| fs::metadata(f).ok())
-            .map(|m| m.len())
-            .sum();
-        (n, bytes)
-    }
-
     /// The state file's stamp now (`None`: no file).
     fn stamp(&self) -> Option<FileStamp> {
         use std::os::unix::fs::MetadataExt;

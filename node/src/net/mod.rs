@@ -41,16 +41,18 @@
 
 pub(crate) mod accept;
 pub(crate) mod dial;
-pub mod discovery;
+pub(crate) mod discovery;
 pub(crate) mod join;
-pub mod push;
+pub(crate) mod push;
 pub(crate) mod session;
 pub mod transport;
 
 pub use dial::{
     Pacing, Probe, probe_blocking, sync_pass, sync_pass_blocking, sync_peers, sync_with,
 };
+pub use discovery::{SeenNode, discover};
 pub use join::{AgentLeftOut, JoinAgent, join_agent, join_blocking};
+pub use push::PushConfig;
 pub use session::{drive_accepted_session, drive_session, learned_addr};
 
 use std::time::Duration;

@@ -5,11 +5,13 @@
 //! Boundary: composes the node API (`crate::api`) and the network layer
 //! (`crate::net`); neither of those imports anything from here.
 
-pub mod doctor;
+pub(crate) mod doctor;
 pub(crate) mod encoder;
-pub mod fleet;
+pub(crate) mod fleet;
 pub mod metrics;
 pub(crate) mod serve;
 pub mod service;
 
+pub use doctor::{DoctorCheck, DoctorReport, run as doctor};
+pub use fleet::{DeclaredAgent, FleetReport, apply as apply_fleet};
 pub use serve::{ServeOptions, serve};

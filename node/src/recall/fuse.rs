@@ -170,7 +170,8 @@ pub struct Direct {
 /// best first, into each visible candidate's [`Direct`] relevance under
 /// `mode`. Candidates `visible` refuses are skipped before ranks are
 /// counted; semantic ones below `floor` (the model's, [`floor_of`]) are no
-/// candidates.
+/// candidates. (Tests call it; search knows the question's script.)
+#[cfg(test)]
 pub fn fuse(
     mode: RecallMode,
     lexical: &[(MemoryId, f32)],

@@ -21,13 +21,13 @@
 //! contradiction heuristics), [`latency`] (the recall latency histogram),
 //! [`time`] (valid time, supersession and the time filters).
 
-pub mod fuse;
-pub mod latency;
-pub mod pack;
-pub mod rank;
-pub mod resonance;
-pub mod similarity;
-pub mod time;
+pub(crate) mod fuse;
+pub(crate) mod latency;
+pub(crate) mod pack;
+pub(crate) mod rank;
+pub(crate) mod resonance;
+pub(crate) mod similarity;
+pub(crate) mod time;
 
 use std::time::{Duration, Instant};
 
@@ -37,10 +37,12 @@ use serde::Serialize;
 
 pub use fuse::{Direct, RecallMode};
 pub use latency::RecallKind;
-pub use pack::{DEFAULT_BUDGET, DEFAULT_K, Pack, PackDecision, PackOptions, estimate_tokens};
-pub use rank::{Explain, RecallOptions, ResonanceConfig};
+pub use pack::{
+    Conflict, DEFAULT_BUDGET, DEFAULT_K, Pack, PackDecision, PackOptions, estimate_tokens,
+};
+pub use rank::{DAY_MS, Explain, RecallOptions, ResonanceConfig, ResonancePath};
 pub use similarity::normalize_text;
-pub use time::TimeQuery;
+pub use time::{SUPERSEDED_FACTOR, Superseder, TimeQuery, ValidTime};
 
 use crate::error::Result;
 use crate::store::memory::{self, MemoryRecord};

@@ -1,7 +1,10 @@
 //! Rows as stored, for tests only: the unit tests of this crate and, with
 //! the `inspect` feature, the `amos-tests` harness that runs the replica
 //! contract's properties on SQLite beside the twin. Compiled only for
-//! them: no amos code path calls it.
+//! them: no amos code path calls it. It is also that harness's way to
+//! the store below the node API: the replica, export, digest and peer-row
+//! functions it drives the real store with are re-exported here, so the
+//! store's own modules stay private.
 //!
 //! Boundary: ungated and raw by design (a test compares what a write left);
 //! product code reads memories only through the gate (`Store::visible`).
@@ -12,6 +15,11 @@ use rusqlite::OptionalExtension;
 use super::memory::LIVE;
 use super::{Readable, sql};
 use crate::error::Result;
+
+pub use super::peers::{reset_watermark, set_policy, upsert};
+pub use super::replica::{
+    ExportSpec, SqlReplica, digest, export_facts, peer_policy, restand_origin, take_deferred,
+};
 
 /// A memory row's id, plain content and signed facts.
 #[derive(Debug, Clone, PartialEq)]

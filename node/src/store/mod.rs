@@ -27,29 +27,29 @@
 //! `amos-sync`); `put` writes what the gate admitted.
 
 pub(crate) mod catchup;
-pub mod checkpoint;
+pub(crate) mod checkpoint;
 mod connect;
 pub(crate) mod digest;
-pub mod echo;
-pub mod foreign;
+pub(crate) mod echo;
+pub(crate) mod foreign;
 pub(crate) mod hygiene;
 #[cfg(any(test, feature = "inspect"))]
 pub mod inspect;
-pub mod invites;
+pub(crate) mod invites;
 pub(crate) mod latency;
-pub mod links;
-pub mod memory;
-pub mod moves;
-pub mod org;
-pub mod peers;
-pub mod profile;
-pub mod reads;
-pub mod recall;
-pub mod repair;
-pub mod replica;
-pub mod schema;
+pub(crate) mod links;
+pub(crate) mod memory;
+pub(crate) mod moves;
+pub(crate) mod org;
+pub(crate) mod peers;
+pub(crate) mod profile;
+pub(crate) mod reads;
+pub(crate) mod recall;
+pub(crate) mod repair;
+pub(crate) mod replica;
+pub(crate) mod schema;
 pub(crate) mod status;
-pub mod text_log;
+pub(crate) mod text_log;
 
 use std::path::Path;
 use std::time::Duration;
@@ -62,6 +62,12 @@ use crate::error::{NodeError, Result};
 
 pub(in crate::store) use connect::connect;
 pub use connect::{Access, BUSY_TIMEOUT, Connect, SEQ_POLL, WATCH_WAIT, Watch};
+pub use memory::MemoryRecord;
+pub use org::{AgentInfo, ProjectInfo, StoredOrg, TeamInfo};
+pub use peers::{DigestCheck, LastSession, RepairState};
+pub use reads::ReadRow;
+pub use replica::{AuditEntry, DeferredInfo, PeerInfo};
+pub use text_log::{HistoryEntry, TextState};
 
 /// An open store.
 pub struct Store {

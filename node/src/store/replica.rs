@@ -1022,8 +1022,3 @@ pub fn take_deferred(tx: &super::Tx<'_>) -> Result<Vec<(NodeId, Vec<u8>)>> {
         })
         .collect())
 }
-
-/// Whether a fact body is about a memory (for counting).
-pub fn is_memory_fact(body: &FactBody) -> bool {
-    body.memory().is_some()
-}

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use crate::common::Home;
 use amos_node::api::RetentionPolicy;
 use amos_node::clock::FixedClock;
-use amos_node::recall::{RecallOptions, rank::DAY_MS};
+use amos_node::recall::{DAY_MS, RecallOptions};
 use amos_node::{NewMemory, Node};
 use amos_protocol::Scope;
 use rusqlite::{Connection, OpenFlags};

@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use crate::common::Home;
 use amos_node::clock::FixedClock;
-use amos_node::front::view::{hit_json, pack_json};
-use amos_node::recall::pack::PackOptions;
+use amos_node::front::{hit_json, pack_json};
+use amos_node::recall::PackOptions;
 use amos_node::recall::{RecallMode, RecallOptions};
 use amos_node::{NewMemory, Node};
 use amos_protocol::Scope;

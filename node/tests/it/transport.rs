@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use amos_node::net::transport::{
-    MAX_FRAME, PeerAcceptor, RefusedBy, TransportError, accept_incoming, client_endpoint, connect,
-    negotiated, peer_node_id, read_frame, server_endpoint, tls, with_timeout, write_frame,
+    MAX_FRAME, PeerAcceptor, RefusedBy, TransportError, accept_incoming, client_config,
+    client_endpoint, connect, negotiated, peer_node_id, read_frame, server_endpoint, with_timeout,
+    write_frame,
 };
 use amos_protocol::{NodeId, NodeIdentity};
 use quinn::crypto::rustls::QuicClientConfig;
@@ -439,7 +440,7 @@ async fn garbage_and_truncated_frames_are_errors_and_the_server_keeps_serving() 
 
 /// A client endpoint whose TLS offers `alpn` instead of amos/1.
 fn client_with_alpn(seed: u8, accept: NodeId, alpn: Vec<Vec<u8>>) -> quinn::Endpoint {
-    let mut config = tls::client_config(&identity(seed), only(accept)).unwrap();
+    let mut config = client_config(&identity(seed), only(accept)).unwrap();
     config.alpn_protocols = alpn;
     let quic = QuicClientConfig::try_from(config).unwrap();
     let mut endpoint = quinn::Endpoint::client(loopback()).unwrap();

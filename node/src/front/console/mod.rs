@@ -21,7 +21,7 @@
 
 mod audit;
 mod guard;
-pub mod live;
+pub(crate) mod live;
 mod memories;
 mod node_page;
 mod org;
@@ -29,7 +29,7 @@ mod page;
 mod peers;
 mod qr;
 mod sessions;
-pub mod token;
+pub(crate) mod token;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -43,6 +43,8 @@ use tracing::warn;
 use crate::api::node::Node;
 use crate::error::{NodeError, Result};
 use crate::home::Home;
+
+pub use token::ensure as ensure_token;
 
 /// Where `amos console` listens by default.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7474";

@@ -12,9 +12,6 @@
 pub trait Image {
     fn dim(&self) -> usize;
     fn len(&self) -> usize;
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
     fn ids(&self) -> Pieces<'_, [u8; 16]>;
     fn scales(&self) -> Pieces<'_, f32>;
     /// `code_words(dim)` per vector.

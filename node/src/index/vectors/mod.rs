@@ -31,11 +31,11 @@
 //! returns ids and similarities; the recall pipeline re-reads rows from
 //! SQLite and gates them.
 
-pub mod backing;
-pub mod image;
-pub mod quantize;
-pub mod snapshot;
-pub mod table;
+pub(crate) mod backing;
+pub(crate) mod image;
+pub(crate) mod quantize;
+pub(crate) mod snapshot;
+pub(crate) mod table;
 
 use std::fs;
 use std::io::Read;
@@ -46,10 +46,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use amos_embed::StaticModel;
 use amos_protocol::MemoryId;
 
-use self::backing::Source;
-use self::quantize::Quantized;
-use self::snapshot::Provenance;
-use self::table::VectorTable;
+pub use self::backing::{Backed, Source};
+pub use self::quantize::{Quantized, Query, quantize, query};
+pub use self::snapshot::{Provenance, SnapshotError, decode_bytes, decode_header, encode};
+pub use self::table::{Ordered, PostingParts, TableParts, VectorTable};
 use super::{CatchUp, IndexRow, ROW_CHUNK, changed_rows, lock};
 use crate::error::{NodeError, Result};
 use crate::home::{self, Home};

@@ -25,14 +25,14 @@
 //! refuses may see [`TransportError::Refused`] only at its first stream
 //! operation, after [`connect`] returned.
 
-pub mod endpoint;
-pub mod error;
-pub mod frame;
-pub mod tls;
-pub mod version;
+pub(crate) mod endpoint;
+pub(crate) mod error;
+pub(crate) mod frame;
+pub(crate) mod tls;
+pub(crate) mod version;
 
 pub use endpoint::{accept_incoming, client_endpoint, connect, peer_node_id, server_endpoint};
 pub use error::{RefusedBy, TransportError, from_connection_error, with_timeout};
 pub use frame::{MAX_FRAME, read_frame, read_frame_with_limit, write_frame};
-pub use tls::PeerAcceptor;
+pub use tls::{PeerAcceptor, client_config, server_config};
 pub use version::{Speaks, negotiated, speaks};
