@@ -880,13 +880,17 @@ fn payload_watermark(metas: &tantivy::IndexMeta) -> Option<(String, i64)> {
     Some((epoch.to_owned(), seq.parse().ok()?))
 }
 
-/// How far the commit `metas` is behind the store.
+/// How far the commit `metas` is behind the store: the memory rows that
+/// moved since its watermark, which its next catch-up takes up. The one
+/// definition of the index's lag (`amos status`, `check`, `doctor`, the
+/// metrics).
 fn lag_at(metas: &tantivy::IndexMeta, store: &Store) -> Result<i64> {
     let epoch = store.epoch()?;
-    match payload_watermark(metas) {
-        Some((e, w)) if e == epoch => Ok(store.max_seq()?.saturating_sub(w)),
-        _ => Ok(store.max_seq()?),
-    }
+    let since = match payload_watermark(metas) {
+        Some((e, w)) if e == epoch => Some(w),
+        _ => None,
+    };
+    crate::store::catchup::rows_touched_after(store, since)
 }
 
 /// What identifies one commit of the index: its opstamp and its segments

@@ -27,7 +27,14 @@ pub struct Status {
     pub schema_version: u32,
     pub epoch: String,
     pub seq: i64,
+    /// Memories held with their content: live and archived.
     pub memories: i64,
+    /// Of `memories`, those recall finds (not archived).
+    pub memories_live: i64,
+    /// Of `memories`, those archived (kept, out of recall).
+    pub memories_archived: i64,
+    /// Forgotten memories: tombstones, their content erased (not in `memories`).
+    pub memories_forgotten: i64,
     pub agents: i64,
     pub teams: i64,
     pub projects: i64,
@@ -51,7 +58,10 @@ pub struct CheckReport {
     pub integrity: String,
     pub memories: i64,
     pub index_docs: u64,
+    /// The index's lag once `check` has caught it up (0 unless that failed).
     pub index_lag: i64,
+    /// The lag `check` found and caught up before it counted the index.
+    pub index_caught_up: i64,
     pub dangling_links: i64,
     /// Present links whose endpoint memory is missing (at most 100 listed).
     pub dangling: Vec<DanglingLink>,
@@ -181,6 +191,7 @@ impl Node {
                 .write(|tx| status::mark_audit_seen(tx, mark.newest))?;
         }
         let org = status::org_counts(&self.store)?;
+        let counts = status::memory_counts(&self.store)?;
         Ok(Status {
             node_id: self.node_id().to_string(),
             name: self.name().to_owned(),
@@ -188,7 +199,10 @@ impl Node {
             schema_version: self.store.schema_version()?,
             epoch: self.store.epoch()?,
             seq: self.store.max_seq()?,
-            memories: status::live_memories(&self.store)?,
+            memories: counts.live + counts.archived,
+            memories_live: counts.live,
+            memories_archived: counts.archived,
+            memories_forgotten: counts.forgotten,
             agents: org.agents,
             teams: org.teams,
             projects: org.projects,
@@ -219,10 +233,14 @@ impl Node {
                 relation: row.relation,
             })
             .collect();
-        let index_lag = self.index_lag()?;
+        // The index is counted caught up, so that `index_docs` compares with
+        // the store; the lag reported is the index's after it (as `status`
+        // and `doctor` would then say), the lag found before apart.
+        let index_caught_up = self.index_lag()?;
         let (index, store) = self.caught_up_index()?;
         let (index_docs, _) = index.stats();
         let live_unarchived = status::live_unarchived_memories(store)?;
+        let index_lag = self.index_lag()?;
         Ok(CheckReport {
             ok: integrity == "ok"
                 && schema_version == SCHEMA_VERSION
@@ -233,6 +251,7 @@ impl Node {
             memories,
             index_docs,
             index_lag,
+            index_caught_up,
             dangling_links,
             dangling,
         })

@@ -112,8 +112,13 @@ fn on_node(node: &mut Node, out: &Out, cmd: MaintenanceCmd) -> Result<()> {
                     format!("node {} ({})", s.node_id, s.name),
                     format!("home {}", s.home),
                     format!(
-                        "memories {}  agents {}  teams {}  projects {}",
-                        s.memories, s.agents, s.teams, s.projects
+                        "memories {} live, {} archived, {} forgotten  agents {}  teams {}  projects {}",
+                        s.memories_live,
+                        s.memories_archived,
+                        s.memories_forgotten,
+                        s.agents,
+                        s.teams,
+                        s.projects
                     ),
                     format!(
                         "schema v{}  seq {}  index lag {}",
@@ -175,8 +180,12 @@ fn on_node(node: &mut Node, out: &Out, cmd: MaintenanceCmd) -> Result<()> {
         MaintenanceCmd::Check => {
             let r = node.check()?;
             out.emit(&r, || {
+                let caught_up = match r.index_caught_up {
+                    0 => String::new(),
+                    n => format!(", {n} changes caught up now"),
+                };
                 format!(
-                    "{}: schema v{}, integrity {}, {} memories, {} indexed (lag {}), {} dangling links",
+                    "{}: schema v{}, integrity {}, {} memories, {} indexed (lag {}{caught_up}), {} dangling links",
                     if r.ok { "ok" } else { "PROBLEMS" },
                     r.schema_version, r.integrity, r.memories, r.index_docs, r.index_lag, r.dangling_links
                 )

@@ -41,6 +41,18 @@ pub fn set_encoder_enabled(tx: &super::Tx<'_>, on: bool) -> Result<()> {
     super::reads::set_meta(super::sql(tx), ENCODER_KEY, if on { "on" } else { "off" })
 }
 
+/// How many memory rows moved after `seq` (every row when `None`: an index
+/// with no watermark in this epoch takes them all): what an index whose
+/// watermark is `seq` has not taken up — its lag. Other facts (agents,
+/// teams, links) move the store's `seq` but concern no index.
+pub fn rows_touched_after(r: &(impl super::Readable + ?Sized), seq: Option<i64>) -> Result<i64> {
+    Ok(super::sql(r).query_row(
+        "SELECT count(*) FROM memories WHERE touched > ?1",
+        params![seq.unwrap_or(i64::MIN)],
+        |r| r.get(0),
+    )?)
+}
+
 /// The ids of every live memory (not archived), in id order: what the
 /// encoder's catch-up compares with the memories it has encoded.
 pub fn live_ids(store: &mut Store) -> Result<Vec<MemoryId>> {

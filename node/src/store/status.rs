@@ -20,6 +20,36 @@ pub fn live_memories(r: &(impl Readable + ?Sized)) -> Result<i64> {
     count(r, &format!("SELECT count(*) FROM memories WHERE {LIVE}"))
 }
 
+/// Memory rows by state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryCounts {
+    /// Live and not archived: what recall finds.
+    pub live: i64,
+    /// Live and archived (retention, consolidation): kept, out of recall.
+    pub archived: i64,
+    /// Tombstoned: the content erased, the tombstone kept.
+    pub forgotten: i64,
+}
+
+pub fn memory_counts(r: &(impl Readable + ?Sized)) -> Result<MemoryCounts> {
+    Ok(sql(r).query_row(
+        &format!(
+            "SELECT coalesce(sum({LIVE} AND archived = 0), 0),
+                    coalesce(sum({LIVE} AND archived = 1), 0),
+                    coalesce(sum(tombstone_fact IS NOT NULL), 0)
+             FROM memories"
+        ),
+        [],
+        |row| {
+            Ok(MemoryCounts {
+                live: row.get(0)?,
+                archived: row.get(1)?,
+                forgotten: row.get(2)?,
+            })
+        },
+    )?)
+}
+
 /// Live memories not archived: what the full-text index should hold.
 pub fn live_unarchived_memories(r: &(impl Readable + ?Sized)) -> Result<i64> {
     count(
