@@ -94,16 +94,143 @@ pub fn serve_stdio(home: &Home, agent: &str) -> Result<()> {
         .build()
         .map_err(NodeError::io("starting the async runtime"))?;
     rt.block_on(async move {
+        // stdin is screened before rmcp reads it (a line that is not JSON
+        // gets its error reply here: rmcp drops it silently, and a client
+        // waiting for an answer would hang); one writer owns stdout and
+        // takes whole lines from both.
+        let (to_rmcp, rmcp_in) = tokio::io::duplex(64 * 1024);
+        let (rmcp_out, from_rmcp) = tokio::io::duplex(64 * 1024);
+        let (lines, queued) = tokio::sync::mpsc::channel(64);
+        let writer = tokio::spawn(write_lines(queued, tokio::io::stdout()));
+        tokio::spawn(relay_lines(from_rmcp, lines.clone()));
+        let screen = tokio::spawn(screen_lines(tokio::io::stdin(), to_rmcp, lines, MAX_LINE));
         let running = server
-            .serve(rmcp::transport::stdio())
+            .serve((rmcp_in, rmcp_out))
             .await
             .map_err(|e| NodeError::Failed(format!("MCP initialisation failed: {e}")))?;
-        running
-            .waiting()
-            .await
-            .map_err(|e| NodeError::Failed(format!("MCP server stopped: {e}")))?;
+        let stopped = running.waiting().await;
+        // rmcp has closed its end: the relay ends; stop screening so the
+        // writer sees the last sender go and ends after the last line.
+        screen.abort();
+        let _ = writer.await;
+        stopped.map_err(|e| NodeError::Failed(format!("MCP server stopped: {e}")))?;
         Ok(())
     })
+}
+
+/// The longest line read from the client: rmcp's own bound.
+const MAX_LINE: usize = rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
+
+/// A JSON-RPC error that answers no request (`id` null), as one line.
+fn error_line(code: i64, message: &str) -> Vec<u8> {
+    let mut line =
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}})
+            .to_string()
+            .into_bytes();
+    line.push(b'\n');
+    line
+}
+
+/// The reply a line from the client gets here instead of going on to rmcp:
+/// JSON-RPC's parse error (-32700) for a line that is not JSON. A blank
+/// line, or any JSON (rmcp judges its shape), gets none.
+fn screen_reply(line: &[u8]) -> Option<Vec<u8>> {
+    let body = line.strip_prefix("\u{feff}".as_bytes()).unwrap_or(line);
+    if body.trim_ascii().is_empty() {
+        return None;
+    }
+    match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+        Ok(_) => None,
+        Err(e) => Some(error_line(-32700, &format!("Parse error: {e}"))),
+    }
+}
+
+/// Copy the client's lines from `input` to `forward` (rmcp), answering on
+/// `replies` each line [`screen_reply`] answers and each line longer than
+/// `max_line` (dropped unread: -32600). Never holds more than one line.
+async fn screen_lines<R, W>(
+    input: R,
+    mut forward: W,
+    replies: tokio::sync::mpsc::Sender<Vec<u8>>,
+    max_line: usize,
+) -> std::io::Result<()>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut input = tokio::io::BufReader::new(input);
+    let mut line = Vec::new();
+    let mut oversized = false;
+    loop {
+        let buf = input.fill_buf().await?;
+        if buf.is_empty() {
+            // End of input; an unterminated last line is no message (rmcp
+            // drops it too).
+            return Ok(());
+        }
+        let end = buf.iter().position(|b| *b == b'\n');
+        let n = end.map_or(buf.len(), |i| i + 1);
+        if !oversized && line.len() + n <= max_line {
+            line.extend_from_slice(&buf[..n]);
+        } else {
+            oversized = true;
+            line.clear();
+        }
+        input.consume(n);
+        if end.is_none() {
+            continue;
+        }
+        let reply = if oversized {
+            Some(error_line(
+                -32600,
+                &format!("Invalid Request: a line longer than {max_line} bytes, dropped"),
+            ))
+        } else {
+            screen_reply(&line)
+        };
+        match reply {
+            Some(r) => {
+                if replies.send(r).await.is_err() {
+                    return Ok(());
+                }
+            }
+            None => {
+                forward.write_all(&line).await?;
+                forward.flush().await?;
+            }
+        }
+        line.clear();
+        oversized = false;
+    }
+}
+
+/// rmcp's output, line by line, onto the writer's queue.
+async fn relay_lines<R: tokio::io::AsyncRead + Unpin>(
+    from: R,
+    lines: tokio::sync::mpsc::Sender<Vec<u8>>,
+) -> std::io::Result<()> {
+    use tokio::io::AsyncBufReadExt;
+    let mut from = tokio::io::BufReader::new(from);
+    loop {
+        let mut line = Vec::new();
+        if from.read_until(b'\n', &mut line).await? == 0 || lines.send(line).await.is_err() {
+            return Ok(());
+        }
+    }
+}
+
+/// Write whole lines to `out` until every sender is gone.
+async fn write_lines<W: tokio::io::AsyncWrite + Unpin>(
+    mut queued: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    mut out: W,
+) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    while let Some(line) = queued.recv().await {
+        out.write_all(&line).await?;
+        out.flush().await?;
+    }
+    Ok(())
 }
 
 impl ServerHandler for MemoryServer {
@@ -638,5 +765,62 @@ fn dispatch(
             ))
         }
         other => Err(NodeError::BadInput(format!("unknown tool {other:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Screen `input` with lines of at most `max_line` bytes: (what went on
+    /// to rmcp, the replies made here).
+    fn screen(input: &str, max_line: usize) -> (String, Vec<Value>) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let (forward, mut forwarded) = tokio::io::duplex(1 << 20);
+            let (replies, mut replied) = tokio::sync::mpsc::channel(16);
+            screen_lines(input.as_bytes(), forward, replies, max_line)
+                .await
+                .expect("screened");
+            let mut out = Vec::new();
+            tokio::io::AsyncReadExt::read_to_end(&mut forwarded, &mut out)
+                .await
+                .expect("read");
+            let mut answers = Vec::new();
+            while let Ok(line) = replied.try_recv() {
+                assert_eq!(line.last(), Some(&b'\n'), "one line each");
+                answers.push(serde_json::from_slice(&line).expect("a JSON reply"));
+            }
+            (String::from_utf8(out).expect("utf-8"), answers)
+        })
+    }
+
+    #[test]
+    fn a_line_that_is_not_json_gets_a_parse_error_and_the_rest_goes_on() {
+        let request = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+        let input = format!("hello there\n{request}\n\n{{\"half\": \n[1, 2]\n");
+        let (forwarded, replies) = screen(&input, 1 << 20);
+        // The request, the blank line and the well-formed `[1, 2]` (rmcp
+        // judges a message's shape) go on; the two broken lines do not.
+        assert_eq!(forwarded, format!("{request}\n\n[1, 2]\n"));
+        assert_eq!(replies.len(), 2, "{replies:?}");
+        for r in &replies {
+            assert_eq!(r["jsonrpc"], "2.0");
+            assert_eq!(r["id"], Value::Null);
+            assert_eq!(r["error"]["code"], -32700, "{r}");
+        }
+    }
+
+    #[test]
+    fn a_line_too_long_is_dropped_with_an_answer_and_the_next_goes_on() {
+        let long = format!("{{\"x\": \"{}\"}}", "a".repeat(100));
+        let input = format!("{long}\n{{}}\n");
+        let (forwarded, replies) = screen(&input, 64);
+        assert_eq!(forwarded, "{}\n");
+        assert_eq!(replies.len(), 1);
+        assert_eq!(replies[0]["error"]["code"], -32600, "{}", replies[0]);
     }
 }

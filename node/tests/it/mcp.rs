@@ -82,9 +82,24 @@ impl Client {
     }
 
     fn send(&mut self, msg: &Value) {
+        self.send_line(&msg.to_string());
+    }
+
+    /// Write one line to the server's stdin, whatever it holds.
+    pub(crate) fn send_line(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin open");
-        writeln!(stdin, "{msg}").expect("write to amos mcp");
+        writeln!(stdin, "{line}").expect("write to amos mcp");
         stdin.flush().expect("flush");
+    }
+
+    /// The next message the server writes (bounded wait).
+    pub(crate) fn next_message(&mut self) -> Value {
+        let line = self
+            .lines
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("no message from amos mcp ({e})"));
+        serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("stdout carried a non-JSON line {line:?}: {e}"))
     }
 
     fn notify(&mut self, method: &str) {
@@ -92,17 +107,12 @@ impl Client {
     }
 
     /// Send a request and wait (bounded) for the response with its id.
-    fn request(&mut self, method: &str, params: Value) -> Value {
+    pub(crate) fn request(&mut self, method: &str, params: Value) -> Value {
         let id = self.next_id;
         self.next_id += 1;
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         loop {
-            let line = self
-                .lines
-                .recv_timeout(Duration::from_secs(30))
-                .unwrap_or_else(|e| panic!("no answer to {method} ({e})"));
-            let v: Value = serde_json::from_str(&line)
-                .unwrap_or_else(|e| panic!("stdout carried a non-JSON line {line:?}: {e}"));
+            let v = self.next_message();
             if v["id"] == json!(id) {
                 return v;
             }
@@ -137,7 +147,7 @@ impl Client {
     }
 
     /// Close stdin; the server must exit by itself, successfully.
-    fn close(mut self) {
+    pub(crate) fn close(mut self) {
         drop(self.stdin.take());
         for _ in 0..300 {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
