@@ -117,6 +117,27 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: AuditingCmd) -> Result<()> {
                 })
                 .transpose()?;
             let rows = node.read_audit(agent.as_deref(), memory.as_deref(), since_ms, limit)?;
+            if rows.is_empty() {
+                let off = !node.read_audit_config()?.on;
+                out.nothing(|| {
+                    let mut line = "no reads recorded".to_owned();
+                    if let Some(a) = &agent {
+                        line.push_str(&format!(" by {a}"));
+                    }
+                    if let Some(m) = &memory {
+                        line.push_str(&format!(" of {m}"));
+                    }
+                    if let Some(ms) = since_ms {
+                        line.push_str(&format!(" since {}", rfc3339(ms)));
+                    }
+                    if off {
+                        line.push_str(
+                            "; the read audit is off here (amos config set read-audit on)",
+                        );
+                    }
+                    line
+                });
+            }
             out.emit(&json!({ "reads": rows }), || {
                 rows.iter()
                     .map(|r| {
@@ -135,6 +156,9 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: AuditingCmd) -> Result<()> {
         }
         AuditingCmd::Audit { limit, .. } => {
             let entries = node.audit(limit)?;
+            if entries.is_empty() {
+                out.nothing(|| "no facts refused from peers".to_owned());
+            }
             out.emit(&json!({"refused": entries}), || {
                 entries
                     .iter()

@@ -283,6 +283,23 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: MemoryCmd) -> Result<()> {
                 .map(|s| s.parse::<amos_protocol::Scope>().map_err(NodeError::from))
                 .transpose()?;
             let events = node.timeline(&who, q.since_ms, q.until_ms, scope.as_ref(), limit)?;
+            if events.is_empty() {
+                out.nothing(|| {
+                    let mut line = format!("no memories visible to {}", w.name());
+                    if let Some(s) = &scope {
+                        line.push_str(&format!(" shared with {s}"));
+                    }
+                    line.push_str(" start, end or are superseded");
+                    if let Some(ms) = q.since_ms {
+                        line.push_str(&format!(" at or after {}", output::rfc3339(ms)));
+                    }
+                    if let Some(ms) = q.until_ms {
+                        let and = if q.since_ms.is_some() { " and" } else { "" };
+                        line.push_str(&format!("{and} at or before {}", output::rfc3339(ms)));
+                    }
+                    line
+                });
+            }
             out.emit(&json!({"events": events}), || {
                 events
                     .iter()
@@ -399,6 +416,21 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: MemoryCmd) -> Result<()> {
                 .map_err(NodeError::from)?;
             let q = time.query(node.now_ms())?;
             let timed = node.list_in_time(&who, kind.as_ref(), limit, &q)?;
+            if timed.is_empty() {
+                // Types are free slugs, and what others hold is not ours to
+                // tell: never "unknown type", only what this requester sees.
+                out.nothing(|| {
+                    let of = kind
+                        .as_ref()
+                        .map(|k| format!(" of type {k}"))
+                        .unwrap_or_default();
+                    format!(
+                        "no memories{of} visible to {}{}",
+                        w.name(),
+                        output::time_filters_text(&q)
+                    )
+                });
+            }
             let ms: Vec<_> = timed.iter().map(|(m, _)| m.clone()).collect();
             out.emit(
                 &json!({"memories": timed.iter().map(|(m, vt)| amos_node::front::timed_json(m, vt)).collect::<Vec<_>>()}),

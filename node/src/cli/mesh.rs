@@ -30,7 +30,7 @@ pub(super) enum ReplicationCmd {
         /// Record the inviter without a network, for bundle-only exchange
         #[arg(long)]
         offline: bool,
-        /// This node's agent, for the inviter to add to the invite's team or project [env: AMOS_AGENT]
+        /// This node's agent, for the inviter to add to the invite's team or project
         #[arg(long = "as", env = "AMOS_AGENT", value_name = "AGENT")]
         agent: Option<String>,
     },

@@ -67,12 +67,23 @@ enum LogFormat {
 
 #[derive(Args, Debug, Clone)]
 struct AsAgent {
-    /// The requesting agent [env: AMOS_AGENT]
+    /// The requesting agent
     #[arg(long = "as", env = "AMOS_AGENT", value_name = "AGENT")]
     agent: Option<String>,
     /// Act as the local node administrator (explicit, local-only)
     #[arg(long, hide = true)]
     admin: bool,
+}
+
+impl AsAgent {
+    /// Who asks, as the line of an empty answer names it.
+    fn name(&self) -> &str {
+        match (&self.agent, self.admin) {
+            (_, true) => "the local administrator",
+            (Some(a), false) => a,
+            (None, false) => "no one",
+        }
+    }
 }
 
 /// The commands, by group. The groups' variants are flattened: the command
@@ -216,18 +227,33 @@ fn one_line(e: &clap::Error) -> String {
         msg.push_str(line);
     }
     if msg.is_empty() {
-        e.kind().to_string()
-    } else {
-        msg
+        msg = e.kind().to_string();
     }
+    // `--as` belongs to the commands that act for an agent, not to amos
+    // itself: say where it goes rather than leave the reader guessing.
+    if e.kind() == clap::error::ErrorKind::UnknownArgument
+        && matches!(
+            e.get(clap::error::ContextKind::InvalidArg),
+            Some(clap::error::ContextValue::String(a)) if a == "--as" || a.starts_with("--as=")
+        )
+    {
+        msg.push_str("; --as AGENT goes after the command, e.g. amos search QUERY --as AGENT");
+    }
+    msg
 }
 
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("AMOS_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // Colour codes only for a person at a terminal: a log file, a pipe or
+    // a service journal gets plain text (and none under NO_COLOR).
     let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        )
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => fmt.try_init(),
@@ -286,6 +312,47 @@ mod tests {
             .collect();
         commands.sort_unstable();
         assert_eq!(listed, commands);
+    }
+
+    /// Every argument of `cmd` and of its subcommands, with the command's name.
+    fn every_arg(cmd: &clap::Command, out: &mut Vec<(String, clap::Arg)>) {
+        for a in cmd.get_arguments() {
+            out.push((cmd.get_name().to_owned(), a.clone()));
+        }
+        for sub in cmd.get_subcommands() {
+            every_arg(sub, out);
+        }
+    }
+
+    #[test]
+    fn help_names_an_environment_variable_once() {
+        // clap prints `[env: X]` itself for an argument read from X.
+        let mut args = Vec::new();
+        every_arg(&command(), &mut args);
+        for (cmd, a) in args {
+            if a.get_env().is_some() {
+                let help = [a.get_help(), a.get_long_help()]
+                    .into_iter()
+                    .flatten()
+                    .map(|h| h.to_string())
+                    .collect::<String>();
+                assert!(
+                    !help.contains("[env:"),
+                    "amos {cmd} --{}: its help repeats the [env: …] clap prints",
+                    a.get_id()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn as_before_the_command_says_where_it_goes() {
+        let e = command()
+            .try_get_matches_from(["amos", "--as", "alice", "search", "q"])
+            .expect_err("--as is not an option of amos itself");
+        let line = one_line(&e);
+        assert!(line.contains("--as AGENT goes after the command"), "{line}");
+        assert!(!line.contains('\n'), "{line}");
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub(super) enum MovesCmd {
         source: ImportSource,
         path: PathBuf,
         /// The agent that owns what mem0, chatgpt and hermes imports; for amos, the
-        /// export's own agent [env: AMOS_AGENT]
+        /// export's own agent
         #[arg(long = "as", env = "AMOS_AGENT", value_name = "AGENT")]
         agent: Option<String>,
         /// Grants for mem0, chatgpt and hermes imports (default: private; repeatable)

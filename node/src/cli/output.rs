@@ -7,7 +7,7 @@ use amos_acl::Visible;
 use amos_node::api::{BackupReport, HygieneReport};
 pub use amos_node::clock::rfc3339;
 pub use amos_node::front::{hit_json, memory_json, one_line, pack_json};
-use amos_node::recall::{Hit, Pack};
+use amos_node::recall::{Hit, Pack, TimeQuery};
 use amos_node::store::MemoryRecord;
 use serde::Serialize;
 
@@ -41,6 +41,46 @@ impl Out {
             }
         }
     }
+}
+
+impl Out {
+    /// Say that a command found nothing: one line on stderr, so that stdout
+    /// stays empty for a script reading it (`--json` prints its empty list
+    /// instead, `-q` nothing).
+    pub fn nothing(&self, line: impl FnOnce() -> String) {
+        if !self.json && !self.quiet {
+            eprintln!("{}", line());
+        }
+    }
+}
+
+/// The time filters of a query as words, for the line an empty answer
+/// prints: `" valid at T (…)"`, or `""` with none.
+pub fn time_filters_text(q: &TimeQuery) -> String {
+    let t = |ms: u64| amos_node::clock::rfc3339(ms);
+    let mut parts = Vec::new();
+    if let Some(ms) = q.since_ms {
+        parts.push(format!("starting at or after {}", t(ms)));
+    }
+    if let Some(ms) = q.until_ms {
+        parts.push(format!("starting at or before {}", t(ms)));
+    }
+    if let Some(ms) = q.valid_at_ms {
+        parts.push(format!("valid at {}", t(ms)));
+    }
+    if let Some(ms) = q.known_at_ms {
+        parts.push(format!("on record at {}", t(ms)));
+    }
+    if parts.is_empty() {
+        return String::new();
+    }
+    let mut s = format!(" {}", parts.join(", "));
+    if q.since_ms.is_some() || q.until_ms.is_some() || q.valid_at_ms.is_some() {
+        s.push_str(" (a memory is valid from its creation unless --valid-from says otherwise)");
+    } else {
+        s.push_str(" (a memory is on record from when it was written)");
+    }
+    s
 }
 
 /// Search hits as text; with `explain`, a second line per hit with each factor.

@@ -16,7 +16,8 @@ pub(super) enum RecallCmd {
         query: String,
         #[command(flatten)]
         who: AsAgent,
-        #[arg(short, default_value_t = amos_node::recall::DEFAULT_K)]
+        /// How many hits, at most (1000)
+        #[arg(short, long = "limit", default_value_t = amos_node::recall::DEFAULT_K)]
         k: usize,
         /// Show every factor of each hit's score
         #[arg(long)]
@@ -124,7 +125,9 @@ pub(super) struct TimeArgs {
     /// What was true then: superseded and ended memories drop out
     #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
     pub(super) valid_at: Option<String>,
-    /// Answer with what was on record then (see docs/cli.md for how far back)
+    /// Answer with what was on record then: exact for a never-edited memory;
+    /// an edited one back to its latest compaction, before which it reads as
+    /// its base text (docs/design.md §12.2)
     #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
     pub(super) known_at: Option<String>,
 }
@@ -161,6 +164,15 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: RecallCmd) -> Result<()> {
                 ..Default::default()
             };
             let hits = node.search_with(&who, &query, &opts)?;
+            if hits.is_empty() {
+                out.nothing(|| {
+                    format!(
+                        "no memories visible to {} match {query:?}{}",
+                        w.name(),
+                        output::time_filters_text(&opts.time)
+                    )
+                });
+            }
             out.emit(
                 &json!({"hits": hits.iter().map(hit_json).collect::<Vec<_>>()}),
                 || output::hits_text(&hits, explain),
