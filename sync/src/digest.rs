@@ -13,6 +13,12 @@
 use amos_acl::PeerPolicy;
 use amos_protocol::Scope;
 
+/// The protocol version from which a session's digests are the
+/// [`SetDigest`] (a store keeps it running on write), not the sorted-hash
+/// [`Digest`] a scan computes: both sides of a session run at one version,
+/// so both use the same kind.
+pub const SET_DIGEST_SINCE: u16 = 2;
+
 /// Accumulates fact encodings; order does not matter, duplicates count once.
 #[derive(Debug, Default, Clone)]
 pub struct Digest {

@@ -12,7 +12,7 @@ use amos_protocol::{
     NodeIdentity, OrgScope, ProjectId, Register, SignedFact, TeamId, Verified,
 };
 
-use crate::digest::Digest;
+use crate::digest::{Digest, SetDigest, Term};
 use crate::export::{self, MemoryExport};
 use crate::gate::{self, Admission};
 use crate::gate::{DeferReason, Refusal};
@@ -345,16 +345,45 @@ impl MemStore {
     /// the bytes and how many facts it covers.
     pub fn scoped_digest_bytes(&self, policy: &PeerPolicy) -> ([u8; 32], usize) {
         let mut d = Digest::new();
-        for f in self.export(policy) {
-            if let Some((id, _)) = f.fact.body.memory()
-                && let Some(m) = self.memories.get(&id)
-                && !policy.admits_grants(&m.effective)
-            {
-                continue;
-            }
-            d.add(&f.to_bytes());
+        for f in self.digested(policy) {
+            d.add(&f);
         }
         d.finish_bytes()
+    }
+
+    /// The [`SetDigest`] over the same facts as [`Self::scoped_digest_bytes`]:
+    /// what a session of protocol version
+    /// [`SET_DIGEST_SINCE`](crate::digest::SET_DIGEST_SINCE) or later
+    /// carries (a real store keeps it running; here it is computed).
+    pub fn scoped_set_digest_bytes(&self, policy: &PeerPolicy) -> ([u8; 32], usize) {
+        let mut hashes: Vec<[u8; 32]> = self
+            .digested(policy)
+            .iter()
+            .map(|f| *blake3::hash(f).as_bytes())
+            .collect();
+        hashes.sort_unstable();
+        hashes.dedup();
+        let mut d = SetDigest::new();
+        for h in &hashes {
+            d.insert(Term::from_hash(h));
+        }
+        d.finish_bytes()
+    }
+
+    /// The wire bytes of the facts a digest over `policy` covers:
+    /// [`Self::export`] without retractions.
+    fn digested(&self, policy: &PeerPolicy) -> Vec<Vec<u8>> {
+        self.export(policy)
+            .into_iter()
+            .filter(|f| {
+                !(f.fact.body.memory().is_some_and(|(id, _)| {
+                    self.memories
+                        .get(&id)
+                        .is_some_and(|m| !policy.admits_grants(&m.effective))
+                }))
+            })
+            .map(|f| f.to_bytes())
+            .collect()
     }
 
     /// Ids of live memories `agent` may see here.

@@ -57,6 +57,9 @@
 //! set, rounds or facts ever cover a fact its export filter keeps from the
 //! other.
 //!
+//! What a side holds back for a peer that lacks a feature, from session to
+//! session, is [`HeldBack`]'s rule (docs/design.md §13).
+//!
 //! The peer's listen addresses surface as [`Action::PeerListens`], checked
 //! but not interpreted: the driver knows the connection (who the handshake
 //! authenticated, where it came from) and decides what to record. The
@@ -71,6 +74,9 @@ use amos_protocol::wire::{
 };
 
 use crate::repair::{self, Initiator, ItemId, ItemSet, RepairError, Step};
+
+mod held;
+pub use held::HeldBack;
 
 /// The `since` of an [`Action::Export`] that sends nothing: the repair
 /// sends what the peer lacks instead. The driver reports

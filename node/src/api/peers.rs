@@ -26,9 +26,9 @@ pub const DEFAULT_MAX_SKEW_MS: u64 = 10 * 60 * 1000;
 pub const RETRY_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The protocol version from which a session's digests are the set digest
-/// kept on write (`amos_sync::digest::SetDigest`), not the sorted-hash
-/// digest a scan computes: both sides of a session run at one version.
-pub const SET_DIGEST_SINCE: u16 = 2;
+/// kept on write, not the sorted-hash digest a scan computes (amos-sync's
+/// rule, which amos-sim follows too).
+pub use amos_sync::digest::SET_DIGEST_SINCE;
 
 /// What one retry of the deferred facts did (`amos sync retry`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]

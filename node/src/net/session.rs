@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::net::transport::{TransportError, read_frame, speaks, with_timeout, write_frame};
 use amos_protocol::wire::{Epoch, Features, SyncMessage, SyncV1, Watermark, negotiate};
 use amos_protocol::{CheckedBatch, NodeId};
-use amos_sync::session::{Action, Event, SKIP_EXPORT, Session, SessionError};
+use amos_sync::session::{Action, Event, HeldBack, SKIP_EXPORT, Session, SessionError};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
@@ -391,10 +391,10 @@ pub(crate) fn session_thread(
         version,
         speaks().features,
     );
-    // Facts held back for the peer before this session (and what they
-    // need), and after its export: while any are, no digest is exchanged.
-    let (mut held_before, mut held_needs) = node.peer_held_back(&peer)?;
-    let mut held_now = held_before;
+    // Facts held back for the peer (and what they need), before this
+    // session and after its export: while any are, no digest is exchanged.
+    let (facts, needs) = node.peer_held_back(&peer)?;
+    let mut held_back = HeldBack { facts, needs };
     let mut export_since = SKIP_EXPORT;
     // We ended our stream early (no digest while facts are held back).
     let mut finished_early = false;
@@ -456,18 +456,15 @@ pub(crate) fn session_thread(
                     }
                     // What was held back goes once the peer decodes it: this
                     // export starts from the beginning.
-                    let since = if since != SKIP_EXPORT
-                        && held_before > 0
-                        && peer_features.contains(held_needs)
-                    {
+                    let from = held_back.export_from(since, peer_features);
+                    if from != since {
                         info!(
-                            "{} now decodes the {held_before} facts held back for it: sending them",
-                            peer.short()
+                            "{} now decodes the {} facts held back for it: sending them",
+                            peer.short(),
+                            held_back.facts
                         );
-                        0
-                    } else {
-                        since
-                    };
+                    }
+                    let since = from;
                     export_since = since;
                     let (batches, rx) = mpsc::channel(CHANNEL_DEPTH);
                     send(Outgoing::Facts(rx))?;
@@ -509,13 +506,17 @@ pub(crate) fn session_thread(
                     None => debug!("{} serves at {addrs:?}", peer.short()),
                 },
                 Action::SaveWatermark(w) => node.save_watermark(&peer, &w)?,
-                Action::SendDigest if held_now > 0 => {
+                Action::SendDigest if !held_back.allows_digest() => {
                     // The peer lacks facts we hold back by design: a digest
                     // would disagree and ask for a repair that cannot help.
                     // Ending our stream instead finishes the peer's side
                     // without a comparison (as with a node older than
                     // `Digest`), and ours once its digest (or end) came.
-                    debug!("{held_now} facts held back for {}: no digest", peer.short());
+                    debug!(
+                        "{} facts held back for {}: no digest",
+                        held_back.facts,
+                        peer.short()
+                    );
                     finished_early = true;
                     send(Outgoing::Finish)?;
                 }
@@ -533,9 +534,10 @@ pub(crate) fn session_thread(
                     scopes,
                     digest,
                     facts,
-                } if held_now > 0 => {
+                } if !held_back.allows_digest() => {
                     debug!(
-                        "{held_now} facts held back for {}: its digest ({facts} facts over {} scopes) not compared",
+                        "{} facts held back for {}: its digest ({facts} facts over {} scopes) not compared",
+                        held_back.facts,
                         peer.short(),
                         scopes.len()
                     );
@@ -616,13 +618,7 @@ pub(crate) fn session_thread(
             Some(Input::ExportDone(Ok(done))) => {
                 facts_out += done.sent;
                 if export_since != SKIP_EXPORT {
-                    // An export from the beginning counts anew; a later one
-                    // adds what it held back to what was.
-                    let (n, needs) = if export_since == 0 {
-                        (done.held, done.needs)
-                    } else {
-                        (held_before + done.held, held_needs.union(done.needs))
-                    };
+                    let now = held_back.after_export(export_since, done.held, done.needs);
                     if done.held > 0 {
                         info!(
                             "held back {} facts for {}: it lacks a feature they need",
@@ -630,8 +626,8 @@ pub(crate) fn session_thread(
                             peer.short()
                         );
                     }
-                    node.peer_set_held_back(&peer, n, needs)?;
-                    (held_before, held_needs, held_now) = (n, needs, n);
+                    node.peer_set_held_back(&peer, now.facts, now.needs)?;
+                    held_back = now;
                 }
                 todo.extend(session.handle(Event::ExportDone {
                     upto: done.upto,
