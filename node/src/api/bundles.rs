@@ -149,8 +149,14 @@ impl Node {
                 // decodes what version 1 does).
                 decodes = crate::store::peers::protocol(self.store(), &id)?
                     .map_or(Features::implied_by(1), |(_, f)| Features(f));
-                self.peer_policy(&id)?
-                    .ok_or_else(|| NodeError::BadInput(format!("unknown peer {peer}")))?
+                self.peer_policy(&id)?.ok_or_else(|| {
+                    crate::api::pairing::unknown_peer(
+                        self.store(),
+                        peer.trim(),
+                        &self.node_id(),
+                        self.now_ms(),
+                    )
+                })?
             }
             (None, false) => PeerPolicy::scoped(
                 scopes
@@ -246,10 +252,14 @@ impl Node {
         let recipient = verified.recipient();
         if !recipient.admits(&self.node_id()) {
             return Err(NodeError::Refused(format!(
-                "{}: bundle from {} was made for node {}, not for this node ({})",
+                "{}: bundle from {} was made for node {}, not for this node ({}): a bundle \
+                 addressed to one node is read only there (docs/design.md §8); ask {} for one \
+                 made with `amos bundle export FILE --for {}`",
                 file.display(),
                 sender.short(),
                 recipient,
+                self.node_id(),
+                sender.short(),
                 self.node_id()
             )));
         }
@@ -259,9 +269,10 @@ impl Node {
             // as that invite's peer, once.
             let Some(p) = verified.pairing() else {
                 return Err(NodeError::Failed(format!(
-                    "{}: bundle sender {} is not a registered peer (add it with `amos peers add`)",
+                    "{}: bundle sender {} is not a registered peer (add it with `amos peers add {} --policy P`)",
                     file.display(),
-                    sender.short()
+                    sender.short(),
+                    sender
                 )));
             };
             self.accept_join(

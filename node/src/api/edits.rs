@@ -188,15 +188,19 @@ impl Node {
         let rec = self.gated(who, id)?.into_inner();
         if !(who.owns(&rec) || who.is_admin()) {
             return Err(NodeError::Refused(format!(
-                "only the owner ({}) may change memory {}",
-                rec.owner, rec.id
+                "only the owner ({o}) may edit memory {}, or the local administrator \
+                 (docs/design.md §5.1): run it --as {o}, or with --admin",
+                rec.id,
+                o = rec.owner
             )));
         }
         if rec.origin != self.node_id() && !rec.owner_trusted {
             return Err(NodeError::Refused(format!(
-                "memory {} originates at node {}, which is not a full peer; change it there",
+                "memory {} originates at node {o}, which is not a full peer of this node: only \
+                 its origin or a full peer of it may edit it (docs/design.md §5.1); run it on \
+                 node {o} and sync",
                 rec.id,
-                rec.origin.short()
+                o = rec.origin.short()
             )));
         }
         Ok(rec)

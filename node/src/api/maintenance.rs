@@ -381,7 +381,9 @@ impl Node {
         }
         if status::memory_rows(&self.store)? > 0 && !force {
             return Err(NodeError::Refused(
-                "the store holds memories; pass --force to replace it".into(),
+                "the store holds memories and a restore replaces the whole store: pass --force \
+                 to replace them (`amos backup FILE` keeps them first)"
+                    .into(),
             ));
         }
         let epoch: [u8; 16] = rand::rng().random();

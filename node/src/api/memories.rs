@@ -298,16 +298,19 @@ impl Node {
         let rec = self.gated(who, id)?.into_inner();
         if !(who.owns(&rec) || (admin_ok && who.is_admin())) {
             return Err(NodeError::Refused(format!(
-                "only the owner ({}) may change memory {}",
-                rec.owner(),
-                rec.id
+                "only the owner ({o}) may share, unshare or forget memory {} (docs/design.md \
+                 §5.1): run it --as {o}",
+                rec.id,
+                o = rec.owner(),
             )));
         }
         if rec.origin != self.node_id() {
             return Err(NodeError::Refused(format!(
-                "memory {} originates at node {}; a replica is read-only, change it there",
+                "memory {} originates at node {o}, and only its origin speaks for its grants and \
+                 its tombstone (docs/design.md §6.2): this replica is read-only; run it on node \
+                 {o} and sync",
                 rec.id,
-                rec.origin.short()
+                o = rec.origin.short()
             )));
         }
         Ok(rec)
@@ -406,8 +409,10 @@ impl Node {
         let rec = self.gated(who, id)?;
         if !who.owns(&*rec) && !who.is_admin() {
             return Err(NodeError::Refused(format!(
-                "only the owner ({}) may archive memory {}",
-                rec.owner, rec.id
+                "only the owner ({o}) may archive or restore memory {}, or the local \
+                 administrator (docs/design.md §5.1): run it --as {o}, or with --admin",
+                rec.id,
+                o = rec.owner
             )));
         }
         let mid = rec.id;

@@ -451,9 +451,11 @@ impl Node {
     pub fn requester(&self, agent: &str) -> Result<AuthorizedScopes> {
         let agent = AgentId::parse(agent)?;
         if !org::agent_present(&self.store, &agent)? {
-            return Err(NodeError::BadInput(format!(
-                "unknown agent {agent} (register it with `amos agent add {agent}`)"
-            )));
+            return Err(crate::api::org::unknown_agent(
+                &self.store,
+                self.node_id(),
+                &agent,
+            ));
         }
         Ok(AuthorizedScopes::for_agent(agent, &StoredOrg(&self.store)))
     }

@@ -29,7 +29,10 @@ impl Node {
                 if !org::team_present(tx, t) {
                     return Err(NodeError::BadInput(format!("unknown team {t}")));
                 }
-                check_org_authority(tx, me, &OrgScope::Team(t.clone()))?;
+                check_org_authority(tx, me, &OrgScope::Team(t.clone())).map_err(|e| match e {
+                    NodeError::Refused(_) => roster_elsewhere(tx, t, &id),
+                    e => e,
+                })?;
             }
             let mut bodies = vec![FactBody::Agent(AgentFact {
                 id: id.clone(),
@@ -201,9 +204,63 @@ pub(crate) fn check_org_authority(
         return Ok(origin);
     }
     Err(NodeError::Refused(format!(
-        "{scope} was created by node {}; only that node (or its full peers) may change its record or members",
-        origin.short()
+        "{scope} belongs to node {o}, which created it: only that node (or a node that has it \
+         as a full peer) may change its record or members (the org origin rule); run this on \
+         node {o} and sync",
+        o = origin.short()
     )))
+}
+
+/// Why `agent` cannot act here: it is not registered on this node. Agents
+/// are local (docs/design.md §1): a team's roster, which arrives from the
+/// team's origin, may name an agent of another node, and that names no
+/// agent here. The message says which rosters name it and the command
+/// that registers it, which widens nothing: the gate then gives it what
+/// those rosters already say.
+pub(crate) fn unknown_agent(
+    conn: &(impl Readable + ?Sized),
+    me: NodeId,
+    agent: &AgentId,
+) -> NodeError {
+    let rosters: Vec<String> = org::list_teams(conn)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.members.iter().any(|m| m == agent.as_str()))
+        .map(|t| {
+            let scope = OrgScope::Team(TeamId::parse(&t.id).unwrap_or_else(|_| unreachable!()));
+            match crate::store::replica::org_origin(conn, &scope) {
+                Ok(Some(o)) if o != me => format!("team {} (kept by node {})", t.id, o.short()),
+                _ => format!("team {}", t.id),
+            }
+        })
+        .collect();
+    if rosters.is_empty() {
+        return NodeError::BadInput(format!(
+            "unknown agent {agent}: agents are local to each node and {agent} is not one of \
+             this node's; register it with `amos agent add {agent}`"
+        ));
+    }
+    NodeError::BadInput(format!(
+        "{agent} is a member of {} but not an agent of this node (agents are local; a roster \
+         from another node registers no one here): run `amos agent add {agent}` here to act as \
+         {agent}",
+        rosters.join(", ")
+    ))
+}
+
+/// `amos agent add AGENT --team TEAM` on a node that is not TEAM's origin:
+/// refused (the org origin rule), saying where to add the member and how
+/// to act as the agent here.
+fn roster_elsewhere(conn: &(impl Readable + ?Sized), team: &TeamId, agent: &AgentId) -> NodeError {
+    let origin = match crate::store::replica::org_origin(conn, &OrgScope::Team(team.clone())) {
+        Ok(Some(o)) => o.short(),
+        _ => "?".into(),
+    };
+    NodeError::Refused(format!(
+        "team {team}'s roster belongs to node {origin}, which created it (the org origin rule): \
+         add {agent} there (`amos agent add {agent} --team {team}` on node {origin}) and sync; \
+         then `amos agent add {agent}` here lets {agent} act on this node"
+    ))
 }
 
 /// Whose agent a membership write names.
@@ -230,7 +287,13 @@ pub(crate) fn team_member_fact(
         return Err(NodeError::BadInput(format!("unknown team {team}")));
     }
     if at == AgentAt::Here && !org::agent_present(tx, agent)? {
-        return Err(NodeError::BadInput(format!("unknown agent {agent}")));
+        return Err(NodeError::BadInput(if present {
+            format!(
+                "unknown agent {agent}: register it with `amos agent add {agent} --team {team}`"
+            )
+        } else {
+            format!("unknown agent {agent}")
+        }));
     }
     let scope = OrgScope::Team(team.clone());
     if !present && !org::is_member(tx, &scope, agent)? {
@@ -253,7 +316,15 @@ pub(crate) fn project_member_fact(
         .filter(|p| p.present)
         .ok_or_else(|| NodeError::BadInput(format!("unknown project {project}")))?;
     if at == AgentAt::Here && !org::agent_present(tx, agent)? {
-        return Err(NodeError::BadInput(format!("unknown agent {agent}")));
+        return Err(NodeError::BadInput(if present {
+            format!(
+                "unknown agent {agent}: register it with `amos agent add {agent} --team {}`, \
+                 then `amos project add {project} {agent}`",
+                state.team
+            )
+        } else {
+            format!("unknown agent {agent}")
+        }));
     }
     let scope = OrgScope::Project(project.clone());
     if present {

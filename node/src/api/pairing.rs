@@ -68,6 +68,11 @@ pub struct JoinReport {
     /// The scopes the inviter made it a member of (`team:T`, `project:P`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub member_of: Vec<String>,
+    /// The agent named by `--as` that this join registered on this node
+    /// (absent when it was registered already): agents are local, and the
+    /// joiner's operator named it to act as it here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registered: Option<String>,
     /// The first sync (`None` for `--offline`).
     pub first_sync: Option<PeerOutcome>,
 }
@@ -199,10 +204,15 @@ impl Node {
     ) -> Result<Welcome> {
         let me = self.node_id();
         if *joiner == me {
-            return Err(NodeError::Refused("a node cannot pair with itself".into()));
+            return Err(NodeError::Refused(
+                "a node cannot pair with itself: run `amos join` on the other node".into(),
+            ));
         }
         if agent.is_some_and(|a| !a.is_valid()) {
-            return Err(NodeError::Refused("malformed agent id".into()));
+            return Err(NodeError::Refused(
+                "malformed agent id: --as takes an agent id (lower case, digits, `.`, `_`, `-`)"
+                    .into(),
+            ));
         }
         let now = self.now_ms();
         let name = clean_name(name);
@@ -211,7 +221,12 @@ impl Node {
                 .map(|i| (i.proof_key, i.policy, i.expires_ms, i.used_ms));
             // One answer for a wrong secret and an unknown invite: a guesser
             // learns nothing about which invites exist.
-            let unknown = || NodeError::Refused("unknown pairing code".into());
+            let unknown = || {
+                NodeError::Refused(
+                    "unknown pairing code: ask the inviter for a new one (`amos team invite TEAM`)"
+                        .into(),
+                )
+            };
             let (key, policy, expires, used) = row.ok_or_else(unknown)?;
             let key: [u8; 32] = key.as_slice().try_into().map_err(|_| unknown())?;
             if !pairing::proof_matches(&key, binding, joiner, &me, &policy, proof) {
@@ -219,11 +234,17 @@ impl Node {
             }
             if used.is_some() {
                 return Err(NodeError::Refused(
-                    "this pairing code was already used".into(),
+                    "this pairing code was already used (a code pairs one node): ask the inviter \
+                     for a new one (`amos team invite TEAM`)"
+                        .into(),
                 ));
             }
             if now as i64 >= expires {
-                return Err(NodeError::Refused("this pairing code has expired".into()));
+                return Err(NodeError::Refused(
+                    "this pairing code has expired: ask the inviter for a new one \
+                     (`amos team invite TEAM --ttl 1h`)"
+                        .into(),
+                ));
             }
             let policy: PeerPolicy = policy
                 .parse()
@@ -245,14 +266,17 @@ impl Node {
     }
 
     /// The joiner's side, once the inviter welcomed it: record the inviter
-    /// as a peer at `addr` with the code's policy, and take its mesh key if
-    /// we have none.
+    /// as a peer at `addr` with the code's policy and, in the same
+    /// transaction, register `agent` (`amos join --as`) here if it is not
+    /// yet; then take the inviter's mesh key if we have none. Returns what
+    /// happened to the key and whether `agent` was registered now.
     pub fn record_inviter(
         &mut self,
         code: &PairingCode,
         addr: &str,
         welcome: &Welcome,
-    ) -> Result<MeshKeyOutcome> {
+        agent: Option<&AgentId>,
+    ) -> Result<(MeshKeyOutcome, bool)> {
         if welcome.policy.to_string() != code.policy {
             return Err(NodeError::Failed(format!(
                 "the inviter answered with policy {} but the code says {}; nothing recorded",
@@ -261,7 +285,7 @@ impl Node {
         }
         let now = self.now_ms();
         let name = clean_name(&welcome.name);
-        self.store.write(|tx| {
+        let (_, registered) = self.commit(|tx| {
             upsert_peer(
                 tx,
                 &code.inviter,
@@ -269,9 +293,10 @@ impl Node {
                 Some(&name),
                 &welcome.policy,
                 now,
-            )
+            )?;
+            joiner_agent(tx, agent)
         })?;
-        Ok(match (&welcome.mesh_key, self.mesh_key()?) {
+        let key = match (&welcome.mesh_key, self.mesh_key()?) {
             (None, _) => MeshKeyOutcome::None,
             (Some(theirs), None) => {
                 self.mesh_key_set(&theirs.to_string())?;
@@ -281,7 +306,30 @@ impl Node {
                 MeshKeyOutcome::Same
             }
             (Some(_), Some(_)) => MeshKeyOutcome::KeptOwn,
-        })
+        };
+        Ok((key, registered))
+    }
+}
+
+/// The joiner's own `agent` (`amos join --as`), registered here if it is
+/// not yet (kind `agent`, no team: its memberships are the inviter's
+/// facts, which the first sync or bundle brings): the fact to commit, and
+/// whether there is one.
+fn joiner_agent(
+    conn: &(impl Readable + ?Sized),
+    agent: Option<&AgentId>,
+) -> Result<(Vec<FactBody>, bool)> {
+    match agent {
+        Some(a) if !org::agent_present(conn, a)? => Ok((
+            vec![FactBody::Agent(amos_protocol::AgentFact {
+                id: a.clone(),
+                kind: "agent".into(),
+                display_name: a.to_string(),
+                present: true,
+            })],
+            true,
+        )),
+        _ => Ok((Vec::new(), false)),
     }
 }
 
@@ -351,8 +399,9 @@ fn joiner_memberships(
 /// address, with the code's policy) without a network, and keep an offline
 /// proof of the code's secret that this node's bundles to the inviter carry
 /// (`amos bundle export --for INVITER`), so the inviter can accept this node
-/// from its first bundle.
-pub fn join_offline(home: &Home, code_text: &str) -> Result<JoinReport> {
+/// from its first bundle. `agent` (`--as`, not carried offline) is
+/// registered here if it is not yet, in the same transaction.
+pub fn join_offline(home: &Home, code_text: &str, agent: Option<&AgentId>) -> Result<JoinReport> {
     let mut node = Node::open(home)?;
     let me = node.node_id();
     let code = read_code(code_text, &me, node.now_ms())?;
@@ -369,9 +418,10 @@ pub fn join_offline(home: &Home, code_text: &str) -> Result<JoinReport> {
     ));
     let addr = code.addrs.first().cloned();
     let now = node.now_ms();
-    node.store.write(|tx| {
+    let (_, registered) = node.commit(|tx| {
         upsert_peer(tx, &code.inviter, addr.as_deref(), None, &policy, now)?;
-        peers::set_join_proof(tx, &code.inviter, &carried)
+        peers::set_join_proof(tx, &code.inviter, &carried)?;
+        joiner_agent(tx, agent)
     })?;
     Ok(JoinReport {
         peer: code.inviter.to_string(),
@@ -381,8 +431,33 @@ pub fn join_offline(home: &Home, code_text: &str) -> Result<JoinReport> {
         mesh_key: MeshKeyOutcome::None,
         agent: None,
         member_of: Vec::new(),
+        registered: registered.then(|| agent.map(ToString::to_string)).flatten(),
         first_sync: None,
     })
+}
+
+/// `amos bundle export --for PEER` with a PEER this node has not
+/// registered: bad input that says both ways to register it. A node that
+/// joined offline with one of our codes is registered when its first
+/// bundle is imported here (its proof names the invite; we cannot know its
+/// NodeId before); or the operator registers it by hand, with the policy
+/// of the invite still pending when there is one.
+pub(crate) fn unknown_peer(
+    conn: &(impl Readable + ?Sized),
+    peer: &str,
+    me: &NodeId,
+    now_ms: u64,
+) -> NodeError {
+    let policy = match invites::pending_policies(conn, now_ms).as_deref() {
+        Ok([one]) => one.clone(),
+        _ => "P".into(),
+    };
+    NodeError::BadInput(format!(
+        "unknown peer {peer}: this node has not registered it. If it joined with `amos join \
+         CODE --offline`, import its first bundle here (made there by `amos bundle export FILE \
+         --for {me}`): that registers it with the invite's policy. Or register it now: \
+         `amos peers add {peer} --policy {policy}`"
+    ))
 }
 
 /// The offline pairing proof this node's bundles to `peer` carry, if any.
@@ -576,7 +651,7 @@ mod tests {
         wrong.secret[0] ^= 1;
         let e = try_join(&home, T0, &joiner, &wrong).err().unwrap();
         assert!(
-            matches!(&e, NodeError::Refused(r) if r == "unknown pairing code"),
+            matches!(&e, NodeError::Refused(r) if r.starts_with("unknown pairing code:")),
             "{e}"
         );
         assert_eq!(peers_of(&home), 0);

@@ -210,9 +210,7 @@ impl Node {
             verified: facts,
             out_of_bounds,
         } = batch;
-        let policy = self.peer_policy(from)?.ok_or_else(|| {
-            NodeError::Refused(format!("{} is not a registered peer", from.short()))
-        })?;
+        let policy = self.peer_policy(from)?.ok_or_else(|| not_a_peer(from))?;
         let sender = Sender {
             node: *from,
             policy,
@@ -347,9 +345,7 @@ impl Node {
         peer: &NodeId,
         set: bool,
     ) -> Result<(Vec<Scope>, [u8; 32], u64)> {
-        let policy = self.peer_policy(peer)?.ok_or_else(|| {
-            NodeError::Refused(format!("{} is not a registered peer", peer.short()))
-        })?;
+        let policy = self.peer_policy(peer)?.ok_or_else(|| not_a_peer(peer))?;
         let scopes: Vec<Scope> = policy.scopes().cloned().collect();
         if scopes.len() > MAX_DIGEST_SCOPES {
             return Err(NodeError::Failed(format!(
@@ -399,9 +395,7 @@ impl Node {
         facts: u64,
         set: bool,
     ) -> Result<Option<bool>> {
-        let ours = self.peer_policy(peer)?.ok_or_else(|| {
-            NodeError::Refused(format!("{} is not a registered peer", peer.short()))
-        })?;
+        let ours = self.peer_policy(peer)?.ok_or_else(|| not_a_peer(peer))?;
         let Some(policy) = amos_sync::digest::compared_over(&ours, scopes) else {
             self.store.write(|tx| peers::clear_digest(tx, peer))?;
             return Ok(None);
@@ -484,9 +478,7 @@ impl Node {
         batch: usize,
         emit: impl FnMut(Vec<Vec<u8>>) -> Result<()>,
     ) -> Result<i64> {
-        let policy = self.peer_policy(peer)?.ok_or_else(|| {
-            NodeError::Refused(format!("{} is not a registered peer", peer.short()))
-        })?;
+        let policy = self.peer_policy(peer)?.ok_or_else(|| not_a_peer(peer))?;
         let policy_seq = peers::policy_seq(&self.store, peer)?;
         // Its watermark of us predates a policy change: start over.
         let since = if since < policy_seq { 0 } else { since };
@@ -600,6 +592,16 @@ fn policy_changed(tx: &mut Tx<'_>, id: &NodeId, policy: &PeerPolicy) -> Result<(
 fn reset_watermark(tx: &mut Tx<'_>, id: &NodeId) -> Result<()> {
     let seq = tx.next_seq()?;
     peers::reset_watermark(tx, id, seq)
+}
+
+/// A session or repair with a node that is not (or no longer) a peer:
+/// refused, as the import gate refuses its facts (docs/design.md §6.6).
+pub(crate) fn not_a_peer(peer: &NodeId) -> NodeError {
+    NodeError::Refused(format!(
+        "{} is not a registered peer: facts come and go only between registered peers \
+         (docs/design.md §6.6); register it with `amos peers add {peer} --policy P`",
+        peer.short()
+    ))
 }
 
 #[cfg(test)]

@@ -50,7 +50,7 @@ pub enum RepairPlan {
 impl Node {
     fn policy_of(&self, peer: &NodeId) -> Result<PeerPolicy> {
         self.peer_policy(peer)?
-            .ok_or_else(|| NodeError::Refused(format!("{} is not a registered peer", peer.short())))
+            .ok_or_else(|| crate::api::peers::not_a_peer(peer))
     }
 
     /// The repair set for `peer`: the items of every fact the policy we give

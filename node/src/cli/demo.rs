@@ -146,9 +146,9 @@ fn script(dir: &Path, steps: &mut Steps) -> Result<()> {
             let mut joiner = Node::open(&s.home)?;
             joiner.agent_add(agent, "agent", &[])?;
             let invite = na.team_invite(TEAM, None, Duration::from_secs(600), &[])?;
-            let carried = amos_node::net::join_agent(&joiner, &invite.code, Some(agent), false)?;
+            let carried = amos_node::net::join_agent(&invite.code, Some(agent), false)?;
             drop(joiner);
-            let r = amos_node::net::join_blocking(&s.home, &invite.code, carried.carried(), None)?;
+            let r = amos_node::net::join_blocking(&s.home, &invite.code, &carried, None)?;
             let first = r.first_sync.as_ref().map(|o| o.result.as_str());
             if first != Some("ok") {
                 bail!("{}'s first sync with A: {first:?}", s.label);

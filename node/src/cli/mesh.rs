@@ -185,12 +185,13 @@ fn join_cmd(home: &Home, out: &Out, code: &str, offline: bool, agent: Option<&st
     use amos_node::SyncResult;
     use amos_node::net::{AgentLeftOut, JoinAgent};
     // Validates the home (exit 2 if it is not one).
-    let agent = amos_node::net::join_agent(&Node::open(home)?, code, agent, offline)?;
+    Node::open(home)?;
+    let agent = amos_node::net::join_agent(code, agent, offline)?;
     if let JoinAgent::LeftOut { agent: a, why } = &agent {
         match why {
             AgentLeftOut::Offline => eprintln!(
                 "amos: note: --as {a} is not carried by an offline join; the inviter's operator \
-                 adds the agent (`amos team add TEAM {a}`)"
+                 makes it a member there (`amos agent add {a} --team TEAM`)"
             ),
             AgentLeftOut::NoOrgScope(policy) => eprintln!(
                 "amos: note: the invite's policy ({policy}) names no team or project: --as {a} ignored"
@@ -198,10 +199,10 @@ fn join_cmd(home: &Home, out: &Out, code: &str, offline: bool, agent: Option<&st
         }
     }
     let r = if offline {
-        amos_node::api::join_offline(home, code)?
+        amos_node::api::join_offline(home, code, agent.named())?
     } else {
         let progress = amos_node::SyncProgress::new(out.feedback());
-        amos_node::net::join_blocking(home, code, agent.carried(), progress.observer())?
+        amos_node::net::join_blocking(home, code, &agent, progress.observer())?
     };
     out.emit(&r, || {
         let mut s = format!(
@@ -226,6 +227,11 @@ fn join_cmd(home: &Home, out: &Out, code: &str, offline: bool, agent: Option<&st
                 o.error.as_deref().unwrap_or("")
             )),
             None => s.push_str("\noffline: exchange bundles with `amos bundle export --for PEER`"),
+        }
+        if let Some(a) = &r.registered {
+            s.push_str(&format!(
+                "\nagent {a} registered on this node (agents are local: this is where it acts)"
+            ));
         }
         if let Some(a) = &r.agent {
             if r.member_of.is_empty() {

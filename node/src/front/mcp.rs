@@ -44,8 +44,16 @@ impl MemoryServer {
         for change in &fleet.changes {
             tracing::info!("agents.toml: {change}");
         }
-        // Fails for an unknown or malformed agent id.
-        node.requester(agent)?;
+        // Fails for an unknown or malformed agent id, with the command that
+        // registers it: an MCP client's environment never makes an
+        // identity (a typo would otherwise write, unseen, as a new agent
+        // no one else reads).
+        node.requester(agent).map_err(|e| match e {
+            NodeError::BadInput(why) => NodeError::BadInput(format!(
+                "amos mcp serves a registered agent and makes none: AMOS_AGENT={agent}: {why}"
+            )),
+            e => e,
+        })?;
         Ok(MemoryServer {
             node: Arc::new(Mutex::new(node)),
             agent: agent.to_owned(),

@@ -30,6 +30,11 @@ use crate::store::replica::PeerInfo;
 // answers `Welcome` (after recording the joiner) or `Refused`. The first
 // sync then runs as an ordinary session on a fresh connection.
 
+/// A serving inviter that took no join from us: it holds no pending invite.
+const NO_JOINS: &str = "the inviter accepts no joins now (the code is unknown, used or expired): \
+                        ask for a new code (`amos team invite TEAM` on the inviter, which must be \
+                        serving)";
+
 /// TLS exporter label for pairing proofs (RFC 5705/8446 §7.5).
 pub(crate) const PAIRING_EXPORTER_LABEL: &[u8] = b"EXPORTER-amos-pairing-v1";
 
@@ -171,24 +176,30 @@ impl JoinAgent {
             JoinAgent::None | JoinAgent::LeftOut { .. } => None,
         }
     }
+
+    /// The agent named (`--as`), carried or not: the join registers it
+    /// on this node if it is not yet.
+    pub fn named(&self) -> Option<&amos_protocol::AgentId> {
+        match self {
+            JoinAgent::Carried(a) | JoinAgent::LeftOut { agent: a, .. } => Some(a),
+            JoinAgent::None => None,
+        }
+    }
 }
 
 /// The join rule (docs/design.md §7.6), for every front end that joins:
-/// whether a join by `code_text` carries the joiner's `agent`. The agent
-/// must be one of `node`'s (it is who will read what the scope brings; bad
-/// input otherwise); an offline join carries none, nor does a join whose
-/// invite's policy names no team or project (`full`, `global`). A code that
-/// does not decode is left for the join itself to report.
-pub fn join_agent(
-    node: &Node,
-    code_text: &str,
-    agent: Option<&str>,
-    offline: bool,
-) -> Result<JoinAgent> {
+/// whether a join by `code_text` carries the joiner's `agent`. The agent is
+/// one of the joiner's — who will read there what the scope brings — and the
+/// join registers it here if it is not yet (agents are local: the
+/// operator naming it with `--as` is the intent to act as it on this
+/// node); a malformed id is bad input. An offline join carries none, nor
+/// does a join whose invite's policy names no team or project (`full`,
+/// `global`). A code that does not decode is left for the join itself to
+/// report.
+pub fn join_agent(code_text: &str, agent: Option<&str>, offline: bool) -> Result<JoinAgent> {
     let Some(name) = agent.map(str::trim).filter(|a| !a.is_empty()) else {
         return Ok(JoinAgent::None);
     };
-    node.requester(name)?;
     let agent = amos_protocol::AgentId::parse(name)?;
     if offline {
         return Ok(JoinAgent::LeftOut {
@@ -217,27 +228,31 @@ pub fn join_agent(
 }
 
 /// `amos join CODE [--as AGENT]`: pair with the inviter, then run a first
-/// sync (`observer` hears of its progress). `agent` (one of ours) asks the
-/// inviter to make it a member of the invite's scopes; pass what
-/// [`join_agent`] carries.
+/// sync (`observer` hears of its progress). `agent` is what [`join_agent`]
+/// decided: a carried agent asks the inviter to make it a member of the
+/// invite's scopes; a named one is registered here, once the inviter
+/// welcomed us, if it is not yet.
 pub fn join_blocking(
     home: &Home,
     code_text: &str,
-    agent: Option<&amos_protocol::AgentId>,
+    agent: &JoinAgent,
     observer: Option<Observer>,
 ) -> Result<JoinReport> {
+    let named = agent.named().cloned();
+    let agent = agent.carried();
     let identity = Arc::new(home.load_identity()?);
     let code = pairing::read_code(code_text, &identity.node_id(), SystemClock.now_ms())?;
     runtime()?.block_on(async {
         let (addr, welcome) = dial_inviter(home, &identity, &code, agent).await?;
         let member_of: Vec<String> = welcome.member_of.iter().map(ToString::to_string).collect();
-        let (outcome, peer) = tokio::task::spawn_blocking({
+        let ((outcome, registered), peer) = tokio::task::spawn_blocking({
             let home = home.clone();
             let code = code.clone();
             let addr = addr.clone();
-            move || -> Result<(MeshKeyOutcome, PeerInfo)> {
+            let named = named.clone();
+            move || -> Result<((MeshKeyOutcome, bool), PeerInfo)> {
                 let mut node = Node::open(&home)?;
-                let outcome = node.record_inviter(&code, &addr, &welcome)?;
+                let outcome = node.record_inviter(&code, &addr, &welcome, named.as_ref())?;
                 let peer = node
                     .peer_list()?
                     .into_iter()
@@ -257,6 +272,7 @@ pub fn join_blocking(
             mesh_key: outcome,
             agent: agent.map(ToString::to_string),
             member_of,
+            registered: named.filter(|_| registered).map(|a| a.to_string()),
             first_sync: Some(first),
         })
     })
@@ -359,13 +375,12 @@ pub(crate) async fn join_at(
             ..
         }) => {
             return Err(JoinFailure::Refused(format!(
-                "the node at {addr} is not the inviter this code names (forged or stale code)"
+                "the node at {addr} is not the inviter this code names (forged or stale code): \
+                 ask the inviter for a fresh code"
             )));
         }
         Err(TransportError::Refused { .. }) => {
-            return Err(JoinFailure::Refused(
-                "the inviter accepts no joins now (the code is unknown, used or expired)".into(),
-            ));
+            return Err(JoinFailure::Refused(NO_JOINS.into()));
         }
         Err(e @ TransportError::Config(_)) => return Err(JoinFailure::Failed(e.to_string())),
         Err(e) => return Err(JoinFailure::Unreachable(e.to_string())),
@@ -402,9 +417,7 @@ pub(crate) async fn join_at(
         Ok(None) => return Err(JoinFailure::Failed("the inviter answered nothing".into())),
         // TLS 1.3: the inviter's refusal of our key may surface only here.
         Err(TransportError::Refused { .. }) | Err(TransportError::Closed(_)) => {
-            return Err(JoinFailure::Refused(
-                "the inviter accepts no joins now (the code is unknown, used or expired)".into(),
-            ));
+            return Err(JoinFailure::Refused(NO_JOINS.into()));
         }
         Err(e) => return Err(JoinFailure::Failed(e.to_string())),
     };
@@ -441,11 +454,6 @@ mod tests {
     /// invite and join.
     #[test]
     fn the_join_rule_carries_an_agent_only_to_a_team_or_project() {
-        let dir = tempfile::tempdir().unwrap();
-        let home = Home::new(dir.path().join("j"));
-        Node::init(&home, Some("j")).unwrap();
-        let mut node = Node::open(&home).unwrap();
-        node.agent_add("bob", "agent", &[]).unwrap();
         let code = |policy: &str| {
             PairingCode {
                 inviter: NodeIdentity::from_secret([7; 32]).node_id(),
@@ -485,11 +493,16 @@ mod tests {
             // The join itself reports a code that does not decode.
             ("amos1-garbage".into(), Some("bob"), false, carried.clone()),
         ] {
-            let got = join_agent(&node, &code, agent, offline).unwrap();
+            let got = join_agent(&code, agent, offline).unwrap();
             assert_eq!(got, want, "{agent:?} offline={offline} {code}");
         }
-        // Only an agent of ours.
-        let e = join_agent(&node, &code("team:apollo"), Some("zed"), false).unwrap_err();
+        // An agent not registered here yet is named too (the join
+        // registers it); a malformed id is bad input.
+        let zed = AgentId::parse("zed").unwrap();
+        let got = join_agent(&code("team:apollo"), Some("zed"), false).unwrap();
+        assert_eq!(got, JoinAgent::Carried(zed.clone()));
+        assert_eq!(got.named(), Some(&zed));
+        let e = join_agent(&code("team:apollo"), Some("Not An Id!"), false).unwrap_err();
         assert!(matches!(e, NodeError::BadInput(_)), "{e}");
     }
 }

@@ -81,3 +81,18 @@ pub fn any_pending(conn: &(impl super::Readable + ?Sized), now_ms: u64) -> Resul
         .optional()?
         .unwrap_or(false))
 }
+
+/// The distinct policies of the invites unused and unexpired at `now_ms`.
+pub fn pending_policies(
+    conn: &(impl super::Readable + ?Sized),
+    now_ms: u64,
+) -> Result<Vec<String>> {
+    let conn = super::sql(conn);
+    let mut stmt = conn.prepare_cached(
+        "SELECT DISTINCT policy FROM invites WHERE used_ms IS NULL AND expires_ms > ?1 ORDER BY policy",
+    )?;
+    let rows = stmt
+        .query_map([now_ms as i64], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}

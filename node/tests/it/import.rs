@@ -600,7 +600,7 @@ fn an_import_may_not_change_a_team_another_node_created() {
         args.extend(flag);
         let r = b.run(&args);
         assert_eq!(r.code, 3, "{r:?}");
-        assert!(r.stderr.contains("apollo was created by node"), "{r:?}");
+        assert!(r.stderr.contains("apollo belongs to node"), "{r:?}");
     }
     assert_eq!(b.fingerprint(), before, "nothing half-imported");
     assert_eq!(b.json(&["digest"])["digest"], digest);

@@ -21,6 +21,7 @@ mod encoder;
 mod encoder_serve;
 mod eval;
 mod far_future;
+mod first_hour;
 mod first_hour_answers;
 mod gate_and_recall;
 mod import;

@@ -38,10 +38,6 @@ const NOT_RUN: &[(&str, &str)] = &[
         "the whole test suite, this test included",
     ),
     (
-        "claude mcp add amos --env AMOS_AGENT=claude -- amos mcp",
-        "needs the Claude Code CLI; `amos mcp` itself is driven by node/tests/it/mcp.rs",
-    ),
-    (
         "amos discover --timeout 3s",
         "multicast would leave loopback; discovery runs inside network namespaces in node/tests/it/discovery.rs",
     ),
@@ -106,6 +102,8 @@ const CLAIMS: &[&str] = &[
     "air gap: the import refused nothing",
     "air gap: digests equal",
     "pairing: join pairs and syncs",
+    "pairing: join --as registers the agent, who recalls the team's memory",
+    "mcp: the page's client line starts `amos mcp` as its agent, which recalls",
     "pairing: sync now converges",
     "recall: --explain shows every factor",
     "recall: the link is made",
@@ -613,6 +611,10 @@ impl Tour {
     fn run(&mut self, line: &Line, home: &'static str, cmd: &str) {
         let at = self.at(line);
         let raw = words(cmd);
+        if raw.first().is_some_and(|w| w == "claude") {
+            self.mcp_client(line, home, &raw);
+            return;
+        }
         assert!(
             raw.first().is_some_and(|w| w == "amos"),
             "{at}: {:?} is neither run by this test nor in NOT_RUN (with the reason)",
@@ -659,6 +661,45 @@ impl Tour {
             run.stderr
         );
         self.after(cmd, home, &run);
+    }
+
+    /// `claude mcp add NAME --env K=V… -- amos mcp`: the client would start
+    /// `amos mcp` with that environment, so this test does, in the page's
+    /// home, and speaks MCP to it: the agent recalls the team memory the
+    /// air gap's block wrote.
+    fn mcp_client(&mut self, line: &Line, home: &'static str, raw: &[String]) {
+        let at = self.at(line);
+        let dash = raw
+            .iter()
+            .position(|w| w == "--")
+            .unwrap_or_else(|| panic!("{at}: no `--` before the server's command"));
+        assert_eq!(
+            raw[dash + 1..],
+            ["amos", "mcp"],
+            "{at}: not an amos mcp line"
+        );
+        let env: Vec<(&str, &str)> = raw[..dash]
+            .windows(2)
+            .filter(|w| w[0] == "--env")
+            .map(|w| w[1].split_once('=').expect("--env K=V"))
+            .collect();
+        let [("AMOS_AGENT", agent)] = env[..] else {
+            panic!("{at}: teach this test the environment {env:?}");
+        };
+        let mut client = crate::mcp::Client::start(self.home(home), agent);
+        let hits = client.ok(
+            "memory_search",
+            serde_json::json!({"query": "release freeze", "k": 5}),
+        );
+        let want = self.made("air-gap");
+        assert!(
+            hits["hits"]
+                .as_array()
+                .is_some_and(|h| h.iter().any(|m| m["id"] == want.as_str())),
+            "{at}: {agent} does not recall the team memory: {hits}"
+        );
+        self.ran += 1;
+        self.claim("mcp: the page's client line starts `amos mcp` as its agent, which recalls");
     }
 
     /// `amos serve …`: in the background, on a free loopback port, no mDNS;
@@ -925,6 +966,14 @@ impl Tour {
             c if c.starts_with("amos join amos1-…") => {
                 assert!(run.stdout.contains("first sync ok"), "{run:?}");
                 self.claim("pairing: join pairs and syncs");
+                if c.contains("--as bob") {
+                    assert!(run.stdout.contains("agent bob registered"), "{run:?}");
+                    let hits = self.home(home).search_ids("bob", "when do we deploy", 5);
+                    assert_eq!(hits.len(), 1, "bob recalls the hub's team memory");
+                    self.claim(
+                        "pairing: join --as registers the agent, who recalls the team's memory",
+                    );
+                }
             }
             "amos sync now" if home == "spoke" => {
                 assert!(run.stdout.contains("  ok: "), "{run:?}");

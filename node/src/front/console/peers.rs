@@ -183,22 +183,11 @@ pub(crate) async fn join(
         return Err(PageError::bad("paste the pairing code (amos1-…)"));
     }
     // The join rule `amos join` applies (crate::net::join).
-    let agent = {
-        let (code, agent) = (code.clone(), given(&f.agent).map(str::to_owned));
-        with_node(&app, move |node, _| {
-            Ok(crate::net::join_agent(
-                node,
-                &code,
-                agent.as_deref(),
-                false,
-            )?)
-        })
-        .await?
-    };
+    let agent = crate::net::join_agent(&code, given(&f.agent), false)?;
     let home = app.home.clone();
-    let carried = agent.carried().cloned();
+    let joining = agent.clone();
     let r = tokio::task::spawn_blocking(move || {
-        crate::net::join_blocking(&home, &code, carried.as_ref(), None)
+        crate::net::join_blocking(&home, &code, &joining, None)
     })
     .await
     .map_err(|e| PageError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
@@ -211,6 +200,9 @@ pub(crate) async fn join(
     )];
     if let crate::net::JoinAgent::LeftOut { agent, why } = &agent {
         flash.push(format!("agent {agent} not carried: {why}"));
+    }
+    if let Some(a) = &r.registered {
+        flash.push(format!("agent {a} registered on this node"));
     }
     if let Some(o) = &r.first_sync {
         flash.push(format!("first sync: {}", outcome_line(o)));
