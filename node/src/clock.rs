@@ -13,6 +13,7 @@ use crate::error::{NodeError, Result};
 
 /// A source of physical time in Unix milliseconds.
 pub trait WallClock: Send + Sync {
+    /// Now, in Unix milliseconds.
     fn now_ms(&self) -> u64;
 }
 

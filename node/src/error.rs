@@ -33,13 +33,18 @@ pub enum NodeError {
     /// is [`NodeError::BadInput`]); its exit code is bad input's.
     #[error(transparent)]
     Protocol(amos_protocol::ProtocolError),
+    /// A SQLite statement or connection failed.
     #[error("database error: {0}")]
     Db(#[from] rusqlite::Error),
+    /// The full-text or vector index failed (tantivy's message).
     #[error("index error: {0}")]
     Index(String),
+    /// A file or socket operation failed.
     #[error("{context}: {source}")]
     Io {
+        /// What was being done, e.g. `cannot read <path>`.
         context: String,
+        /// The operating system's error.
         source: std::io::Error,
     },
 }
@@ -80,6 +85,7 @@ impl From<tantivy::TantivyError> for NodeError {
     }
 }
 
+/// The result of every fallible call of this crate.
 pub type Result<T, E = NodeError> = std::result::Result<T, E>;
 
 #[cfg(test)]

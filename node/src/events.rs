@@ -17,9 +17,13 @@ use serde::Serialize;
 /// What one session moved.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct SessionStats {
+    /// Facts received from the peer.
     pub facts_in: u64,
+    /// Facts sent to the peer.
     pub facts_out: u64,
+    /// Frame bytes received.
     pub bytes_in: u64,
+    /// Frame bytes sent.
     pub bytes_out: u64,
     /// Whether the peer's digest over the scopes it gives us agreed with
     /// ours (`None`: not compared).
@@ -44,13 +48,20 @@ pub type Observer = Arc<dyn SyncObserver>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SyncResult {
+    /// The session completed.
     Ok,
+    /// No connection was made: the address did not resolve, nothing answered
+    /// or the handshake failed.
     Unreachable,
+    /// The peer's handshake refused us: we are not an accepted peer there.
     Refused,
+    /// Anything else: no address known, a local error, or the session broke
+    /// off.
     Failed,
 }
 
 impl SyncResult {
+    /// The lower-case name `--json` output and `/metrics` labels use.
     pub fn as_str(self) -> &'static str {
         match self {
             SyncResult::Ok => "ok",
@@ -64,19 +75,29 @@ impl SyncResult {
 /// One peer's line in a sync pass report.
 #[derive(Debug, Clone, Serialize)]
 pub struct PeerOutcome {
+    /// The peer's node id (hex).
     pub peer: String,
+    /// The peer's name as registered here.
     pub name: String,
+    /// The address dialled (`None`: none known).
     pub addr: Option<String>,
+    /// How the session ended.
     pub result: SyncResult,
+    /// Facts received from the peer.
     pub facts_in: u64,
+    /// Facts sent to the peer.
     pub facts_out: u64,
+    /// Frame bytes received.
     pub bytes_in: u64,
+    /// Frame bytes sent.
     pub bytes_out: u64,
+    /// Wall time of the session, dial included, in milliseconds.
     pub ms: u64,
     /// Whether the peer's digest over the scopes it gives us agreed with
     /// ours at the session's end (`None`: not compared).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub digest_agree: Option<bool>,
+    /// Why it did not end `ok`, in one line.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }

@@ -29,8 +29,11 @@ const KEY_HEADER: &str = "amos-identity-v1 ";
 /// What `node.json` says.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NodeInfo {
+    /// The home's layout version.
     pub format: u32,
+    /// This node's id (hex of its ed25519 public key).
     pub node_id: String,
+    /// The node's human name (`amos init --name`).
     pub name: String,
 }
 
@@ -44,6 +47,7 @@ pub struct Home {
 }
 
 impl Home {
+    /// The home at `root`; nothing is read or created until used.
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Home {
             root: root.into(),
@@ -69,21 +73,28 @@ impl Home {
             .unwrap_or_else(|| PathBuf::from(".amos"))
     }
 
+    /// The home directory itself.
     pub fn root(&self) -> &Path {
         &self.root
     }
+    /// `node.json`: the node's id and name ([`NodeInfo`]).
     pub fn info_path(&self) -> PathBuf {
         self.root.join("node.json")
     }
+    /// `identity.key`: the node's ed25519 secret key (mode 0600).
     pub fn key_path(&self) -> PathBuf {
         self.root.join("identity.key")
     }
+    /// `amos.db`: the SQLite store, the node's truth.
     pub fn db_path(&self) -> PathBuf {
         self.root.join("amos.db")
     }
+    /// `mesh.key`: the mesh key (`amos mesh key`), which tags discovery
+    /// announcements.
     pub fn mesh_key_path(&self) -> PathBuf {
         self.root.join("mesh.key")
     }
+    /// The disposable full-text index (tantivy).
     pub fn index_dir(&self) -> PathBuf {
         self.root.join("index")
     }
@@ -91,6 +102,7 @@ impl Home {
     pub fn vectors_dir(&self) -> PathBuf {
         self.root.join("vectors")
     }
+    /// The lock every process holds while it writes an index.
     pub fn index_lock_path(&self) -> PathBuf {
         self.root.join("index.lock")
     }
@@ -100,6 +112,7 @@ impl Home {
         self.root.join("listen")
     }
 
+    /// Whether `amos init` has run here (`node.json` exists).
     pub fn is_initialized(&self) -> bool {
         self.info_path().is_file()
     }

@@ -125,8 +125,11 @@ fn id_of_halves(hi: u64, lo: u64) -> MemoryId {
 /// What a catch-up did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct CatchUp {
+    /// Memories (re)indexed.
     pub indexed: usize,
+    /// Memories removed (no longer live: forgotten, or content purged).
     pub removed: usize,
+    /// Whether the index was rebuilt from scratch.
     pub rebuilt: bool,
 }
 

@@ -23,6 +23,7 @@
 //! Boundary: merge and visibility rules are not re-implemented here; the gate
 //! is `amos-acl` and `amos-sync`, facts and signatures are `amos-protocol`.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+#![warn(missing_docs)]
 
 pub mod api;
 pub mod bench;

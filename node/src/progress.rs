@@ -94,14 +94,17 @@ impl Progress {
         )
     }
 
+    /// Count `n` more units done.
     pub fn inc(&self, n: u64) {
         self.0.inc(n);
     }
 
+    /// Set the total, once it is known.
     pub fn set_len(&self, len: u64) {
         self.0.set_length(len);
     }
 
+    /// Replace the text after the bar.
     pub fn set_message(&self, msg: impl Into<Cow<'static, str>>) {
         self.0.set_message(msg);
     }
@@ -130,6 +133,7 @@ pub struct SyncProgress {
 }
 
 impl SyncProgress {
+    /// A line that starts as `connecting`; hidden unless `feedback` draws on a terminal.
     pub fn new(feedback: Feedback) -> Arc<SyncProgress> {
         Arc::new(SyncProgress {
             line: Progress::status(feedback, "sync", "connecting"),

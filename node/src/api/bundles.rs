@@ -42,13 +42,19 @@ const FRAME_FACTS: usize = BUNDLE_FRAME_FACTS;
 /// What `amos bundle export` reports.
 #[derive(Debug, Clone, Serialize)]
 pub struct ExportReport {
+    /// The bundle file written.
     pub file: String,
+    /// The policy that selected the facts (`--policy`).
     pub policy: String,
     /// The node the bundle is for, or "any peer" (no `--for`).
     pub recipient: String,
+    /// Whether the frames are encrypted (a mesh key is set).
     pub encrypted: bool,
+    /// Facts written.
     pub facts: u64,
+    /// Frames written.
     pub frames: u64,
+    /// The file's size.
     pub bytes: u64,
     /// Facts left out because the recipient (`--for`) lacks a feature they
     /// need, as its last session said (docs/design.md §13).
@@ -58,17 +64,25 @@ pub struct ExportReport {
 /// What `amos bundle import` reports.
 #[derive(Debug, Clone, Serialize)]
 pub struct ImportReport {
+    /// The bundle file read.
     pub file: String,
+    /// The node that signed it.
     pub sender: String,
     /// The bundle's recipient: this node, or "any peer".
     pub recipient: String,
+    /// Facts in the bundle.
     pub facts: u64,
+    /// Facts applied.
     pub applied: u64,
+    /// Facts older than or equal to what this node holds: nothing changed.
     pub stale: u64,
+    /// Facts the gate refused (see `amos audit`).
     pub refused: u64,
+    /// Facts deferred until they can be applied.
     pub quarantined: u64,
     /// Time spent verifying the whole file (pass 1), and applying it (pass 2).
     pub verify_ms: u64,
+    /// Time spent applying it (pass 2).
     pub apply_ms: u64,
 }
 

@@ -31,12 +31,15 @@ pub struct HistoryLine {
     pub kind: &'static str,
     /// The author node (full NodeId).
     pub author: String,
+    /// Wall time of the fact's clock (Unix ms).
     pub wall_ms: u64,
+    /// Logical part of the fact's clock.
     pub logical: u32,
     /// Bytes the fact carries (text, change or saved document); `null` for
     /// a base compacted into the snapshot. Compacted edits are not listed:
     /// the snapshot line stands for them.
     pub bytes: Option<usize>,
+    /// Whether the base was compacted into the snapshot.
     pub compacted: bool,
 }
 

@@ -19,8 +19,11 @@ pub const MAX_LINKS: usize = 200;
 pub struct LinkView {
     /// True when the link goes from the memory to `other`.
     pub outgoing: bool,
+    /// The link's relation.
     pub relation: String,
+    /// Its signed weight.
     pub weight: f32,
+    /// The memory at the other end, which the requester may see.
     pub other: Visible<MemoryRecord>,
 }
 

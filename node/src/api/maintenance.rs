@@ -19,13 +19,20 @@ use crate::progress::{Feedback, Progress};
 use crate::recall::similarity::{NEAR_DUPLICATE, near_duplicates, normalize_text, token_set};
 use crate::store::{self, hygiene, schema::SCHEMA_VERSION, status};
 
+/// What `amos status` shows: the node at a glance.
 #[derive(Debug, Serialize)]
 pub struct Status {
+    /// This node's id.
     pub node_id: String,
+    /// Its name.
     pub name: String,
+    /// Its home directory.
     pub home: String,
+    /// The store's schema version.
     pub schema_version: u32,
+    /// The store's log epoch (new after a restore).
     pub epoch: String,
+    /// The store's latest `seq`.
     pub seq: i64,
     /// Memories held with their content: live and archived.
     pub memories: i64,
@@ -35,12 +42,19 @@ pub struct Status {
     pub memories_archived: i64,
     /// Forgotten memories: tombstones, their content erased (not in `memories`).
     pub memories_forgotten: i64,
+    /// Agents known.
     pub agents: i64,
+    /// Teams known.
     pub teams: i64,
+    /// Projects known.
     pub projects: i64,
+    /// Memory rows the full-text index has yet to catch up.
     pub index_lag: i64,
+    /// The registered peers.
     pub peers: Vec<crate::store::replica::PeerInfo>,
+    /// Facts deferred until they can be applied.
     pub quarantined: Vec<crate::store::replica::DeferredInfo>,
+    /// Refused facts in the audit log.
     pub audit_refusals: i64,
     /// Refusals recorded since the previous `amos status`.
     pub audit_refusals_new: i64,
@@ -51,17 +65,24 @@ pub struct Status {
     pub encoder: Option<crate::api::node::EncoderStatus>,
 }
 
+/// What `amos check` found.
 #[derive(Debug, Serialize)]
 pub struct CheckReport {
+    /// Integrity ok, schema current, index complete, no dangling link.
     pub ok: bool,
+    /// The store's schema version.
     pub schema_version: u32,
+    /// SQLite's `quick_check` (`ok` when sound).
     pub integrity: String,
+    /// Memories held.
     pub memories: i64,
+    /// Documents in the full-text index, caught up.
     pub index_docs: u64,
     /// The index's lag once `check` has caught it up (0 unless that failed).
     pub index_lag: i64,
     /// The lag `check` found and caught up before it counted the index.
     pub index_caught_up: i64,
+    /// Links to a memory this store does not hold.
     pub dangling_links: i64,
     /// Present links whose endpoint memory is missing (at most 100 listed).
     pub dangling: Vec<DanglingLink>,
@@ -70,19 +91,27 @@ pub struct CheckReport {
 /// A present link that points to a memory this store does not hold.
 #[derive(Debug, Serialize)]
 pub struct DanglingLink {
+    /// The memory it starts from.
     pub from: String,
+    /// The memory it points to (not held).
     pub to: String,
+    /// Its relation.
     pub relation: String,
 }
 
+/// What `amos index rebuild` did.
 #[derive(Debug, Serialize)]
 pub struct RebuildReport {
+    /// Memories indexed.
     pub indexed: usize,
+    /// Documents in the new full-text index.
     pub docs: u64,
+    /// Its size.
     pub index_bytes: u64,
     /// Vectors made by the embedding model (memories with no token it knows
     /// get none).
     pub vectors: u64,
+    /// Size of the vector index file.
     pub vector_bytes: u64,
     /// Memories left for the encoder (`amos index catch-up`, or `serve`'s
     /// background catch-up); `None` when the encoder is off.
@@ -98,23 +127,30 @@ pub struct EncoderCatchUpReport {
     pub encoded: usize,
     /// Memories still waiting (0 unless `--max` stopped it).
     pub pending: u64,
+    /// Wall time.
     pub seconds: f64,
 }
 
 /// What a hygiene job did or would do to one memory.
 #[derive(Debug, Serialize)]
 pub struct HygieneAction {
+    /// The memory.
     pub id: String,
+    /// What is done to it (`archive`).
     pub action: &'static str,
+    /// Why.
     pub reason: String,
     /// For consolidation: the surviving memory this one merges into.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub into: Option<String>,
 }
 
+/// What `amos retention` or `amos consolidate` did, or would do.
 #[derive(Debug, Serialize)]
 pub struct HygieneReport {
+    /// Whether the actions were carried out (`--apply`).
     pub applied: bool,
+    /// One per memory.
     pub actions: Vec<HygieneAction>,
 }
 
@@ -143,8 +179,11 @@ impl Default for RetentionPolicy {
 /// What `amos backup` wrote and which rotated backups it removed.
 #[derive(Debug, Serialize)]
 pub struct BackupReport {
+    /// The backup file written.
     pub file: String,
+    /// Its size.
     pub bytes: u64,
+    /// Older backups removed by rotation.
     pub removed: Vec<String>,
 }
 
@@ -165,6 +204,7 @@ fn is_backup_stamp(s: &str) -> bool {
 }
 
 impl Node {
+    /// Memory rows the full-text index has yet to catch up.
     pub fn index_lag(&mut self) -> Result<i64> {
         let store = &self.store;
         let idx = RecallIndex::open(self.home())?;

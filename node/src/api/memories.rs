@@ -26,12 +26,19 @@ use crate::api::signing::{admit_local, sign_each};
 /// A new memory as a caller describes it.
 #[derive(Debug, Clone)]
 pub struct NewMemory {
+    /// The text.
     pub text: String,
+    /// Its memory type.
     pub kind: MemoryType,
+    /// The scopes it is shared with (empty: private).
     pub share: Vec<Scope>,
+    /// Its tags.
     pub tags: Vec<String>,
+    /// Importance, a factor of its score.
     pub importance: f32,
+    /// Pinned: no freshness decay, first into a pack.
     pub pinned: bool,
+    /// When it stops being visible (Unix ms; `None`: never).
     pub expires_ms: Option<u64>,
     /// The memory this one replaces (it must be visible to the requester).
     pub supersedes: Option<MemoryId>,
@@ -40,6 +47,7 @@ pub struct NewMemory {
 }
 
 impl NewMemory {
+    /// A private `note` of importance 0.5, with no tags, pin or expiry.
     pub fn new(text: impl Into<String>) -> Self {
         NewMemory {
             text: text.into(),
@@ -94,6 +102,7 @@ const EXCERPT_CHARS: usize = 80;
 /// A visible memory close to a new one ([`Node::add_noting_similar`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct Similar {
+    /// The similar memory.
     #[serde(serialize_with = "as_string")]
     pub id: MemoryId,
     /// Encoder cosine similarity of the two texts.
@@ -105,6 +114,7 @@ pub struct Similar {
 /// What [`Node::add_noting_similar`] wrote and found.
 #[derive(Debug, Clone)]
 pub struct Added {
+    /// The new memory.
     pub id: MemoryId,
     /// Visible memories that say nearly the same, most similar first.
     pub similar: Vec<Similar>,

@@ -42,8 +42,11 @@ use crate::api::signing::{admit_local, sign_all};
 /// What `amos init` reports.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct InitReport {
+    /// The node's id.
     pub node_id: String,
+    /// Its home directory.
     pub home: String,
+    /// False when the home was initialized already (nothing changed).
     pub created: bool,
 }
 
@@ -84,6 +87,7 @@ impl std::ops::Deref for EncoderRef {
 pub struct EncoderStatus {
     /// The encoder's name (with its files' version).
     pub model: String,
+    /// Its memories encoded and pending.
     #[serde(flatten)]
     pub progress: EncoderProgress,
 }
@@ -174,12 +178,15 @@ impl Node {
         })
     }
 
+    /// This node's id.
     pub fn node_id(&self) -> NodeId {
         self.identity.node_id()
     }
+    /// This node's name.
     pub fn name(&self) -> &str {
         &self.name
     }
+    /// Its home.
     pub fn home(&self) -> &Home {
         &self.home
     }
@@ -187,9 +194,11 @@ impl Node {
     pub(crate) fn identity(&self) -> &NodeIdentity {
         &self.identity
     }
+    /// Its store, for reads.
     pub fn store(&self) -> &Store {
         &self.store
     }
+    /// The node's wall clock now (Unix ms).
     pub fn now_ms(&self) -> u64 {
         self.clock.now_ms()
     }

@@ -48,10 +48,13 @@ impl Node {
         Ok(())
     }
 
+    /// Every agent registered here, with its memberships.
     pub fn agent_list(&self) -> Result<Vec<AgentInfo>> {
         org::list_agents(&self.store)
     }
 
+    /// Create team `id` (named `name`, else its id) as its origin; refused
+    /// when another node originated it.
     pub fn team_create(&mut self, id: &str, name: Option<&str>) -> Result<()> {
         let id = TeamId::parse(id)?;
         let name = name.unwrap_or(id.as_str()).to_owned();
@@ -71,6 +74,7 @@ impl Node {
         Ok(())
     }
 
+    /// Delete team `id`; only its origin may.
     pub fn team_delete(&mut self, id: &str) -> Result<()> {
         let id = TeamId::parse(id)?;
         let me = self.node_id();
@@ -94,6 +98,7 @@ impl Node {
         Ok(())
     }
 
+    /// Every team present, with its members.
     pub fn team_list(&self) -> Result<Vec<TeamInfo>> {
         org::list_teams(&self.store)
     }
@@ -111,6 +116,8 @@ impl Node {
         Ok(())
     }
 
+    /// Create project `id` in `team` (named `name`, else its id) as its
+    /// origin; refused when another node originated it.
     pub fn project_create(&mut self, id: &str, team: &str, name: Option<&str>) -> Result<()> {
         let id = ProjectId::parse(id)?;
         let team = TeamId::parse(team)?;
@@ -144,6 +151,7 @@ impl Node {
         Ok(())
     }
 
+    /// Delete project `id`; only its origin may.
     pub fn project_delete(&mut self, id: &str) -> Result<()> {
         let id = ProjectId::parse(id)?;
         let me = self.node_id();
@@ -167,6 +175,7 @@ impl Node {
         Ok(())
     }
 
+    /// Every project present, with its team and members.
     pub fn project_list(&self) -> Result<Vec<ProjectInfo>> {
         org::list_projects(&self.store)
     }

@@ -37,18 +37,25 @@ pub const MAX_INVITE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// A freshly made invite: what `amos team invite` prints.
 #[derive(Debug, Clone, Serialize)]
 pub struct Invite {
+    /// The pairing code to give the joiner.
     pub code: String,
     /// Unix milliseconds.
     pub expires: u64,
+    /// The team it invites into.
     pub team: String,
+    /// The policy each side gives the other (`team:TEAM` by default).
     pub policy: String,
+    /// Addresses the joiner may dial, carried in the code.
     pub addrs: Vec<String>,
 }
 
 /// What the inviter answers a valid join with.
 pub struct Welcome {
+    /// The invite's policy.
     pub policy: PeerPolicy,
+    /// The inviter's name.
     pub name: String,
+    /// The inviter's mesh key, if it has one.
     pub mesh_key: Option<MeshKey>,
     /// The scopes the joiner's agent is a member of on the inviter now.
     pub member_of: Vec<OrgScope>,
@@ -57,10 +64,15 @@ pub struct Welcome {
 /// What `amos join` reports.
 #[derive(Debug, Clone, Serialize)]
 pub struct JoinReport {
+    /// The inviter's node id.
     pub peer: String,
+    /// Its name, as registered here.
     pub name: String,
+    /// The policy we give it.
     pub policy: String,
+    /// The address it answered on.
     pub addr: Option<String>,
+    /// What happened to our mesh key.
     pub mesh_key: MeshKeyOutcome,
     /// The joiner's agent (`--as`) the inviter made a member, if any.
     #[serde(skip_serializing_if = "Option::is_none")]

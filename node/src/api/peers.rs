@@ -153,6 +153,7 @@ impl Node {
         self.store.write(|tx| peers::record_session(tx, id, &s))
     }
 
+    /// Every registered peer.
     pub fn peer_list(&self) -> Result<Vec<PeerInfo>> {
         replica::list_peers(&self.store)
     }
@@ -548,10 +549,12 @@ impl Node {
             .write(|tx| peers::save_watermark(tx, peer, &epoch, w.seq, now))
     }
 
+    /// The `limit` latest refused facts, newest first.
     pub fn audit(&self, limit: usize) -> Result<Vec<AuditEntry>> {
         replica::audit(&self.store, limit)
     }
 
+    /// The facts deferred until they can be applied.
     pub fn quarantined(&self) -> Result<Vec<DeferredInfo>> {
         replica::deferred(&self.store)
     }

@@ -26,6 +26,7 @@ pub struct ReadAuditConfig {
     pub stored: bool,
     /// `AMOS_READ_AUDIT`, when set.
     pub env: Option<String>,
+    /// How long audited reads are kept.
     pub retention_ms: u64,
 }
 
@@ -44,6 +45,7 @@ impl Node {
         self.front = front;
     }
 
+    /// The read audit's settings.
     pub fn read_audit_config(&self) -> Result<ReadAuditConfig> {
         let stored = reads::enabled(&self.store)?;
         Ok(ReadAuditConfig {
@@ -54,11 +56,13 @@ impl Node {
         })
     }
 
+    /// Store the read audit's setting (the environment still overrides it).
     pub fn set_read_audit(&mut self, on: bool) -> Result<ReadAuditConfig> {
         self.store.write(|tx| reads::set_enabled(tx, on))?;
         self.read_audit_config()
     }
 
+    /// Keep audited reads `ms` long.
     pub fn set_read_audit_retention(&mut self, ms: u64) -> Result<ReadAuditConfig> {
         self.store.write(|tx| reads::set_retention_ms(tx, ms))?;
         self.read_audit_config()

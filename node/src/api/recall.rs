@@ -667,6 +667,7 @@ pub struct VectorProbe {
     /// Of the exact `limit` nearest vectors the requester may see, how many
     /// a search's vector candidates hold (ties at the `limit`-th count).
     pub found: usize,
+    /// How many vectors that exact set held (`limit`, or fewer visible).
     pub exact: usize,
     /// The vector index's part of a search: the nearest `limit` (ms).
     pub search_ms: f64,

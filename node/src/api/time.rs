@@ -30,11 +30,16 @@ pub enum TimelineEvent {
 /// One line of a timeline.
 #[derive(Debug, Clone, Serialize)]
 pub struct TimelineEntry {
+    /// When it happened (Unix ms).
     pub at_ms: u64,
+    /// What happened.
     pub event: TimelineEvent,
+    /// The memory.
     #[serde(serialize_with = "crate::recall::time::as_string")]
     pub memory: amos_protocol::MemoryId,
+    /// Its owner.
     pub owner: String,
+    /// Its text.
     pub text: String,
     /// The memory that replaced it (`superseded` events).
     #[serde(skip_serializing_if = "Option::is_none")]

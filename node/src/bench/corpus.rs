@@ -35,6 +35,7 @@ const SYNC_CHANGES: usize = 100;
 /// How to run the benchmark.
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
+    /// The corpus file (JSON lines, as `amos bench --generate` writes).
     pub corpus: PathBuf,
     /// Query passes (each runs every query once).
     pub passes: usize,
@@ -79,11 +80,17 @@ pub struct EncoderBench {
 pub struct BenchReport {
     /// What ran it: CPU, cores, the load when it began, amos's version.
     pub machine: Machine,
+    /// Memories loaded.
     pub memories: usize,
+    /// Queries per pass.
     pub queries: usize,
+    /// Timed passes over the queries.
     pub passes: usize,
+    /// Seconds to load the corpus.
     pub load_s: f64,
+    /// Memories loaded per second.
     pub load_per_s: f64,
+    /// One `add` into the loaded store.
     pub add_ms: Millis,
     /// Default mode (hybrid: lexical + the encoder), timed after the
     /// encoder's catch-up has finished.
@@ -92,6 +99,7 @@ pub struct BenchReport {
     /// vectors, no encoder at query time), warm, interleaved with
     /// `search_warm_ms`.
     pub search_fast_ms: Millis,
+    /// Packs in mode `fast`, as `search_fast_ms`.
     pub pack_fast_ms: Millis,
     /// Default-mode searches while the catch-up runs: one query between
     /// each two batches of the catch-up (the index part encoded, part
@@ -105,6 +113,7 @@ pub struct BenchReport {
     /// every memory is valid then, so the answers match), in alternating
     /// order.
     pub search_warm_ms: Millis,
+    /// The same searches with `--valid-at` now.
     pub search_valid_at_ms: Millis,
     /// The default mode is hybrid (`search_ms`, `search_warm_ms`,
     /// `pack_ms`); the same searches and packs warm in lexical mode alone,
@@ -116,15 +125,19 @@ pub struct BenchReport {
     pub vector_recall: f64,
     /// The vector index's part of those searches alone (the 25 nearest).
     pub vector_search_ms: Millis,
+    /// Packs in lexical mode, warm.
     pub pack_lexical_ms: Millis,
+    /// Packs in the default mode.
     pub pack_ms: Millis,
     /// A single add and then the vector catch-up that embeds it (now and
     /// then one also replaces the index file): what the next hybrid search
     /// would pay for it in the vector index.
     pub add_embed_ms: Millis,
+    /// The first full-text index build over the loaded store.
     pub index_build_s: f64,
     /// The first vector catch-up: embed every memory, write the index file.
     pub vectors_build_s: f64,
+    /// Size of the vector index file.
     pub vector_bytes: u64,
     /// Memories per second including their vectors:
     /// `memories / (load_s + vectors_build_s)`.
@@ -133,17 +146,23 @@ pub struct BenchReport {
     /// after it (`load`, `index`, `vectors`, `encoder`, `search`, `export`,
     /// `import`).
     pub rss: std::collections::BTreeMap<&'static str, PhaseMemory>,
+    /// A full-text index rebuild from scratch.
     pub index_rebuild_s: f64,
+    /// Size of the store file.
     pub db_bytes: u64,
+    /// Size of the full-text index.
     pub index_bytes: u64,
+    /// Peak resident memory of the process.
     pub peak_rss_bytes: u64,
     /// Full, signed, encrypted bundle export of the whole store.
     pub export_s: f64,
     /// Verify + import of that bundle into a fresh peer home.
     pub import_s: f64,
+    /// Size of the exported bundle.
     pub bundle_bytes: u64,
-    /// Of `import_s`: verifying every signature and tag (pass 1) and applying (pass 2).
+    /// Of `import_s`: verifying every signature and tag (pass 1).
     pub import_verify_s: f64,
+    /// Of `import_s`: applying (pass 2).
     pub import_apply_s: f64,
     /// Correctness: facts the import applied (all of them, into an empty home).
     pub import_applied: u64,
@@ -159,6 +178,7 @@ pub struct BenchReport {
     pub sync_error: Option<String>,
     /// Concurrent edits of one 10 kB memory on two full peers (null if it failed).
     pub text: Option<TextReport>,
+    /// Why the text-edit section failed, if it did.
     pub text_error: Option<String>,
 }
 

@@ -37,8 +37,11 @@ pub const EVAL_K: usize = 10;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GoldenSet {
+    /// The agents, teams and projects the memories and questions name.
     pub org: Org,
+    /// The memories, written before any question is asked.
     pub memories: Vec<GoldenMemory>,
+    /// The questions.
     pub queries: Vec<GoldenQuery>,
 }
 
@@ -46,7 +49,9 @@ pub struct GoldenSet {
 /// name it by.
 #[derive(Debug, Clone, Deserialize)]
 pub struct GoldenMemory {
+    /// The name questions expect it by.
     pub key: String,
+    /// The memory as it is written.
     #[serde(flatten)]
     pub memory: WorkloadMemory,
 }
@@ -58,6 +63,7 @@ pub struct GoldenQuery {
     /// The agent asking.
     #[serde(rename = "as")]
     pub agent: String,
+    /// The question's text.
     pub query: String,
     /// Keys of the memories that answer it (any one counts); each must be
     /// visible to the agent.
@@ -159,11 +165,14 @@ pub const MODES: [RecallMode; 4] = [
 /// hit@1, hit@5 and MRR over some questions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Metrics {
+    /// Share of questions whose first hit is an expected memory.
     pub hit_at_1: f64,
+    /// Share with an expected memory in the top five.
     pub hit_at_5: f64,
     /// Mean reciprocal rank of the first expected memory within the top
     /// [`EVAL_K`] (0 when it is not there).
     pub mrr: f64,
+    /// How many questions these figures are over.
     pub queries: usize,
 }
 
@@ -190,9 +199,12 @@ impl Metrics {
 /// literal and the paraphrased ones.
 #[derive(Debug, Clone, Serialize)]
 pub struct ModeReport {
+    /// Over every question.
     #[serde(flatten)]
     pub all: Metrics,
+    /// Over the questions worded like their memory.
     pub literal: Metrics,
+    /// Over the paraphrased questions.
     pub paraphrase: Metrics,
     /// Each tag's questions (`near-miss`, `gate`, `ja`, ...).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -201,19 +213,26 @@ pub struct ModeReport {
     /// question nothing should answer (tagged [`UNRELATED`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unrelated_returned: Option<f64>,
+    /// Each question's outcome.
     pub results: Vec<QueryResult>,
 }
 
 /// What one question got.
 #[derive(Debug, Clone, Serialize)]
 pub struct QueryResult {
+    /// The agent that asked.
     #[serde(rename = "as")]
     pub agent: String,
+    /// The question.
     pub query: String,
+    /// Keys of the memories that answer it.
     pub expect: Vec<String>,
+    /// Whether it is paraphrased.
     pub paraphrase: bool,
+    /// Its tags.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
+    /// The part of the set it belongs to, if the set is split.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub split: Option<Split>,
     /// How many memories the search returned (at most [`EVAL_K`]).
@@ -227,16 +246,22 @@ pub struct QueryResult {
 /// What `amos eval` reports.
 #[derive(Debug, Clone, Serialize)]
 pub struct EvalReport {
+    /// The golden set read.
     pub file: String,
+    /// Memories written (distractors apart).
     pub memories: usize,
+    /// Questions asked.
     pub queries: usize,
+    /// Of those, paraphrased.
     pub paraphrases: usize,
     /// The part of the set asked (`tune`, `heldout`), if one was chosen.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub split: Option<Split>,
     /// Distractor memories mixed in.
     pub distractors: usize,
+    /// Hits asked for per question ([`EVAL_K`]).
     pub k: usize,
+    /// Each recall mode's figures, by mode name.
     pub modes: BTreeMap<String, ModeReport>,
 }
 

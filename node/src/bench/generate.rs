@@ -141,6 +141,7 @@ pub struct GenerateConfig {
     pub memories: usize,
     /// The workload directory (made if missing; existing files are replaced).
     pub dir: PathBuf,
+    /// The random seed: one seed, one workload.
     pub seed: u64,
     /// Progress bar on stderr (drawn only when it is a terminal).
     pub feedback: Feedback,
@@ -149,22 +150,32 @@ pub struct GenerateConfig {
 /// Memories per visibility kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct VisibilityMix {
+    /// Seen by their owner alone.
     pub private: usize,
+    /// Shared with other agents by name.
     pub agent: usize,
+    /// Shared with a team.
     pub team: usize,
+    /// Shared with a project.
     pub project: usize,
+    /// Shared with everyone.
     pub global: usize,
 }
 
 /// What `amos bench --generate --json` prints.
 #[derive(Debug, Clone, Serialize)]
 pub struct GenerateReport {
+    /// The workload directory written.
     pub dir: String,
+    /// The seed it was generated from.
     pub seed: u64,
+    /// Memories written.
     pub memories: usize,
+    /// Queries written.
     pub queries: usize,
     /// Of `queries`: the natural-language ones.
     pub framed_queries: usize,
+    /// Memories per visibility kind.
     pub visibility: VisibilityMix,
     /// Bytes of the three files.
     pub bytes: u64,

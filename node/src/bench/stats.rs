@@ -6,7 +6,9 @@ use serde::Serialize;
 /// Percentiles in milliseconds.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Millis {
+    /// The median.
     pub p50: f64,
+    /// The 99th percentile.
     pub p99: f64,
 }
 
@@ -61,7 +63,9 @@ pub fn reset_peak_rss() {
 /// One bench phase's memory: its peak and what stayed resident after it.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct PhaseMemory {
+    /// Peak resident bytes during the phase.
     pub peak_bytes: u64,
+    /// Resident bytes when it ended.
     pub after_bytes: u64,
 }
 

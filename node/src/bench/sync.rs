@@ -46,6 +46,7 @@ pub struct SyncReport {
     pub initial_bytes: u64,
     /// Memories changed on A before the incremental sync.
     pub incremental_changed: usize,
+    /// The incremental sync's wall time.
     pub incremental_ms: f64,
     /// Facts B received in the incremental sync.
     pub incremental_facts: u64,

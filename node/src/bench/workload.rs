@@ -20,29 +20,40 @@ use crate::error::Result;
 /// `org.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Org {
+    /// Every agent id.
     pub agents: Vec<String>,
+    /// Projects by id.
     pub projects: BTreeMap<String, OrgProject>,
+    /// Teams by id, with their members.
     pub teams: BTreeMap<String, Vec<String>>,
 }
 
 /// A project of `org.json`: its team and the agents in it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OrgProject {
+    /// The agents in it.
     pub members: Vec<String>,
+    /// The team it belongs to.
     pub team: String,
 }
 
 /// A line of `memories.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkloadMemory {
+    /// The text.
     pub content: String,
+    /// Importance (default 0.5).
     #[serde(default = "half")]
     pub importance: f32,
+    /// The owning agent.
     pub owner: String,
+    /// Scopes it is shared with, as `amos add --share` takes them.
     #[serde(default)]
     pub share: Vec<String>,
+    /// Its tags.
     #[serde(default)]
     pub tags: Vec<String>,
+    /// Its memory type (`type` in the file).
     #[serde(rename = "type")]
     pub kind: String,
 }
@@ -70,7 +81,9 @@ fn half() -> f32 {
 /// A line of `queries.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkloadQuery {
+    /// The agent asking (`as` in the file).
     #[serde(rename = "as")]
     pub agent: String,
+    /// The query's text.
     pub query: String,
 }

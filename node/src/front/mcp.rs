@@ -88,8 +88,11 @@ impl MemoryServer {
 /// What one tool call produced.
 #[derive(Debug, Clone)]
 pub struct ToolOutcome {
+    /// Whether the call succeeded (else `text` says why).
     pub ok: bool,
+    /// What the agent reads.
     pub text: String,
+    /// The same as JSON, for tools that return structured content.
     pub structured: Option<Value>,
 }
 

@@ -54,9 +54,13 @@ pub fn validity(
 /// `valid_at`, `known_at`.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct TimeRequest {
+    /// Only memories whose valid time starts at or after this.
     pub since: Option<String>,
+    /// Only memories whose valid time starts at or before this.
     pub until: Option<String>,
+    /// True in the world at this time.
     pub valid_at: Option<String>,
+    /// As this node knew it then.
     pub known_at: Option<String>,
 }
 
@@ -88,14 +92,20 @@ impl TimeRequest {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AddRequest {
+    /// The text.
     pub content: String,
+    /// The memory type (`type` in JSON; default `note`).
     #[serde(rename = "type")]
     pub kind: Option<String>,
+    /// Scopes to share with (`team:T`, `project:P`, `agent:A`, `global`).
     #[serde(default)]
     pub share: Vec<String>,
+    /// Tags.
     #[serde(default)]
     pub tags: Vec<String>,
+    /// Importance (default 0.5).
     pub importance: Option<f32>,
+    /// Pin it.
     #[serde(default)]
     pub pin: bool,
     /// A duration from now (`30d`, `12h`) or an RFC 3339 time.

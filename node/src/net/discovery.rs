@@ -325,6 +325,7 @@ fn learn_address(home: &Home, me: &NodeId, seen: &Announcement) -> Result<()> {
 pub struct SeenNode {
     /// Announced IP addresses.
     pub addrs: Vec<String>,
+    /// Announced QUIC port.
     pub port: u16,
     /// The registered peer it is, if its tag names one.
     pub peer: Option<String>,

@@ -141,7 +141,9 @@ pub enum JoinAgent {
     Carried(amos_protocol::AgentId),
     /// Named, but not sent, and why.
     LeftOut {
+        /// The agent named.
         agent: amos_protocol::AgentId,
+        /// Why it was not sent.
         why: AgentLeftOut,
     },
 }

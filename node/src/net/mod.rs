@@ -83,16 +83,22 @@ pub(crate) const CHANNEL_DEPTH: usize = 8;
 /// Why a session failed.
 #[derive(Debug, thiserror::Error)]
 pub enum MeshError {
+    /// The connection failed.
     #[error(transparent)]
     Transport(#[from] TransportError),
+    /// The session's state machine refused a message.
     #[error(transparent)]
     Session(#[from] SessionError),
+    /// The node failed (store, index).
     #[error(transparent)]
     Node(#[from] NodeError),
+    /// A fact from the peer did not verify.
     #[error("a fact from the peer does not verify: {0}")]
     BadFact(String),
+    /// The peer sent bytes that do not decode.
     #[error("the peer sent an undecodable message: {0}")]
     BadMessage(String),
+    /// The session could not go on (a stream or channel closed, nothing sent).
     #[error("{0}")]
     Closed(String),
     /// The peer speaks a protocol version older than we accept (it was

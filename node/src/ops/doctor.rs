@@ -19,20 +19,26 @@ use crate::net::{self, Probe};
 use crate::store::schema::SCHEMA_VERSION;
 use crate::store::status;
 
+/// One check of `amos doctor`.
 #[derive(Debug, Serialize)]
 pub struct DoctorCheck {
+    /// What was checked.
     pub name: String,
     /// `ok`, `warn` or `fail`.
     pub status: &'static str,
+    /// What was found.
     pub detail: String,
+    /// What to do about it, when not `ok`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
 }
 
+/// What `amos doctor` found.
 #[derive(Debug, Serialize)]
 pub struct DoctorReport {
     /// No check failed (warnings allowed).
     pub ok: bool,
+    /// Every check, in order.
     pub checks: Vec<DoctorCheck>,
 }
 

@@ -26,10 +26,13 @@ use crate::home::Home;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeclaredAgent {
+    /// What kind of agent it is (default `agent`).
     #[serde(default = "default_kind")]
     pub kind: String,
+    /// The teams it is a member of, exactly.
     #[serde(default)]
     pub teams: BTreeSet<String>,
+    /// The projects it is a member of, exactly.
     #[serde(default)]
     pub projects: BTreeSet<String>,
 }
@@ -50,6 +53,7 @@ struct FleetFile {
 pub struct FleetReport {
     /// Whether `agents.toml` exists.
     pub file: bool,
+    /// Agents the file declares.
     pub declared: usize,
     /// One line per change, e.g. `alice: joined team apollo`.
     pub changes: Vec<String>,

@@ -41,8 +41,11 @@ use crate::store::replica::{self};
 /// `amos serve` settings.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
+    /// The QUIC listener's address.
     pub listen: SocketAddr,
+    /// The periodic sync's period (`None`: no periodic sync).
     pub sync_every: Option<Duration>,
+    /// Announce and discover peers over mDNS.
     pub mdns: bool,
     /// Serve `/metrics` and `/healthz` over HTTP here.
     pub metrics: Option<SocketAddr>,

@@ -50,6 +50,7 @@ pub enum UnitMode {
 /// What `amos service install` was asked to do.
 #[derive(Debug, Clone)]
 pub struct InstallOptions {
+    /// System or user units.
     pub mode: UnitMode,
     /// The node home the units use (absolute).
     pub home: PathBuf,
@@ -62,18 +63,24 @@ pub struct InstallOptions {
 /// One unit file to write.
 #[derive(Debug, Clone, Serialize)]
 pub struct UnitFile {
+    /// Where it is written.
     pub path: String,
+    /// The unit, rendered.
     pub contents: String,
 }
 
 /// Everything an install does, in order: the files, then the commands.
 #[derive(Debug, Clone, Serialize)]
 pub struct InstallPlan {
+    /// System or user units.
     pub mode: UnitMode,
+    /// The home the units run `amos` on.
     pub home: String,
+    /// The `amos` binary they run.
     pub bin: String,
     /// The unit that is enabled and started.
     pub enable: String,
+    /// The unit files.
     pub files: Vec<UnitFile>,
     /// Each command as argv.
     pub commands: Vec<Vec<String>>,

@@ -90,6 +90,7 @@ pub enum RecallMode {
 }
 
 impl RecallMode {
+    /// Every mode, in the order reports list them.
     pub const ALL: [RecallMode; 4] = [
         RecallMode::Hybrid,
         RecallMode::Lexical,
@@ -97,6 +98,7 @@ impl RecallMode {
         RecallMode::Fast,
     ];
 
+    /// The name `--mode` and MCP take.
     pub fn as_str(self) -> &'static str {
         match self {
             RecallMode::Hybrid => "hybrid",

@@ -26,13 +26,17 @@ const INF: i64 = i64::MAX;
 /// Which recall a sample timed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum RecallKind {
+    /// A search (`Node::search`).
     Search,
+    /// A context pack (`Node::pack`).
     Pack,
 }
 
 impl RecallKind {
+    /// Every kind, in report order.
     pub const ALL: [RecallKind; 2] = [RecallKind::Search, RecallKind::Pack];
 
+    /// The name status and `/metrics` labels use.
     pub fn as_str(self) -> &'static str {
         match self {
             RecallKind::Search => "search",

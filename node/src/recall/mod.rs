@@ -57,25 +57,31 @@ const RECALL_NOTE_EVERY_MS: u64 = 60 * 60 * 1000;
 /// Feedback multiplies a memory's local reinforcement by this (helpful) or
 /// divides by it (unhelpful), within [`REINFORCEMENT_RANGE`].
 pub const FEEDBACK_FACTOR: f64 = 1.1;
+/// The bounds a memory's local reinforcement stays within.
 pub const REINFORCEMENT_RANGE: (f64, f64) = (0.5, 2.0);
 /// Feedback multiplies the local strength of links among the memories named
 /// together by this (or divides), within [`LINK_STRENGTH_RANGE`].
 pub const LINK_FEEDBACK_FACTOR: f64 = 1.25;
+/// The bounds a link's local strength stays within.
 pub const LINK_STRENGTH_RANGE: (f64, f64) = (0.2, 3.0);
 /// Helpful feedback on memories named together associates each pair locally
 /// (Hebbian): a new association starts at this strength, grows by
 /// [`LINK_FEEDBACK_FACTOR`] up to the top of [`LINK_STRENGTH_RANGE`], shrinks
 /// by it on unhelpful feedback, and is dropped below [`ASSOCIATION_MIN`].
 pub const ASSOCIATION_START: f64 = 0.25;
+/// Below this strength a local association is dropped.
 pub const ASSOCIATION_MIN: f64 = 0.1;
 
 /// One ranked, visible memory.
 #[derive(Debug, Clone)]
 pub struct Hit {
+    /// The memory, as the gate let the requester see it.
     pub memory: Visible<MemoryRecord>,
     /// The relevance the score used (BM25, or resonance when higher).
     pub relevance: f32,
+    /// Its score ([`Explain::score`]); hits are sorted by it, best first.
     pub score: f32,
+    /// Every factor of the score.
     pub explain: Explain,
 }
 

@@ -40,6 +40,7 @@ pub fn estimate_tokens(text: &str) -> usize {
 /// How to build a pack.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PackOptions {
+    /// Token budget of the pack (tokens estimated by [`estimate_tokens`]).
     pub budget: usize,
     /// The recall the candidates come from (`k` = how many).
     pub recall: RecallOptions,
@@ -53,6 +54,7 @@ pub struct PackOptions {
 }
 
 impl PackOptions {
+    /// Defaults for a pack of `budget` tokens.
     pub fn new(budget: usize) -> Self {
         PackOptions {
             budget,
@@ -67,13 +69,18 @@ impl PackOptions {
 /// One include/exclude decision in a context pack.
 #[derive(Debug, Clone, Serialize)]
 pub struct PackDecision {
+    /// The candidate memory's id.
     pub id: String,
+    /// Whether it went into the pack.
     pub included: bool,
     /// `pinned`, `relevant`, `duplicate`, `near-duplicate`, `over-budget`
     /// or `reserve-full`.
     pub decision: &'static str,
+    /// The decision in words, for `--report`.
     pub reason: String,
+    /// Its estimated tokens.
     pub tokens: usize,
+    /// Its recall score.
     pub score: f32,
     /// Included items this one contradicts (CONFLICT).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -83,20 +90,28 @@ pub struct PackDecision {
 /// Two included items that state different values for the same subject.
 #[derive(Debug, Clone, Serialize)]
 pub struct Conflict {
+    /// One item's id.
     pub a: String,
+    /// The other item's id.
     pub b: String,
+    /// The subject both give a value for.
     pub subject: String,
 }
 
 /// A token-budgeted context pack.
 #[derive(Debug, Clone)]
 pub struct Pack {
+    /// The included memories, pinned first, then by score.
     pub items: Vec<Hit>,
+    /// Tokens the items take (at most the budget).
     pub tokens: usize,
+    /// The budget asked for.
     pub budget: usize,
     /// Tokens reserved for pinned memories.
     pub reserved: usize,
+    /// Every candidate's decision, in the order considered.
     pub report: Vec<PackDecision>,
+    /// Included pairs that contradict each other (CONFLICT).
     pub conflicts: Vec<Conflict>,
 }
 

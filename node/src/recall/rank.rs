@@ -56,6 +56,7 @@ pub struct RecallOptions {
     pub k: usize,
     /// Freshness half-life in milliseconds (at least one second).
     pub half_life_ms: u64,
+    /// How relevance spreads over links to memories sharing no query term.
     pub resonance: ResonanceConfig,
     /// Record the hits as recalled (local `last_access_ms`, for retention).
     pub note_recall: bool,
@@ -66,6 +67,7 @@ pub struct RecallOptions {
 }
 
 impl RecallOptions {
+    /// The defaults, returning `k` hits.
     pub fn top(k: usize) -> Self {
         RecallOptions {
             k,
@@ -91,7 +93,9 @@ impl Default for RecallOptions {
 /// memory the requester can see) over `hops` links.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ResonancePath {
+    /// The id of the visible memory the path starts from.
     pub via: String,
+    /// Links walked.
     pub hops: usize,
     /// `weight × local strength` of the last link.
     pub link: f32,
@@ -107,19 +111,29 @@ pub struct Explain {
     /// Set when resonance gave more relevance than the index.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resonance: Option<ResonancePath>,
+    /// The relevance used: the direct one, or resonance's when higher.
     pub relevance: f32,
+    /// The memory's signed importance.
     pub importance: f32,
+    /// The memory's signed confidence.
     pub confidence: f32,
+    /// `0.5^(age / half-life)`, floored; 1 for a pinned memory.
     pub freshness: f32,
+    /// Days since the last content edit (or creation).
     pub age_days: f32,
+    /// The half-life freshness used, in days.
     pub half_life_days: f32,
+    /// Whether the memory is pinned (no decay).
     pub pinned: bool,
+    /// Local reinforcement from feedback ([`crate::recall::REINFORCEMENT_RANGE`]).
     pub reinforcement: f32,
+    /// The requester's profile weight for the memory's type (1 if none).
     pub profile_weight: f32,
     /// Set when a visible memory replaced this one by the query's time: the
     /// score is then multiplied by `recall::time::SUPERSEDED_FACTOR`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub superseded_by: Option<String>,
+    /// The product of the factors above.
     pub score: f32,
 }
 
@@ -141,10 +155,10 @@ pub fn freshness(age_ms: u64, half_life_ms: u64, pinned: bool) -> f32 {
     (0.5f64.powf(halves) as f32).max(FRESHNESS_FLOOR)
 }
 
-/// Score one visible memory.
 /// The grain of the age that freshness decays by.
 pub const DECAY_STEP_MS: u64 = 60 * 60 * 1000;
 
+/// Score one visible memory.
 pub fn score(
     m: &Visible<MemoryRecord>,
     direct: &Direct,

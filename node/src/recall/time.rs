@@ -51,6 +51,7 @@ impl TimeQuery {
 /// A visible memory that replaces another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Superseder {
+    /// The replacing memory.
     #[serde(serialize_with = "as_string")]
     pub id: MemoryId,
     /// Its start of valid time: the replaced memory's end.
@@ -100,7 +101,9 @@ impl Supersessions {
 /// first visible superseder; a memory is never written to for this.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ValidTime {
+    /// Start of valid time (ms since 1970): the memory's `valid_from`.
     pub from_ms: u64,
+    /// End of valid time, exclusive (`None`: still true).
     pub to_ms: Option<u64>,
     /// The superseder that ended it, if one did (before its own `valid_to`).
     pub superseded_by: Option<Superseder>,

@@ -36,12 +36,14 @@ pub enum Access {
 /// opens to a store file goes through `connect` with one of these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Connect {
+    /// Whether the file may be created or written.
     pub access: Access,
     /// How long a statement waits for another process's lock.
     pub wait: Duration,
 }
 
 impl Connect {
+    /// `access`, waiting up to `wait` for another process's lock.
     pub const fn new(access: Access, wait: Duration) -> Connect {
         Connect { access, wait }
     }
@@ -96,6 +98,7 @@ pub struct Watch {
 }
 
 impl Watch {
+    /// Open the store file at `path` to watch it (read-only).
     pub fn open(path: &Path) -> Result<Watch> {
         Ok(Watch {
             conn: connect(path, Connect::WATCH)?,

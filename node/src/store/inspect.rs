@@ -24,9 +24,13 @@ pub use super::replica::{
 /// A memory row's id, plain content and signed facts.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SignedRow {
+    /// The memory id's bytes.
     pub id: Vec<u8>,
+    /// The plain content column.
     pub content: String,
+    /// The content register's signed fact, as stored.
     pub content_fact: Vec<u8>,
+    /// The acl register's signed fact, as stored.
     pub acl_fact: Vec<u8>,
 }
 
@@ -68,15 +72,23 @@ pub fn memory_ids(r: &(impl Readable + ?Sized)) -> Result<Vec<MemoryId>> {
 /// One memory row's columns a test compares.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MemoryRow {
+    /// The owner column.
     pub owner: String,
+    /// The creation time column.
     pub created_ms: i64,
+    /// The origin node's id bytes.
     pub origin: Vec<u8>,
+    /// The effective grants in force, as stored.
     pub effective: String,
+    /// Whether the owner rule holds here.
     pub owner_trusted: bool,
+    /// Whether a tombstone is held.
     pub tombstoned: bool,
+    /// Whether a content fact is held.
     pub content_held: bool,
     /// The content register's clock (sort key).
     pub v: Option<Vec<u8>>,
+    /// The plain content column.
     pub content: Option<String>,
 }
 
@@ -167,8 +179,12 @@ pub fn all_fact_bytes(r: &(impl Readable + ?Sized)) -> Result<Vec<Vec<u8>>> {
 /// A fact refused or held aside, with its sender and what is kept of why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AsideRow<W> {
+    /// The signed fact, as stored.
     pub fact: Vec<u8>,
+    /// The peer that sent it.
     pub peer: NodeId,
+    /// What is kept of why: a refusal's code, or how far a deferred fact's
+    /// clock was ahead.
     pub why: W,
 }
 

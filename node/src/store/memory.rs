@@ -79,15 +79,19 @@ pub struct MemoryRecord {
 }
 
 impl MemoryRecord {
+    /// The memory's id.
     pub fn id(&self) -> MemoryId {
         self.id
     }
+    /// The agent that owns it.
     pub fn owner(&self) -> &AgentId {
         &self.owner
     }
+    /// The node that created it (the only one that may speak for it).
     pub fn origin(&self) -> NodeId {
         self.origin
     }
+    /// When it was created (Unix ms).
     pub fn created_ms(&self) -> u64 {
         self.created_ms
     }
@@ -95,27 +99,35 @@ impl MemoryRecord {
     pub fn updated_ms(&self) -> u64 {
         self.updated_ms
     }
+    /// Its type (`fact`, `decision`, …).
     pub fn kind(&self) -> &MemoryType {
         &self.kind
     }
+    /// Its text.
     pub fn content(&self) -> &str {
         &self.content
     }
+    /// Its tags.
     pub fn tags(&self) -> &[String] {
         &self.tags
     }
+    /// Signed importance, a factor of its score.
     pub fn importance(&self) -> f32 {
         self.importance
     }
+    /// Signed confidence, a factor of its score.
     pub fn confidence(&self) -> f32 {
         self.confidence
     }
+    /// Pinned: no freshness decay, first into a pack.
     pub fn pinned(&self) -> bool {
         self.pinned
     }
+    /// When it stops being visible (Unix ms; `None`: never).
     pub fn expires_ms(&self) -> Option<u64> {
         self.expires_ms
     }
+    /// The memory it replaces, if any (`amos supersede`).
     pub fn supersedes(&self) -> Option<MemoryId> {
         self.supersedes
     }
@@ -136,6 +148,7 @@ impl MemoryRecord {
     pub fn effective(&self) -> &Grants {
         &self.effective
     }
+    /// Forgotten: a tombstone is terminal.
     pub fn tombstoned(&self) -> bool {
         self.tombstoned
     }
@@ -151,6 +164,7 @@ impl MemoryRecord {
     pub fn owner_trusted(&self) -> bool {
         self.owner_trusted
     }
+    /// The row's local `seq` (moves whenever the row does).
     pub fn seq(&self) -> i64 {
         self.seq
     }

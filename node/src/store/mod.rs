@@ -220,6 +220,7 @@ impl Store {
         hlc_state(&self.conn)
     }
 
+    /// The schema version the file is at.
     pub fn schema_version(&self) -> Result<u32> {
         Ok(self
             .conn
@@ -263,6 +264,7 @@ impl Readable for Reader<'_> {
 pub struct Snapshot<'c>(rusqlite::Transaction<'c>);
 
 impl Snapshot<'_> {
+    /// End the snapshot.
     pub fn commit(self) -> Result<()> {
         Ok(self.0.commit()?)
     }

@@ -62,27 +62,42 @@ pub fn parse_org_scope(s: &str) -> Option<OrgScope> {
     }
 }
 
+/// An agent as `amos agent list` shows it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct AgentInfo {
+    /// The agent's id.
     pub id: String,
+    /// What kind of agent it is (free text, e.g. `assistant`).
     pub kind: String,
+    /// The name it is shown by.
     pub display_name: String,
+    /// Teams it is a member of.
     pub teams: Vec<String>,
+    /// Projects it is a member of.
     pub projects: Vec<String>,
 }
 
+/// A team as `amos team list` shows it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct TeamInfo {
+    /// The team's id.
     pub id: String,
+    /// Its display name.
     pub name: String,
+    /// Its members' agent ids.
     pub members: Vec<String>,
 }
 
+/// A project as `amos project list` shows it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ProjectInfo {
+    /// The project's id.
     pub id: String,
+    /// The team it belongs to.
     pub team: String,
+    /// Its display name.
     pub name: String,
+    /// Its members' agent ids.
     pub members: Vec<String>,
 }
 

@@ -116,8 +116,9 @@ pub struct DigestCheck {
     pub at_ms: u64,
     /// The scopes compared: the policy the peer gives us (`full`: all).
     pub scopes: String,
-    /// Facts the peer's digest covers, and ours.
+    /// Facts the peer's digest covers.
     pub peer_facts: u64,
+    /// Facts our digest covers.
     pub my_facts: u64,
 }
 
@@ -185,9 +186,13 @@ pub struct LastSession {
     pub at_ms: u64,
     /// How long it took.
     pub ms: u64,
+    /// Facts received.
     pub facts_in: u64,
+    /// Facts sent.
     pub facts_out: u64,
+    /// Frame bytes received.
     pub bytes_in: u64,
+    /// Frame bytes sent.
     pub bytes_out: u64,
 }
 

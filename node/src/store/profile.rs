@@ -37,10 +37,12 @@ impl ProfileWeights {
         self.0.get(kind.as_str()).copied().unwrap_or(1.0)
     }
 
+    /// Each memory type with a weight, and the weight.
     pub fn iter(&self) -> impl Iterator<Item = (&str, f32)> {
         self.0.iter().map(|(k, v)| (k.as_str(), *v))
     }
 
+    /// Whether no type has a weight (every weight is 1).
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -103,10 +103,15 @@ pub fn record(
 /// One audited read.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReadRow {
+    /// When it was read (Unix ms).
     pub time_ms: u64,
+    /// The requesting agent.
     pub agent: String,
+    /// The memory read (id).
     pub memory: String,
+    /// The front end it came through (`cli`, `mcp`, `console`).
     pub front: String,
+    /// The operation (`add`, `get`, `list`, `search`, `pack`, `timeline`).
     pub via: String,
 }
 

@@ -43,6 +43,7 @@ pub struct SqlReplica<'t, 'c> {
 }
 
 impl<'t, 'c> SqlReplica<'t, 'c> {
+    /// The replica of node `me` inside `tx`, its clock read at `now_ms`.
     pub fn new(tx: &'t mut Tx<'c>, me: NodeId, now_ms: u64) -> Self {
         SqlReplica {
             tx,
@@ -471,8 +472,11 @@ pub fn register_text(r: &Register) -> String {
 /// may go to a peer with `policy`. `retractions` = false gives the facts the
 /// policy admits *now* (what the scoped digest covers).
 pub struct ExportSpec<'a> {
+    /// The policy the peer is given.
     pub policy: &'a PeerPolicy,
+    /// Only rows whose `seq` is past this.
     pub since: i64,
+    /// Also what the peer could once receive and no longer may (retractions).
     pub retractions: bool,
     /// Leave out facts this node authored (the requesting peer, on an
     /// incremental sync: it has its own facts, or its epoch would have
@@ -862,11 +866,17 @@ pub fn compute_set_digest(
 /// One registered peer.
 #[derive(Debug, Clone, Serialize)]
 pub struct PeerInfo {
+    /// The peer's node id (hex).
     pub node_id: String,
+    /// The name it is registered by here.
     pub name: String,
+    /// The address to dial (`None`: none known).
     pub addr: Option<String>,
+    /// The policy we give it, as `amos peers policy` takes it.
     pub policy: String,
+    /// When a session with it last ended (Unix ms).
     pub last_sync: Option<u64>,
+    /// How that session ended ([`crate::SyncResult::as_str`]).
     pub last_result: Option<String>,
     /// The last comparison of the peer's session digest with ours over the
     /// scopes it gives us (`None`: never compared).
@@ -932,9 +942,13 @@ pub fn list_peers(conn: &(impl super::Readable + ?Sized)) -> Result<Vec<PeerInfo
 /// One audit entry: a refused fact.
 #[derive(Debug, Clone, Serialize)]
 pub struct AuditEntry {
+    /// When the fact was refused (Unix ms).
     pub time_ms: u64,
+    /// The peer that sent it (node id).
     pub peer: String,
+    /// The node that signed it.
     pub author: String,
+    /// The register it wrote ([`register_text`]).
     pub register: String,
     /// The refusal's stable code (`amos_sync::Refusal::code`).
     pub code: String,
@@ -969,9 +983,13 @@ pub fn audit(conn: &(impl super::Readable + ?Sized), limit: usize) -> Result<Vec
 /// Deferred (quarantined) facts: `(peer, reason, ahead_ms)`.
 #[derive(Debug, Clone, Serialize)]
 pub struct DeferredInfo {
+    /// The peer that sent it (node id).
     pub peer: String,
+    /// Why it waits (clock skew, a missing endpoint or scope).
     pub reason: String,
+    /// For clock skew: how far its clock was ahead of ours.
     pub ahead_ms: Option<u64>,
+    /// The register it writes ([`register_text`]).
     pub register: String,
 }
 

@@ -66,7 +66,9 @@ pub fn load_log(conn: &(impl super::Readable + ?Sized), id: &MemoryId) -> Result
 /// One entry of `amos history`, oldest first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HistoryEntry {
+    /// Which text fact: the base, the snapshot or one edit.
     pub key: LogKey,
+    /// Its clock.
     pub clock: Hlc,
     /// Bytes of the change (or base text, or snapshot) the fact carries;
     /// `None` once compacted into the snapshot.
@@ -216,7 +218,9 @@ mod warm {
 
 /// The text state of a memory as a write transaction sees it.
 pub struct TextState {
+    /// The memory's text facts as held.
     pub log: TextLog,
+    /// The text document they make.
     pub doc: TextDoc,
     /// Whether the memory was edited before (its log exists).
     pub edited: bool,

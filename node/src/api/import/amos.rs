@@ -36,17 +36,24 @@ const VERSION: i64 = 1;
 /// What `amos export` wrote.
 #[derive(Debug, Clone, Serialize)]
 pub struct ExportReport {
+    /// The agent whose memories were exported.
     pub agent: String,
+    /// The file written.
     pub file: String,
+    /// Memories written.
     pub memories: usize,
+    /// Links written.
     pub links: usize,
+    /// Whether the agent's profile was written.
     pub profile: bool,
 }
 
 /// What `amos forget --agent` did.
 #[derive(Debug, Clone, Serialize)]
 pub struct ForgetReport {
+    /// The agent whose memories were forgotten.
     pub agent: String,
+    /// Memories forgotten (tombstoned).
     pub forgotten: usize,
     /// Owned memories made on a node this one may not speak for: forget
     /// them there.

@@ -17,6 +17,8 @@ use super::mem0::{first, read_json};
 use super::{Plan, PlanMemory, Source, export_files, parse_time};
 use crate::error::{NodeError, Result};
 
+/// Read a ChatGPT export (a file or its directory) at `path` as memories
+/// of `owner` with the grants `share`.
 pub fn read(path: &Path, owner: &AgentId, share: &[Scope]) -> Result<Plan> {
     let mut plan = Plan::new(Source::Chatgpt);
     let mut files = export_files(

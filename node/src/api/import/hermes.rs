@@ -36,6 +36,8 @@ pub fn sections(text: &str) -> Vec<String> {
     out
 }
 
+/// Read Hermes' memory files (one file or a directory) at `path` as
+/// memories of `owner` with the grants `share`.
 pub fn read(path: &Path, owner: &AgentId, share: &[Scope]) -> Result<Plan> {
     let files = export_files(path, &["MEMORY.md", "USER.md"], "a Hermes memory directory")?;
     let mut plan = Plan::new(Source::Hermes);

@@ -30,6 +30,8 @@ pub(super) fn first<'a>(o: &'a Value, keys: &[&str]) -> Option<&'a Value> {
         .find(|v| !v.is_null() && v.as_str() != Some(""))
 }
 
+/// Read a mem0 export at `path` as memories of `owner` with the grants
+/// `share`.
 pub fn read(path: &Path, owner: &AgentId, share: &[Scope]) -> Result<Plan> {
     let name = path.display().to_string();
     let data = read_json(path)?;

@@ -53,14 +53,20 @@ use crate::store::profile::{MAX_WEIGHT, ProfileWeights};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Source {
+    /// An agent-memory-os bundle.
     AgentMemoryOs,
+    /// A mem0 export (JSON).
     Mem0,
+    /// A ChatGPT data export.
     Chatgpt,
+    /// Hermes' memory files.
     Hermes,
+    /// An amos export (`amos export`).
     Amos,
 }
 
 impl Source {
+    /// The name `amos import --from` takes; part of every derived id.
     pub fn as_str(self) -> &'static str {
         match self {
             Source::AgentMemoryOs => "agent-memory-os",
@@ -78,14 +84,21 @@ pub struct PlanMemory {
     /// The source's id (or, for sources without ids, a stable key of the
     /// item): the input of [`derived_id`].
     pub source_id: String,
+    /// The owning agent.
     pub owner: AgentId,
+    /// The text.
     pub text: String,
+    /// Its memory type.
     pub kind: MemoryType,
     /// Grants as the source meant them (private: empty).
     pub grants: Vec<Scope>,
+    /// Its tags.
     pub tags: Vec<String>,
+    /// Importance.
     pub importance: f32,
+    /// Confidence.
     pub confidence: f32,
+    /// Pinned in the source.
     pub pinned: bool,
     /// When the source says the memory was made: its valid-from (see
     /// [`source_validity`]).
@@ -93,6 +106,7 @@ pub struct PlanMemory {
     /// When the source says it stopped being true (an amos export's
     /// `valid_to`).
     pub valid_to_ms: Option<u64>,
+    /// When it expires (Unix ms), if the source says.
     pub expires_ms: Option<u64>,
     /// Archived in the source: imported archived (local-only state here).
     pub archived: bool,
@@ -158,39 +172,56 @@ pub fn export_files(path: &Path, names: &[&str], what: &str) -> Result<Vec<PathB
 /// A team with members, as the source has it.
 #[derive(Debug, Clone)]
 pub struct PlanTeam {
+    /// The team's id.
     pub id: TeamId,
+    /// Its display name.
     pub name: String,
+    /// Its members.
     pub members: Vec<AgentId>,
 }
 
 /// A project with members, as the source has it.
 #[derive(Debug, Clone)]
 pub struct PlanProject {
+    /// The project's id.
     pub id: ProjectId,
+    /// The team it belongs to.
     pub team: TeamId,
+    /// Its display name.
     pub name: String,
+    /// Its members.
     pub members: Vec<AgentId>,
 }
 
 /// A link between two source memories (by source id).
 #[derive(Debug, Clone)]
 pub struct PlanLink {
+    /// Source id of the memory it starts from.
     pub from: String,
+    /// Source id of the memory it points to.
     pub to: String,
+    /// The relation.
     pub relation: Relation,
+    /// Its weight.
     pub weight: f32,
 }
 
 /// What a parser produced: pure data, nothing written yet.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// The source it was read from.
     pub source: Source,
     /// Agents to register (owners, grantees and members are added anyway).
     pub agents: BTreeSet<AgentId>,
+    /// Teams to create or join.
     pub teams: Vec<PlanTeam>,
+    /// Projects to create or join.
     pub projects: Vec<PlanProject>,
+    /// The memories.
     pub memories: Vec<PlanMemory>,
+    /// Links between them.
     pub links: Vec<PlanLink>,
+    /// Profile weights per agent and memory type.
     pub profiles: Vec<(AgentId, Vec<(MemoryType, f32)>)>,
     /// Source ids of deleted memories.
     pub tombstones: Vec<String>,
@@ -199,6 +230,7 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// An empty plan from `source`.
     pub fn new(source: Source) -> Plan {
         Plan {
             source,
@@ -322,23 +354,32 @@ pub fn unit_or(x: Option<f64>, default: f32) -> f32 {
 /// What an import did (or, with `--dry-run`, would do).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ImportReport {
+    /// The source's name ([`Source::as_str`]).
     pub source: String,
+    /// Whether nothing was written (`--dry-run`).
     pub dry_run: bool,
     /// New memories, by type and by scope (`private`, `global`, `agent`,
     /// `team`, `project`; a memory with several grants counts in each).
     pub memories: usize,
+    /// New memories per type.
     pub memories_by_type: BTreeMap<String, usize>,
+    /// New memories per scope kind.
     pub memories_by_scope: BTreeMap<String, usize>,
     /// Memories already held (an earlier import): left alone.
     pub memories_held: usize,
+    /// New memories archived in the source (kept archived).
     pub archived: usize,
     /// New memories by owner: whose memories the import writes.
     pub memories_by_owner: BTreeMap<String, usize>,
     /// New memories pinned in the source (kept pinned).
     pub pinned: usize,
+    /// Agents registered.
     pub agents: usize,
+    /// Teams created.
     pub teams: usize,
+    /// Projects created.
     pub projects: usize,
+    /// Memberships added.
     pub memberships: usize,
     /// Members added to teams and projects that already exist here
     /// (`--add-members`), as `SCOPE AGENT`.
@@ -349,9 +390,14 @@ pub struct ImportReport {
     /// Memories left out because their owner already exists here and the
     /// operator did not name it (`--as`, `--existing-agents`), by owner.
     pub owners_refused: BTreeMap<String, usize>,
+    /// New links.
     pub links: usize,
+    /// Links already held: left alone.
     pub links_held: usize,
+    /// Profiles written.
     pub profiles: usize,
+    /// Memories an earlier import made here, deleted in the source since:
+    /// forgotten.
     pub tombstones: usize,
     /// Facts written (0 for a dry run or a re-import).
     pub facts: usize,

@@ -52,6 +52,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7474";
 /// How the console is run.
 #[derive(Debug, Clone)]
 pub struct ConsoleOptions {
+    /// The address to serve the console on.
     pub listen: SocketAddr,
     /// Allow an address other than loopback (`--allow-remote`).
     pub allow_remote: bool,
@@ -62,7 +63,9 @@ pub struct ConsoleOptions {
 /// The addresses of the `amos serve` a console runs in.
 #[derive(Debug, Clone)]
 pub struct Serving {
+    /// The QUIC listener's address.
     pub listen: SocketAddr,
+    /// Where `/metrics` is served, if it is.
     pub metrics: Option<SocketAddr>,
 }
 
@@ -114,7 +117,9 @@ pub fn check_listen(opts: &ConsoleOptions) -> Result<()> {
 
 /// A console bound and serving on a thread of its own.
 pub struct Console {
+    /// The bound address.
     pub addr: SocketAddr,
+    /// The URL to open: the address and the access token.
     pub url: String,
 }
 

@@ -23,7 +23,12 @@ pub enum Source {
     /// The file, mapped read-only.
     File(memmap2::Mmap),
     /// A copy in memory, in `u64`s so every section is aligned as in a map.
-    Heap { words: Vec<u64>, len: usize },
+    Heap {
+        /// The bytes, padded to whole words.
+        words: Vec<u64>,
+        /// How many of the bytes are the source's.
+        len: usize,
+    },
 }
 
 impl Source {
@@ -51,6 +56,7 @@ impl Source {
         }
     }
 
+    /// The source's bytes.
     pub fn bytes(&self) -> &[u8] {
         match self {
             Source::File(map) => map,
@@ -62,11 +68,18 @@ impl Source {
 /// An array of `T`, owned or a section of a [`Source`].
 #[derive(Clone)]
 pub enum Backed<T: Pod> {
+    /// Values in memory of their own.
     Owned(Vec<T>),
+    /// `len` values read in place at byte `start` of `source` (made only by
+    /// [`Backed::view`], which checks bounds and alignment).
     View {
+        /// The bytes they lie in.
         source: Arc<Source>,
+        /// Byte offset of the first value.
         start: usize,
+        /// How many values.
         len: usize,
+        /// The value type.
         of: PhantomData<T>,
     },
 }

@@ -19,8 +19,11 @@
 /// A stored vector: int8 row, its scale and its sign code.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Quantized {
+    /// The unit vector over `scale`, rounded to int8.
     pub row: Vec<i8>,
+    /// What one int8 step is worth.
     pub scale: f32,
+    /// One sign bit per dimension (the Hamming pass's code).
     pub code: Vec<u64>,
 }
 

@@ -40,18 +40,24 @@ const MAX_DIM: u32 = 8192;
 /// What a snapshot was made from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Provenance {
+    /// Fingerprint of the model the vectors were made by.
     pub model: String,
+    /// The store's log epoch they were caught up in.
     pub epoch: String,
+    /// The `touched` watermark they are caught up to.
     pub watermark: i64,
 }
 
 /// Why a snapshot could not be read.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SnapshotError {
+    /// Wrong magic or format version.
     #[error("not a vector index file (or another version)")]
     NotASnapshot,
+    /// Shorter than its header says.
     #[error("the vector index file is truncated")]
     Truncated,
+    /// A section is inconsistent (what, in a few words).
     #[error("the vector index file is malformed: {0}")]
     Malformed(&'static str),
 }

@@ -197,13 +197,17 @@ impl SlotSet {
 /// memory-id order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TableParts {
+    /// Dimensions of every vector.
     pub dim: usize,
+    /// The memory id in each slot.
     pub ids: Backed<[u8; 16]>,
+    /// Each slot's int8 scale.
     pub scales: Backed<f32>,
     /// `quantize::code_words(dim)` per slot.
     pub codes: Backed<u64>,
     /// `dim` per slot.
     pub rows: Backed<i8>,
+    /// Each access term's posting (owner, effective grants).
     pub access: BTreeMap<String, PostingParts>,
 }
 
@@ -211,7 +215,9 @@ pub struct TableParts {
 /// their codes, as [`TableParts::codes`] holds them.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct PostingParts {
+    /// The slots holding the term, ascending.
     pub slots: Backed<u32>,
+    /// Their sign codes, `code_words(dim)` per slot, in slot order.
     pub codes: Backed<u64>,
 }
 

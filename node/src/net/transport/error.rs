@@ -33,18 +33,33 @@ pub enum TransportError {
     /// No QUIC answer from the address (peer down, wrong address or port,
     /// firewall), or the address cannot be dialled from this endpoint.
     #[error("cannot reach {addr}: {reason}")]
-    Unreachable { addr: SocketAddr, reason: String },
+    Unreachable {
+        /// The address dialled.
+        addr: SocketAddr,
+        /// What QUIC said.
+        reason: String,
+    },
     /// The handshake completed far enough to see keys, and one side refused
     /// the other's identity key.
     #[error("connection refused by {by}: {reason}")]
-    Refused { by: RefusedBy, reason: String },
+    Refused {
+        /// Which side refused.
+        by: RefusedBy,
+        /// Why, as TLS said it.
+        reason: String,
+    },
     /// An operation took longer than allowed (the caller's timeout, or the
     /// connection's idle timeout once established).
     #[error("timed out: {0}")]
     Timeout(String),
     /// A frame's announced length exceeds the limit; nothing was allocated.
     #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
-    FrameTooLarge { len: u64, max: usize },
+    FrameTooLarge {
+        /// The length the frame announced.
+        len: u64,
+        /// The limit it broke.
+        max: usize,
+    },
     /// The peer broke the protocol (bad frame, wrong ALPN, TLS or QUIC
     /// violation).
     #[error("protocol error: {0}")]

@@ -46,6 +46,7 @@ pub fn alpn_ids() -> Vec<Vec<u8>> {
 /// Called synchronously inside the TLS handshake on the runtime's thread:
 /// answer from memory (a cached set), do not block.
 pub trait PeerAcceptor: Send + Sync + 'static {
+    /// Whether `peer` may complete a handshake with us.
     fn accept(&self, peer: &NodeId) -> bool;
 }
 
