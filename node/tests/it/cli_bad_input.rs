@@ -468,7 +468,7 @@ fn bad_numbers_and_options_are_rejected() {
         (&["search", "launch", "--as", "alice", "-k", "0"], 2, "-k"),
         (&["search", "launch", "--as", "alice", "-k", "1001"], 2, "-k"),
         (&["search", "launch", "--as", "alice", "-k", "-1"], 2, "-1"),
-        (&["search", "launch", "--as", "alice", "-k", "many"], 2, "-k"),
+        (&["search", "launch", "--as", "alice", "-k", "many"], 2, "--limit <K>"),
         (&["search", "", "--as", "alice"], 2, "empty query"),
         (&["search", "   ", "--as", "alice"], 2, "empty query"),
         (&["pack", "launch", "--as", "alice", "--budget", "0"], 2, "--budget"),
