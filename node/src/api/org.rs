@@ -10,6 +10,7 @@ use amos_protocol::{
 
 use crate::error::{NodeError, Result};
 use crate::store::org::{self, AgentInfo, ProjectInfo, TeamInfo};
+use crate::store::replica::org_origin;
 use crate::store::{Readable, Tx};
 
 use crate::api::node::Node;
@@ -204,7 +205,7 @@ pub(crate) fn check_org_authority(
     me: NodeId,
     scope: &OrgScope,
 ) -> Result<NodeId> {
-    let Some(origin) = crate::store::replica::org_origin(conn, scope)? else {
+    let Some(origin) = org_origin(conn, scope)? else {
         return Ok(me);
     };
     if origin == me
@@ -236,9 +237,11 @@ pub(crate) fn unknown_agent(
         .into_iter()
         .filter(|t| t.members.iter().any(|m| m == agent.as_str()))
         .map(|t| {
-            let scope = OrgScope::Team(TeamId::parse(&t.id).unwrap_or_else(|_| unreachable!()));
-            match crate::store::replica::org_origin(conn, &scope) {
-                Ok(Some(o)) if o != me => format!("team {} (kept by node {})", t.id, o.short()),
+            let origin = TeamId::parse(&t.id)
+                .ok()
+                .and_then(|id| org_origin(conn, &OrgScope::Team(id)).ok().flatten());
+            match origin {
+                Some(o) if o != me => format!("team {} (kept by node {})", t.id, o.short()),
                 _ => format!("team {}", t.id),
             }
         })
@@ -261,7 +264,7 @@ pub(crate) fn unknown_agent(
 /// refused (the org origin rule), saying where to add the member and how
 /// to act as the agent here.
 fn roster_elsewhere(conn: &(impl Readable + ?Sized), team: &TeamId, agent: &AgentId) -> NodeError {
-    let origin = match crate::store::replica::org_origin(conn, &OrgScope::Team(team.clone())) {
+    let origin = match org_origin(conn, &OrgScope::Team(team.clone())) {
         Ok(Some(o)) => o.short(),
         _ => "?".into(),
     };

@@ -11,7 +11,9 @@
 //! Invariant: a joiner's agent (`amos join --as`) becomes a member only of
 //! the scopes the invite's policy names, written by the inviter as its own
 //! org facts in the transaction that accepts the join; a joiner can never
-//! make one of the inviter's own agents a member of anything.
+//! make one of the inviter's own agents a member of anything. The joiner
+//! registers its own `--as` agent, in the transaction that records the
+//! inviter (agents are local: a roster names agents, a node registers them).
 //! Boundary: no sockets; a join's network leg passes in what it saw.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
