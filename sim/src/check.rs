@@ -13,12 +13,18 @@
 //! operator joined only through another's nodes legitimately differ in
 //! them; that is why the second check is per piece.
 //!
+//! [`convergence_among`] judges a part of a mixed mesh the same way: some
+//! nodes, joined by the links among them, over what a node decoding given
+//! features can hold (docs/design.md §13).
+//!
 //! Boundary: reads replicas; changes nothing.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use amos_acl::{AuthorizedScopes, Gated, PeerPolicy};
-use amos_protocol::{AgentId, Grants, MemoryId, Register};
+use amos_protocol::wire::Features;
+use amos_protocol::{AgentId, Grants, MemoryId, Register, SignedFact};
 use amos_sync::{MemMeta, MemStore};
 
 use crate::mesh::{AGENTS, Mesh, agent};
@@ -77,28 +83,71 @@ pub fn visible_through(store: &MemStore, policy: &PeerPolicy, a: &AgentId) -> BT
 
 /// Judge the mesh (offline nodes included: call it once they are back).
 pub fn convergence(mesh: &Mesh) -> Convergence {
+    convergence_among(mesh, |_| true, Features::ALL)
+}
+
+/// What a node that decodes only `decodes` can hold of `store`: `store`
+/// without the facts that need a feature it lacks (`Features::required_by`)
+/// and their memories' text. The store itself when it holds none.
+pub fn decodable_part(store: &MemStore, decodes: Features) -> Cow<'_, MemStore> {
+    let lacks = |f: &SignedFact| !decodes.contains(Features::required_by(&f.fact));
+    if !store.facts.values().any(|f| lacks(f)) {
+        return Cow::Borrowed(store);
+    }
+    let mut part = store.clone();
+    part.facts.retain(|_, f| !lacks(f));
+    part.texts
+        .retain(|id, _| part.facts.contains_key(&Register::MemoryContent(*id)));
+    Cow::Owned(part)
+}
+
+/// Judge the nodes `member` names, joined by the links between two of
+/// them, each over what a node decoding `decodes` can hold
+/// ([`decodable_part`]): inside each connected group of members, equal
+/// digests over the scoped policy and equal views through it; inside each
+/// piece of a group joined by `full` links, equal digests and views over
+/// everything. A mixed mesh (docs/design.md §13) is judged twice: the
+/// nodes that decode every feature among themselves, and every node over
+/// what the oldest decodes.
+pub fn convergence_among(
+    mesh: &Mesh,
+    member: impl Fn(usize) -> bool,
+    decodes: Features,
+) -> Convergence {
     let mut diffs = Vec::new();
-    let n = mesh.len();
     let scoped = &mesh.cfg.scoped;
     let mut note = |d: String| {
         if diffs.len() < 8 {
             diffs.push(d);
         }
     };
-    let store = |i: usize| &mesh.nodes[i].replica.store;
-    if n > 0 {
-        let d0 = store(0).scoped_digest(scoped);
+    let parts: Vec<Option<Cow<'_, MemStore>>> = (0..mesh.len())
+        .map(|i| member(i).then(|| decodable_part(&mesh.nodes[i].replica.store, decodes)))
+        .collect();
+    let store = |i: usize| parts[i].as_deref();
+    let groups = mesh
+        .graph
+        .components_where(|a, b| member(a) && member(b))
+        .into_iter()
+        .filter(|g| g.first().is_some_and(|&i| member(i)));
+    for group in groups {
+        let Some((&first, rest)) = group.split_first() else {
+            continue;
+        };
+        let Some(s0) = store(first) else { continue };
+        let d0 = s0.scoped_digest(scoped);
         let views0: Vec<_> = (0..AGENTS.len())
-            .map(|a| visible_through(store(0), scoped, &agent(a)))
+            .map(|a| visible_through(s0, scoped, &agent(a)))
             .collect();
-        for i in 1..n {
-            if store(i).scoped_digest(scoped) != d0 {
+        for &i in rest {
+            let Some(si) = store(i) else { continue };
+            if si.scoped_digest(scoped) != d0 {
                 note(format!(
-                    "node {i}: digest over {scoped} differs from node 0's"
+                    "node {i}: digest over {scoped} differs from node {first}'s"
                 ));
             }
             for (a, v0) in views0.iter().enumerate() {
-                if visible_through(store(i), scoped, &agent(a)) != *v0 {
+                if visible_through(si, scoped, &agent(a)) != *v0 {
                     note(format!(
                         "node {i}: {} sees otherwise through {scoped}",
                         AGENTS[a]
@@ -108,23 +157,30 @@ pub fn convergence(mesh: &Mesh) -> Convergence {
         }
     }
     let op = |i: usize| mesh.nodes[i].operator;
-    let pieces = mesh.graph.components_where(|a, b| op(a) == op(b));
+    let pieces: Vec<Vec<usize>> = mesh
+        .graph
+        .components_where(|a, b| member(a) && member(b) && op(a) == op(b))
+        .into_iter()
+        .filter(|p| p.first().is_some_and(|&i| member(i)))
+        .collect();
     for piece in &pieces {
         let Some((&first, rest)) = piece.split_first() else {
             continue;
         };
-        let d0 = store(first).digest();
+        let Some(s0) = store(first) else { continue };
+        let d0 = s0.digest();
         let views0: Vec<_> = (0..AGENTS.len())
-            .map(|a| store(first).visible_to(&agent(a)))
+            .map(|a| s0.visible_to(&agent(a)))
             .collect();
         for &i in rest {
-            if store(i).digest() != d0 {
+            let Some(si) = store(i) else { continue };
+            if si.digest() != d0 {
                 note(format!(
                     "node {i}: digest differs from node {first}'s (full piece)"
                 ));
             }
             for (a, v0) in views0.iter().enumerate() {
-                if store(i).visible_to(&agent(a)) != *v0 {
+                if si.visible_to(&agent(a)) != *v0 {
                     note(format!(
                         "node {i}: {} sees otherwise than on node {first}",
                         AGENTS[a]

@@ -17,6 +17,19 @@
 //! and nodes going offline (dials fail after the handshake timeout, live
 //! sessions across break); restores from backup (old state, new epoch).
 //!
+//! Versions (docs/design.md §13): each node speaks a protocol version and
+//! decodes a set of features ([`Speaks`]: this release by default, or an
+//! older one, as a node's `AMOS_PROTOCOL` narrows it); a session runs at
+//! the version the handshake's ALPN choice and each side's
+//! `amos_protocol::wire::negotiate` give, its digests of that version's
+//! kind (`amos_sync::digest::SET_DIGEST_SINCE`); a side holds back what the
+//! peer's hello says it cannot decode (`Features::split_decodable`), keeps
+//! the count and sends it once the peer upgrades, exchanging no digest
+//! meanwhile (`amos_sync::session::HeldBack`). A fact that reaches a node
+//! that cannot decode it fails its batch, as it would on that build, and is
+//! counted ([`Stats::undecodable`]). [`Mesh::set_speaks`] upgrades a node
+//! (a restart).
+//!
 //! Invariant: a run is a function of its configuration and seed — ordered
 //! maps only, one seeded random stream per concern, no real clock, no
 //! threads that change order.
@@ -31,12 +44,16 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use amos_acl::PeerPolicy;
-use amos_protocol::wire::{SyncMessage, SyncV1, Watermark};
+use amos_protocol::wire::{
+    Features, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, SyncMessage, SyncV1, VersionError, Watermark,
+    alpn_offer, alpn_version, negotiate,
+};
 use amos_protocol::{
     AgentId, FactBody, Grants, Hlc, MembershipFact, MemoryAcl, MemoryContent, MemoryFixed,
     MemoryId, MemoryText, MemoryType, NodeId, NodeIdentity, OrgScope, Register, Scope, TeamFact,
-    TeamId,
+    TeamId, Validity,
 };
+use amos_sync::digest::SET_DIGEST_SINCE;
 use amos_sync::repair::{self, ItemId, ItemSet};
 use amos_sync::session::{Action, Event, SKIP_EXPORT, Session};
 use amos_sync::{Pacing, PushConfig, PushScheduler, SessionOutcome};
@@ -107,6 +124,66 @@ pub fn agent(i: usize) -> AgentId {
     AgentId::parse(AGENTS[i % AGENTS.len()]).unwrap_or_else(|_| unreachable!("a valid slug"))
 }
 
+/// What a node speaks (docs/design.md §13; a node's `AMOS_PROTOCOL` and
+/// `AMOS_PROTOCOL_MIN`): the newest protocol version it offers (it offers
+/// every one down to 1), the features it decodes, the oldest version it
+/// accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Speaks {
+    pub version: u16,
+    pub features: Features,
+    pub min: u16,
+}
+
+impl Speaks {
+    /// This release: its version, every feature it decodes.
+    pub fn current() -> Speaks {
+        Speaks {
+            version: PROTOCOL_VERSION,
+            features: Features::ALL,
+            min: MIN_PROTOCOL_VERSION,
+        }
+    }
+
+    /// 545333a's, the release before negotiation (`AMOS_PROTOCOL=1`):
+    /// version 1, decoding what that version implies.
+    pub fn v1() -> Speaks {
+        Speaks {
+            version: 1,
+            features: Features::implied_by(1),
+            min: MIN_PROTOCOL_VERSION,
+        }
+    }
+
+    /// This version without the features `lacks` (`AMOS_PROTOCOL=2:HEX`):
+    /// a build from before they were added.
+    pub fn lacking(lacks: Features) -> Speaks {
+        Speaks {
+            features: Features::ALL.without(lacks),
+            ..Speaks::current()
+        }
+    }
+}
+
+/// The version each side of a session between a dialler speaking `a` and
+/// an acceptor speaking `b` runs at: the handshake's ALPN choice (the
+/// acceptor's first id, newest first, that the dialler offers, as rustls
+/// chooses), then each side's `negotiate` of it against what it speaks, as
+/// a node's driver does. `Err`: a side refuses the other. Two sides at
+/// different versions break on the first hello.
+pub fn session_versions(a: Speaks, b: Speaks) -> Result<[u16; 2], VersionError> {
+    let offered = alpn_offer(a.version);
+    let chosen = alpn_offer(b.version)
+        .into_iter()
+        .find(|id| offered.contains(id))
+        .and_then(|id| alpn_version(&id))
+        .unwrap_or(1);
+    Ok([
+        negotiate(a.min, a.version, chosen)?,
+        negotiate(b.min, b.version, chosen)?,
+    ])
+}
+
 #[derive(Debug)]
 enum Ev {
     /// A periodic pass of a node, of the schedule generation it was set in.
@@ -121,6 +198,12 @@ enum Ev {
         bytes: Vec<u8>,
         depth: u32,
     },
+    /// The side `1 - to` ended its stream (after all it sent).
+    Ended {
+        sid: u64,
+        to: usize,
+        depth: u32,
+    },
     DialFailed(u64),
     SetOnline(usize, bool),
 }
@@ -132,6 +215,8 @@ pub struct SimNode {
     pub replica: SimReplica,
     pub operator: usize,
     pub online: bool,
+    /// Its protocol version and features ([`Mesh::set_speaks`]).
+    pub speaks: Speaks,
     /// Periodic passes: the backoff from failing neighbours.
     pacing: Pacing<usize>,
     /// Push on change, while push is on and the node is up.
@@ -155,6 +240,17 @@ pub struct Stats {
     pub facts_deferred: u64,
     pub digests_agree: u64,
     pub digests_disagree: u64,
+    /// Sessions a side refused: the other is older than it accepts.
+    pub sessions_refused: u64,
+    /// Facts an export held back: the peer lacks a feature they need.
+    pub facts_held_back: u64,
+    /// Facts that reached a node that cannot decode them (each failed its
+    /// batch): never, if every side holds back what the other lacks.
+    pub undecodable: u64,
+    /// Sessions a side broke off: the other broke the protocol (two sides
+    /// at different versions, a message out of turn). Never, if both
+    /// follow it.
+    pub protocol_errors: u64,
 }
 
 /// One finished (or failed) session.
@@ -174,6 +270,9 @@ pub struct SessionRecord {
     pub facts_sent: u64,
     /// The session ran a range-based repair to its end (`amos_sync::repair`).
     pub repaired: bool,
+    /// The protocol version it ran at, the dialler's side (1 if it never
+    /// connected).
+    pub version: u16,
 }
 
 #[derive(Debug)]
@@ -190,6 +289,8 @@ struct Live {
     latency: Micros,
     push: bool,
     facts: u64,
+    /// The protocol version each side runs at (set on connecting).
+    versions: [u16; 2],
 }
 
 fn pair(a: usize, b: usize) -> (usize, usize) {
@@ -239,6 +340,7 @@ impl Mesh {
                     replica,
                     operator: r.below(cfg.operators.max(1) as u64) as usize,
                     online: true,
+                    speaks: Speaks::current(),
                     pacing: Pacing::default(),
                     pusher: None,
                     wake: None,
@@ -349,6 +451,19 @@ impl Mesh {
     /// Node `n` writes a new memory owned by agent `owner` with `grants`
     /// (content, then its acl). Returns its id and the acl's clock.
     pub fn write_memory(&mut self, n: usize, owner: usize, grants: Grants) -> (MemoryId, Hlc) {
+        self.write_memory_valid(n, owner, grants, Validity::default())
+    }
+
+    /// [`Mesh::write_memory`] with a valid time (docs/design.md §12): a
+    /// content fact a node lacking `Features::VALID_TIME` cannot decode
+    /// when `validity` is not open.
+    pub fn write_memory_valid(
+        &mut self,
+        n: usize,
+        owner: usize,
+        grants: Grants,
+        validity: Validity,
+    ) -> (MemoryId, Hlc) {
         let now = self.now_ms();
         self.next_mem += 1;
         let mut rnd = [0u8; 10];
@@ -373,7 +488,7 @@ impl Mesh {
                 pinned: false,
                 expires_ms: None,
                 supersedes: None,
-                validity: Default::default(),
+                validity,
             }),
         );
         let clock = self.set_grants(n, id, fixed, grants);
@@ -465,14 +580,19 @@ impl Mesh {
         }
     }
 
-    /// A copy of node `n`'s replica as a backup holds it.
-    pub fn backup(&self, n: usize) -> SimReplica {
-        self.nodes[n].replica.clone()
+    /// Node `n` restarts speaking `speaks` — an upgrade, or, before any
+    /// session, a node of an older release in a mixed mesh: sessions with
+    /// it break, and it comes back as a restarted `serve` (no backoff, no
+    /// news). What it holds and what is held back for it stay.
+    pub fn set_speaks(&mut self, n: usize, speaks: Speaks) {
+        self.break_sessions_of(n);
+        self.nodes[n].speaks = speaks;
+        self.nodes[n].pacing = Pacing::default();
+        self.start_pusher(n);
     }
 
-    /// Restore node `n` from `backup` under a new log epoch (sessions with
-    /// it break, as the node restarts).
-    pub fn restore(&mut self, n: usize, backup: &SimReplica) {
+    /// Every live session with node `n` breaks (its process stops).
+    fn break_sessions_of(&mut self, n: usize) {
         let live: Vec<u64> = self
             .sessions
             .iter()
@@ -482,6 +602,17 @@ impl Mesh {
         for sid in live {
             self.finish(sid, false);
         }
+    }
+
+    /// A copy of node `n`'s replica as a backup holds it.
+    pub fn backup(&self, n: usize) -> SimReplica {
+        self.nodes[n].replica.clone()
+    }
+
+    /// Restore node `n` from `backup` under a new log epoch (sessions with
+    /// it break, as the node restarts).
+    pub fn restore(&mut self, n: usize, backup: &SimReplica) {
+        self.break_sessions_of(n);
         let epoch = self.rng.bytes();
         self.nodes[n].replica.restore(backup, epoch);
         self.observe_seq(n);
@@ -607,6 +738,7 @@ impl Mesh {
                 bytes,
                 depth,
             } => self.deliver(sid, to, &bytes, depth),
+            Ev::Ended { sid, to, depth } => self.ended(sid, to, depth),
             Ev::DialFailed(sid) => self.finish(sid, false),
             Ev::SetOnline(n, online) => {
                 if self.nodes[n].online == online {
@@ -624,15 +756,7 @@ impl Mesh {
                     self.nodes[n].pusher = None;
                     self.nodes[n].wake = None;
                     self.queued.retain(|&(a, _)| a != n);
-                    let live: Vec<u64> = self
-                        .sessions
-                        .iter()
-                        .filter(|(_, l)| l.a == n || l.b == n)
-                        .map(|(s, _)| *s)
-                        .collect();
-                    for sid in live {
-                        self.finish(sid, false);
-                    }
+                    self.break_sessions_of(n);
                 }
             }
         }
@@ -766,6 +890,7 @@ impl Mesh {
                 latency,
                 push,
                 facts: 0,
+                versions: [1; 2],
             },
         );
         if self.reachable(a, b) {
@@ -785,13 +910,27 @@ impl Mesh {
             self.finish(sid, false);
             return;
         }
+        // The refusing side sends one `Refused` line; the session counts
+        // as failed on both.
+        let Ok(versions) = session_versions(self.nodes[a].speaks, self.nodes[b].speaks) else {
+            self.stats.sessions_refused += 1;
+            self.finish(sid, false);
+            return;
+        };
         let mut first = Vec::new();
         for (side, (me, peer)) in [(a, b), (b, a)].into_iter().enumerate() {
             let peer_id = self.node_id(peer);
             let r = &self.nodes[me].replica;
-            let (s, acts) = Session::start(r.epoch, r.watermarks.get(&peer_id).copied(), &[]);
+            let (s, acts) = Session::start_versioned(
+                r.epoch,
+                r.watermarks.get(&peer_id).copied(),
+                &[],
+                versions[side],
+                self.nodes[me].speaks.features,
+            );
             if let Some(l) = self.sessions.get_mut(&sid) {
                 l.sides[side] = Some(s);
+                l.versions = versions;
             }
             first.push((side, acts));
         }
@@ -805,6 +944,17 @@ impl Mesh {
         Some(if side == 0 { (l.a, l.b) } else { (l.b, l.a) })
     }
 
+    /// The version `side` runs the session at, and the features its peer
+    /// decodes (its hello's; before it came, what the version implies).
+    fn peer_decodes(&self, sid: u64, side: usize) -> (u16, Features) {
+        let Some(l) = self.sessions.get(&sid) else {
+            return (1, Features::implied_by(1));
+        };
+        let v = l.versions[side];
+        let peer = l.sides[side].as_ref().and_then(Session::peer_version);
+        (v, peer.map_or(Features::implied_by(v), |(_, f)| f))
+    }
+
     fn run_actions(&mut self, sid: u64, side: usize, actions: Vec<Action>, depth: u32) {
         let mut todo: VecDeque<Action> = actions.into();
         while let Some(act) = todo.pop_front() {
@@ -815,7 +965,11 @@ impl Mesh {
             match act {
                 Action::Send(m) => self.send(sid, side, m, depth + 1),
                 Action::Export { since, peer_reset } => {
+                    let (_, decodes) = self.peer_decodes(sid, side);
                     let r = &self.nodes[me].replica;
+                    // What was held back goes once the peer decodes it.
+                    let held = r.held_back_for(&peer_id);
+                    let since = held.export_from(since, decodes);
                     // A session that repairs sends what the peer lacks instead.
                     let (facts, high) = if since == SKIP_EXPORT {
                         (Vec::new(), r.seq())
@@ -826,6 +980,13 @@ impl Mesh {
                         epoch: r.epoch,
                         seq: high,
                     };
+                    let (facts, withheld) = decodes.split_decodable(facts);
+                    let needs = withheld.iter().fold(Features::NONE, |a, f| a.union(*f));
+                    let now = held.after_export(since, withheld.len() as u64, needs);
+                    if now != held {
+                        self.nodes[me].replica.held_back.insert(peer_id, now);
+                    }
+                    self.stats.facts_held_back += withheld.len() as u64;
                     let sent = self.send_facts(sid, side, &facts, depth + 1);
                     match self.session_event(sid, side, Event::ExportDone { upto, sent }) {
                         Some(more) => todo.extend(more),
@@ -857,6 +1018,8 @@ impl Mesh {
                         .into_iter()
                         .filter(|f| wanted.contains(&repair::fact_id(f)))
                         .collect();
+                    // Never what the peer cannot decode.
+                    let (facts, _) = self.peer_decodes(sid, side).1.split_decodable(facts);
                     let sent = self.send_facts(sid, side, &facts, depth + 1);
                     match self.session_event(sid, side, Event::RepairSent { sent }) {
                         Some(more) => todo.extend(more),
@@ -864,6 +1027,21 @@ impl Mesh {
                     }
                 }
                 Action::Apply(facts) => {
+                    // A build without a feature does not decode a fact that
+                    // needs it: the batch fails, and the session with it.
+                    let decodes = self.nodes[me].speaks.features;
+                    let undecodable = facts
+                        .iter()
+                        .filter(|f| {
+                            !decodes
+                                .contains(Features::required_by_wire(f).unwrap_or(Features::NONE))
+                        })
+                        .count();
+                    if undecodable > 0 {
+                        self.stats.undecodable += undecodable as u64;
+                        self.finish(sid, false);
+                        return;
+                    }
                     let now = self.now_ms();
                     let before = self.nodes[me].replica.seq();
                     match self.nodes[me].replica.apply(peer_id, &facts, now) {
@@ -893,8 +1071,20 @@ impl Mesh {
                 Action::SaveWatermark(w) => {
                     self.nodes[me].replica.watermarks.insert(peer_id, w);
                 }
+                Action::SendDigest
+                    if !self.nodes[me]
+                        .replica
+                        .held_back_for(&peer_id)
+                        .allows_digest() =>
+                {
+                    // Facts are held back for the peer: no digest; ending
+                    // our stream finishes its side without a comparison.
+                    self.end_stream(sid, side, depth + 1);
+                }
                 Action::SendDigest => {
-                    let (scopes, digest, facts) = self.nodes[me].replica.session_digest(&peer_id);
+                    let set = self.peer_decodes(sid, side).0 >= SET_DIGEST_SINCE;
+                    let (scopes, digest, facts) =
+                        self.nodes[me].replica.session_digest(&peer_id, set);
                     self.send(
                         sid,
                         side,
@@ -906,10 +1096,16 @@ impl Mesh {
                         depth + 1,
                     );
                 }
+                Action::CompareDigest { .. }
+                    if !self.nodes[me]
+                        .replica
+                        .held_back_for(&peer_id)
+                        .allows_digest() => {}
                 Action::CompareDigest { scopes, digest, .. } => {
+                    let set = self.peer_decodes(sid, side).0 >= SET_DIGEST_SINCE;
                     match self.nodes[me]
                         .replica
-                        .compare_digest(&peer_id, &scopes, &digest)
+                        .compare_digest(&peer_id, &scopes, &digest, set)
                     {
                         Some(true) => self.stats.digests_agree += 1,
                         Some(false) => self.stats.digests_disagree += 1,
@@ -944,6 +1140,7 @@ impl Mesh {
         match r {
             Ok(acts) => Some(acts),
             Err(_) => {
+                self.stats.protocol_errors += 1;
                 self.finish(sid, false);
                 None
             }
@@ -1002,6 +1199,38 @@ impl Mesh {
         );
     }
 
+    /// Side `from` ends its stream: the peer hears it after what was sent.
+    fn end_stream(&mut self, sid: u64, from: usize, depth: u32) {
+        let now = self.now();
+        let Some(l) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        let at = (now + l.latency).max(l.last[from]);
+        l.last[from] = at;
+        l.depth = l.depth.max(depth);
+        self.clock.at(
+            at,
+            Ev::Ended {
+                sid,
+                to: 1 - from,
+                depth,
+            },
+        );
+    }
+
+    fn ended(&mut self, sid: u64, to: usize, depth: u32) {
+        let Some(l) = self.sessions.get(&sid) else {
+            return;
+        };
+        if !self.reachable(l.a, l.b) {
+            self.finish(sid, false);
+            return;
+        }
+        if let Some(acts) = self.session_event(sid, to, Event::PeerEnded) {
+            self.run_actions(sid, to, acts, depth);
+        }
+    }
+
     fn deliver(&mut self, sid: u64, to: usize, bytes: &[u8], depth: u32) {
         let Some(l) = self.sessions.get(&sid) else {
             return;
@@ -1042,6 +1271,7 @@ impl Mesh {
             round_trips: l.depth.div_ceil(2),
             facts_sent: l.facts,
             repaired: ok && l.sides.iter().flatten().any(Session::repaired),
+            version: l.versions[0],
         });
         self.after_session(l.a, l.b, l.started, ok, l.push);
     }

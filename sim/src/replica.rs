@@ -2,7 +2,9 @@
 //! a real store keeps beside it for sync — a change log (`seq` per row,
 //! bumped whenever any of the row's facts or its standing changes), the
 //! log epoch, the watermarks it holds of its peers, when each peer's policy
-//! last changed, and the per-policy digest cache.
+//! last changed, what is held back for each peer that lacks a feature
+//! (`amos_sync::session::HeldBack`, the peer's row on a node), and the
+//! per-policy digest cache.
 //!
 //! Every fact goes in through the product's own paths: local writes
 //! through `MemStore::write` (`Admission::local`), a peer's batch through
@@ -21,6 +23,7 @@ use amos_protocol::{
     FactBody, Grants, Hlc, NodeId, NodeIdentity, Register, Scope, SignedFact, Verified,
 };
 use amos_sync::MemStore;
+use amos_sync::session::HeldBack;
 use amos_sync::{ApplyReport, Sender, apply_batch};
 
 /// Facts whose clock is further ahead than this are deferred (as the node).
@@ -70,7 +73,10 @@ pub struct SimReplica {
     rows: BTreeMap<Register, i64>,
     pub watermarks: BTreeMap<NodeId, Watermark>,
     policy_seq: BTreeMap<NodeId, i64>,
-    digest_cache: BTreeMap<String, (i64, [u8; 32], usize)>,
+    /// What is held back for each peer (docs/design.md §13).
+    pub held_back: BTreeMap<NodeId, HeldBack>,
+    /// Per policy and digest kind (`true`: the set digest).
+    digest_cache: BTreeMap<(bool, String), (i64, [u8; 32], usize)>,
 }
 
 /// A verification failure: the batch is rejected whole and the session
@@ -87,6 +93,7 @@ impl SimReplica {
             rows: BTreeMap::new(),
             watermarks: BTreeMap::new(),
             policy_seq: BTreeMap::new(),
+            held_back: BTreeMap::new(),
             digest_cache: BTreeMap::new(),
         }
     }
@@ -253,9 +260,17 @@ impl SimReplica {
         (facts.iter().map(|f| f.to_bytes()).collect(), self.seq)
     }
 
+    /// What is held back for `peer` (nothing if it never lacked a feature).
+    pub fn held_back_for(&self, peer: &NodeId) -> HeldBack {
+        self.held_back.get(peer).copied().unwrap_or_default()
+    }
+
     /// Our digest over what the policy we give `peer` admits, with its
-    /// scopes (empty: `full`) — cached per policy while `seq` stands still.
-    pub fn session_digest(&mut self, peer: &NodeId) -> (Vec<Scope>, [u8; 32], u64) {
+    /// scopes (empty: `full`) — the set digest when `set` (a session of
+    /// `amos_sync::digest::SET_DIGEST_SINCE` or later; a node keeps it
+    /// running on write, here it is computed), else the sorted-hash one —
+    /// cached per policy and kind while `seq` stands still.
+    pub fn session_digest(&mut self, peer: &NodeId, set: bool) -> (Vec<Scope>, [u8; 32], u64) {
         let policy = self
             .store
             .peers
@@ -263,30 +278,36 @@ impl SimReplica {
             .cloned()
             .unwrap_or(PeerPolicy::Scoped(Default::default()));
         let scopes: Vec<Scope> = policy.scopes().cloned().collect();
-        let (d, n) = self.digest_over(&policy);
+        let (d, n) = self.digest_over(&policy, set);
         (scopes, d, n as u64)
     }
 
-    fn digest_over(&mut self, policy: &PeerPolicy) -> ([u8; 32], usize) {
-        let key = policy.to_string();
+    fn digest_over(&mut self, policy: &PeerPolicy, set: bool) -> ([u8; 32], usize) {
+        let key = (set, policy.to_string());
         if let Some((at, d, n)) = self.digest_cache.get(&key)
             && *at == self.seq
         {
             return (*d, *n);
         }
-        let (d, n) = self.store.scoped_digest_bytes(policy);
+        let (d, n) = if set {
+            self.store.scoped_set_digest_bytes(policy)
+        } else {
+            self.store.scoped_digest_bytes(policy)
+        };
         self.digest_cache.insert(key, (self.seq, d, n));
         (d, n)
     }
 
-    /// Whether `peer`'s session digest over `scopes` matches ours; `None`:
-    /// not compared, the scopes name one we do not give it
+    /// Whether `peer`'s session digest over `scopes` (of the kind `set`
+    /// says, as [`SimReplica::session_digest`]) matches ours; `None`: not
+    /// compared, the scopes name one we do not give it
     /// (`amos_sync::digest::compared_over`, the node's rule).
     pub fn compare_digest(
         &mut self,
         peer: &NodeId,
         scopes: &[Scope],
         digest: &[u8; 32],
+        set: bool,
     ) -> Option<bool> {
         let ours = self
             .store
@@ -295,7 +316,7 @@ impl SimReplica {
             .cloned()
             .unwrap_or(PeerPolicy::Scoped(Default::default()));
         let policy = amos_sync::digest::compared_over(&ours, scopes)?;
-        Some(self.digest_over(&policy).0 == *digest)
+        Some(self.digest_over(&policy, set).0 == *digest)
     }
 
     /// Restore this replica from `backup` as `amos restore` does: the old
@@ -360,9 +381,19 @@ mod tests {
         // Junk is rejected whole.
         assert!(b.apply(ia.node_id(), &[vec![1, 2, 3]], 1_000).is_err());
         // Digests agree once both hold the same.
-        let (scopes, d, n) = a.session_digest(&ib.node_id());
-        assert!(scopes.is_empty());
-        assert_eq!(n, 1);
-        assert_eq!(b.compare_digest(&ia.node_id(), &scopes, &d), Some(true));
+        for set in [false, true] {
+            let (scopes, d, n) = a.session_digest(&ib.node_id(), set);
+            assert!(scopes.is_empty());
+            assert_eq!(n, 1);
+            assert_eq!(
+                b.compare_digest(&ia.node_id(), &scopes, &d, set),
+                Some(true)
+            );
+            assert_eq!(
+                b.compare_digest(&ia.node_id(), &scopes, &d, !set),
+                Some(false),
+                "the two kinds are never equal"
+            );
+        }
     }
 }

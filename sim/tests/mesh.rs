@@ -1,13 +1,16 @@
 //! The simulator's properties on small meshes (20–30 nodes, virtual time):
 //! convergence after partitions heal (with loss and churn), repair after a
-//! restore from backup, push staying bounded when a peer flaps, and
-//! determinism.
+//! restore from backup, push staying bounded when a peer flaps,
+//! determinism, and a mesh of mixed versions converging before and after
+//! its upgrades.
 
 use std::collections::BTreeMap;
 
-use amos_protocol::{Grants, MemoryId, Register, Scope};
+use amos_protocol::wire::Features;
+use amos_protocol::{Grants, MemoryId, Register, Scope, Validity};
 use amos_sim::bench::{periods_to_converge, write_workload};
-use amos_sim::check::convergence;
+use amos_sim::check::{convergence, convergence_among};
+use amos_sim::mesh::{Speaks, session_versions};
 use amos_sim::rng::Rng;
 use amos_sim::{MS, Mesh, MeshConfig, Micros, PushConfig, SECOND};
 use proptest::prelude::*;
@@ -288,4 +291,205 @@ fn the_same_seed_gives_the_same_run() {
     let a = fingerprint(42);
     assert_eq!(a, fingerprint(42));
     assert_ne!(a.2, fingerprint(43).2);
+}
+
+// ------------------------------------------------------------ mixed versions
+
+/// Whether node `n` decodes every feature this release knows.
+fn decodes_all(m: &Mesh, n: usize) -> bool {
+    m.nodes[n].speaks.features.contains(Features::ALL)
+}
+
+/// One memory per node (the bench's workload) and, on about half the nodes
+/// that decode valid time, a memory with a valid time (docs/design.md §12,
+/// a content fact a node lacking `VALID_TIME` cannot decode); the first
+/// such node always writes one, `global`.
+fn mixed_writes(m: &mut Mesh, rng: &mut Rng) {
+    write_workload(m, 1, rng);
+    let mut first = true;
+    for n in 0..m.len() {
+        if !decodes_all(m, n) || !(first || rng.chance(0.5)) {
+            continue;
+        }
+        let g = if first {
+            grants(&["global"])
+        } else {
+            grants(&[["global", "team:t", "private"][rng.below(3) as usize]])
+        };
+        first = false;
+        let validity = Validity {
+            from_ms: Some(m.now_ms().saturating_sub(3_600_000)),
+            to_ms: None,
+        };
+        m.write_memory_valid(n, rng.below(4) as usize, g, validity);
+    }
+}
+
+/// A mixed mesh before its upgrades has settled: the nodes that decode
+/// every feature agree among themselves (each group of them joined by
+/// links among them), and every node agrees on what the oldest decodes.
+fn mixed_settled(m: &Mesh) -> Result<(), Vec<String>> {
+    let new = convergence_among(m, |n| decodes_all(m, n), Features::ALL);
+    let old = convergence_among(m, |_| true, Features::NONE);
+    if new.converged && old.converged {
+        Ok(())
+    } else {
+        Err([new.differences, old.differences].concat())
+    }
+}
+
+/// A mesh upgraded one node at a time (docs/design.md §13): about a
+/// third of 20 nodes run the older release — 545333a's version 1, or
+/// this version without `VALID_TIME` (a build from before it) — with
+/// writes including memories with a valid time and a partition that
+/// heals. Before any upgrade: no node ever takes a fact it cannot decode
+/// (each side holds back what the other's hello lacks); the nodes that
+/// decode everything converge among themselves, and every node agrees
+/// on what the oldest decodes; an idle period's digests all agree (none
+/// is exchanged while facts are held back). Then the old nodes upgrade
+/// one by one at random moments, across another partition: within the
+/// failure backoff (40 periods) the whole mesh converges
+/// (`check::convergence`), what was held back went, and no count of
+/// held-back facts is left.
+fn mixed_mesh(seed: u64, old: Speaks, push: bool) -> Result<(), TestCaseError> {
+    let lacking = !old.features.contains(Features::ALL);
+    let nodes = 20;
+    let mut m = Mesh::new(MeshConfig::new(nodes, 4, seed));
+    let mut rng = Rng::new(seed).fork(9);
+    for n in 0..nodes {
+        if rng.below(3) == 0 || n == 1 {
+            m.set_speaks(n, old);
+        }
+    }
+    m.set_schedule(Some(PERIOD), push.then(push_cfg));
+    mixed_writes(&mut m, &mut rng);
+    m.run_for(PERIOD);
+    let groups: Vec<u32> = (0..nodes).map(|_| rng.below(2) as u32).collect();
+    m.partition(Some(groups));
+    mixed_writes(&mut m, &mut rng);
+    m.run_for(PERIOD + PERIOD / 2);
+    m.partition(None);
+
+    let mut settled = Err(vec!["not run".to_string()]);
+    for _ in 0..40 {
+        m.run_for(PERIOD);
+        settled = mixed_settled(&m);
+        if m.is_quiet() && settled.is_ok() {
+            break;
+        }
+    }
+    prop_assert!(settled.is_ok(), "seed {seed}: before upgrades: {settled:?}");
+    prop_assert_eq!(
+        m.stats.undecodable,
+        0,
+        "a node took a fact it cannot decode"
+    );
+    for n in (0..nodes).filter(|&n| !decodes_all(&m, n)) {
+        let vt = m.nodes[n]
+            .replica
+            .store
+            .facts
+            .values()
+            .filter(|f| Features::required_by(&f.fact) != Features::NONE)
+            .count();
+        prop_assert_eq!(vt, 0, "node {} holds facts it cannot decode", n);
+    }
+    if lacking {
+        prop_assert!(m.stats.facts_held_back > 0, "something was held back");
+        prop_assert!(
+            !convergence(&m).converged,
+            "the old nodes lack the valid-time memories"
+        );
+    } else {
+        // Version 1 decodes valid time: only the protocol differs.
+        prop_assert!(convergence(&m).converged);
+        prop_assert_eq!(m.stats.facts_held_back, 0);
+        prop_assert!(m.records.iter().any(|r| r.ok && r.version == 1));
+        prop_assert!(m.records.iter().any(|r| r.ok && r.version == 2));
+    }
+    // An idle period: every digest compared agrees.
+    let (agree, disagree) = (m.stats.digests_agree, m.stats.digests_disagree);
+    m.run_for(PERIOD);
+    prop_assert!(m.stats.digests_agree > agree);
+    prop_assert_eq!(m.stats.digests_disagree, disagree, "seed {}", seed);
+
+    let mut olds: Vec<usize> = (0..nodes).filter(|&n| m.nodes[n].speaks == old).collect();
+    rng.shuffle(&mut olds);
+    for (k, &n) in olds.iter().enumerate() {
+        m.run_for(rng.below(PERIOD / 2));
+        m.set_speaks(n, Speaks::current());
+        if k == 0 {
+            let groups: Vec<u32> = (0..nodes).map(|_| rng.below(2) as u32).collect();
+            m.partition(Some(groups));
+        }
+    }
+    m.run_for(PERIOD / 2);
+    m.partition(None);
+    let took = periods_to_converge(&mut m, PERIOD, 40);
+    let after = convergence(&m);
+    prop_assert!(
+        took.is_some(),
+        "seed {seed}: after upgrades: {:?}",
+        after.differences
+    );
+    prop_assert_eq!(m.stats.undecodable, 0);
+    // Every pair of neighbours has a session within the backoff: then
+    // nothing is held back any more.
+    let held = |m: &Mesh| -> u64 {
+        (0..nodes)
+            .flat_map(|n| m.nodes[n].replica.held_back.values().map(|h| h.facts))
+            .sum()
+    };
+    for _ in 0..40 {
+        if held(&m) == 0 {
+            break;
+        }
+        m.run_for(PERIOD);
+    }
+    prop_assert_eq!(held(&m), 0, "held-back counts left after every upgrade");
+    prop_assert_eq!(m.stats.facts_refused, 0);
+    prop_assert_eq!(
+        m.stats.protocol_errors,
+        0,
+        "both sides of every session agree"
+    );
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config(3))]
+
+    /// [`mixed_mesh`] with each kind of older node: 545333a's version 1,
+    /// and this version without `VALID_TIME`.
+    #[test]
+    fn a_mixed_mesh_converges_before_and_after_its_upgrades(
+        seed in any::<u64>(),
+        push in any::<bool>(),
+    ) {
+        mixed_mesh(seed, Speaks::lacking(Features::VALID_TIME), push)?;
+        mixed_mesh(seed, Speaks::v1(), push)?;
+    }
+}
+
+/// The version a session runs at is the handshake's choice and each side's
+/// minimum (docs/design.md §13).
+#[test]
+fn a_session_runs_at_the_newest_version_both_speak() {
+    let (v1, v2) = (Speaks::v1(), Speaks::current());
+    assert_eq!(session_versions(v1, v2), Ok([1, 1]));
+    assert_eq!(session_versions(v2, v1), Ok([1, 1]));
+    assert_eq!(session_versions(v2, v2), Ok([2, 2]));
+    let strict = Speaks { min: 2, ..v2 };
+    assert!(session_versions(v1, strict).is_err());
+    assert!(session_versions(strict, v1).is_err());
+    // A mesh with a node refusing the older one: their sessions fail,
+    // refused, and no fact crosses.
+    let mut m = Mesh::new(MeshConfig::new(2, 1, 1));
+    m.set_speaks(0, strict);
+    m.set_speaks(1, v1);
+    m.write_memory(1, 0, grants(&["global"]));
+    m.pass(1);
+    assert!(m.run_until_quiet(PERIOD));
+    assert!(m.stats.sessions_refused > 0);
+    assert_eq!(m.stats.facts_applied, 0);
 }
