@@ -6,6 +6,8 @@
 //! that does not exist; owner-only operations on a visible memory refuse
 //! others with [`NodeError::Refused`].
 
+use std::collections::HashMap;
+
 use amos_acl::AuthorizedScopes;
 use amos_acl::Visible;
 use amos_protocol::{
@@ -15,9 +17,8 @@ use amos_protocol::{
 use rand::RngExt;
 use serde::Serialize;
 
+use crate::api::recall::access_terms;
 use crate::error::{NodeError, Result};
-use crate::recall::RecallMode;
-use crate::recall::rank::RecallOptions;
 use crate::store::memory::MemoryRecord;
 
 use crate::api::node::Node;
@@ -92,8 +93,8 @@ pub const SIMILAR_THRESHOLD: f32 = 0.72;
 /// At most this many similar memories are reported on a write.
 pub const SIMILAR_MAX: usize = 3;
 
-/// How many semantic hits the lookup reads before keeping the most similar:
-/// the recall ranks by score (importance, freshness…), similarity picks.
+/// How many nearest memories the lookup reads first (then four times as
+/// many while the gate leaves too few above the threshold).
 const SIMILAR_POOL: usize = 10;
 
 /// The characters of a similar memory's excerpt.
@@ -138,14 +139,23 @@ impl Node {
 
     /// Store a new memory owned by the requester. Default visibility: private.
     pub fn add(&mut self, who: &AuthorizedScopes, new: NewMemory) -> Result<MemoryId> {
+        self.add_encoded(who, new).map(|(id, _)| id)
+    }
+
+    /// [`Node::add`], and the new memory's encoder vector (its first
+    /// window), if the encoder took it now. One memory is encoded at once;
+    /// bulk writes leave theirs pending.
+    fn add_encoded(
+        &mut self,
+        who: &AuthorizedScopes,
+        new: NewMemory,
+    ) -> Result<(MemoryId, Option<Vec<f32>>)> {
         let ids = self.add_many(vec![(who, new)])?;
         let id = ids
             .into_iter()
             .next()
             .ok_or_else(|| NodeError::Corrupt("add produced no id".into()))?;
-        // One memory is encoded now (bulk writes leave theirs pending).
-        self.encode_now(&[id]);
-        Ok(id)
+        Ok((id, self.encode_now(id)))
     }
 
     /// [`Node::add`], and the memories the writer can see that say nearly
@@ -153,12 +163,13 @@ impl Node {
     /// instead of piling up contradictions (issue 39 item 7). Never fails
     /// the write it follows: a failed lookup is logged and finds none.
     pub fn add_noting_similar(&mut self, who: &AuthorizedScopes, new: NewMemory) -> Result<Added> {
-        let text = new.text.clone();
         let supersedes = new.supersedes;
-        let id = self.add(who, new)?;
-        let similar = match self.similar_to(who, &text, &[Some(id), supersedes]) {
-            Ok(similar) => similar,
-            Err(e) => {
+        let (id, vector) = self.add_encoded(who, new)?;
+        let skip: Vec<MemoryId> = std::iter::once(id).chain(supersedes).collect();
+        let similar = match vector.map(|v| self.similar_to(who, &v, &skip)) {
+            None => Vec::new(),
+            Some(Ok(similar)) => similar,
+            Some(Err(e)) => {
                 tracing::debug!(error = %e, "similar memories not looked up");
                 Vec::new()
             }
@@ -166,36 +177,49 @@ impl Node {
         Ok(Added { id, similar })
     }
 
-    /// The visible memories whose encoder similarity to `text` reaches
-    /// [`SIMILAR_THRESHOLD`], most similar first, at most [`SIMILAR_MAX`],
-    /// leaving out `skip`. It is the requester's own gated recall in
-    /// semantic mode (never a second ranking path), so nothing the
-    /// requester cannot see is read, ranked or counted. None when the
-    /// encoder is off: the static model's cosines are on another scale.
+    /// The visible, unarchived memories whose encoder similarity to
+    /// `vector` (an encoder vector) reaches [`SIMILAR_THRESHOLD`], most
+    /// similar first, at most [`SIMILAR_MAX`], leaving out `skip`. The
+    /// encoder index offers only memories carrying the requester's access
+    /// terms and the gate reads each before it counts, so nothing the
+    /// requester cannot see is read, compared or reported. A memory still
+    /// pending has no encoder vector and is not compared (the static
+    /// model's cosines are on another scale). Nothing is ranked: the index
+    /// is asked for more until every memory above the threshold is read or
+    /// [`SIMILAR_MAX`] of them are visible.
     fn similar_to(
         &mut self,
         who: &AuthorizedScopes,
-        text: &str,
-        skip: &[Option<MemoryId>],
+        vector: &[f32],
+        skip: &[MemoryId],
     ) -> Result<Vec<Similar>> {
-        if !self.encoder_enabled()? {
+        let now = self.now_ms();
+        let access = access_terms(who);
+        let Some((index, _, store)) = self.encoder_parts()? else {
             return Ok(Vec::new());
-        }
-        let opts = RecallOptions {
-            k: SIMILAR_POOL,
-            mode: RecallMode::Semantic,
-            note_recall: false,
-            ..RecallOptions::default()
         };
-        let mut found: Vec<(f32, Visible<MemoryRecord>)> = self
-            .recall(who, text, &opts)?
-            .into_iter()
-            .filter(|h| !skip.contains(&Some(h.memory.id)))
-            .filter_map(|h| {
-                let s = h.explain.direct.semantic?;
-                (s >= SIMILAR_THRESHOLD).then_some((s, h.memory))
-            })
-            .collect();
+        let mut limit = SIMILAR_POOL;
+        let mut found: Vec<(f32, Visible<MemoryRecord>)> = loop {
+            let near = index.search(vector, access.as_deref(), skip, limit)?;
+            let exhausted = near.len() < limit;
+            let close: HashMap<MemoryId, f32> = near
+                .into_iter()
+                .filter(|(_, s)| *s >= SIMILAR_THRESHOLD)
+                .collect();
+            let beyond = close.len() < limit;
+            let mut ids: Vec<MemoryId> = close.keys().copied().collect();
+            ids.sort_unstable();
+            let found: Vec<_> = store
+                .visible(who, &ids, now)?
+                .into_iter()
+                .filter(|m| !m.archived)
+                .filter_map(|m| close.get(&m.id).map(|s| (*s, m)))
+                .collect();
+            if exhausted || beyond || found.len() >= SIMILAR_MAX {
+                break found;
+            }
+            limit *= 4;
+        };
         found.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.id.cmp(&b.1.id)));
         found.truncate(SIMILAR_MAX);
         let shown: Vec<MemoryId> = found.iter().map(|(_, m)| m.id).collect();

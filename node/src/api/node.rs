@@ -308,20 +308,22 @@ impl Node {
         index.encode_pending(store, enc, max, progress)
     }
 
-    /// Encode memories `ids` now if they are pending (a single add): never
-    /// fails the write that made them; a memory left pending is found by its
-    /// static vector until a catch-up encodes it.
-    pub(crate) fn encode_now(&mut self, ids: &[MemoryId]) {
-        let done = (|| -> Result<usize> {
+    /// Encode memory `id` now if it is pending (a single add); its first
+    /// window's vector, the query that finds what is near it. Never fails
+    /// the write that made it: a memory left pending (`None`) is found by
+    /// its static vector until a catch-up encodes it.
+    pub(crate) fn encode_now(&mut self, id: MemoryId) -> Option<Vec<f32>> {
+        let done = (|| -> Result<Option<Vec<f32>>> {
             let Some((index, enc, store)) = self.encoder_parts()? else {
-                return Ok(0);
+                return Ok(None);
             };
             index.catch_up(store, enc)?;
-            index.encode_ids(store, enc, ids)
+            Ok(index.encode_ids(store, enc, &[id])?.pop().map(|(_, v)| v))
         })();
-        if let Err(e) = done {
+        done.unwrap_or_else(|e| {
             tracing::debug!(error = %e, "left pending for the encoder's catch-up");
-        }
+            None
+        })
     }
 
     /// Drop the encoder's vectors: every memory is pending again.

@@ -652,7 +652,7 @@ fn overlap(text: &str, terms: &[String]) -> f32 {
 
 /// The index terms a requester's candidates may carry: their scopes and
 /// their own owner term (`None`: the local admin, unrestricted).
-fn access_terms(who: &AuthorizedScopes) -> Option<Vec<String>> {
+pub(crate) fn access_terms(who: &AuthorizedScopes) -> Option<Vec<String>> {
     who.requester().map(|r| {
         who.scopes()
             .map(ToString::to_string)

@@ -389,7 +389,7 @@ impl EncodedIndex {
                 .map(IndexRow::from)
                 .filter(|r| r.live)
                 .collect();
-            done += self.encode_rows(encoder, &rows)?;
+            done += self.encode_rows(encoder, &rows)?.len();
             let pending = self.pending(store)?;
             for id in &ids {
                 pending.remove(id);
@@ -408,12 +408,15 @@ impl EncodedIndex {
 
     /// Encode memories `ids` now, if they are live and pending (a single
     /// `amos add`); the file is saved. Call [`catch_up`](Self::catch_up) first.
+    /// Each memory encoded, with its first window's vector: what
+    /// [`Encoder::embed_query`] makes of its text, so a lookup of what is
+    /// near it needs no second pass.
     pub fn encode_ids(
         &mut self,
         store: &mut Store,
         encoder: &Encoder,
         ids: &[MemoryId],
-    ) -> Result<usize> {
+    ) -> Result<Vec<(MemoryId, Vec<f32>)>> {
         let held = self.held()?;
         let wanted: Vec<MemoryId> = ids
             .iter()
@@ -421,33 +424,41 @@ impl EncodedIndex {
             .copied()
             .collect();
         if wanted.is_empty() {
-            return Ok(0);
+            return Ok(Vec::new());
         }
         let rows: Vec<IndexRow> = store::catchup::rows_of(store, &wanted)?
             .into_iter()
             .map(IndexRow::from)
             .filter(|r| r.live)
             .collect();
-        let n = self.encode_rows(encoder, &rows)?;
+        let firsts = self.encode_rows(encoder, &rows)?;
         let mut held = self.held.take().ok_or_else(not_caught_up)?;
         let saved = self.persist(&mut held);
         self.held = Some(held);
-        saved.map(|_| n)
+        saved.map(|_| firsts)
     }
 
-    fn encode_rows(&mut self, encoder: &Encoder, rows: &[IndexRow]) -> Result<usize> {
+    /// Encode `rows` into the held table; each one's first window.
+    fn encode_rows(
+        &mut self,
+        encoder: &Encoder,
+        rows: &[IndexRow],
+    ) -> Result<Vec<(MemoryId, Vec<f32>)>> {
         let texts: Vec<&str> = rows.iter().map(|r| r.text.as_str()).collect();
         let vectors = encoder.embed_batch(&texts);
         let held = self.held.as_mut().ok_or_else(not_caught_up)?;
-        for (row, windows) in rows.iter().zip(vectors) {
-            let windows: Vec<Quantized> = windows
+        let mut firsts = Vec::with_capacity(rows.len());
+        for (row, mut windows) in rows.iter().zip(vectors) {
+            let quantized: Vec<Quantized> = windows
                 .iter()
                 .filter_map(|w| quantize::quantize(w))
                 .collect();
-            held.store(row.id, fingerprint(&row.text), windows, &row.access);
+            held.store(row.id, fingerprint(&row.text), quantized, &row.access);
             held.unsaved += 1;
+            windows.truncate(1);
+            firsts.push((row.id, windows.pop().unwrap_or_default()));
         }
-        Ok(rows.len())
+        Ok(firsts)
     }
 
     /// The `limit` memories nearest to `query` (an encoder vector) among
@@ -779,7 +790,7 @@ mod tests {
             .map(IndexRow::from)
             .collect();
         a.encode_rows(enc, &rows).unwrap();
-        assert_eq!(b.encode_ids(store, enc, &ids[1..]).unwrap(), 1);
+        assert_eq!(b.encode_ids(store, enc, &ids[1..]).unwrap().len(), 1);
         let mut held = a.held.take().unwrap();
         a.persist(&mut held).unwrap();
         a.held = Some(held);
