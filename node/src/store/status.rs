@@ -31,6 +31,8 @@ pub struct MemoryCounts {
     pub forgotten: i64,
 }
 
+/// Every memory row counted by state (bare acl rows, with neither content
+/// nor tombstone, in none).
 pub fn memory_counts(r: &(impl Readable + ?Sized)) -> Result<MemoryCounts> {
     Ok(sql(r).query_row(
         &format!(
