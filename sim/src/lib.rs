@@ -12,7 +12,12 @@
 //! (`amos_sync::Pacing`, `amos_sync::PushScheduler`); faults are message
 //! loss, partitions, nodes offline and restores from backup (whose
 //! sessions repair, `amos_sync::repair`).
-//! [`check::convergence`] judges a mesh; [`bench`] runs the scenarios
+//! Each node speaks a protocol version and features ([`mesh::Speaks`]):
+//! sessions negotiate, pick their digest kind and hold back what a peer
+//! cannot decode by the product's rules (docs/design.md §13,
+//! `amos_sync::session::HeldBack`), so a mesh can be upgraded node by node.
+//! [`check::convergence`] judges a mesh ([`check::convergence_among`] a
+//! part of a mixed one); [`bench`] runs the scenarios
 //! `amos --json bench --mesh N` reports.
 //!
 //! Invariant: same configuration and seed, same run (no real clock, no
