@@ -101,6 +101,7 @@ const CLAIMS: &[&str] = &[
     "air gap: the key is printed",
     "air gap: the import refused nothing",
     "air gap: digests equal",
+    "air gap: bob, registered on the server, reads the team memory",
     "pairing: join pairs and syncs",
     "pairing: join --as registers the agent, who recalls the team's memory",
     "mcp: the page's client line starts `amos mcp` as its agent, which recalls",
@@ -948,6 +949,11 @@ impl Tour {
                     "{run:?}"
                 );
                 self.claim("air gap: the import refused nothing");
+            }
+            c if c.starts_with("amos search \"release\" --as bob") && home == "server" => {
+                let sent = self.made("air-gap");
+                assert!(run.stdout.contains(sent.as_str()), "{run:?}");
+                self.claim("air gap: bob, registered on the server, reads the team memory");
             }
             "amos digest --scope team:apollo" if home == "server" => {
                 let printed = run.stdout.split_whitespace().next().unwrap_or("");
