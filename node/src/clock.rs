@@ -52,25 +52,31 @@ pub fn rfc3339(ms: u64) -> String {
 }
 
 /// A point in time as a user writes it: an RFC 3339 time or date
-/// (`2026-03-01`, `2026-03-01T09:30:00Z`), `now`, or an offset from `now_ms`
-/// (`-7d`, `+12h`; a bare duration such as `7d` counts back). A time past
-/// [`MAX_TIME_MS`] is refused (docs/design.md §4).
+/// (`2026-03-01`, `2026-03-01T09:30:00Z`), `now`, or a signed offset from
+/// `now_ms` (`-7d` ago, `+12h` ahead). A bare duration (`7d`) is refused:
+/// it is a length, not a time, and its direction is the user's to say
+/// ([`time_refusal`]). A time past [`MAX_TIME_MS`] is refused
+/// (docs/design.md §4).
 pub fn parse_time(s: &str, now_ms: u64) -> Result<u64> {
-    within_bound(parse_time_unbounded(s, now_ms)?, "time", s)
+    let ms = parse_time_unbounded(s, now_ms).map_err(|_| time_refusal("time", s, false))?;
+    within_bound(ms, "time", s)
 }
 
-/// [`parse_time`] without the bound: only a malformed time is an error.
+/// [`parse_time`] without the bound: only a malformed time is an error
+/// (the caller words it with [`time_refusal`]).
 pub(crate) fn parse_time_unbounded(s: &str, now_ms: u64) -> Result<u64> {
     let s = s.trim();
     if s == "now" {
         return Ok(now_ms);
     }
-    let (sign, rest) = match s.as_bytes().first() {
-        Some(b'+') => (1i8, &s[1..]),
-        Some(b'-') => (-1, &s[1..]),
-        _ => (-1, s),
+    let offset = match s.as_bytes().first() {
+        Some(b'+') => Some((1i8, &s[1..])),
+        Some(b'-') => Some((-1, &s[1..])),
+        _ => None,
     };
-    if let Ok(d) = humantime::parse_duration(rest.trim()) {
+    if let Some((sign, rest)) = offset
+        && let Ok(d) = humantime::parse_duration(rest.trim())
+    {
         let d = duration_ms(d);
         return Ok(if sign > 0 {
             now_ms.saturating_add(d)
@@ -80,11 +86,51 @@ pub(crate) fn parse_time_unbounded(s: &str, now_ms: u64) -> Result<u64> {
     }
     parse_rfc3339(s)
         .or_else(|| parse_rfc3339(&format!("{s} 00:00:00")))
-        .ok_or_else(|| {
-            NodeError::BadInput(format!(
-                "malformed time {s:?}: use an RFC 3339 time or date (2026-03-01), now, or an offset (-7d)"
-            ))
-        })
+        .ok_or_else(|| time_refusal("time", s, false))
+}
+
+/// The one line refusing `input`, given as the time `what` (`--valid-at`,
+/// `valid_at`, `time`): for a bare duration, which sign was meant —
+/// `ahead` for a time usually in the future (`--valid-to`), else the past;
+/// for anything else, what a time may be.
+pub(crate) fn time_refusal(what: &str, input: &str, ahead: bool) -> NodeError {
+    let input = input.trim();
+    if humantime::parse_duration(input).is_ok() {
+        let words = spelled(input);
+        let (sign, when) = if ahead {
+            ('+', format!("{words} from now"))
+        } else {
+            ('-', format!("{words} ago"))
+        };
+        return NodeError::BadInput(format!(
+            "{what} {input}: a time is needed; did you mean {sign}{input} ({when})?"
+        ));
+    }
+    NodeError::BadInput(format!(
+        "malformed {what} {input:?}: use an RFC 3339 time or date (2026-03-01), now, \
+         or a signed offset (-7d ago, +12h ahead)"
+    ))
+}
+
+/// A duration as a user wrote it, in words when it is one number and one
+/// unit (`7d`: `7 days`), else as written.
+fn spelled(d: &str) -> String {
+    let digits = d.bytes().take_while(u8::is_ascii_digit).count();
+    let (n, unit) = d.split_at(digits);
+    let word = match unit.trim() {
+        "s" => "second",
+        "m" | "min" => "minute",
+        "h" => "hour",
+        "d" => "day",
+        "w" => "week",
+        "y" => "year",
+        _ => return d.to_owned(),
+    };
+    match n {
+        "" => d.to_owned(),
+        "1" => format!("1 {word}"),
+        n => format!("{n} {word}s"),
+    }
 }
 
 /// A duration in whole ms, saturating (`as u64` would wrap a huge one
@@ -112,20 +158,23 @@ pub(crate) fn within_bound(ms: u64, what: &str, input: &str) -> Result<u64> {
     )))
 }
 
-/// An expiry as a user writes it: a duration from `now_ms` (`30d`, `12h`)
-/// or an RFC 3339 time. One past [`MAX_TIME_MS`] is refused.
+/// An expiry as a user writes it: a lifetime, i.e. a duration from
+/// `now_ms` (`30d`, `12h`, or `+30d` as a time flag writes it), or an
+/// RFC 3339 time. One past [`MAX_TIME_MS`] is refused.
 pub fn parse_expiry(s: &str, now_ms: u64) -> Result<u64> {
     within_bound(parse_expiry_unbounded(s, now_ms)?, "expiry", s)
 }
 
 /// [`parse_expiry`] without the bound: only a malformed expiry is an error.
 pub(crate) fn parse_expiry_unbounded(s: &str, now_ms: u64) -> Result<u64> {
-    if let Ok(d) = humantime::parse_duration(s) {
+    let lifetime = s.trim();
+    let lifetime = lifetime.strip_prefix('+').unwrap_or(lifetime);
+    if let Ok(d) = humantime::parse_duration(lifetime) {
         return Ok(now_ms.saturating_add(duration_ms(d)));
     }
     parse_rfc3339(s).ok_or_else(|| {
         NodeError::BadInput(format!(
-            "malformed expiry {s:?}: use a duration (30d, 12h) or an RFC 3339 time"
+            "malformed expiry {s:?}: use a lifetime (30d, 12h) or an RFC 3339 time"
         ))
     })
 }
@@ -247,9 +296,44 @@ mod tests {
         assert_eq!(parse_time("2025-03-01", 0).unwrap(), 1_740_787_200_000);
         assert_eq!(parse_source_time("2025-03-01"), None);
         // Seconds since 1970 are a source's, not a user's (a bare number
-        // is a duration ago for a user).
+        // is no time for a user).
         assert_eq!(parse_source_time("1740823200"), Some(1_740_823_200_000));
         assert!(parse_time("2025-03-01T10:00:00+99:00", 0).is_err());
+        assert!(parse_time("1740823200", 0).is_err());
+    }
+
+    /// A time is signed: `-7d` ago, `+7d` ahead; a bare `7d` is refused
+    /// with the sign meant. A lifetime (`--expires`) is bare, or `+`.
+    #[test]
+    fn a_time_offset_is_signed_and_a_lifetime_need_not_be() {
+        let day = 86_400_000;
+        let now = 10 * day;
+        assert_eq!(parse_time("-7d", now).unwrap(), 3 * day);
+        assert_eq!(parse_time("+7d", now).unwrap(), 17 * day);
+        assert_eq!(parse_time("now", now).unwrap(), now);
+        let e = parse_time("7d", now).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert_eq!(
+            e.to_string(),
+            "time 7d: a time is needed; did you mean -7d (7 days ago)?"
+        );
+        assert_eq!(
+            time_refusal("--valid-to", "1h", true).to_string(),
+            "--valid-to 1h: a time is needed; did you mean +1h (1 hour from now)?"
+        );
+        assert_eq!(
+            time_refusal("--since", "2 weeks", false).to_string(),
+            "--since 2 weeks: a time is needed; did you mean -2 weeks (2 weeks ago)?"
+        );
+        assert!(
+            parse_time("someday", now)
+                .unwrap_err()
+                .to_string()
+                .starts_with("malformed time \"someday\"")
+        );
+        assert_eq!(parse_expiry("7d", now).unwrap(), 17 * day);
+        assert_eq!(parse_expiry("+7d", now).unwrap(), 17 * day);
+        assert!(parse_expiry("-7d", now).is_err());
     }
 
     use super::*;

@@ -13,7 +13,7 @@ use amos_protocol::{Fact, FactBody, MemoryContent, MemoryId, MemoryText, Validit
 use amos_sync::text::LogKey;
 use serde::Serialize;
 
-use crate::api::memories::check_validity;
+use crate::api::memories::{check_supersession, check_validity};
 use crate::api::node::Node;
 use crate::api::signing::admit_local;
 use crate::error::{NodeError, Result};
@@ -135,6 +135,15 @@ impl Node {
         });
         if let Some(v) = &validity {
             check_validity(v, rec.created_ms)?;
+            // A superseder's start stays at or after the start of the
+            // memory it replaces, if the requester still sees that one.
+            if let Some(old) = rec.supersedes {
+                match self.gated(who, &old.to_string()) {
+                    Ok(old) => check_supersession(&old, v.from_ms.unwrap_or(rec.created_ms))?,
+                    Err(NodeError::NoSuchMemory(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
         }
         let revalidated = validity.is_some_and(|v| v != rec.validity);
         if let Some(v) = validity {

@@ -81,6 +81,26 @@ pub(crate) fn check_validity(v: &Validity, created_ms: u64) -> Result<()> {
     Ok(())
 }
 
+/// A superseder's valid time must not start before the memory it replaces
+/// starts (`old`, as the requester sees it): the old one's valid time ends
+/// where the new one's starts (docs/design.md §12), and would end before it
+/// began. Starting at the same time is allowed: the old one was never true.
+pub(crate) fn check_supersession(old: &MemoryRecord, new_from_ms: u64) -> Result<()> {
+    let old_from = old.valid_from_ms();
+    if new_from_ms >= old_from {
+        return Ok(());
+    }
+    let at = crate::clock::rfc3339;
+    Err(NodeError::BadInput(format!(
+        "memory {}, which this one replaces, starts at {}: a valid-from of {} would end it \
+         before it starts; give one at or after {}",
+        old.id,
+        at(old_from),
+        at(new_from_ms),
+        at(old_from)
+    )))
+}
+
 /// The encoder similarity (cosine, all-MiniLM-L6-v2's scale) from which a
 /// visible memory is reported as saying nearly what a new one says. Set on
 /// node/eval/deep's 406 English memories, all distinct statements: each
@@ -260,7 +280,8 @@ impl Node {
             if let Some(old) = new.supersedes {
                 // Only what the requester can see may be replaced: a hidden
                 // id reads as missing, as everywhere else.
-                self.gated(who, &old.to_string())?;
+                let old = self.gated(who, &old.to_string())?;
+                check_supersession(&old, new.validity.from_ms.unwrap_or(now))?;
             }
             let id = MemoryId::new(now, rng.random());
             let fixed = MemoryFixed {

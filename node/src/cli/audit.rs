@@ -31,8 +31,8 @@ pub(super) enum AuditCmd {
         agent: Option<String>,
         #[arg(long, value_name = "ID")]
         memory: Option<String>,
-        /// Only reads since then: a duration ago (e.g. 1h) or an RFC 3339 time
-        #[arg(long, value_name = "DUR|RFC3339")]
+        /// Only reads since then: a time (-1h, 2026-03-01, an RFC 3339 time)
+        #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
         since: Option<String>,
         #[arg(long, default_value_t = 100)]
         limit: usize,
@@ -102,20 +102,13 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: AuditingCmd) -> Result<()> {
                 }),
             ..
         } => {
-            let since_ms = since
-                .map(|s| match humantime::parse_duration(&s) {
-                    Ok(d) => Ok(node.now_ms().saturating_sub(d.as_millis() as u64)),
-                    Err(_) => humantime::parse_rfc3339_weak(&s)
-                        .ok()
-                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                        .map(|d| d.as_millis() as u64)
-                        .ok_or_else(|| {
-                            bad(format!(
-                                "malformed --since {s:?}: use a duration (1h, 7d) or an RFC 3339 time"
-                            ))
-                        }),
-                })
-                .transpose()?;
+            // A time as every time flag takes it (a bare `1h` is refused).
+            let since_ms = amos_node::front::TimeRequest {
+                since,
+                ..Default::default()
+            }
+            .query(node.now_ms(), |f| format!("--{f}"))?
+            .since_ms;
             let rows = node.read_audit(agent.as_deref(), memory.as_deref(), since_ms, limit)?;
             if rows.is_empty() {
                 let off = !node.read_audit_config()?.on;

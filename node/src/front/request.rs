@@ -9,12 +9,12 @@ use amos_protocol::{MemoryId, MemoryType, Scope, Validity};
 use serde::Deserialize;
 
 use crate::api::NewMemory;
-use crate::clock::{parse_expiry_unbounded, parse_time_unbounded, within_bound};
+use crate::clock::{parse_expiry_unbounded, parse_time_unbounded, time_refusal, within_bound};
 use crate::error::{NodeError, Result};
 use crate::recall::TimeQuery;
 
 /// A point in time a user wrote, read at `now_ms`; a bad one (malformed,
-/// or past the latest time amos keeps) names its field.
+/// a bare duration, or past the latest time amos keeps) names its field.
 fn time_field(
     v: Option<&str>,
     now_ms: u64,
@@ -22,12 +22,9 @@ fn time_field(
     label: &impl Fn(&str) -> String,
 ) -> Result<Option<u64>> {
     v.map(|s| {
-        let ms = parse_time_unbounded(s, now_ms).map_err(|_| {
-            NodeError::BadInput(format!(
-                "malformed {} {s:?}: use an RFC 3339 time or date (2026-03-01), now, or an offset (-7d)",
-                label(name)
-            ))
-        })?;
+        // Only a memory's end is more often ahead than behind.
+        let ms = parse_time_unbounded(s, now_ms)
+            .map_err(|_| time_refusal(&label(name), s, name == "valid-to"))?;
         within_bound(ms, &label(name), s)
     })
     .transpose()
@@ -142,7 +139,7 @@ impl AddRequest {
             .map(|e| {
                 let ms = parse_expiry_unbounded(&e, now_ms).map_err(|_| {
                     NodeError::BadInput(format!(
-                        "malformed {} {e:?}: an expiry is a duration (30d, 12h) or an RFC 3339 time",
+                        "malformed {} {e:?}: an expiry is a lifetime (30d, 12h) or an RFC 3339 time",
                         label("expires")
                     ))
                 })?;
@@ -209,6 +206,16 @@ mod tests {
         assert!(e.contains("--valid-to \"last tuesday\""), "{e}");
         let bad = AddRequest {
             content: "x".into(),
+            valid_to: Some("7d".into()),
+            ..AddRequest::default()
+        };
+        let e = bad.memory(0, |f| format!("--{f}")).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "--valid-to 7d: a time is needed; did you mean +7d (7 days from now)?"
+        );
+        let bad = AddRequest {
+            content: "x".into(),
             expires: Some("soon".into()),
             ..AddRequest::default()
         };
@@ -220,5 +227,44 @@ mod tests {
             ..AddRequest::default()
         };
         assert_eq!(bad.memory(0, str::to_owned).unwrap_err().exit_code(), 2);
+    }
+
+    /// Every time filter takes the one rule: a bare duration is refused
+    /// with the sign meant, named as the front end names the field.
+    #[test]
+    fn a_bare_duration_is_no_time_for_any_filter() {
+        let day = 86_400_000;
+        let at = |field: &str, v: &str| {
+            let v = Some(v.to_owned());
+            let r = match field {
+                "since" => TimeRequest {
+                    since: v,
+                    ..TimeRequest::default()
+                },
+                "until" => TimeRequest {
+                    until: v,
+                    ..TimeRequest::default()
+                },
+                "valid-at" => TimeRequest {
+                    valid_at: v,
+                    ..TimeRequest::default()
+                },
+                _ => TimeRequest {
+                    known_at: v,
+                    ..TimeRequest::default()
+                },
+            };
+            r.query(8 * day, |f| format!("--{f}"))
+        };
+        for field in ["since", "until", "valid-at", "known-at"] {
+            let e = at(field, "7d").unwrap_err();
+            assert_eq!(e.exit_code(), 2);
+            assert_eq!(
+                e.to_string(),
+                format!("--{field} 7d: a time is needed; did you mean -7d (7 days ago)?")
+            );
+            assert!(at(field, "-7d").is_ok(), "{field}");
+            assert!(at(field, "+7d").is_ok(), "{field}");
+        }
     }
 }

@@ -43,6 +43,7 @@ mod score_invariance;
 mod semantic;
 mod sync_session;
 mod text_edits;
+mod time_rules;
 mod time_travel;
 mod transport;
 mod trust;

@@ -52,7 +52,7 @@ fn reads_are_audited_only_when_on_and_only_what_was_shown() {
     assert_eq!(of_private.len(), 1, "only alice's list: {of_private:?}");
     assert_eq!(of_private[0]["agent"], "alice");
     assert!(reads(&h, &["--since", "2999-01-01T00:00:00Z"]).is_empty());
-    assert_eq!(reads(&h, &["--since", "1h"]).len(), 6);
+    assert_eq!(reads(&h, &["--since", "-1h"]).len(), 6);
 
     // Local-only: the replicated state did not move.
     assert_eq!(h.json(&["digest"])["digest"], digest);
