@@ -27,6 +27,8 @@ pub(super) enum MaintenanceCmd {
         /// Skip the network checks (listener probe, peers)
         #[arg(long)]
         offline: bool,
+        #[command(flatten)]
+        dial: super::mesh::DialArgs,
     },
     /// Integrity of store, index and links
     Check,
@@ -157,7 +159,8 @@ fn on_node(node: &mut Node, out: &Out, cmd: MaintenanceCmd) -> Result<()> {
                 lines.join("\n")
             })
         }
-        MaintenanceCmd::Doctor { offline } => {
+        MaintenanceCmd::Doctor { offline, dial } => {
+            dial.apply()?;
             let r = amos_node::ops::doctor(node, !offline)?;
             out.emit(&r, || {
                 r.checks

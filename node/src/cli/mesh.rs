@@ -33,6 +33,8 @@ pub(super) enum ReplicationCmd {
         /// This node's agent, for the inviter to add to the invite's team or project
         #[arg(long = "as", env = "AMOS_AGENT", value_name = "AGENT")]
         agent: Option<String>,
+        #[command(flatten)]
+        dial: DialArgs,
     },
     /// Nodes seen on the LAN via mDNS (registered peers are recognised)
     Discover {
@@ -87,22 +89,61 @@ pub(super) enum SyncCmd {
         /// (range-based repair) instead of trusting the watermarks
         #[arg(long)]
         repair: bool,
+        #[command(flatten)]
+        dial: DialArgs,
     },
     /// Sync once with every peer with an address; unreachable peers are not fatal
-    Auto,
+    Auto {
+        #[command(flatten)]
+        dial: DialArgs,
+    },
     /// Retry the deferred facts now (a clock that was ahead, a missing endpoint)
     Retry,
+}
+
+/// How long a dial waits for the peer (the commands that dial).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub(super) struct DialArgs {
+    /// Give up on a peer that has not answered the handshake by then (e.g.
+    /// 10s, for relays and slow links) [default: 2.5s]
+    #[arg(long, value_name = "DUR")]
+    connect_timeout: Option<String>,
+}
+
+impl DialArgs {
+    /// Bound this process's dials by `--connect-timeout`, if given.
+    pub(super) fn apply(&self) -> Result<()> {
+        let Some(text) = &self.connect_timeout else {
+            return Ok(());
+        };
+        let d = humantime::parse_duration(text)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| {
+                bad(format!(
+                    "malformed --connect-timeout {text:?}: use a duration, e.g. 10s"
+                ))
+            })?;
+        amos_node::net::set_connect_timeout(d);
+        Ok(())
+    }
 }
 
 /// Run one of this group's commands: the network ones on the home (each
 /// opens the node when it needs to), the others on the opened node.
 pub(super) fn run(home: &Home, out: &Out, cmd: ReplicationCmd) -> Result<()> {
+    match &cmd {
+        ReplicationCmd::Sync(SyncCmd::Now { dial, .. } | SyncCmd::Auto { dial })
+        | ReplicationCmd::Join { dial, .. } => dial.apply()?,
+        _ => {}
+    }
     match cmd {
         ReplicationCmd::Sync(cmd) => sync_cmd(home, out, cmd),
         ReplicationCmd::Join {
             code,
             offline,
             agent,
+            ..
         } => join_cmd(home, out, &code, offline, agent.as_deref()),
         ReplicationCmd::Discover { timeout } => discover_cmd(home, out, &timeout),
         cmd => on_node(&mut Node::open(home)?, out, cmd),
@@ -253,7 +294,7 @@ fn sync_cmd(home: &Home, out: &Out, cmd: SyncCmd) -> Result<()> {
     use amos_node::SyncResult;
     let (only, auto) = match &cmd {
         SyncCmd::Now { peer, .. } => (peer.as_deref(), false),
-        SyncCmd::Auto => (None, true),
+        SyncCmd::Auto { .. } => (None, true),
         SyncCmd::Retry => return retry_cmd(home, out),
     };
     // Validates the home (exit 2 if it is not one).

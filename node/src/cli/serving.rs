@@ -43,6 +43,8 @@ pub(super) enum ServingCmd {
         /// Let --console listen on a non-loopback address (prints a warning)
         #[arg(long, requires = "console")]
         allow_remote: bool,
+        #[command(flatten)]
+        dial: super::mesh::DialArgs,
     },
     /// The web console: node, peers, memories, org and audit in a browser
     Console {
@@ -55,6 +57,8 @@ pub(super) enum ServingCmd {
         /// Let --listen be a non-loopback address (prints a warning)
         #[arg(long)]
         allow_remote: bool,
+        #[command(flatten)]
+        dial: super::mesh::DialArgs,
     },
     /// MCP server on stdio for one agent ($AMOS_AGENT): memory tools for AI agents
     Mcp,
@@ -97,7 +101,9 @@ pub(super) fn run(home: &Home, home_flag: Option<&Path>, out: &Out, cmd: Serving
             metrics,
             console,
             allow_remote,
+            dial,
         } => {
+            dial.apply()?;
             let push_debounce = humantime::parse_duration(&push_debounce).map_err(|_| {
                 bad(format!(
                     "malformed --push-debounce {push_debounce:?}: use e.g. 200ms"
@@ -128,6 +134,7 @@ pub(super) fn run(home: &Home, home_flag: Option<&Path>, out: &Out, cmd: Serving
             let console = console
                 .map(|c| console_addr(&c, "--console", allow_remote))
                 .transpose()?;
+            let mut console_at = None;
             // Validates the home (exit 2 if it is not one).
             drop(Node::open(home)?);
             if let Some(opts) = console {
@@ -142,6 +149,7 @@ pub(super) fn run(home: &Home, home_flag: Option<&Path>, out: &Out, cmd: Serving
                 } else {
                     println!("console: {}", c.url);
                 }
+                console_at = Some(c.addr);
             }
             amos_node::ops::serve(
                 home,
@@ -152,14 +160,27 @@ pub(super) fn run(home: &Home, home_flag: Option<&Path>, out: &Out, cmd: Serving
                     metrics,
                     push,
                 },
+                |s| {
+                    let console = console_at.map(|a| format!("http://{a}/"));
+                    let mut v = serde_json::to_value(s).unwrap_or_default();
+                    v["console"] = json!(console);
+                    out.emit(&json!({ "serving": v }), || {
+                        started_line(s, console.as_deref())
+                    });
+                },
             )?;
+            out.emit(&json!({"stopped": true}), || "stopped".into());
             Ok(())
         }
         ServingCmd::Console {
             listen,
             print_url,
             allow_remote,
-        } => console_cmd(home, out, &listen, print_url, allow_remote),
+            dial,
+        } => {
+            dial.apply()?;
+            console_cmd(home, out, &listen, print_url, allow_remote)
+        }
         ServingCmd::Mcp => {
             let agent = std::env::var("AMOS_AGENT")
                 .ok()
@@ -242,6 +263,31 @@ fn service_cmd(home: Option<&std::path::Path>, out: &Out, cmd: ServiceCmd) -> Re
         s.join("\n")
     });
     Ok(())
+}
+
+/// `amos serve`'s start line: what it listens on, as whom, and what runs
+/// beside it.
+fn started_line(s: &amos_node::ops::Started, console: Option<&str>) -> String {
+    let mut line = format!(
+        "serving node {} on {} (QUIC); push {}",
+        s.node_id,
+        s.listen,
+        if s.push { "on" } else { "off" }
+    );
+    if let Some(ms) = s.sync_every_ms {
+        line.push_str(&format!(
+            "; sync every {}",
+            humantime::format_duration(std::time::Duration::from_millis(ms))
+        ));
+    }
+    line.push_str(&format!("; mDNS {}", if s.mdns { "on" } else { "off" }));
+    if let Some(c) = console {
+        line.push_str(&format!("; console {c}"));
+    }
+    if let Some(m) = s.metrics {
+        line.push_str(&format!("; metrics http://{m}/metrics"));
+    }
+    line
 }
 
 /// A console address from the command line.

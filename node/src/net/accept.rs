@@ -121,26 +121,46 @@ pub(crate) async fn serve_connection(home: Home, incoming: quinn::Incoming) {
     }
 }
 
-/// Resolves on SIGINT or (on unix) SIGTERM.
-pub(crate) async fn shutdown_signal() {
+/// Resolves on SIGINT or (on unix) SIGTERM. The handlers are installed
+/// when this is called, not when it is first polled: a process that calls
+/// it before it says it is ready (`amos serve`'s start line, the console's
+/// URL) stops cleanly on a signal that comes right after. Call it inside
+/// the runtime.
+pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(e) => {
-                warn!("cannot watch SIGTERM: {e}");
-                let _ = tokio::signal::ctrl_c().await;
+        let watch = |kind: SignalKind, name: &str| {
+            signal(kind)
+                .inspect_err(|e| warn!("cannot watch {name}: {e}"))
+                .ok()
+        };
+        let (mut int, mut term) = (
+            watch(SignalKind::interrupt(), "SIGINT"),
+            watch(SignalKind::terminate(), "SIGTERM"),
+        );
+        async move {
+            tokio::select! {
+                _ = heard(int.as_mut()) => {}
+                _ = heard(term.as_mut()) => {}
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// Resolves when signal `s` comes; never, without one.
+#[cfg(unix)]
+async fn heard(s: Option<&mut tokio::signal::unix::Signal>) {
+    match s {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending::<()>().await,
     }
 }

@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 use tracing::{info, warn};
 
 use super::session::drive_session;
-use super::{CONNECT_TIMEOUT, PEER_TIMEOUT, runtime};
+use super::{PEER_TIMEOUT, connect_timeout, runtime};
 use crate::api::node::Node;
 use crate::clock::{SystemClock, WallClock};
 use crate::error::{NodeError, Result};
@@ -167,7 +167,9 @@ pub async fn sync_with(
             o.digest_agree = s.digest_agree;
         }
         Err((result, e)) => {
-            warn!("sync with {}: {} ({e})", peer.node_id, result.as_str());
+            // The caller reports the outcome (a command's result line,
+            // serve's log): said once, not also here at warn.
+            info!("sync with {}: {} ({e})", peer.node_id, result.as_str());
             o.result = result;
             o.error = Some(e);
         }
@@ -212,14 +214,14 @@ pub(crate) async fn dial_and_sync(
         .addr
         .as_deref()
         .ok_or_else(|| failed(&"the peer has no address"))?;
-    let addr = match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::lookup_host(addr_text)).await
-    {
-        Ok(Ok(mut addrs)) => addrs
-            .next()
-            .ok_or_else(|| unreachable(&format!("{addr_text} resolves to no address")))?,
-        Ok(Err(e)) => return Err(unreachable(&format!("cannot resolve {addr_text}: {e}"))),
-        Err(_) => return Err(unreachable(&format!("resolving {addr_text} timed out"))),
-    };
+    let addr =
+        match tokio::time::timeout(connect_timeout(), tokio::net::lookup_host(addr_text)).await {
+            Ok(Ok(mut addrs)) => addrs
+                .next()
+                .ok_or_else(|| unreachable(&format!("{addr_text} resolves to no address")))?,
+            Ok(Err(e)) => return Err(unreachable(&format!("cannot resolve {addr_text}: {e}"))),
+            Err(_) => return Err(unreachable(&format!("resolving {addr_text} timed out"))),
+        };
     let endpoint = transport::client_endpoint(
         bind_for(addr),
         identity,
@@ -227,7 +229,7 @@ pub(crate) async fn dial_and_sync(
     )
     .map_err(|e| failed(&e))?;
     let conn = match with_timeout(
-        CONNECT_TIMEOUT,
+        connect_timeout(),
         "the handshake",
         transport::connect(&endpoint, addr, expected),
     )
@@ -279,70 +281,80 @@ pub enum Probe {
     Unreachable,
 }
 
-/// Handshake with `expected` at `addr` and close at once (no session):
-/// for `amos doctor`.
+/// Handshake with each of `targets` (NodeId, address) and close at once
+/// (no session), all at once: for `amos doctor`. Each waits at most
+/// [`connect_timeout`] for its address and its handshake.
 pub fn probe_blocking(home: &Home, targets: &[(NodeId, String)]) -> Result<Vec<Probe>> {
-    let identity = home.load_identity()?;
+    let identity = Arc::new(home.load_identity()?);
     runtime()?.block_on(async {
-        let mut out = Vec::new();
-        for (expected, addr_text) in targets {
-            let expected = *expected;
-            let addr = match tokio::time::timeout(
-                CONNECT_TIMEOUT,
-                tokio::net::lookup_host(addr_text.as_str()),
-            )
-            .await
-            {
-                Ok(Ok(mut a)) => a.next(),
-                _ => None,
-            };
-            let Some(addr) = addr else {
-                out.push(Probe::Unreachable);
-                continue;
-            };
-            let Ok(endpoint) = transport::client_endpoint(
-                bind_for(addr),
-                &identity,
-                Arc::new(move |id: &NodeId| *id == expected),
-            ) else {
-                out.push(Probe::Unreachable);
-                continue;
-            };
-            let r = with_timeout(
-                Duration::from_secs(2),
-                "the handshake",
-                transport::connect(&endpoint, addr, expected),
-            )
-            .await;
-            out.push(match r {
-                Ok(conn) => {
-                    // TLS 1.3: the server's verdict on our key may come only
-                    // after the handshake; give it a moment to say no.
-                    let refused = tokio::time::timeout(Duration::from_millis(300), conn.closed())
-                        .await
-                        .is_ok_and(|e| {
-                            matches!(
-                                transport::from_connection_error(e),
-                                TransportError::Refused { .. }
-                            )
-                        });
-                    conn.close(quinn::VarInt::from_u32(0), b"probe");
-                    if refused {
-                        Probe::RefusedUs
-                    } else {
-                        Probe::Accepted
-                    }
-                }
-                Err(TransportError::Refused {
-                    by: transport::RefusedBy::Peer,
-                    ..
-                }) => Probe::RefusedUs,
-                Err(_) => Probe::Unreachable,
-            });
-            let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+        let mut set = JoinSet::new();
+        for (i, (expected, addr_text)) in targets.iter().cloned().enumerate() {
+            let identity = identity.clone();
+            set.spawn(async move { (i, probe(&identity, expected, &addr_text).await) });
+        }
+        let mut out = vec![Probe::Unreachable; targets.len()];
+        while let Some(r) = set.join_next().await {
+            match r {
+                Ok((i, p)) => out[i] = p,
+                // A panicked probe is a bug; its target reads unreachable.
+                Err(e) => warn!("a probe failed: {e}"),
+            }
         }
         Ok(out)
     })
+}
+
+/// Handshake with `expected` at `addr_text` and close at once.
+async fn probe(identity: &NodeIdentity, expected: NodeId, addr_text: &str) -> Probe {
+    let addr =
+        match tokio::time::timeout(connect_timeout(), tokio::net::lookup_host(addr_text)).await {
+            Ok(Ok(mut a)) => a.next(),
+            _ => None,
+        };
+    let Some(addr) = addr else {
+        return Probe::Unreachable;
+    };
+    let Ok(endpoint) = transport::client_endpoint(
+        bind_for(addr),
+        identity,
+        Arc::new(move |id: &NodeId| *id == expected),
+    ) else {
+        return Probe::Unreachable;
+    };
+    let r = with_timeout(
+        connect_timeout(),
+        "the handshake",
+        transport::connect(&endpoint, addr, expected),
+    )
+    .await;
+    let probe = match r {
+        Ok(conn) => {
+            // TLS 1.3: the server's verdict on our key may come only
+            // after the handshake; give it a moment to say no.
+            let refused = tokio::time::timeout(Duration::from_millis(300), conn.closed())
+                .await
+                .is_ok_and(|e| {
+                    matches!(
+                        transport::from_connection_error(e),
+                        TransportError::Refused { .. }
+                    )
+                });
+            conn.close(quinn::VarInt::from_u32(0), b"probe");
+            if refused {
+                Probe::RefusedUs
+            } else {
+                Probe::Accepted
+            }
+        }
+        Err(TransportError::Refused {
+            by: transport::RefusedBy::Peer,
+            ..
+        }) => Probe::RefusedUs,
+        // Nothing answered: nothing to drain either.
+        Err(_) => return Probe::Unreachable,
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+    probe
 }
 
 /// Run [`sync_pass`] on a fresh runtime (for the CLI).

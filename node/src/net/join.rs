@@ -11,7 +11,7 @@ use amos_protocol::{NodeId, NodeIdentity};
 use tracing::{info, warn};
 
 use super::dial::{bind_for, sync_with};
-use super::{CONNECT_TIMEOUT, MeshError, PEER_TIMEOUT, runtime};
+use super::{MeshError, PEER_TIMEOUT, connect_timeout, runtime};
 use crate::api::node::Node;
 use crate::api::pairing::{self, JoinReport, MeshKeyOutcome, Welcome};
 use crate::clock::{SystemClock, WallClock};
@@ -296,24 +296,24 @@ pub(crate) async fn dial_inviter(
     let inviter = code.inviter;
     let mut unreachable = Vec::new();
     for hint in &code.addrs {
-        let addr = match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::lookup_host(hint)).await
-        {
-            Ok(Ok(mut a)) => match a.next() {
-                Some(a) => a,
-                None => {
-                    unreachable.push(format!("{hint}: resolves to no address"));
+        let addr =
+            match tokio::time::timeout(connect_timeout(), tokio::net::lookup_host(hint)).await {
+                Ok(Ok(mut a)) => match a.next() {
+                    Some(a) => a,
+                    None => {
+                        unreachable.push(format!("{hint}: resolves to no address"));
+                        continue;
+                    }
+                },
+                Ok(Err(e)) => {
+                    unreachable.push(format!("{hint}: {e}"));
                     continue;
                 }
-            },
-            Ok(Err(e)) => {
-                unreachable.push(format!("{hint}: {e}"));
-                continue;
-            }
-            Err(_) => {
-                unreachable.push(format!("{hint}: resolving timed out"));
-                continue;
-            }
-        };
+                Err(_) => {
+                    unreachable.push(format!("{hint}: resolving timed out"));
+                    continue;
+                }
+            };
         let endpoint = transport::client_endpoint(
             bind_for(addr),
             identity,
@@ -321,7 +321,10 @@ pub(crate) async fn dial_inviter(
         )
         .map_err(|e| NodeError::Failed(e.to_string()))?;
         let r = join_at(&endpoint, addr, identity, code, &me).await;
-        let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+        // A handshake that never completed leaves nothing to drain.
+        if !matches!(r, Err(JoinFailure::Unreachable(_))) {
+            let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+        }
         match r {
             Ok(w) => return Ok((hint.clone(), w)),
             Err(JoinFailure::Unreachable(e)) => unreachable.push(format!("{hint}: {e}")),
@@ -365,7 +368,7 @@ pub(crate) async fn join_at(
 ) -> std::result::Result<Welcome, JoinFailure> {
     use amos_protocol::pairing::{ProofBinding, invite_id, join_proof, proof_key};
     let conn = match with_timeout(
-        CONNECT_TIMEOUT,
+        connect_timeout(),
         "the handshake",
         transport::connect(endpoint, addr, code.inviter),
     )

@@ -55,6 +55,7 @@ pub use join::{AgentLeftOut, JoinAgent, join_agent, join_blocking};
 pub use push::PushConfig;
 pub use session::{drive_accepted_session, drive_session, learned_addr};
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use amos_sync::session::SessionError;
@@ -70,8 +71,30 @@ pub(crate) const PEER_TIMEOUT: Duration = Duration::from_secs(30);
 /// The longest wait for the peer's end of stream after its `Done` (it
 /// comes once the peer has received our whole export).
 pub(crate) const AFTER_DONE_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
-/// The longest wait for a handshake (an unreachable peer costs this much).
+/// The longest wait for an incoming handshake to complete.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest wait, by default, for a peer we dial to resolve and answer
+/// the handshake: what an unreachable peer costs a dial. Two of QUIC's
+/// handshake retransmissions fit in it (a lossy LAN); relays and slow
+/// links ask for more with `--connect-timeout`.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_millis(2500);
+/// This process's bound on a dial's handshake, in ms ([`connect_timeout`]).
+static DIAL_TIMEOUT_MS: AtomicU64 = AtomicU64::new(DEFAULT_CONNECT_TIMEOUT.as_millis() as u64);
+
+/// Bound every dial this process makes from now on (`--connect-timeout`):
+/// resolving the address and the handshake, each. A front end sets it
+/// once, before it dials.
+pub fn set_connect_timeout(d: Duration) {
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1);
+    DIAL_TIMEOUT_MS.store(ms, Ordering::Relaxed);
+}
+
+/// How long a dial waits for the peer's handshake (and for its address to
+/// resolve): [`DEFAULT_CONNECT_TIMEOUT`] unless [`set_connect_timeout`]
+/// said otherwise.
+pub(crate) fn connect_timeout() -> Duration {
+    Duration::from_millis(DIAL_TIMEOUT_MS.load(Ordering::Relaxed))
+}
 /// Facts per `Facts` message.
 pub(crate) const EXPORT_BATCH: usize = 64;
 /// At most this many facts from a peer are verified and applied at once:

@@ -14,4 +14,4 @@ pub mod service;
 
 pub use doctor::{DoctorCheck, DoctorReport, run as doctor};
 pub use fleet::{DeclaredAgent, FleetReport, apply as apply_fleet};
-pub use serve::{ServeOptions, serve};
+pub use serve::{ServeOptions, Started, serve};

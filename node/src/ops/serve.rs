@@ -41,11 +41,11 @@ use crate::store::replica::{self};
 /// `amos serve` settings.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
-    /// The QUIC listener's address.
+    /// The UDP address the QUIC listener binds (port 0: any free one).
     pub listen: SocketAddr,
-    /// The periodic sync's period (`None`: no periodic sync).
+    /// Also sync with every peer this often (`--sync-every`).
     pub sync_every: Option<Duration>,
-    /// Announce and discover peers over mDNS.
+    /// Advertise and browse over mDNS (`--no-mdns`: off).
     pub mdns: bool,
     /// Serve `/metrics` and `/healthz` over HTTP here.
     pub metrics: Option<SocketAddr>,
@@ -54,6 +54,33 @@ pub struct ServeOptions {
 }
 
 pub use crate::store::SEQ_POLL;
+
+/// After SIGINT/SIGTERM, how long the sessions in flight (a push still
+/// dialling a dead peer, a sync half done) may take to end before they are
+/// dropped: a dropped session moved no watermark past what committed
+/// (docs/design.md §7), so the next one takes up where it stopped.
+pub(crate) const STOP_GRACE: Duration = Duration::from_millis(500);
+/// Then how long closed connections, and the runtime's blocking work,
+/// may take to wind down: `serve` exits within a second of the signal.
+pub(crate) const STOP_IDLE: Duration = Duration::from_millis(200);
+
+/// What a started `amos serve` does (its start line): known once its
+/// sockets are bound.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Started {
+    /// This node's NodeId.
+    pub node_id: String,
+    /// The QUIC listener's address.
+    pub listen: SocketAddr,
+    /// Push on change on (`--no-push`: off).
+    pub push: bool,
+    /// The periodic sync's period (`--sync-every`), in ms.
+    pub sync_every_ms: Option<u64>,
+    /// Where `/metrics` is served.
+    pub metrics: Option<SocketAddr>,
+    /// mDNS discovery on (`--no-mdns`: off).
+    pub mdns: bool,
+}
 
 /// What the push loop hears.
 enum PushInput {
@@ -130,15 +157,24 @@ fn watch_seq(
 
 /// Run the node until SIGINT/SIGTERM: accept sessions from registered peers
 /// (checked against the current peers table on every handshake), and with
-/// `sync_every` run a sync pass periodically.
-pub fn serve(home: &Home, opts: &ServeOptions) -> Result<()> {
+/// `sync_every` run a sync pass periodically. `ready` hears what it does
+/// once its sockets are bound.
+pub fn serve(home: &Home, opts: &ServeOptions, ready: impl FnOnce(&Started)) -> Result<()> {
     let rt = runtime()?;
-    let r = rt.block_on(serve_async(home, opts));
-    rt.shutdown_timeout(Duration::from_secs(5));
+    let r = rt.block_on(serve_async(home, opts, ready));
+    // A session's node work still running on a blocking thread ends with
+    // the process: its transaction commits whole or not at all.
+    rt.shutdown_timeout(STOP_IDLE);
     r
 }
 
-pub(crate) async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> {
+pub(crate) async fn serve_async(
+    home: &Home,
+    opts: &ServeOptions,
+    ready: impl FnOnce(&Started),
+) -> Result<()> {
+    // Watching for SIGINT/SIGTERM from before the start line.
+    let shutdown = shutdown_signal();
     let identity = Arc::new(home.load_identity()?);
     let fleet = crate::ops::fleet::apply(&mut Node::open(home)?, home)?;
     for change in &fleet.changes {
@@ -176,7 +212,7 @@ pub(crate) async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> 
         }
     };
     // Bound before "listening on" is logged: ready means both are up.
-    let _metrics = match opts.metrics {
+    let metrics = match opts.metrics {
         Some(addr) => Some(crate::ops::metrics::start(home, addr).await?),
         None => None,
     };
@@ -191,6 +227,14 @@ pub(crate) async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> 
         warn!("cannot record the listening address for pairing codes: {e}");
     }
     info!("node {} listening on {local}", identity.node_id());
+    ready(&Started {
+        node_id: identity.node_id().to_string(),
+        listen: local,
+        push: opts.push.is_some(),
+        sync_every_ms: opts.sync_every.map(|d| d.as_millis() as u64),
+        metrics: metrics.as_ref().map(|m| m.local_addr()),
+        mdns: opts.mdns,
+    });
     let discovery = if opts.mdns {
         crate::net::discovery::Discovery::start(home, local)
             .inspect_err(|e| warn!("mDNS discovery is off: {e}"))
@@ -248,7 +292,6 @@ pub(crate) async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> 
 
     // Encodes what bulk paths left pending; stopped and joined when dropped.
     let _encoder = crate::ops::encoder::start(home);
-    let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -319,7 +362,18 @@ pub(crate) async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> 
                         match periodic_pass(&home, identity, &pacing, every).await {
                             Ok(outcomes) => {
                                 for o in outcomes {
-                                    info!("periodic sync with {}: {}", o.peer, o.result.as_str());
+                                    match &o.error {
+                                        Some(e) => warn!(
+                                            "periodic sync with {}: {} ({e})",
+                                            o.peer,
+                                            o.result.as_str()
+                                        ),
+                                        None => info!(
+                                            "periodic sync with {}: {}",
+                                            o.peer,
+                                            o.result.as_str()
+                                        ),
+                                    }
                                 }
                             }
                             Err(e) => warn!("periodic sync: {e}"),
@@ -334,13 +388,11 @@ pub(crate) async fn serve_async(home: &Home, opts: &ServeOptions) -> Result<()> 
     watch_stop.store(true, Ordering::Relaxed);
     endpoint.close(quinn::VarInt::from_u32(0), b"shutting down");
     let drain = async { while sessions.join_next().await.is_some() {} };
-    if tokio::time::timeout(Duration::from_secs(5), drain)
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(STOP_GRACE, drain).await.is_err() {
+        info!("dropping {} sessions still running", sessions.len());
         sessions.abort_all();
     }
-    let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
+    let _ = tokio::time::timeout(STOP_IDLE, endpoint.wait_idle()).await;
     if let Some(d) = discovery {
         let _ = tokio::task::spawn_blocking(move || d.stop()).await;
     }
@@ -378,6 +430,9 @@ fn start_pushes(
         let report = report.clone();
         sessions.spawn(async move {
             let o = sync_with(&home, &identity, &peer, None).await;
+            if let Some(e) = &o.error {
+                warn!("push to {id}: {} ({e})", o.result.as_str());
+            }
             let _ = report.send(PushInput::Pushed(id, o.result));
         });
     }

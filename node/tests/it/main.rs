@@ -41,6 +41,7 @@ mod replication;
 mod revocation_mesh;
 mod score_invariance;
 mod semantic;
+mod serve_waits;
 mod sync_session;
 mod text_edits;
 mod time_rules;

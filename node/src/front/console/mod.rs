@@ -38,7 +38,7 @@ use std::time::Instant;
 use axum::Router;
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::api::node::Node;
 use crate::error::{NodeError, Result};
@@ -161,15 +161,40 @@ pub fn start(home: &Home, opts: ConsoleOptions) -> Result<Console> {
 }
 
 /// `amos console`: bind, call `ready` with the URL, serve until SIGINT or
-/// SIGTERM.
+/// SIGTERM. Requests still running then (a sync or a join from the page
+/// waiting on a slow peer) get `amos serve`'s grace, then are dropped.
 pub fn run(home: &Home, opts: &ConsoleOptions, ready: impl FnOnce(&str)) -> Result<()> {
+    use crate::ops::serve::{STOP_GRACE, STOP_IDLE};
     check_listen(opts)?;
     let rt = crate::net::runtime()?;
-    rt.block_on(async {
+    let r = rt.block_on(async {
+        // Watching for SIGINT/SIGTERM from before the URL is printed.
+        let signal = crate::net::accept::shutdown_signal();
         let (listener, app) = bind(home, opts).await?;
         ready(&url(app.addr, &app.token));
-        serve_on(listener, app, crate::net::accept::shutdown_signal()).await
-    })
+        let (signalled, heard) = tokio::sync::oneshot::channel();
+        let shutdown = async move {
+            signal.await;
+            let _ = signalled.send(());
+        };
+        let serving = serve_on(listener, app, shutdown);
+        tokio::pin!(serving);
+        tokio::select! {
+            r = &mut serving => return r,
+            Ok(()) = heard => {}
+        }
+        match tokio::time::timeout(STOP_GRACE, serving).await {
+            Ok(r) => r,
+            Err(_) => {
+                info!("stopped with requests still running");
+                Ok(())
+            }
+        }
+    });
+    // A join from the page runs on a blocking thread: it ends with the
+    // process (it records nothing until the inviter welcomed us).
+    rt.shutdown_timeout(STOP_IDLE);
+    r
 }
 
 async fn bind(home: &Home, opts: &ConsoleOptions) -> Result<(TcpListener, Arc<App>)> {
