@@ -389,6 +389,20 @@ fn run(ops: &[Op]) -> (Mesh, Model) {
                 new.share = share.iter().map(|s| scope_of(*s)).collect();
                 new.validity = validity;
                 new.supersedes = sup;
+                // A superseder may not start before what it replaces (as
+                // the writer's node sees that one).
+                let starts_before = |n: &Node, old: MemoryId| {
+                    let start = validity.from_ms.unwrap_or(now);
+                    n.get(&who, &old.to_string())
+                        .is_ok_and(|o| start < o.valid_from_ms())
+                };
+                if sup.is_some_and(|old| starts_before(n, old)) {
+                    assert!(
+                        n.add(&who, new).is_err(),
+                        "an earlier superseder is refused"
+                    );
+                    continue;
+                }
                 let id = n.add(&who, new).unwrap();
                 let text = words_text(*words);
                 model.mems.push(ModelMemory {
@@ -424,12 +438,19 @@ fn run(ops: &[Op]) -> (Mesh, Model) {
                     }
                 });
                 let new_valid = validity.unwrap_or(old_valid);
-                let bad = new_valid
-                    .to_ms
-                    .is_some_and(|t| t <= new_valid.from_ms.unwrap_or(m.created));
+                let start = new_valid.from_ms.unwrap_or(m.created);
+                let bad = new_valid.to_ms.is_some_and(|t| t <= start)
+                    || validity.is_some()
+                        && m.supersedes.is_some_and(|old| {
+                            n.get(&who, &old.to_string())
+                                .is_ok_and(|o| start < o.valid_from_ms())
+                        });
                 let r = n.revise(&who, &m.id.to_string(), text.as_deref(), validity, 1 << 20);
                 if bad {
-                    assert!(r.is_err(), "an end before the start must be refused");
+                    assert!(
+                        r.is_err(),
+                        "an end before the start, or a start before what it replaces, is refused"
+                    );
                     continue;
                 }
                 r.unwrap();
