@@ -8,7 +8,7 @@
 pub(crate) mod doctor;
 pub(crate) mod encoder;
 pub(crate) mod fleet;
-pub mod metrics;
+pub(crate) mod metrics;
 pub(crate) mod serve;
 pub mod service;
 
