@@ -462,11 +462,7 @@ impl Node {
     pub fn requester(&self, agent: &str) -> Result<AuthorizedScopes> {
         let agent = AgentId::parse(agent)?;
         if !org::agent_present(&self.store, &agent)? {
-            return Err(crate::api::org::unknown_agent(
-                &self.store,
-                self.node_id(),
-                &agent,
-            ));
+            return Err(unknown_agent(&self.store, self.node_id(), &agent));
         }
         Ok(AuthorizedScopes::for_agent(agent, &StoredOrg(&self.store)))
     }
@@ -583,4 +579,45 @@ pub(crate) fn test_node(agent: &str) -> (tempfile::TempDir, Home, Node, Authoriz
     node.agent_add(agent, "test", &[]).unwrap();
     let who = node.requester(agent).unwrap();
     (dir, home, node, who)
+}
+
+/// Why `agent` cannot act here: it is not registered on this node. Agents
+/// are local (docs/design.md §1): a team's roster, which arrives from the
+/// team's origin, may name an agent of another node, and that names no
+/// agent here. The message says which rosters name it and the command
+/// that registers it, which widens nothing: the gate then gives it what
+/// those rosters already say.
+pub(crate) fn unknown_agent(
+    conn: &(impl Readable + ?Sized),
+    me: NodeId,
+    agent: &AgentId,
+) -> NodeError {
+    let rosters: Vec<String> = org::list_teams(conn)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.members.iter().any(|m| m == agent.as_str()))
+        .map(|t| {
+            let origin = amos_protocol::TeamId::parse(&t.id).ok().and_then(|id| {
+                crate::store::replica::org_origin(conn, &amos_protocol::OrgScope::Team(id))
+                    .ok()
+                    .flatten()
+            });
+            match origin {
+                Some(o) if o != me => format!("team {} (kept by node {})", t.id, o.short()),
+                _ => format!("team {}", t.id),
+            }
+        })
+        .collect();
+    if rosters.is_empty() {
+        return NodeError::BadInput(format!(
+            "unknown agent {agent}: agents are local to each node and {agent} is not one of \
+             this node's; register it with `amos agent add {agent}`"
+        ));
+    }
+    NodeError::BadInput(format!(
+        "{agent} is a member of {} but not an agent of this node (agents are local; a roster \
+         from another node registers no one here): run `amos agent add {agent}` here to act as \
+         {agent}",
+        rosters.join(", ")
+    ))
 }

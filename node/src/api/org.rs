@@ -221,45 +221,6 @@ pub(crate) fn check_org_authority(
     )))
 }
 
-/// Why `agent` cannot act here: it is not registered on this node. Agents
-/// are local (docs/design.md §1): a team's roster, which arrives from the
-/// team's origin, may name an agent of another node, and that names no
-/// agent here. The message says which rosters name it and the command
-/// that registers it, which widens nothing: the gate then gives it what
-/// those rosters already say.
-pub(crate) fn unknown_agent(
-    conn: &(impl Readable + ?Sized),
-    me: NodeId,
-    agent: &AgentId,
-) -> NodeError {
-    let rosters: Vec<String> = org::list_teams(conn)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|t| t.members.iter().any(|m| m == agent.as_str()))
-        .map(|t| {
-            let origin = TeamId::parse(&t.id)
-                .ok()
-                .and_then(|id| org_origin(conn, &OrgScope::Team(id)).ok().flatten());
-            match origin {
-                Some(o) if o != me => format!("team {} (kept by node {})", t.id, o.short()),
-                _ => format!("team {}", t.id),
-            }
-        })
-        .collect();
-    if rosters.is_empty() {
-        return NodeError::BadInput(format!(
-            "unknown agent {agent}: agents are local to each node and {agent} is not one of \
-             this node's; register it with `amos agent add {agent}`"
-        ));
-    }
-    NodeError::BadInput(format!(
-        "{agent} is a member of {} but not an agent of this node (agents are local; a roster \
-         from another node registers no one here): run `amos agent add {agent}` here to act as \
-         {agent}",
-        rosters.join(", ")
-    ))
-}
-
 /// `amos agent add AGENT --team TEAM` on a node that is not TEAM's origin:
 /// refused (the org origin rule), saying where to add the member and how
 /// to act as the agent here.
