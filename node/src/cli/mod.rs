@@ -193,6 +193,14 @@ pub fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
+    // A command that prints and exits ends quietly when its reader goes
+    // away (`amos team invite apollo | head -1`), as Unix tools do, instead
+    // of panicking on the failed write: Rust ignores SIGPIPE, so every
+    // `println!` to a closed pipe would panic. The serving commands keep
+    // ignoring it: they write to sockets and must outlive a closed stdout.
+    if !matches!(cli.cmd, Cmd::Serving(_)) {
+        restore_sigpipe();
+    }
     init_tracing(cli.log_format);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -204,6 +212,16 @@ pub fn main() -> ExitCode {
             eprintln!("amos: {e:#}");
             ExitCode::from(code)
         }
+    }
+}
+
+/// SIGPIPE's default action (end the process) back, for this process.
+fn restore_sigpipe() {
+    // SAFETY: signal(2) with SIG_DFL installs no handler and touches no
+    // Rust state; it runs before any thread of ours is started.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

@@ -31,16 +31,27 @@ impl Out {
     pub fn emit<T: Serialize + ?Sized>(&self, value: &T, text: impl FnOnce() -> String) {
         if self.json {
             match serde_json::to_string(value) {
-                Ok(s) => println!("{s}"),
+                Ok(s) => say(&s),
                 Err(e) => eprintln!("amos: cannot encode output: {e}"),
             }
         } else if !self.quiet {
             let t = text();
             if !t.is_empty() {
-                println!("{t}");
+                say(&t);
             }
         }
     }
+}
+
+/// One line on stdout. A reader that has gone away is not this process's
+/// failure: a command that prints and exits has SIGPIPE's default action
+/// back and ends there (`cli::main`); `serve`, `console` and `mcp` keep
+/// serving (`amos serve | head -1` must not stop the node), so the write's
+/// error is dropped instead of panicking as `println!` would.
+pub fn say(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
 
 impl Out {

@@ -10,7 +10,7 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::bad;
-use super::output::Out;
+use super::output::{Out, say};
 
 #[derive(Subcommand, Debug)]
 pub(super) enum ServingCmd {
@@ -145,9 +145,9 @@ pub(super) fn run(home: &Home, home_flag: Option<&Path>, out: &Out, cmd: Serving
                 let c = amos_node::front::console::start(home, opts)?;
                 // Always printed (also with -q): the operator needs it to get in.
                 if out.json {
-                    println!("{}", json!({"console": c.url}));
+                    say(&json!({"console": c.url}).to_string());
                 } else {
-                    println!("console: {}", c.url);
+                    say(&format!("console: {}", c.url));
                 }
                 console_at = Some(c.addr);
             }
@@ -329,9 +329,9 @@ fn console_cmd(
     amos_node::front::console::run(home, &opts, |url| {
         // Always printed (also with -q): the operator needs it to get in.
         if out.json {
-            println!("{}", json!({"url": url}));
+            say(&json!({"url": url}).to_string());
         } else {
-            println!("{url}");
+            say(url);
         }
     })?;
     Ok(())

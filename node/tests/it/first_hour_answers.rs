@@ -309,3 +309,26 @@ fn search_takes_limit_as_k_and_help_says_how_far_known_at_reaches() {
     assert!(help.contains("latest compaction"), "{help}");
     assert_eq!(help.matches("AMOS_AGENT").count(), 1, "{help}");
 }
+
+/// A reader that goes away (`amos list … | head -1`) ends the command
+/// quietly, as Unix tools end: killed by SIGPIPE, no panic and no
+/// backtrace on stderr. The pipe's read end is closed before amos starts,
+/// so its first write fails whatever the timing.
+#[test]
+fn a_closed_stdout_ends_a_command_without_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    let h = two_agents();
+    h.add("alice", "the deploy runbook lives in the ops wiki", &[]);
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let out = h
+        .cmd()
+        .args(["list", "--as", "alice"])
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run amos list");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr, "", "nothing on stderr: {out:?}");
+    assert_eq!(out.status.signal(), Some(13), "ended by SIGPIPE: {out:?}");
+}
