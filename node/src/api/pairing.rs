@@ -91,6 +91,23 @@ pub struct JoinReport {
     pub first_sync: Option<PeerOutcome>,
 }
 
+impl JoinReport {
+    /// `paired with ID (NAME) at ADDR, policy P`: the line `amos join` and
+    /// the console print (no parentheses when the inviter gave no name).
+    pub fn paired_line(&self) -> String {
+        let name = match self.name.as_str() {
+            "" => String::new(),
+            n => format!(" ({n})"),
+        };
+        format!(
+            "paired with {}{name} at {}, policy {}",
+            self.peer,
+            self.addr.as_deref().unwrap_or("no address"),
+            self.policy
+        )
+    }
+}
+
 /// What happened to the joiner's mesh key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -587,6 +604,31 @@ mod tests {
 
     use super::*;
     use crate::clock::FixedClock;
+
+    #[test]
+    fn the_paired_line_names_the_inviter_and_leaves_out_an_empty_name() {
+        let mut r = JoinReport {
+            peer: "abc".into(),
+            name: String::new(),
+            policy: "team:apollo".into(),
+            addr: None,
+            mesh_key: MeshKeyOutcome::None,
+            agent: None,
+            member_of: Vec::new(),
+            registered: None,
+            first_sync: None,
+        };
+        assert_eq!(
+            r.paired_line(),
+            "paired with abc at no address, policy team:apollo"
+        );
+        r.name = "laptop".into();
+        r.addr = Some("127.0.0.1:4747".into());
+        assert_eq!(
+            r.paired_line(),
+            "paired with abc (laptop) at 127.0.0.1:4747, policy team:apollo"
+        );
+    }
 
     const T0: u64 = 1_800_000_000_000;
 

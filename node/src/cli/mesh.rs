@@ -247,11 +247,8 @@ fn join_cmd(home: &Home, out: &Out, code: &str, offline: bool, agent: Option<&st
     };
     out.emit(&r, || {
         let mut s = format!(
-            "paired with {} ({}) at {}, policy {}; mesh key: {}",
-            r.peer,
-            r.name,
-            r.addr.as_deref().unwrap_or("no address"),
-            r.policy,
+            "{}; mesh key: {}",
+            r.paired_line(),
             serde_json::to_value(r.mesh_key)
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_owned))

@@ -191,13 +191,7 @@ pub(crate) async fn join(
     })
     .await
     .map_err(|e| PageError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
-    let mut flash = vec![format!(
-        "paired with {} ({}) at {}, policy {}",
-        r.peer,
-        r.name,
-        r.addr.as_deref().unwrap_or("no address"),
-        r.policy
-    )];
+    let mut flash = vec![r.paired_line()];
     if let crate::net::JoinAgent::LeftOut { agent, why } = &agent {
         flash.push(format!("agent {agent} not carried: {why}"));
     }
