@@ -40,7 +40,7 @@ pub mod recall;
 pub mod store;
 
 pub use api::{NewMemory, Node};
-pub use error::{NodeError, Result};
+pub use error::{NodeError, Result, Rule, UnknownKind};
 pub use events::{Observer, PeerOutcome, SessionStats, SyncObserver, SyncResult};
 pub use home::{Home, NodeInfo};
 pub use progress::{Feedback, Progress, SyncProgress};

@@ -16,6 +16,7 @@
 //! changes nothing (not even the audit log: a whole-bundle refusal is the
 //! importing user's own command failing, reported on stderr).
 
+use crate::error::Rule;
 use std::fs::{self, File};
 use std::io::{BufReader, BufWriter};
 use std::path::Path;
@@ -265,17 +266,20 @@ impl Node {
         }
         let recipient = verified.recipient();
         if !recipient.admits(&self.node_id()) {
-            return Err(NodeError::Refused(format!(
-                "{}: bundle from {} was made for node {}, not for this node ({}): a bundle \
+            return Err(NodeError::refused(
+                Rule::WrongRecipient,
+                format!(
+                    "{}: bundle from {} was made for node {}, not for this node ({}): a bundle \
                  addressed to one node is read only there (docs/design.md §8); ask {} for one \
                  made with `amos bundle export FILE --for {}`",
-                file.display(),
-                sender.short(),
-                recipient,
-                self.node_id(),
-                sender.short(),
-                self.node_id()
-            )));
+                    file.display(),
+                    sender.short(),
+                    recipient,
+                    self.node_id(),
+                    sender.short(),
+                    self.node_id()
+                ),
+            ));
         }
         if self.peer_policy(&sender)?.is_none() {
             // A joiner's first bundle (`amos join --offline`) carries a
@@ -298,7 +302,7 @@ impl Node {
                 None,
             )
             .map_err(|e| match e {
-                NodeError::Refused(why) => NodeError::Failed(format!(
+                NodeError::Refused { message: why, .. } => NodeError::Failed(format!(
                     "{}: bundle sender {} is not a registered peer, and its pairing proof was refused: {why}",
                     file.display(),
                     sender.short()

@@ -7,6 +7,7 @@
 //! `amos_sync::text`'s; storage is `store::text_log`'s. The gate runs before
 //! anything here: only a visible memory is edited or shown.
 
+use crate::error::Rule;
 use amos_acl::AuthorizedScopes;
 use amos_protocol::check_text;
 use amos_protocol::{Fact, FactBody, MemoryContent, MemoryId, MemoryText, Validity};
@@ -199,21 +200,27 @@ impl Node {
     fn text_editable(&self, who: &AuthorizedScopes, id: &str) -> Result<MemoryRecord> {
         let rec = self.gated(who, id)?.into_inner();
         if !(who.owns(&rec) || who.is_admin()) {
-            return Err(NodeError::Refused(format!(
-                "only the owner ({o}) may edit memory {}, or the local administrator \
+            return Err(NodeError::refused(
+                Rule::NotOwner,
+                format!(
+                    "only the owner ({o}) may edit memory {}, or the local administrator \
                  (docs/design.md §5.1): run it --as {o}, or with --admin",
-                rec.id,
-                o = rec.owner
-            )));
+                    rec.id,
+                    o = rec.owner
+                ),
+            ));
         }
         if rec.origin != self.node_id() && !rec.owner_trusted {
-            return Err(NodeError::Refused(format!(
-                "memory {} originates at node {o}, which is not a full peer of this node: only \
+            return Err(NodeError::refused(
+                Rule::NotAFullPeer,
+                format!(
+                    "memory {} originates at node {o}, which is not a full peer of this node: only \
                  its origin or a full peer of it may edit it (docs/design.md §5.1); run it on \
                  node {o} and sync",
-                rec.id,
-                o = rec.origin.short()
-            )));
+                    rec.id,
+                    o = rec.origin.short()
+                ),
+            ));
         }
         Ok(rec)
     }

@@ -6,6 +6,7 @@
 //! locally and links the survivor to each (a signed link fact); it never
 //! tombstones or edits a memory.
 
+use crate::error::Rule;
 use std::path::Path;
 
 use amos_protocol::{FactBody, Hlc, LinkFact, MemoryId, Relation};
@@ -420,7 +421,8 @@ impl Node {
             )));
         }
         if status::memory_rows(&self.store)? > 0 && !force {
-            return Err(NodeError::Refused(
+            return Err(NodeError::refused(
+                Rule::StoreNotEmpty,
                 "the store holds memories and a restore replaces the whole store: pass --force \
                  to replace them (`amos backup FILE` keeps them first)"
                     .into(),

@@ -6,6 +6,7 @@
 //! that does not exist; owner-only operations on a visible memory refuse
 //! others with [`NodeError::Refused`].
 
+use crate::error::Rule;
 use std::collections::HashMap;
 
 use amos_acl::AuthorizedScopes;
@@ -352,21 +353,27 @@ impl Node {
     fn editable(&self, who: &AuthorizedScopes, id: &str, admin_ok: bool) -> Result<MemoryRecord> {
         let rec = self.gated(who, id)?.into_inner();
         if !(who.owns(&rec) || (admin_ok && who.is_admin())) {
-            return Err(NodeError::Refused(format!(
-                "only the owner ({o}) may share, unshare or forget memory {} (docs/design.md \
+            return Err(NodeError::refused(
+                Rule::NotOwner,
+                format!(
+                    "only the owner ({o}) may share, unshare or forget memory {} (docs/design.md \
                  §5.1): run it --as {o}",
-                rec.id,
-                o = rec.owner(),
-            )));
+                    rec.id,
+                    o = rec.owner(),
+                ),
+            ));
         }
         if rec.origin != self.node_id() {
-            return Err(NodeError::Refused(format!(
-                "memory {} originates at node {o}, and only its origin speaks for its grants and \
+            return Err(NodeError::refused(
+                Rule::MemoryOrigin,
+                format!(
+                    "memory {} originates at node {o}, and only its origin speaks for its grants and \
                  its tombstone (docs/design.md §6.2): this replica is read-only; run it on node \
                  {o} and sync",
-                rec.id,
-                o = rec.origin.short()
-            )));
+                    rec.id,
+                    o = rec.origin.short()
+                ),
+            ));
         }
         Ok(rec)
     }
@@ -463,12 +470,15 @@ impl Node {
     ) -> Result<bool> {
         let rec = self.gated(who, id)?;
         if !who.owns(&*rec) && !who.is_admin() {
-            return Err(NodeError::Refused(format!(
-                "only the owner ({o}) may archive or restore memory {}, or the local \
+            return Err(NodeError::refused(
+                Rule::NotOwner,
+                format!(
+                    "only the owner ({o}) may archive or restore memory {}, or the local \
                  administrator (docs/design.md §5.1): run it --as {o}, or with --admin",
-                rec.id,
-                o = rec.owner
-            )));
+                    rec.id,
+                    o = rec.owner
+                ),
+            ));
         }
         let mid = rec.id;
         self.store.write(|tx| tx.set_archived(&mid, archived))

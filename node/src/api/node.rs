@@ -14,6 +14,7 @@
 //! that does not exist ([`NodeError::NoSuchMemory`]); owner-only operations
 //! on a visible memory refuse others with [`NodeError::Refused`].
 
+use crate::error::UnknownKind;
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -555,14 +556,14 @@ impl Node {
         if ok {
             Ok(())
         } else {
-            let what = match s {
-                Scope::Agent(_) => "agent",
-                Scope::Team(_) => "team",
-                _ => "project",
+            let kind = match s {
+                Scope::Agent(_) => UnknownKind::Agent,
+                Scope::Team(_) => UnknownKind::Team,
+                _ => UnknownKind::Project,
             };
             let id = s.to_string();
             let id = id.split_once(':').map(|x| x.1).unwrap_or(&id);
-            Err(NodeError::BadInput(format!("unknown {what} {id}")))
+            Err(NodeError::unknown(kind, id))
         }
     }
 }
@@ -609,15 +610,23 @@ pub(crate) fn unknown_agent(
         })
         .collect();
     if rosters.is_empty() {
-        return NodeError::BadInput(format!(
-            "unknown agent {agent}: agents are local to each node and {agent} is not one of \
-             this node's; register it with `amos agent add {agent}`"
-        ));
+        return NodeError::unknown_with(
+            UnknownKind::Agent,
+            agent,
+            format!(
+                "unknown agent {agent}: agents are local to each node and {agent} is not one of \
+                 this node's; register it with `amos agent add {agent}`"
+            ),
+        );
     }
-    NodeError::BadInput(format!(
-        "{agent} is a member of {} but not an agent of this node (agents are local; a roster \
+    NodeError::unknown_with(
+        UnknownKind::Agent,
+        agent,
+        format!(
+            "{agent} is a member of {} but not an agent of this node (agents are local; a roster \
          from another node registers no one here): run `amos agent add {agent}` here to act as \
          {agent}",
-        rosters.join(", ")
-    ))
+            rosters.join(", ")
+        ),
+    )
 }

@@ -3,6 +3,7 @@
 //! ([`check_org_authority`]): only a scope's origin (or its `full` peer)
 //! speaks for its record and roster.
 
+use crate::error::{Rule, UnknownKind};
 use amos_protocol::{
     AgentFact, AgentId, FactBody, MembershipFact, NodeId, OrgScope, ProjectFact, ProjectId,
     TeamFact, TeamId,
@@ -28,10 +29,10 @@ impl Node {
         self.commit(|tx| {
             for t in &teams {
                 if !org::team_present(tx, t) {
-                    return Err(NodeError::BadInput(format!("unknown team {t}")));
+                    return Err(NodeError::unknown(UnknownKind::Team, t));
                 }
                 check_org_authority(tx, me, &OrgScope::Team(t.clone())).map_err(|e| match e {
-                    NodeError::Refused(_) => roster_elsewhere(tx, t, &id),
+                    NodeError::Refused { .. } => roster_elsewhere(tx, t, &id),
                     e => e,
                 })?;
             }
@@ -84,7 +85,7 @@ impl Node {
                 .into_iter()
                 .find(|t| t.id == id.as_str())
                 .map(|t| t.name)
-                .ok_or_else(|| NodeError::BadInput(format!("unknown team {id}")))?;
+                .ok_or_else(|| NodeError::unknown(UnknownKind::Team, &id))?;
             let origin = check_org_authority(tx, me, &OrgScope::Team(id.clone()))?;
             Ok((
                 vec![FactBody::Team(TeamFact {
@@ -126,7 +127,7 @@ impl Node {
         let me = self.node_id();
         self.commit(|tx| {
             if !org::team_present(tx, &team) {
-                return Err(NodeError::BadInput(format!("unknown team {team}")));
+                return Err(NodeError::unknown(UnknownKind::Team, &team));
             }
             check_org_authority(tx, me, &OrgScope::Team(team.clone()))?;
             let origin = check_org_authority(tx, me, &OrgScope::Project(id.clone()))?;
@@ -160,7 +161,7 @@ impl Node {
             let p = org::list_projects(tx)?
                 .into_iter()
                 .find(|p| p.id == id.as_str())
-                .ok_or_else(|| NodeError::BadInput(format!("unknown project {id}")))?;
+                .ok_or_else(|| NodeError::unknown(UnknownKind::Project, &id))?;
             let origin = check_org_authority(tx, me, &OrgScope::Project(id.clone()))?;
             Ok((
                 vec![FactBody::Project(ProjectFact {
@@ -213,12 +214,15 @@ pub(crate) fn check_org_authority(
     {
         return Ok(origin);
     }
-    Err(NodeError::Refused(format!(
-        "{scope} belongs to node {o}, which created it: only that node (or a node that has it \
+    Err(NodeError::refused(
+        Rule::OrgOrigin,
+        format!(
+            "{scope} belongs to node {o}, which created it: only that node (or a node that has it \
          as a full peer) may change its record or members (the org origin rule); run this on \
          node {o} and sync",
-        o = origin.short()
-    )))
+            o = origin.short()
+        ),
+    ))
 }
 
 /// `amos agent add AGENT --team TEAM` on a node that is not TEAM's origin:
@@ -229,11 +233,14 @@ fn roster_elsewhere(conn: &(impl Readable + ?Sized), team: &TeamId, agent: &Agen
         Ok(Some(o)) => o.short(),
         _ => "?".into(),
     };
-    NodeError::Refused(format!(
-        "team {team}'s roster belongs to node {origin}, which created it (the org origin rule): \
+    NodeError::refused(
+        Rule::OrgOrigin,
+        format!(
+            "team {team}'s roster belongs to node {origin}, which created it (the org origin rule): \
          add {agent} there (`amos agent add {agent} --team {team}` on node {origin}) and sync; \
          then `amos agent add {agent}` here lets {agent} act on this node"
-    ))
+        ),
+    )
 }
 
 /// Whose agent a membership write names.
@@ -257,16 +264,20 @@ pub(crate) fn team_member_fact(
     at: AgentAt,
 ) -> Result<FactBody> {
     if !org::team_present(tx, team) {
-        return Err(NodeError::BadInput(format!("unknown team {team}")));
+        return Err(NodeError::unknown(UnknownKind::Team, &team));
     }
     if at == AgentAt::Here && !org::agent_present(tx, agent)? {
-        return Err(NodeError::BadInput(if present {
-            format!(
-                "unknown agent {agent}: register it with `amos agent add {agent} --team {team}`"
+        return Err(if present {
+            NodeError::unknown_with(
+                UnknownKind::Agent,
+                agent,
+                format!(
+                    "unknown agent {agent}: register it with `amos agent add {agent} --team {team}`"
+                ),
             )
         } else {
-            format!("unknown agent {agent}")
-        }));
+            NodeError::unknown(UnknownKind::Agent, agent)
+        });
     }
     let scope = OrgScope::Team(team.clone());
     if !present && !org::is_member(tx, &scope, agent)? {
@@ -287,17 +298,21 @@ pub(crate) fn project_member_fact(
 ) -> Result<(FactBody, TeamId)> {
     let state = org::project_state(tx, project)
         .filter(|p| p.present)
-        .ok_or_else(|| NodeError::BadInput(format!("unknown project {project}")))?;
+        .ok_or_else(|| NodeError::unknown(UnknownKind::Project, project))?;
     if at == AgentAt::Here && !org::agent_present(tx, agent)? {
-        return Err(NodeError::BadInput(if present {
-            format!(
-                "unknown agent {agent}: register it with `amos agent add {agent} --team {}`, \
-                 then `amos project add {project} {agent}`",
-                state.team
+        return Err(if present {
+            NodeError::unknown_with(
+                UnknownKind::Agent,
+                agent,
+                format!(
+                    "unknown agent {agent}: register it with `amos agent add {agent} --team {}`, \
+                     then `amos project add {project} {agent}`",
+                    state.team
+                ),
             )
         } else {
-            format!("unknown agent {agent}")
-        }));
+            NodeError::unknown(UnknownKind::Agent, agent)
+        });
     }
     let scope = OrgScope::Project(project.clone());
     if present {

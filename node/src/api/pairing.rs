@@ -16,6 +16,7 @@
 //! inviter (agents are local: a roster names agents, a node registers them).
 //! Boundary: no sockets; a join's network leg passes in what it saw.
 
+use crate::error::{Rule, UnknownKind};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
@@ -123,6 +124,16 @@ pub enum MeshKeyOutcome {
     None,
 }
 
+/// The refusal of a wrong secret or an unknown invite (one answer for both).
+const UNKNOWN_CODE: &str =
+    "unknown pairing code: ask the inviter for a new one (`amos team invite TEAM`)";
+/// The refusal of a code that already paired a node.
+const CODE_USED: &str = "this pairing code was already used (a code pairs one node): ask the \
+                         inviter for a new one (`amos team invite TEAM`)";
+/// The refusal of an expired code.
+const CODE_EXPIRED: &str = "this pairing code has expired: ask the inviter for a new one \
+                            (`amos team invite TEAM --ttl 1h`)";
+
 impl Node {
     /// Make a one-time invite into `team` (docs/design.md §7). `policy` defaults to
     /// `team:TEAM`; `addrs` default to where `amos serve` last listened.
@@ -135,7 +146,11 @@ impl Node {
     ) -> Result<Invite> {
         let team_id = TeamId::parse(team)?;
         if !org::team_present(self.store(), &team_id) {
-            return Err(NodeError::BadInput(format!("no such team: {team_id}")));
+            return Err(NodeError::unknown_with(
+                UnknownKind::Team,
+                &team_id,
+                format!("no such team: {team_id}"),
+            ));
         }
         // Invites for a team come from its origin (or a full peer of it).
         crate::api::org::check_org_authority(
@@ -235,12 +250,14 @@ impl Node {
     ) -> Result<Welcome> {
         let me = self.node_id();
         if *joiner == me {
-            return Err(NodeError::Refused(
+            return Err(NodeError::refused(
+                Rule::PairWithSelf,
                 "a node cannot pair with itself: run `amos join` on the other node".into(),
             ));
         }
         if agent.is_some_and(|a| !a.is_valid()) {
-            return Err(NodeError::Refused(
+            return Err(NodeError::refused(
+                Rule::JoinAgent,
                 "malformed agent id: --as takes an agent id (lower case, digits, `.`, `_`, `-`)"
                     .into(),
             ));
@@ -252,30 +269,17 @@ impl Node {
                 .map(|i| (i.proof_key, i.policy, i.expires_ms, i.used_ms));
             // One answer for a wrong secret and an unknown invite: a guesser
             // learns nothing about which invites exist.
-            let unknown = || {
-                NodeError::Refused(
-                    "unknown pairing code: ask the inviter for a new one (`amos team invite TEAM`)"
-                        .into(),
-                )
-            };
+            let unknown = || NodeError::refused(Rule::UnknownCode, UNKNOWN_CODE.into());
             let (key, policy, expires, used) = row.ok_or_else(unknown)?;
             let key: [u8; 32] = key.as_slice().try_into().map_err(|_| unknown())?;
             if !pairing::proof_matches(&key, binding, joiner, &me, &policy, proof) {
                 return Err(unknown());
             }
             if used.is_some() {
-                return Err(NodeError::Refused(
-                    "this pairing code was already used (a code pairs one node): ask the inviter \
-                     for a new one (`amos team invite TEAM`)"
-                        .into(),
-                ));
+                return Err(NodeError::refused(Rule::CodeUsed, CODE_USED.into()));
             }
             if now as i64 >= expires {
-                return Err(NodeError::Refused(
-                    "this pairing code has expired: ask the inviter for a new one \
-                     (`amos team invite TEAM --ttl 1h`)"
-                        .into(),
-                ));
+                return Err(NodeError::refused(Rule::CodeExpired, CODE_EXPIRED.into()));
             }
             let policy: PeerPolicy = policy
                 .parse()
@@ -373,8 +377,11 @@ fn joiner_memberships(
     agent: &AgentId,
 ) -> Result<(Vec<FactBody>, Vec<OrgScope>)> {
     let refused = |e: NodeError| match e {
-        NodeError::BadInput(_) | NodeError::Protocol(_) => {
-            NodeError::Refused(format!("the invite's scope cannot take agent {agent}: {e}"))
+        NodeError::BadInput(_) | NodeError::Unknown { .. } | NodeError::Protocol(_) => {
+            NodeError::refused(
+                Rule::JoinAgent,
+                format!("the invite's scope cannot take agent {agent}: {e}"),
+            )
         }
         e => e,
     };
@@ -409,10 +416,13 @@ fn joiner_memberships(
             continue;
         }
         if ours {
-            return Err(NodeError::Refused(format!(
-                "agent {agent} is one of the inviter's own agents and not a member of {scope}: \
+            return Err(NodeError::refused(
+                Rule::JoinAgent,
+                format!(
+                    "agent {agent} is one of the inviter's own agents and not a member of {scope}: \
                  a join cannot add it (pair without --as, or under another agent id)"
-            )));
+                ),
+            ));
         }
         let fact = match scope {
             OrgScope::Team(t) => team_member_fact(tx, t, agent, true, AgentAt::Joiner),
@@ -483,12 +493,16 @@ pub(crate) fn unknown_peer(
         Ok([one]) => one.clone(),
         _ => "P".into(),
     };
-    NodeError::BadInput(format!(
-        "unknown peer {peer}: this node has not registered it. If it joined with `amos join \
+    NodeError::unknown_with(
+        UnknownKind::Peer,
+        peer,
+        format!(
+            "unknown peer {peer}: this node has not registered it. If it joined with `amos join \
          CODE --offline`, import its first bundle here (made there by `amos bundle export FILE \
          --for {me}`): that registers it with the invite's policy. Or register it now: \
          `amos peers add {peer} --policy {policy}`"
-    ))
+        ),
+    )
 }
 
 /// The offline pairing proof this node's bundles to `peer` carry, if any.
@@ -690,10 +704,7 @@ mod tests {
         assert!(invites_pending(&conn, late - 1).unwrap());
         assert!(!invites_pending(&conn, late).unwrap());
         let e = try_join(&home, late, &joiner, &code).err().unwrap();
-        assert!(
-            matches!(&e, NodeError::Refused(r) if r.contains("expired")),
-            "{e}"
-        );
+        assert!(e.rule() == Some(Rule::CodeExpired), "{e}");
         assert_eq!(peers_of(&home), 0);
         // The joiner's own check refuses it before dialling, too.
         assert!(read_code(&code.encode(), &joiner, late).is_err());
@@ -706,19 +717,13 @@ mod tests {
         let mut wrong = code.clone();
         wrong.secret[0] ^= 1;
         let e = try_join(&home, T0, &joiner, &wrong).err().unwrap();
-        assert!(
-            matches!(&e, NodeError::Refused(r) if r.starts_with("unknown pairing code:")),
-            "{e}"
-        );
+        assert!(e.rule() == Some(Rule::UnknownCode), "{e}");
         assert_eq!(peers_of(&home), 0);
         let w = try_join(&home, T0 + 1, &joiner, &code).unwrap();
         assert_eq!(w.policy.to_string(), "team:apollo");
         assert_eq!(peers_of(&home), 1);
         let e = try_join(&home, T0 + 2, &joiner, &code).err().unwrap();
-        assert!(
-            matches!(&e, NodeError::Refused(r) if r.contains("already used")),
-            "{e}"
-        );
+        assert!(e.rule() == Some(Rule::CodeUsed), "{e}");
         let conn = crate::store::Watch::open(&home.db_path()).unwrap();
         assert!(!invites_pending(&conn, T0 + 2).unwrap());
     }
@@ -728,8 +733,15 @@ mod tests {
         let (_d, home, _, _) = setup();
         let mut a = node_at(&home, T0);
         let addr = ["127.0.0.1:4747".to_owned()];
+        let e = a
+            .team_invite("nope", None, DEFAULT_INVITE_TTL, &addr)
+            .err()
+            .unwrap();
+        assert!(
+            matches!(&e, NodeError::Unknown { kind: UnknownKind::Team, name, .. } if name == "nope"),
+            "{e:?}"
+        );
         for (team, ttl, addrs) in [
-            ("nope", DEFAULT_INVITE_TTL, &addr[..]),
             ("apollo", Duration::ZERO, &addr[..]),
             ("apollo", MAX_INVITE_TTL * 2, &addr[..]),
             ("apollo", DEFAULT_INVITE_TTL, &[][..]),
@@ -809,10 +821,7 @@ mod tests {
         a.agent_add("alice", "agent", &["apollo".into()]).unwrap();
         drop(a);
         let e = join_as(&home, &joiner, &code, "eve").err().unwrap();
-        assert!(
-            matches!(&e, NodeError::Refused(r) if r.contains("own agents")),
-            "{e}"
-        );
+        assert!(e.rule() == Some(Rule::JoinAgent), "{e}");
         let team = OrgScope::Team(TeamId::parse("apollo").unwrap());
         assert_eq!(members(&home, &team), vec!["alice"]);
         assert_eq!(peers_of(&home), 0, "refused: no peer recorded");

@@ -8,6 +8,7 @@
 //! or where a registered peer says it serves), never its registration or
 //! its policy.
 
+use crate::error::{Rule, UnknownKind};
 use amos_acl::PeerPolicy;
 use amos_protocol::wire::{Epoch, MAX_DIGEST_SCOPES, Watermark};
 use amos_protocol::{CheckedBatch, NodeId, Scope, SignedFact, Verified};
@@ -67,7 +68,7 @@ impl Node {
     pub fn peer_remove(&mut self, node_id: &str) -> Result<()> {
         let id = parse_node_id(node_id)?;
         if !self.store.write(|tx| peers::remove(tx, &id))? {
-            return Err(NodeError::BadInput(format!("unknown peer {}", id.short())));
+            return Err(NodeError::unknown(UnknownKind::Peer, id.short()));
         }
         Ok(())
     }
@@ -78,7 +79,7 @@ impl Node {
         let policy: PeerPolicy = policy.parse()?;
         self.store.write(|tx| {
             if !peers::set_policy(tx, &id, &policy)? {
-                return Err(NodeError::BadInput(format!("unknown peer {}", id.short())));
+                return Err(NodeError::unknown(UnknownKind::Peer, id.short()));
             }
             policy_changed(tx, &id, &policy)?;
             replica::keep_running(tx, &policy)
@@ -600,11 +601,14 @@ fn reset_watermark(tx: &mut Tx<'_>, id: &NodeId) -> Result<()> {
 /// A session or repair with a node that is not (or no longer) a peer:
 /// refused, as the import gate refuses its facts (docs/design.md §6.6).
 pub(crate) fn not_a_peer(peer: &NodeId) -> NodeError {
-    NodeError::Refused(format!(
-        "{} is not a registered peer: facts come and go only between registered peers \
+    NodeError::refused(
+        Rule::NotAPeer,
+        format!(
+            "{} is not a registered peer: facts come and go only between registered peers \
          (docs/design.md §6.6); register it with `amos peers add {peer} --policy P`",
-        peer.short()
-    ))
+            peer.short()
+        ),
+    )
 }
 
 #[cfg(test)]

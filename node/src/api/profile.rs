@@ -7,6 +7,7 @@
 //! Boundary: a weight only re-orders memories the gate already admitted; it
 //! never makes an invisible memory visible, and it never reaches the gate.
 
+use crate::error::UnknownKind;
 use amos_protocol::{AgentId, FactBody, MemoryType, ProfileFact};
 
 use crate::api::node::Node;
@@ -68,7 +69,7 @@ impl Node {
     fn known_agent(&self, agent: &str) -> Result<AgentId> {
         let agent = AgentId::parse(agent)?;
         if !org::agent_present(&self.store, &agent)? {
-            return Err(NodeError::BadInput(format!("unknown agent {agent}")));
+            return Err(NodeError::unknown(UnknownKind::Agent, &agent));
         }
         Ok(agent)
     }

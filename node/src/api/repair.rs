@@ -8,6 +8,7 @@
 //! `store::repair`); decide how to reconcile (`amos_sync::repair`) or when
 //! in a session (`amos_sync::session`).
 
+use crate::error::UnknownKind;
 use amos_acl::PeerPolicy;
 use amos_protocol::NodeId;
 use amos_sync::repair::{ItemId, ItemSet};
@@ -127,10 +128,7 @@ impl Node {
     /// Ask for a repair in the next session with `peer`.
     pub fn ask_repair(&mut self, peer: &NodeId) -> Result<()> {
         if !self.store.write(|tx| peers::ask_repair(tx, peer))? {
-            return Err(NodeError::BadInput(format!(
-                "unknown peer {}",
-                peer.short()
-            )));
+            return Err(NodeError::unknown(UnknownKind::Peer, peer.short()));
         }
         Ok(())
     }

@@ -48,11 +48,19 @@ impl MemoryServer {
         // registers it: an MCP client's environment never makes an
         // identity (a typo would otherwise write, unseen, as a new agent
         // no one else reads).
-        node.requester(agent).map_err(|e| match e {
-            NodeError::BadInput(why) => NodeError::BadInput(format!(
-                "amos mcp serves a registered agent and makes none: AMOS_AGENT={agent}: {why}"
-            )),
-            e => e,
+        node.requester(agent).map_err(|e| {
+            let why = format!(
+                "amos mcp serves a registered agent and makes none: AMOS_AGENT={agent}: {e}"
+            );
+            match e {
+                NodeError::BadInput(_) => NodeError::BadInput(why),
+                NodeError::Unknown { kind, name, .. } => NodeError::Unknown {
+                    kind,
+                    name,
+                    message: why,
+                },
+                e => e,
+            }
         })?;
         Ok(MemoryServer {
             node: Arc::new(Mutex::new(node)),

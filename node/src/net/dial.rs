@@ -3,6 +3,7 @@
 //! `amos_sync::Pacing` (the rule is there, shared with the simulator), and
 //! reachability probes (`amos doctor`).
 
+use crate::error::UnknownKind;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -48,7 +49,13 @@ pub async fn sync_pass(
                         p.node_id
                     )));
                 }
-                [] => return Err(NodeError::BadInput(format!("unknown peer {want:?}"))),
+                [] => {
+                    return Err(NodeError::unknown_with(
+                        UnknownKind::Peer,
+                        want,
+                        format!("unknown peer {want:?}"),
+                    ));
+                }
                 _ => return Err(NodeError::BadInput(format!("ambiguous peer {want:?}"))),
             }
         }

@@ -96,7 +96,9 @@ pub(crate) async fn answer_join(
                         member_of: w.member_of,
                     }
                 }
-                Ok(Err(NodeError::Refused(reason))) => {
+                Ok(Err(NodeError::Refused {
+                    message: reason, ..
+                })) => {
                     info!("refused a join from {joiner} at {remote}: {reason}");
                     SyncV1::Refused { reason }
                 }
@@ -340,10 +342,13 @@ pub(crate) async fn dial_inviter(
             }
         }
     }
-    Err(NodeError::Failed(format!(
-        "cannot reach the inviter ({}); nothing was recorded",
-        unreachable.join("; ")
-    )))
+    Err(NodeError::Unreachable {
+        peer: inviter,
+        message: format!(
+            "cannot reach the inviter ({}); nothing was recorded",
+            unreachable.join("; ")
+        ),
+    })
 }
 
 /// What a joiner tells the inviter about itself.

@@ -714,7 +714,10 @@ fn there_is_no_implicit_requester() {
     let node = open(&h);
     assert!(matches!(
         node.requester("ghost"),
-        Err(NodeError::BadInput(_))
+        Err(NodeError::Unknown {
+            kind: amos_node::UnknownKind::Agent,
+            ..
+        })
     ));
     assert!(matches!(node.requester(""), Err(NodeError::BadInput(_))));
 }

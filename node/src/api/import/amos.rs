@@ -14,6 +14,7 @@
 //! for (one made on a node that is not a full peer); nor import from an
 //! export anything but its header agent's memories and profile.
 
+use crate::error::UnknownKind;
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -154,7 +155,7 @@ impl Node {
     pub fn forget_agent(&mut self, agent: &str) -> Result<ForgetReport> {
         let owner = AgentId::parse(agent)?;
         if !crate::store::org::agent_present(&self.store, &owner)? {
-            return Err(NodeError::BadInput(format!("unknown agent {owner}")));
+            return Err(NodeError::unknown(UnknownKind::Agent, &owner));
         }
         let me = self.node_id();
         let (_, (forgotten, elsewhere)) = self.commit(|tx| {

@@ -68,8 +68,14 @@ impl From<NodeError> for PageError {
     fn from(e: NodeError) -> PageError {
         let status = match &e {
             NodeError::NoSuchMemory(_) => StatusCode::NOT_FOUND,
-            NodeError::Refused(_) => StatusCode::FORBIDDEN,
-            e if e.exit_code() == 2 => StatusCode::BAD_REQUEST,
+            NodeError::Refused { .. } => StatusCode::FORBIDDEN,
+            // An unknown name here is one the request typed (`?as=`, a
+            // form's agent or team), not the page its path names.
+            NodeError::Unknown { .. }
+            | NodeError::BadInput(_)
+            | NodeError::Protocol(_)
+            | NodeError::NotAHome(_) => StatusCode::BAD_REQUEST,
+            NodeError::Unreachable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         PageError::new(status, e.to_string())
@@ -210,4 +216,46 @@ pub(crate) async fn style() -> Response {
 
 pub(crate) async fn not_found() -> PageError {
     PageError::new(StatusCode::NOT_FOUND, "no such page")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Rule, UnknownKind};
+
+    /// The console branches on what failed: a hidden memory is 404, a
+    /// refusal 403, an unknown name or bad input 400, an unreachable peer
+    /// 503, the rest 500; the message is the error's line.
+    #[test]
+    fn each_error_has_its_status() {
+        let cases = [
+            (NodeError::NoSuchMemory("m".into()), StatusCode::NOT_FOUND),
+            (
+                NodeError::refused(Rule::NotOwner, "x".into()),
+                StatusCode::FORBIDDEN,
+            ),
+            (
+                NodeError::unknown(UnknownKind::Agent, "mallory"),
+                StatusCode::BAD_REQUEST,
+            ),
+            (NodeError::BadInput("x".into()), StatusCode::BAD_REQUEST),
+            (
+                NodeError::Unreachable {
+                    peer: amos_protocol::NodeId([2; 32]),
+                    message: "x".into(),
+                },
+                StatusCode::SERVICE_UNAVAILABLE,
+            ),
+            (
+                NodeError::Corrupt("x".into()),
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+        ];
+        for (e, status) in cases {
+            let line = e.to_string();
+            let page = PageError::from(e);
+            assert_eq!(page.status, status, "{line}");
+            assert_eq!(page.message, line);
+        }
+    }
 }
