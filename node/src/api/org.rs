@@ -264,7 +264,7 @@ pub(crate) fn team_member_fact(
     at: AgentAt,
 ) -> Result<FactBody> {
     if !org::team_present(tx, team) {
-        return Err(NodeError::unknown(UnknownKind::Team, &team));
+        return Err(NodeError::unknown(UnknownKind::Team, team));
     }
     if at == AgentAt::Here && !org::agent_present(tx, agent)? {
         return Err(if present {
