@@ -137,9 +137,14 @@ struct FileStamp {
 }
 
 impl Held {
-    fn fresh(model: &str, epoch: String) -> Held {
+    /// Nothing encoded yet, for vectors of `dim` dimensions: the table
+    /// has them from the start, so an empty pair saved now reads back (a
+    /// snapshot of dimension 0 is refused as malformed, and every process
+    /// that found one started afresh and saved over what another had
+    /// encoded meanwhile).
+    fn fresh(model: &str, epoch: String, dim: usize) -> Held {
         Held {
-            table: VectorTable::new(0),
+            table: VectorTable::new(dim),
             provenance: Provenance {
                 model: model.to_owned(),
                 epoch,
@@ -284,7 +289,7 @@ impl EncodedIndex {
                 Some(h) => h,
                 None => {
                     out.rebuilt = true;
-                    Held::fresh(&model, epoch)
+                    Held::fresh(&model, epoch, encoder.dims())
                 }
             },
         };
@@ -740,6 +745,25 @@ mod tests {
     /// A long-lived process (MCP, the console) takes up what another
     /// process encoded since it loaded the files, though the store did not
     /// move (the encoder writes only its own files).
+    /// A pair saved before anything is encoded reads back: the next
+    /// process takes it up instead of starting afresh and saving an empty
+    /// pair over what another process encoded meanwhile (serve's catch-up
+    /// lost its work that way to `amos status` polls in CI).
+    #[test]
+    fn a_pair_saved_with_nothing_encoded_reads_back() {
+        let (_dir, home, mut node, _who) = crate::api::node::test_node("ann");
+        node.encoder_status().unwrap();
+        let saved = EncodedIndex::open(&home).unwrap();
+        let held = saved.load_unlocked().expect("the empty pair reads back");
+        assert!(held.encoded.is_empty());
+        let mut next = EncodedIndex::open(&home).unwrap();
+        let enc = Encoder::builtin().unwrap();
+        assert!(
+            !next.catch_up(&mut node.store, enc).unwrap().rebuilt,
+            "taken up, not rebuilt"
+        );
+    }
+
     #[test]
     fn a_long_lived_process_sees_what_another_encoded() {
         let (_dir, home, mut long_lived, who) = crate::api::node::test_node("ann");
@@ -810,7 +834,7 @@ mod tests {
     /// is left pending.
     #[test]
     fn saves_come_by_share_and_at_the_end() {
-        let mut h = Held::fresh("m", "e".into());
+        let mut h = Held::fresh("m", "e".into(), 384);
         let e = Encoded {
             text: [0; 8],
             windows: 1,
