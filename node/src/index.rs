@@ -893,7 +893,7 @@ fn lag_at(metas: &tantivy::IndexMeta, store: &Store) -> Result<i64> {
         Some((e, w)) if e == epoch => Some(w),
         _ => None,
     };
-    crate::store::catchup::rows_touched_after(store, since)
+    store.read(|r| crate::store::catchup::rows_touched_after(r, since))
 }
 
 /// What identifies one commit of the index: its opstamp and its segments

@@ -409,11 +409,13 @@ fn hlc(bytes: &[u8]) -> Hlc {
 impl Sql {
     /// Ids of rows that can be shown at all (content held, not tombstoned).
     fn live_ids(&self) -> Vec<MemoryId> {
-        inspect::live_ids(&self.store).expect("live ids")
+        self.store.read(|r| inspect::live_ids(r)).expect("live ids")
     }
 
     fn who(&self, agent: &AgentId) -> AuthorizedScopes {
-        AuthorizedScopes::for_agent(agent.clone(), &StoredOrg(&self.store))
+        self.store
+            .read(|r| Ok(AuthorizedScopes::for_agent(agent.clone(), &StoredOrg(r))))
+            .expect("a requester")
     }
 }
 
@@ -503,22 +505,25 @@ impl TestReplica for Sql {
 
     fn export(&mut self, policy: &PeerPolicy) -> Vec<Verified<SignedFact>> {
         let mut out = Vec::new();
-        inspect::export_facts(
-            &self.store,
-            &ExportSpec {
-                policy,
-                since: 0,
-                retractions: true,
-                skip_author: None,
-                echo: None,
-            },
-            4096,
-            |batch| {
-                out.extend(batch.iter().map(|b| decode(b)));
-                Ok(())
-            },
-        )
-        .expect("sql export");
+        self.store
+            .read(|r| {
+                inspect::export_facts(
+                    r,
+                    &ExportSpec {
+                        policy,
+                        since: 0,
+                        retractions: true,
+                        skip_author: None,
+                        echo: None,
+                    },
+                    4096,
+                    |batch| {
+                        out.extend(batch.iter().map(|b| decode(b)));
+                        Ok(())
+                    },
+                )
+            })
+            .expect("sql export");
         out
     }
 
@@ -556,12 +561,18 @@ impl TestReplica for Sql {
     }
 
     fn text(&mut self, id: &MemoryId) -> Option<String> {
-        let row = inspect::memory_row(&self.store, id).expect("text")?;
+        let row = self
+            .store
+            .read(|r| inspect::memory_row(r, id))
+            .expect("text")?;
         if row.tombstoned { None } else { row.content }
     }
 
     fn memory(&mut self, id: &MemoryId) -> Option<MemInfo> {
-        let row = inspect::memory_row(&self.store, id).expect("memory row")?;
+        let row = self
+            .store
+            .read(|r| inspect::memory_row(r, id))
+            .expect("memory row")?;
         Some(MemInfo {
             fixed: MemoryFixed {
                 owner: AgentId::parse(&row.owner).expect("owner"),
@@ -577,18 +588,25 @@ impl TestReplica for Sql {
     }
 
     fn memory_ids(&mut self) -> Vec<MemoryId> {
-        inspect::memory_ids(&self.store).expect("memory ids")
+        self.store
+            .read(|r| inspect::memory_ids(r))
+            .expect("memory ids")
     }
 
     fn fact(&mut self, register: &Register) -> Option<Verified<SignedFact>> {
-        inspect::fact_bytes(&self.store, register)
+        self.store
+            .read(|r| inspect::fact_bytes(r, register))
             .expect("fact")
             .map(|b| decode(&b))
     }
 
     fn registers(&mut self) -> BTreeMap<Register, Hlc> {
         let mut out = BTreeMap::new();
-        for b in inspect::all_fact_bytes(&self.store).expect("facts") {
+        for b in self
+            .store
+            .read(|r| inspect::all_fact_bytes(r))
+            .expect("facts")
+        {
             let f = amos_protocol::codec::decode_signed(&b).expect("stored fact");
             out.insert(f.fact.body.register(), f.fact.clock);
         }
@@ -596,7 +614,9 @@ impl TestReplica for Sql {
     }
 
     fn peer_policy(&mut self, node: &NodeId) -> Option<PeerPolicy> {
-        inspect::peer_policy(&self.store, node).expect("peer policy")
+        self.store
+            .read(|r| inspect::peer_policy(r, node))
+            .expect("peer policy")
     }
 
     fn set_peer_policy(&mut self, node: &NodeId, policy: &PeerPolicy) {
@@ -619,11 +639,11 @@ impl TestReplica for Sql {
     }
 
     fn refused(&mut self) -> Vec<Refused> {
-        aside(inspect::refused(&self.store).expect("audit"))
+        aside(self.store.read(|r| inspect::refused(r)).expect("audit"))
     }
 
     fn deferred(&mut self) -> Vec<Deferred> {
-        aside(inspect::deferred(&self.store).expect("deferred"))
+        aside(self.store.read(|r| inspect::deferred(r)).expect("deferred"))
     }
 
     fn take_deferred(&mut self) -> Vec<(SignedFact, NodeId)> {

@@ -157,21 +157,30 @@ impl Node {
                 let id = peer.parse().map_err(|e: amos_protocol::ProtocolError| {
                     NodeError::BadInput(e.to_string())
                 })?;
-                pairing = crate::api::pairing::join_proof_for(self.store(), &id)?;
+                pairing = self
+                    .store()
+                    .read(|r| crate::api::pairing::join_proof_for(r, &id))?;
                 recipient = Recipient::Node(id);
                 // What its last session said it decodes (nothing recorded:
                 // a peer never synced live, or one of 545333a's time,
                 // decodes what version 1 does).
-                decodes = crate::store::peers::protocol(self.store(), &id)?
+                decodes = self
+                    .store()
+                    .read(|r| crate::store::peers::protocol(r, &id))?
                     .map_or(Features::implied_by(1), |(_, f)| Features(f));
-                self.peer_policy(&id)?.ok_or_else(|| {
-                    crate::api::pairing::unknown_peer(
-                        self.store(),
-                        peer.trim(),
-                        &self.node_id(),
-                        self.now_ms(),
-                    )
-                })?
+                match self.peer_policy(&id)? {
+                    Some(policy) => policy,
+                    None => {
+                        return Err(self.store().read(|r| {
+                            Ok(crate::api::pairing::unknown_peer(
+                                r,
+                                peer.trim(),
+                                &self.node_id(),
+                                self.now_ms(),
+                            ))
+                        })?);
+                    }
+                }
             }
             (None, false) => PeerPolicy::scoped(
                 scopes

@@ -23,7 +23,7 @@ impl Node {
         features: Features,
     ) -> Result<()> {
         // Unchanged (every session but the first and an upgrade's): no write.
-        if peers::protocol(&self.store, peer)? == Some((version, features.0)) {
+        if self.store.read(|r| peers::protocol(r, peer))? == Some((version, features.0)) {
             return Ok(());
         }
         self.store
@@ -32,7 +32,7 @@ impl Node {
 
     /// How many facts are held back for `peer`, and the features they need.
     pub fn peer_held_back(&self, peer: &NodeId) -> Result<(u64, Features)> {
-        let (n, f) = peers::held_back(&self.store, peer)?;
+        let (n, f) = self.store.read(|r| peers::held_back(r, peer))?;
         Ok((n, Features(f)))
     }
 

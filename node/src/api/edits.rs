@@ -232,7 +232,9 @@ impl Node {
         id: &str,
     ) -> Result<(MemoryId, Vec<HistoryLine>)> {
         let rec = self.gated(who, id)?.into_inner();
-        let lines = stored::history(&self.store, &rec.id)?
+        let lines = self
+            .store
+            .read(|r| stored::history(r, &rec.id))?
             .into_iter()
             .map(HistoryLine::from)
             .collect();

@@ -32,7 +32,7 @@ impl Node {
     /// invisible are the same error) whose other end `who` sees too.
     pub fn links(&self, who: &AuthorizedScopes, id: &str) -> Result<Vec<LinkView>> {
         let me = self.get(who, id)?.id;
-        let rows = links::touching(self.store(), &me, MAX_LINKS)?;
+        let rows = self.store().read(|r| links::touching(r, &me, MAX_LINKS))?;
         let others: Vec<MemoryId> = rows
             .iter()
             .map(|r| if r.from == me { r.to } else { r.from })

@@ -225,14 +225,16 @@ impl Node {
 
     fn status_marking(&mut self, mark_seen: bool) -> Result<Status> {
         // Refusals since the last status: remember the newest audit entry seen.
-        let mark = status::audit_mark(&self.store)?;
-        let audit_refusals_new = status::audit_refusals_after(&self.store, mark.seen)?;
+        let mark = self.store.read(|r| status::audit_mark(r))?;
+        let audit_refusals_new = self
+            .store
+            .read(|r| status::audit_refusals_after(r, mark.seen))?;
         if mark_seen && mark.newest > mark.seen {
             self.store
                 .write(|tx| status::mark_audit_seen(tx, mark.newest))?;
         }
-        let org = status::org_counts(&self.store)?;
-        let counts = status::memory_counts(&self.store)?;
+        let org = self.store.read(|r| status::org_counts(r))?;
+        let counts = self.store.read(|r| status::memory_counts(r))?;
         Ok(Status {
             node_id: self.node_id().to_string(),
             name: self.name().to_owned(),
@@ -250,7 +252,7 @@ impl Node {
             index_lag: self.index_lag()?,
             peers: self.peer_list()?,
             quarantined: self.quarantined()?,
-            audit_refusals: status::audit_refusals(&self.store)?,
+            audit_refusals: self.store.read(|r| status::audit_refusals(r))?,
             audit_refusals_new,
             encoder: self.encoder_status()?,
         })
@@ -258,15 +260,17 @@ impl Node {
 
     /// Integrity of store, index and links.
     pub fn check(&mut self) -> Result<CheckReport> {
-        let integrity = status::quick_check(&self.store)?;
+        let integrity = self.store.read(|r| status::quick_check(r))?;
         let schema_version = self.store.schema_version()?;
-        let memories = status::live_memories(&self.store)?;
-        let dangling_links = status::dangling_links(&self.store)?;
+        let memories = self.store.read(|r| status::live_memories(r))?;
+        let dangling_links = self.store.read(|r| status::dangling_links(r))?;
         let show = |b: &[u8]| {
             MemoryId::from_slice(b)
                 .map_or_else(|| data_encoding::HEXLOWER.encode(b), |id| id.to_string())
         };
-        let dangling = status::dangling_link_rows(&self.store, 100)?
+        let dangling = self
+            .store
+            .read(|r| status::dangling_link_rows(r, 100))?
             .into_iter()
             .map(|row| DanglingLink {
                 from: show(&row.from),
@@ -280,7 +284,7 @@ impl Node {
         let index_caught_up = self.index_lag()?;
         let (index, store) = self.caught_up_index()?;
         let (index_docs, _) = index.stats();
-        let live_unarchived = status::live_unarchived_memories(store)?;
+        let live_unarchived = store.read(|r| status::live_unarchived_memories(r))?;
         let index_lag = self.index_lag()?;
         Ok(CheckReport {
             ok: integrity == "ok"
@@ -420,7 +424,7 @@ impl Node {
                 file.display()
             )));
         }
-        if status::memory_rows(&self.store)? > 0 && !force {
+        if self.store.read(|r| status::memory_rows(r))? > 0 && !force {
             return Err(NodeError::refused(
                 Rule::StoreNotEmpty,
                 "the store holds memories and a restore replaces the whole store: pass --force \
@@ -451,7 +455,7 @@ impl Node {
         let now = self.now_ms();
         let mut ids = Vec::new();
         let mut actions = Vec::new();
-        for row in hygiene::retention_candidates(&self.store)? {
+        for row in self.store.read(|r| hygiene::retention_candidates(r))? {
             let (id, created, v, last_access, expires) = (
                 row.id,
                 row.created_ms,
@@ -501,7 +505,7 @@ impl Node {
         let mut groups = Vec::new();
         let mut norms = Vec::new();
         let mut pinned = Vec::new();
-        for row in hygiene::consolidation_candidates(&self.store)? {
+        for row in self.store.read(|r| hygiene::consolidation_candidates(r))? {
             let id = row.id;
             let content = row.content;
             ids.push(id);
@@ -562,7 +566,9 @@ impl Node {
 
     /// Whether `source` was already merged into `keep` by a consolidation.
     fn consolidated(&self, keep: &MemoryId, source: &MemoryId) -> Result<bool> {
-        store::moves::link_present(&self.store, keep, source, &Relation::parse(CONSOLIDATES)?)
+        let relation = Relation::parse(CONSOLIDATES)?;
+        self.store
+            .read(|r| store::moves::link_present(r, keep, source, &relation))
     }
 
     /// The common tail of the hygiene jobs: archive `ids` (local-only state)

@@ -254,7 +254,9 @@ impl Node {
         &mut self,
     ) -> Result<Option<(&mut EncodedIndex, &Encoder, &mut Store)>> {
         if self.encoder.is_none() {
-            let on = crate::store::catchup::encoder_enabled(&self.store)?;
+            let on = self
+                .store
+                .read(|r| crate::store::catchup::encoder_enabled(r))?;
             self.encoder = Some(match on {
                 true => Some((EncodedIndex::open(&self.home)?, Node::load_encoder()?)),
                 false => None,
@@ -269,7 +271,8 @@ impl Node {
 
     /// Whether this node keeps encoder vectors (`amos config set encoder`).
     pub fn encoder_enabled(&self) -> Result<bool> {
-        crate::store::catchup::encoder_enabled(&self.store)
+        self.store
+            .read(|r| crate::store::catchup::encoder_enabled(r))
     }
 
     /// Switch the encoder on or off (local). Off drops nothing on disk but
@@ -462,10 +465,13 @@ impl Node {
     /// unknown agent is bad input (there is no implicit requester).
     pub fn requester(&self, agent: &str) -> Result<AuthorizedScopes> {
         let agent = AgentId::parse(agent)?;
-        if !org::agent_present(&self.store, &agent)? {
-            return Err(unknown_agent(&self.store, self.node_id(), &agent));
-        }
-        Ok(AuthorizedScopes::for_agent(agent, &StoredOrg(&self.store)))
+        let node_id = self.node_id();
+        self.store.read(|r| {
+            if !org::agent_present(r, &agent)? {
+                return Err(unknown_agent(r, node_id, &agent));
+            }
+            Ok(AuthorizedScopes::for_agent(agent, &StoredOrg(r)))
+        })
     }
 
     /// Read a memory for `who`: missing and invisible are the same answer.
@@ -535,7 +541,7 @@ impl Node {
         loop {
             let recs = self.store.visible_newest(who, kind, fetch, now)?;
             let exhausted = recs.len() < fetch;
-            let mut out = time::view(&self.store, who, recs, q, now)?;
+            let mut out = self.store.read(|r| time::view(r, who, recs, q, now))?;
             if out.len() >= limit || exhausted {
                 out.truncate(limit);
                 return Ok(out);

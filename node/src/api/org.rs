@@ -52,7 +52,7 @@ impl Node {
 
     /// Every agent registered here, with its memberships.
     pub fn agent_list(&self) -> Result<Vec<AgentInfo>> {
-        org::list_agents(&self.store)
+        self.store.read(|r| org::list_agents(r))
     }
 
     /// Create team `id` (named `name`, else its id) as its origin; refused
@@ -102,7 +102,7 @@ impl Node {
 
     /// Every team present, with its members.
     pub fn team_list(&self) -> Result<Vec<TeamInfo>> {
-        org::list_teams(&self.store)
+        self.store.read(|r| org::list_teams(r))
     }
 
     /// Add or remove a team member.
@@ -179,7 +179,7 @@ impl Node {
 
     /// Every project present, with its team and members.
     pub fn project_list(&self) -> Result<Vec<ProjectInfo>> {
-        org::list_projects(&self.store)
+        self.store.read(|r| org::list_projects(r))
     }
 
     /// Add or remove a project member; adding needs membership of the project's team.

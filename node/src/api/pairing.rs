@@ -145,7 +145,7 @@ impl Node {
         addrs: &[String],
     ) -> Result<Invite> {
         let team_id = TeamId::parse(team)?;
-        if !org::team_present(self.store(), &team_id) {
+        if !self.store().read(|r| Ok(org::team_present(r, &team_id)))? {
             return Err(NodeError::unknown_with(
                 UnknownKind::Team,
                 &team_id,
@@ -153,11 +153,13 @@ impl Node {
             ));
         }
         // Invites for a team come from its origin (or a full peer of it).
-        crate::api::org::check_org_authority(
-            self.store(),
-            self.node_id(),
-            &OrgScope::Team(team_id.clone()),
-        )?;
+        self.store().read(|r| {
+            crate::api::org::check_org_authority(
+                r,
+                self.node_id(),
+                &OrgScope::Team(team_id.clone()),
+            )
+        })?;
         let policy: PeerPolicy = match policy {
             Some(p) => p.parse()?,
             None => format!("team:{team_id}").parse()?,
@@ -783,7 +785,11 @@ mod tests {
         let node = Node::open(home).unwrap();
         ["bob", "alice", "eve"]
             .into_iter()
-            .filter(|a| org::is_member(node.store(), scope, &AgentId::parse(a).unwrap()).unwrap())
+            .filter(|a| {
+                node.store()
+                    .read(|r| org::is_member(r, scope, &AgentId::parse(a).unwrap()))
+                    .unwrap()
+            })
             .map(str::to_owned)
             .collect()
     }

@@ -156,12 +156,12 @@ impl Node {
 
     /// Every registered peer.
     pub fn peer_list(&self) -> Result<Vec<PeerInfo>> {
-        replica::list_peers(&self.store)
+        self.store.read(|r| replica::list_peers(r))
     }
 
     /// The policy we gave a registered peer.
     pub fn peer_policy(&self, id: &NodeId) -> Result<Option<PeerPolicy>> {
-        replica::peer_policy(&self.store, id)
+        self.store.read(|r| replica::peer_policy(r, id))
     }
 
     /// Apply verified facts from `from` (a registered peer) in one
@@ -269,7 +269,7 @@ impl Node {
     /// still missing an endpoint, is deferred again. Nothing deferred: no
     /// write transaction at all.
     pub fn retry(&mut self) -> Result<RetryReport> {
-        if replica::deferred_count(&self.store)? == 0 {
+        if self.store.read(|r| replica::deferred_count(r))? == 0 {
             return Ok(RetryReport::default());
         }
         let now = self.now_ms();
@@ -429,18 +429,20 @@ impl Node {
         batch: usize,
         emit: impl FnMut(Vec<Vec<u8>>) -> Result<()>,
     ) -> Result<i64> {
-        replica::export_facts(
-            &self.store,
-            &replica::ExportSpec {
-                policy,
-                since,
-                retractions: true,
-                skip_author: None,
-                echo: None,
-            },
-            batch,
-            emit,
-        )
+        self.store.read(|r| {
+            replica::export_facts(
+                r,
+                &replica::ExportSpec {
+                    policy,
+                    since,
+                    retractions: true,
+                    skip_author: None,
+                    echo: None,
+                },
+                batch,
+                emit,
+            )
+        })
     }
 
     /// Like [`Node::export`] from `seq` 0, inside one read transaction (a
@@ -481,33 +483,36 @@ impl Node {
         emit: impl FnMut(Vec<Vec<u8>>) -> Result<()>,
     ) -> Result<i64> {
         let policy = self.peer_policy(peer)?.ok_or_else(|| not_a_peer(peer))?;
-        let policy_seq = peers::policy_seq(&self.store, peer)?;
+        let policy_seq = self.store.read(|r| peers::policy_seq(r, peer))?;
         // Its watermark of us predates a policy change: start over.
         let since = if since < policy_seq { 0 } else { since };
         // Rows that hold only what it has (§7.1), on the terms its own
         // facts are skipped on: not when its log is new to us. The epoch
         // is the one our watermark of it names, which is the one its
         // `Hello` named when its log is not new to us.
-        let echo = match (peer_reset, self.watermark_of(peer)?) {
-            (false, Some(w)) => Some(echo::load(
-                &self.store,
-                peer,
-                &data_encoding::HEXLOWER.encode(&w.epoch),
-            )?),
-            _ => None,
-        };
-        replica::export_facts(
-            &self.store,
-            &replica::ExportSpec {
-                policy: &policy,
-                since,
-                retractions: true,
-                skip_author: (!peer_reset).then_some(*peer),
-                echo: echo.as_ref(),
-            },
-            batch,
-            emit,
-        )
+        let watermark = self.watermark_of(peer)?;
+        self.store.read(|r| {
+            let echo = match (peer_reset, watermark) {
+                (false, Some(w)) => Some(echo::load(
+                    r,
+                    peer,
+                    &data_encoding::HEXLOWER.encode(&w.epoch),
+                )?),
+                _ => None,
+            };
+            replica::export_facts(
+                r,
+                &replica::ExportSpec {
+                    policy: &policy,
+                    since,
+                    retractions: true,
+                    skip_author: (!peer_reset).then_some(*peer),
+                    echo: echo.as_ref(),
+                },
+                batch,
+                emit,
+            )
+        })
     }
 
     /// This node's log epoch as bytes (for a sync `Hello`).
@@ -527,7 +532,7 @@ impl Node {
     /// Our watermark of a peer's log: its epoch and the highest of its `seq`
     /// whose facts we applied (`None` before the first complete sync).
     pub fn watermark_of(&self, peer: &NodeId) -> Result<Option<Watermark>> {
-        Ok(match peers::watermark(&self.store, peer)? {
+        Ok(match self.store.read(|r| peers::watermark(r, peer))? {
             Some((Some(e), seq)) => {
                 let mut epoch = [0u8; 16];
                 let ok = e.len() == 32
@@ -552,12 +557,12 @@ impl Node {
 
     /// The `limit` latest refused facts, newest first.
     pub fn audit(&self, limit: usize) -> Result<Vec<AuditEntry>> {
-        replica::audit(&self.store, limit)
+        self.store.read(|r| replica::audit(r, limit))
     }
 
     /// The facts deferred until they can be applied.
     pub fn quarantined(&self) -> Result<Vec<DeferredInfo>> {
-        replica::deferred(&self.store)
+        self.store.read(|r| replica::deferred(r))
     }
 }
 
@@ -844,10 +849,16 @@ mod running_digest_tests {
                 policies.push(a.peer_policy(p).unwrap().unwrap());
             }
             for policy in policies {
-                let running = crate::store::digest::running_of(&a.store, &policy)
-                    .unwrap()
-                    .unwrap_or_else(|| panic!("{policy} has no running digest"));
-                let scan = compute_set_digest(&a.store, &policy).unwrap();
+                let (running, scan) = a
+                    .store
+                    .read(|r| {
+                        Ok((
+                            crate::store::digest::running_of(r, &policy)?,
+                            compute_set_digest(r, &policy)?,
+                        ))
+                    })
+                    .unwrap();
+                let running = running.unwrap_or_else(|| panic!("{policy} has no running digest"));
                 assert_eq!(running, scan, "seed {seed}, {policy}, after {step}");
             }
         };

@@ -19,7 +19,7 @@ impl Node {
     /// The ranking profile of `agent`.
     pub fn profile_show(&self, agent: &str) -> Result<ProfileWeights> {
         let agent = self.known_agent(agent)?;
-        ProfileWeights::load(&self.store, &agent)
+        self.store.read(|r| ProfileWeights::load(r, &agent))
     }
 
     /// Set weights in `agent`'s profile (others stay; a weight of 1 removes
@@ -68,7 +68,7 @@ impl Node {
 
     fn known_agent(&self, agent: &str) -> Result<AgentId> {
         let agent = AgentId::parse(agent)?;
-        if !org::agent_present(&self.store, &agent)? {
+        if !self.store.read(|r| org::agent_present(r, &agent))? {
             return Err(NodeError::unknown(UnknownKind::Agent, &agent));
         }
         Ok(agent)

@@ -47,12 +47,12 @@ impl Node {
 
     /// The read audit's settings.
     pub fn read_audit_config(&self) -> Result<ReadAuditConfig> {
-        let stored = reads::enabled(&self.store)?;
+        let stored = self.store.read(|r| reads::enabled(r))?;
         Ok(ReadAuditConfig {
             on: env_switch().unwrap_or(stored),
             stored,
             env: std::env::var(ENV).ok(),
-            retention_ms: reads::retention_ms(&self.store)?,
+            retention_ms: self.store.read(|r| reads::retention_ms(r))?,
         })
     }
 
@@ -75,7 +75,7 @@ impl Node {
         }
         let on = match env_switch() {
             Some(on) => on,
-            None => reads::enabled(&self.store).unwrap_or(false),
+            None => self.store.read(|r| reads::enabled(r)).unwrap_or(false),
         };
         if !on {
             return;
@@ -100,6 +100,7 @@ impl Node {
                     .map_err(|_| NodeError::BadInput(format!("malformed memory id {m:?}")))
             })
             .transpose()?;
-        reads::list(&self.store, agent, memory.as_ref(), since_ms, limit)
+        self.store
+            .read(|r| reads::list(r, agent, memory.as_ref(), since_ms, limit))
     }
 }

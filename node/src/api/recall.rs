@@ -100,7 +100,7 @@ impl Node {
         }
         let now = self.now_ms();
         let profile = match who.requester() {
-            Some(agent) => ProfileWeights::load(&self.store, agent)?,
+            Some(agent) => self.store.read(|r| ProfileWeights::load(r, agent))?,
             None => ProfileWeights::default(),
         };
         // The time a superseder must have started by to down-weight.
@@ -147,7 +147,7 @@ impl Node {
         // text changed since may have matched then, so it is a candidate too
         // (the gate below still decides; its text then is matched below).
         let changed = match opts.time.known_at_ms {
-            Some(t) => changed_since(store, t)?,
+            Some(t) => changed_since(&snapshot, t)?,
             None => Vec::new(),
         };
         let mut limit = (4 * k).max(50);
@@ -225,7 +225,7 @@ impl Node {
             let bm25: HashMap<MemoryId, f32> = lexical.iter().copied().collect();
             let cosine: HashMap<MemoryId, f32> = semantic.iter().copied().collect();
             let visible: Vec<_> = visible.into_iter().filter(|m| !m.archived).collect();
-            let in_time = time::view(store, who, visible, &opts.time, now)?;
+            let in_time = time::view(&snapshot, who, visible, &opts.time, now)?;
             // Each visible candidate's two scores, as of the query's time:
             // under --known-at a memory answers by its text then (the
             // indexes hold today's), so a memory edited since is scored
@@ -304,9 +304,9 @@ impl Node {
                 .enumerate()
                 .map(|(i, h)| (h.memory.id, i))
                 .collect();
-            let reached = resonance::spread(store, who, now, &seeds, &known, &opts.resonance)?;
+            let reached = resonance::spread(&snapshot, who, now, &seeds, &known, &opts.resonance)?;
             let in_time: HashMap<MemoryId, time::ValidTime> = time::view(
-                store,
+                &snapshot,
                 who,
                 reached.iter().map(|r| r.memory.clone()).collect(),
                 &opts.time,
@@ -614,12 +614,12 @@ impl Node {
         let except: Vec<MemoryId> = hits.iter().map(|h| h.memory.id).collect();
         let pinned = self.store.visible_pinned(who, &except, PACK_CORE, now)?;
         let profile = match who.requester() {
-            Some(agent) => ProfileWeights::load(&self.store, agent)?,
+            Some(agent) => ProfileWeights::load(&snapshot, agent)?,
             None => ProfileWeights::default(),
         };
         let at = opts.recall.time.valid_at_ms.unwrap_or(now);
         let mut out = Vec::new();
-        for (v, vt) in time::view(&self.store, who, pinned, &opts.recall.time, now)? {
+        for (v, vt) in time::view(&snapshot, who, pinned, &opts.recall.time, now)? {
             let mut explain = rank::score(
                 &v,
                 &Direct::default(),

@@ -82,7 +82,10 @@ impl Node {
     /// one runs as an older node would, and the one after may repair
     /// again), else whether to ask for one and why.
     pub fn repair_plan(&mut self, peer: &NodeId) -> Result<RepairPlan> {
-        let tried = peers::repair_state(&self.store, peer)?.is_some_and(|s| s.tried_unfinished);
+        let tried = self
+            .store
+            .read(|r| peers::repair_state(r, peer))?
+            .is_some_and(|s| s.tried_unfinished);
         if tried {
             self.store.write(|tx| peers::clear_repair_tried(tx, peer))?;
             return Ok(RepairPlan::Forbid);
@@ -103,7 +106,7 @@ impl Node {
 
     /// Whether the next session with `peer` should ask for a repair.
     pub fn repair_wanted(&self, peer: &NodeId) -> Result<Option<RepairReason>> {
-        let Some(s) = peers::repair_state(&self.store, peer)? else {
+        let Some(s) = self.store.read(|r| peers::repair_state(r, peer))? else {
             return Ok(None);
         };
         Ok(if s.asked {
@@ -122,7 +125,7 @@ impl Node {
 
     /// The repair columns of `peer`'s row.
     pub fn repair_state(&self, peer: &NodeId) -> Result<Option<peers::RepairState>> {
-        peers::repair_state(&self.store, peer)
+        self.store.read(|r| peers::repair_state(r, peer))
     }
 
     /// Ask for a repair in the next session with `peer`.

@@ -255,7 +255,9 @@ mod tests {
         let ids = node.add_many(items).unwrap();
         let me = node.node_id();
         type Row = (Vec<u8>, String, Vec<u8>, Vec<u8>);
-        let rows: Vec<Row> = crate::store::inspect::signed_rows(&node.store)
+        let rows: Vec<Row> = node
+            .store
+            .read(|r| crate::store::inspect::signed_rows(r))
             .unwrap()
             .into_iter()
             .map(|r| (r.id, r.content, r.content_fact, r.acl_fact))

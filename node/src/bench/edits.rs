@@ -58,24 +58,26 @@ fn text_of(node: &Node, id: &str) -> Result<String> {
 fn facts_since(from: &Node, since: i64) -> Result<(Vec<amos_protocol::Verified<SignedFact>>, u64)> {
     let mut out = Vec::new();
     let mut bytes = 0u64;
-    replica::export_facts(
-        &from.store,
-        &ExportSpec {
-            policy: &PeerPolicy::Full,
-            since,
-            retractions: true,
-            skip_author: None,
-            echo: None,
-        },
-        4096,
-        |batch| {
-            for b in batch {
-                bytes += b.len() as u64;
-                out.push(SignedFact::decode_verified(&b)?);
-            }
-            Ok(())
-        },
-    )?;
+    from.store.read(|r| {
+        replica::export_facts(
+            r,
+            &ExportSpec {
+                policy: &PeerPolicy::Full,
+                since,
+                retractions: true,
+                skip_author: None,
+                echo: None,
+            },
+            4096,
+            |batch| {
+                for b in batch {
+                    bytes += b.len() as u64;
+                    out.push(SignedFact::decode_verified(&b)?);
+                }
+                Ok(())
+            },
+        )
+    })?;
     Ok((out, bytes))
 }
 
@@ -228,7 +230,7 @@ pub fn run(dir: &std::path::Path, rounds: usize) -> Result<TextReport> {
         && final_a.matches("[b]").count() == rounds;
 
     let ratio = |node: &Node| -> Result<(f64, f64)> {
-        let (log, doc) = stored_bytes(&node.store, &mid)?;
+        let (log, doc) = node.store.read(|r| stored_bytes(r, &mid))?;
         let t = text_of(node, &id)?.len().max(1) as f64;
         Ok(((log + doc) as f64 / t, log as f64 / t))
     };

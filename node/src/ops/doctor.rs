@@ -130,7 +130,7 @@ pub fn run(node: &mut Node, probe_network: bool) -> Result<DoctorReport> {
     }
 
     // Store and index.
-    let integrity = status::quick_check(node.store())?;
+    let integrity = node.store().read(|r| status::quick_check(r))?;
     if integrity == "ok" {
         c.ok("database", "quick_check ok");
     } else {
@@ -255,7 +255,9 @@ pub fn clock_ahead_s(node: &Node) -> Result<Option<u64>> {
 }
 
 fn org_conflicts(node: &Node) -> Result<Vec<(String, String)>> {
-    Ok(status::org_origin_conflicts(node.store())?
+    Ok(node
+        .store()
+        .read(|r| status::org_origin_conflicts(r))?
         .into_iter()
         .map(|(register, peer)| {
             let peer = <[u8; 32]>::try_from(peer.as_slice())

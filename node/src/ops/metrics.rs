@@ -227,14 +227,17 @@ fn read_store(home: &Home) -> Result<StoreGauges> {
         })
         .sum();
     Ok(StoreGauges {
-        memories: status::live_memories(&store)?,
-        peers: status::peer_count(&store)?,
-        held_back: status::held_back(&store)?,
+        memories: store.read(|r| status::live_memories(r))?,
+        peers: store.read(|r| status::peer_count(r))?,
+        held_back: store.read(|r| status::held_back(r))?,
         index_lag,
         store_bytes,
-        refused_by_reason: grouped(status::audit_codes(&store)?, &Refusal::CODES),
-        quarantined_by_reason: grouped(status::deferred_codes(&store)?, &DeferReason::CODES),
-        recall: latency::read(&store)?,
+        refused_by_reason: grouped(store.read(|r| status::audit_codes(r))?, &Refusal::CODES),
+        quarantined_by_reason: grouped(
+            store.read(|r| status::deferred_codes(r))?,
+            &DeferReason::CODES,
+        ),
+        recall: store.read(|r| latency::read(r))?,
     })
 }
 

@@ -114,7 +114,7 @@ mod tests {
                 record(tx, RecallKind::Pack, Duration::from_micros(1_001))
             })
             .unwrap();
-        let h = read(&store).unwrap();
+        let h = store.read(|r| read(r)).unwrap();
         let (search, pack) = (&h[0], &h[1]);
         assert_eq!(search.kind, RecallKind::Search);
         assert_eq!(search.count, 6);
@@ -139,7 +139,7 @@ mod tests {
         let alice = node.requester("alice").unwrap();
         node.add(&alice, NewMemory::new("orion launch window".to_owned()))
             .unwrap();
-        let searches = |node: &Node| read(node.store()).unwrap()[0].count;
+        let searches = |node: &Node| node.store().read(|r| read(r)).unwrap()[0].count;
         assert_eq!(node.search(&alice, "orion", 10).unwrap().len(), 1);
         assert_eq!(searches(&node), 1);
 
@@ -160,6 +160,6 @@ mod tests {
         assert_eq!(searches(&node), 1, "the sample was dropped");
         node.pack(&alice, "orion", 100).unwrap();
         assert_eq!(searches(&node), 1, "a pack is not also a search");
-        assert_eq!(read(node.store()).unwrap()[1].count, 1);
+        assert_eq!(node.store().read(|r| read(r)).unwrap()[1].count, 1);
     }
 }

@@ -125,7 +125,9 @@ mod tests {
                 .unwrap();
         }
         let ids = |who| -> Vec<_> {
-            let mut v: Vec<_> = super::neighbours(node.store(), who, 0, &hub, 10)
+            let mut v: Vec<_> = node
+                .store()
+                .read(|r| super::neighbours(r, who, 0, &hub, 10))
                 .unwrap()
                 .into_iter()
                 .map(|(id, _)| id)

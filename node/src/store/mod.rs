@@ -9,10 +9,11 @@
 //!
 //! Every SQL statement of amos-node is in this folder (a layers test holds
 //! it there: `tests/tests/it/layers.rs`); the rest of the crate asks typed
-//! questions. Reads go through [`Readable`] — the store (each statement its
-//! own snapshot), a [`Store::read`] closure's [`Reader`] (one snapshot) or a
-//! write's [`Tx`] — and writes take a [`Tx`], made only by [`Store::write`]
-//! (one `BEGIN IMMEDIATE`). No raw connection leaves the store; every
+//! questions. Reads go through [`Readable`] — a [`Store::read`] closure's
+//! [`Reader`] or a held [`Snapshot`] (each one consistent snapshot), or a
+//! write's [`Tx`] (what it has written so far); the [`Store`] itself is not
+//! readable, so no caller reads outside a snapshot by accident — and writes
+//! take a [`Tx`], made only by [`Store::write`] (one `BEGIN IMMEDIATE`). No raw connection leaves the store; every
 //! connection to a store file is opened by `connect` (`connect.rs`).
 //!
 //! Invariant: every write runs in one `BEGIN IMMEDIATE` transaction, so many
@@ -195,10 +196,10 @@ impl Store {
 
     /// Run `f` inside one read transaction: everything it reads through
     /// the [`Reader`] is one consistent snapshot.
-    pub fn read<T>(&mut self, f: impl FnOnce(&Reader<'_>) -> Result<T>) -> Result<T> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Deferred)?;
+    /// Fails if a transaction is already open on this store (a
+    /// [`Store::snapshot`] held: read through it instead).
+    pub fn read<T>(&self, f: impl FnOnce(&Reader<'_>) -> Result<T>) -> Result<T> {
+        let tx = self.conn.unchecked_transaction()?;
         let out = f(&Reader { conn: &tx })?;
         tx.commit()?;
         Ok(out)
@@ -228,9 +229,9 @@ impl Store {
     }
 }
 
-/// What the store is read through: the [`Store`] itself (each statement
-/// on its own snapshot), a [`Store::read`] closure's connection (one
-/// snapshot) or a write's [`Tx`] (what it has written so far). Sealed: only
+/// What the store is read through: a [`Store::read`] closure's [`Reader`]
+/// or a held [`Snapshot`] (one consistent snapshot each), or a write's
+/// [`Tx`] (what it has written so far). Sealed: only
 /// the store implements it, and only the store reaches the connection.
 pub trait Readable {
     #[doc(hidden)]
@@ -270,11 +271,9 @@ impl Snapshot<'_> {
     }
 }
 
-/// Outside a [`Store::read`] or `Store::snapshot`, each statement read
-/// through the store is its own snapshot.
-impl Readable for Store {
+impl Readable for Snapshot<'_> {
     fn connection(&self, _: sealed::Key) -> &Connection {
-        &self.conn
+        &self.0
     }
 }
 

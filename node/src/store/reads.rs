@@ -174,9 +174,13 @@ mod tests {
         let m = MemoryId([1; 16]);
         record(&store, 10_000, "alice", &[m], "cli", "get").unwrap();
         record(&store, 10_500, "bob", &[m], "cli", "get").unwrap();
-        assert_eq!(list(&store, None, None, None, 10).unwrap().len(), 2);
+        assert_eq!(
+            store.read(|r| list(r, None, None, None, 10)).unwrap().len(),
+            2
+        );
         record(&store, 11_200, "carol", &[m], "mcp", "search").unwrap();
-        let left: Vec<String> = list(&store, None, None, None, 10)
+        let left: Vec<String> = store
+            .read(|r| list(r, None, None, None, 10))
             .unwrap()
             .into_iter()
             .map(|r| r.agent)

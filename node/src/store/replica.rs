@@ -703,12 +703,8 @@ pub fn export_facts(
 }
 
 /// The convergence digest over the facts `policy` admits now (`Full` = all).
-pub fn digest(
-    conn: &(impl super::Readable + ?Sized),
-    policy: &PeerPolicy,
-) -> Result<(String, usize)> {
-    let conn = super::sql(conn);
-    let (d, n) = digest_bytes(conn, policy)?;
+pub fn digest(store: &super::Store, policy: &PeerPolicy) -> Result<(String, usize)> {
+    let (d, n) = digest_bytes(store, policy)?;
     Ok((amos_sync::digest::to_hex(&d), n))
 }
 
@@ -718,11 +714,8 @@ pub fn digest(
 /// sync reads it instead of scanning the store. The cache is the store's
 /// own: a read may fill it (best effort, never replicated, never moving
 /// `seq`), which is why only the store reaches the connection it writes on.
-pub fn digest_bytes(
-    conn: &(impl super::Readable + ?Sized),
-    policy: &PeerPolicy,
-) -> Result<([u8; 32], usize)> {
-    let conn = super::sql(conn);
+pub fn digest_bytes(store: &super::Store, policy: &PeerPolicy) -> Result<([u8; 32], usize)> {
+    let conn = store.conn();
     let key = policy.to_string();
     let seq = crate::store::max_seq(conn)?;
     let cached: Option<(i64, Vec<u8>, i64)> = conn
@@ -780,11 +773,8 @@ fn compute_digest(conn: &Connection, policy: &PeerPolicy) -> Result<([u8; 32], u
 /// kept from then on by every write (`store::digest`), both in one write
 /// transaction; when this connection is already inside a transaction, the
 /// scan is returned and nothing is kept.
-pub fn set_digest_bytes(
-    conn: &(impl super::Readable + ?Sized),
-    policy: &PeerPolicy,
-) -> Result<([u8; 32], usize)> {
-    let conn = super::sql(conn);
+pub fn set_digest_bytes(store: &super::Store, policy: &PeerPolicy) -> Result<([u8; 32], usize)> {
+    let conn = store.conn();
     let key = policy.to_string();
     if let Some(d) = super::digest::running(conn, &key)? {
         return Ok(d.finish_bytes());

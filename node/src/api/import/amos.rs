@@ -67,7 +67,7 @@ impl Node {
         let who = self.requester(agent)?;
         let owner = AgentId::parse(agent)?;
         let now = self.now_ms();
-        let ids = moves::owned_live(&self.store, &owner, None)?;
+        let ids = self.store.read(|r| moves::owned_live(r, &owner, None))?;
         let mut lines = vec![json!({
             "kind": KIND,
             "version": VERSION,
@@ -109,7 +109,7 @@ impl Node {
         }
         // A link is an id of another memory: only those whose other end
         // the agent may see too leave (the gate, as for the memories).
-        let mut links = moves::links_from(&self.store, &shown)?;
+        let mut links = self.store.read(|r| moves::links_from(r, &shown))?;
         let mut ends: Vec<_> = links.iter().map(|l| l.to).collect();
         ends.sort();
         ends.dedup();
@@ -127,7 +127,7 @@ impl Node {
                 "weight": l.weight,
             }));
         }
-        let profile = ProfileWeights::load(&self.store, &owner)?;
+        let profile = self.store.read(|r| ProfileWeights::load(r, &owner))?;
         let has_profile = !profile.is_empty();
         if has_profile {
             lines.push(json!({"kind": "profile", "agent": owner.as_str(), "weights": profile}));
@@ -154,7 +154,10 @@ impl Node {
     /// one transaction.
     pub fn forget_agent(&mut self, agent: &str) -> Result<ForgetReport> {
         let owner = AgentId::parse(agent)?;
-        if !crate::store::org::agent_present(&self.store, &owner)? {
+        if !self
+            .store
+            .read(|r| crate::store::org::agent_present(r, &owner))?
+        {
             return Err(NodeError::unknown(UnknownKind::Agent, &owner));
         }
         let me = self.node_id();

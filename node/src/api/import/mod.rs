@@ -878,7 +878,7 @@ impl Node {
     /// an agent, team or project that exists here, as for `amos add`.
     pub fn check_share(&self, scopes: &[Scope]) -> Result<()> {
         for s in scopes {
-            Self::check_grant_target(&self.store, s)?;
+            self.store.read(|r| Self::check_grant_target(r, s))?;
         }
         Ok(())
     }
@@ -1015,7 +1015,9 @@ mod tests {
             )
             .unwrap();
         assert_eq!(report.memories, 301);
-        let rows: Vec<(String, Vec<u8>, Vec<u8>)> = crate::store::inspect::signed_rows(&node.store)
+        let rows: Vec<(String, Vec<u8>, Vec<u8>)> = node
+            .store
+            .read(|r| crate::store::inspect::signed_rows(r))
             .unwrap()
             .into_iter()
             .map(|r| (r.content, r.content_fact, r.acl_fact))
