@@ -122,6 +122,10 @@ struct Held {
     pending: Option<BTreeSet<MemoryId>>,
     /// The nonce the file pair was written with (or `[0; 16]`: never saved).
     nonce: [u8; 16],
+    /// Made by a rebuild: its next save replaces the files without taking
+    /// up what they hold. Every other table, a fresh one included, merges
+    /// a pair another process saved since (`persist`).
+    discards_saved: bool,
     /// The state file as it was when this table was loaded or saved.
     seen: Option<FileStamp>,
     unsaved: u64,
@@ -154,6 +158,7 @@ impl Held {
             owner_of: HashMap::new(),
             pending: None,
             nonce: [0; 16],
+            discards_saved: false,
             seen: None,
             unsaved: 0,
         }
@@ -289,7 +294,9 @@ impl EncodedIndex {
                 Some(h) => h,
                 None => {
                     out.rebuilt = true;
-                    Held::fresh(&model, epoch, encoder.dims())
+                    let mut fresh = Held::fresh(&model, epoch, encoder.dims());
+                    fresh.discards_saved = force_rebuild;
+                    fresh
                 }
             },
         };
@@ -545,7 +552,7 @@ impl EncodedIndex {
         let _guard = lock(&self.lock_path)?;
         if let Some(theirs) = self.file_nonce()
             && theirs != held.nonce
-            && held.nonce != [0; 16]
+            && !held.discards_saved
             && let Some(mut newer) = self.load_unlocked()
             && newer.provenance.model == held.provenance.model
             && newer.provenance.epoch == held.provenance.epoch
@@ -587,6 +594,7 @@ impl EncodedIndex {
         })?;
         drop(image);
         held.nonce = nonce;
+        held.discards_saved = false;
         held.seen = self.stamp();
         held.unsaved = 0;
         // Search the file from now on: the table built here is freed for the map.
@@ -627,6 +635,7 @@ impl EncodedIndex {
             owner_of,
             pending: None,
             nonce,
+            discards_saved: false,
             seen: stamp,
             unsaved: 0,
         })
@@ -827,6 +836,41 @@ mod tests {
         assert_eq!(found.len(), 2, "{found:?}");
         let nobody = vec!["team:nobody".to_owned()];
         assert!(c.search(&q, Some(&nobody), &[], 2).unwrap().is_empty());
+    }
+
+    /// A process that found no files and made a fresh table still takes up
+    /// a pair another process saved meanwhile (the first creation raced:
+    /// its save replaced the other's work); only a rebuild replaces them.
+    #[test]
+    fn a_fresh_table_saved_after_another_process_saved_keeps_its_work() {
+        let (_dir, home, mut node, who) = crate::api::node::test_node("ann");
+        let id = node
+            .add_many(vec![(
+                &who,
+                crate::api::NewMemory::new("payroll corrections go to the pay desk".to_owned()),
+            )])
+            .unwrap()[0];
+        let enc = Encoder::builtin().unwrap();
+        let store = &mut node.store;
+        let epoch = store.epoch().unwrap();
+        // B saves a pair with the memory encoded.
+        let mut b = EncodedIndex::open(&home).unwrap();
+        b.catch_up(store, enc).unwrap();
+        assert_eq!(b.encode_ids(store, enc, &[id]).unwrap().len(), 1);
+        // A had found no files before B's first save: its table is fresh.
+        let a = EncodedIndex::open(&home).unwrap();
+        let mut held = Held::fresh(enc.name(), epoch.clone(), enc.dims());
+        a.persist(&mut held).unwrap();
+        let mut c = EncodedIndex::open(&home).unwrap();
+        c.catch_up(store, enc).unwrap();
+        assert_eq!(c.progress(store).unwrap().pending, 0, "B's work kept");
+        // A rebuild's table replaces the pair: everything pending again.
+        let mut held = Held::fresh(enc.name(), epoch, enc.dims());
+        held.discards_saved = true;
+        a.persist(&mut held).unwrap();
+        let mut d = EncodedIndex::open(&home).unwrap();
+        d.catch_up(store, enc).unwrap();
+        assert_eq!(d.progress(store).unwrap().pending, 1, "a rebuild drops it");
     }
 
     /// A catch-up saves the files by a share of what is encoded, not every
