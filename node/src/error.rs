@@ -209,15 +209,18 @@ pub enum Rule {
 }
 
 impl Rule {
-    /// The stable code: `not_owner`, `org_origin`, … (snake case, never
-    /// renamed).
+    /// The stable code: `not_owner`, `org_not_origin`, … (snake case, never
+    /// renamed). A rule the sync gate also enforces on a peer's facts has
+    /// the gate's code ([`amos_sync::Refusal::code`], what the audit log
+    /// says), so one refusal has one code wherever it is met.
     pub fn code(self) -> &'static str {
+        use amos_sync::Refusal;
         match self {
             Rule::NotOwner => "not_owner",
-            Rule::MemoryOrigin => "memory_origin",
+            Rule::MemoryOrigin => Refusal::NotOrigin.code(),
             Rule::NotAFullPeer => "not_a_full_peer",
-            Rule::OrgOrigin => "org_origin",
-            Rule::NotAPeer => "not_a_peer",
+            Rule::OrgOrigin => Refusal::OrgNotOrigin(String::new()).code(),
+            Rule::NotAPeer => Refusal::UnknownPeer.code(),
             Rule::WrongRecipient => "wrong_recipient",
             Rule::StoreNotEmpty => "store_not_empty",
             Rule::PairWithSelf => "pair_with_self",
@@ -358,6 +361,12 @@ mod tests {
         let codes: std::collections::HashSet<&str> = all.iter().map(|r| r.code()).collect();
         assert_eq!(codes.len(), all.len(), "two rules share a code");
         assert_eq!(Rule::NotOwner.code(), "not_owner");
-        assert_eq!(Rule::OrgOrigin.code(), "org_origin");
+        // The rules the sync gate shares keep the audit log's codes.
+        assert_eq!(Rule::MemoryOrigin.code(), "not_origin");
+        assert_eq!(Rule::OrgOrigin.code(), "org_not_origin");
+        assert_eq!(Rule::NotAPeer.code(), "unknown_peer");
+        for r in [Rule::MemoryOrigin, Rule::OrgOrigin, Rule::NotAPeer] {
+            assert!(amos_sync::Refusal::CODES.contains(&r.code()), "{r:?}");
+        }
     }
 }
