@@ -362,15 +362,20 @@ fn join_as_an_agent_makes_it_a_member_of_the_invites_team() {
     );
     let _server = Server::start(a.path());
 
-    // b pairs as bob: the inviter adds bob to apollo in the accepting
+    // b, a fresh joiner with no agent at all, pairs as bob: `--as bob`
+    // registers bob on b, the inviter adds bob to apollo in the accepting
     // transaction, and the membership (authored by a) reaches b with the
-    // first sync under the team:apollo policy.
+    // first sync under the team:apollo policy. (An agent registered
+    // before: first_hour::join_as_keeps_a_registered_agent_and_registers_offline.)
     let b = Home::new();
-    b.ok(&["agent", "add", "bob"]);
     let joined = b.json(&["join", &invite(&a, &[]), "--as", "bob"]);
     assert_eq!(joined["first_sync"]["result"], "ok", "{joined}");
     assert_eq!(joined["agent"], "bob");
+    assert_eq!(joined["registered"], "bob", "{joined}");
     assert_eq!(joined["member_of"], serde_json::json!(["team:apollo"]));
+    let agents = b.json(&["agent", "list"])["agents"].clone();
+    assert_eq!(agents[0]["id"], "bob", "{agents}");
+    assert_eq!(agents[0]["teams"], serde_json::json!(["apollo"]), "{agents}");
     assert_eq!(team_members(&a, "apollo"), vec!["alice", "bob"]);
     assert_eq!(team_members(&b, "apollo"), vec!["alice", "bob"]);
     assert_eq!(
@@ -390,7 +395,7 @@ fn join_as_an_agent_makes_it_a_member_of_the_invites_team() {
     assert_eq!(team_members(&a, "apollo"), vec!["alice", "bob"]);
 
     // The agent must be a well-formed id (a join registers it on the
-    // joiner when it is not yet: first_hour::join_as_registers_the_agent).
+    // joiner when it is not yet: see the fresh joiner b above).
     let d = Home::new();
     let code = invite(&a, &[]);
     let r = d.run(&["join", &code, "--as", "No Body"]);
