@@ -18,6 +18,15 @@ import threading
 
 import pytest
 
+# CrewAI (tests/test_crewai.py) sends no telemetry and keeps no trace: no
+# network, and no five-second wait per memory flow run outside a crew.
+for _flag, _value in {
+    "CREWAI_DISABLE_TELEMETRY": "true",
+    "CREWAI_TRACING_ENABLED": "false",
+    "OTEL_SDK_DISABLED": "true",
+}.items():
+    os.environ.setdefault(_flag, _value)
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
