@@ -33,6 +33,7 @@ mod pairing;
 mod peer_rows;
 mod progress;
 mod push;
+mod python;
 mod read_audit;
 mod readme;
 mod recall_engine;
