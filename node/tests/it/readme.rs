@@ -58,6 +58,10 @@ const NOT_RUN: &[(&str, &str)] = &[
         "a release build verifying 300k signed facts: a benchmark, not a check",
     ),
     (
+        "pip install ./python",
+        "a release build of the Python extension into the machine's Python; .ci/run builds and installs it (dev profile) and node/tests/it/python.rs runs its pytest suite",
+    ),
+    (
         "curl -s http://127.0.0.1:9464/metrics",
         "not amos: right after `amos serve --metrics` this test fetches /metrics and /healthz itself, on the port it chose",
     ),
