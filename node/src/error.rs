@@ -149,6 +149,8 @@ pub enum UnknownKind {
     Project,
     /// A registered peer node.
     Peer,
+    /// A working context an agent parked (`amos context offload`).
+    Context,
 }
 
 impl UnknownKind {
@@ -159,6 +161,7 @@ impl UnknownKind {
             UnknownKind::Team => "team",
             UnknownKind::Project => "project",
             UnknownKind::Peer => "peer",
+            UnknownKind::Context => "context",
         }
     }
 }

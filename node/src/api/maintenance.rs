@@ -9,6 +9,7 @@
 use crate::error::Rule;
 use std::path::Path;
 
+use amos_acl::AuthorizedScopes;
 use amos_protocol::{FactBody, Hlc, LinkFact, MemoryId, Relation};
 use rand::RngExt;
 use serde::Serialize;
@@ -154,6 +155,9 @@ pub struct HygieneReport {
     /// One per memory.
     pub actions: Vec<HygieneAction>,
 }
+
+/// A consolidation's merge: (source, survivor).
+type Merge = (MemoryId, MemoryId);
 
 /// The relation of the link from a consolidation's survivor to each source.
 pub const CONSOLIDATES: &str = "consolidates";
@@ -501,11 +505,65 @@ impl Node {
     /// tombstoned. Pinned memories are never sources.
     /// Dry run unless `apply`.
     pub fn consolidate(&mut self, apply: bool) -> Result<HygieneReport> {
+        let rows = self.store.read(|r| hygiene::consolidation_candidates(r))?;
+        let (merges, actions) = self.plan_consolidation(rows)?;
+        if apply && !merges.is_empty() {
+            let relation = Relation::parse(CONSOLIDATES)?;
+            self.commit(|tx| {
+                let mut bodies = Vec::new();
+                for (source, keep) in &merges {
+                    tx.set_archived(source, true)?;
+                    bodies.push(FactBody::Link(LinkFact {
+                        from: *keep,
+                        to: *source,
+                        relation: relation.clone(),
+                        weight: 1.0,
+                        present: true,
+                    }));
+                }
+                Ok((bodies, ()))
+            })?;
+        }
+        Ok(HygieneReport {
+            applied: apply,
+            actions,
+        })
+    }
+
+    /// What [`Node::consolidate`] would merge among the memories `who` may
+    /// see, and nothing else (MCP `memory_consolidate`): always a dry run.
+    /// The gate runs before the grouping, so a memory `who` cannot see is
+    /// neither a source, nor a survivor, nor counted.
+    pub fn consolidation_preview(&self, who: &AuthorizedScopes) -> Result<HygieneReport> {
+        let rows = self.store.read(|r| hygiene::consolidation_candidates(r))?;
+        let ids: Vec<MemoryId> = rows.iter().map(|r| r.id).collect();
+        let visible: std::collections::HashSet<MemoryId> = self
+            .store
+            .visible(who, &ids, self.now_ms())?
+            .iter()
+            .map(|m| m.id())
+            .collect();
+        let rows = rows
+            .into_iter()
+            .filter(|r| visible.contains(&r.id))
+            .collect();
+        let (_, actions) = self.plan_consolidation(rows)?;
+        Ok(HygieneReport {
+            applied: false,
+            actions,
+        })
+    }
+
+    /// The merges (source, survivor) among `rows`, and their report lines.
+    fn plan_consolidation(
+        &self,
+        rows: Vec<hygiene::ConsolidationCandidate>,
+    ) -> Result<(Vec<Merge>, Vec<HygieneAction>)> {
         let mut ids = Vec::new();
         let mut groups = Vec::new();
         let mut norms = Vec::new();
         let mut pinned = Vec::new();
-        for row in self.store.read(|r| hygiene::consolidation_candidates(r))? {
+        for row in rows {
             let id = row.id;
             let content = row.content;
             ids.push(id);
@@ -541,27 +599,7 @@ impl Node {
                 into: Some(ids[keep].to_string()),
             });
         }
-        if apply && !merges.is_empty() {
-            let relation = Relation::parse(CONSOLIDATES)?;
-            self.commit(|tx| {
-                let mut bodies = Vec::new();
-                for (source, keep) in &merges {
-                    tx.set_archived(source, true)?;
-                    bodies.push(FactBody::Link(LinkFact {
-                        from: *keep,
-                        to: *source,
-                        relation: relation.clone(),
-                        weight: 1.0,
-                        present: true,
-                    }));
-                }
-                Ok((bodies, ()))
-            })?;
-        }
-        Ok(HygieneReport {
-            applied: apply,
-            actions,
-        })
+        Ok((merges, actions))
     }
 
     /// Whether `source` was already merged into `keep` by a consolidation.
@@ -591,5 +629,45 @@ impl Node {
             applied: apply,
             actions,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::api::memories::NewMemory;
+    use crate::api::node::test_node;
+
+    #[test]
+    fn a_consolidation_preview_shows_only_what_its_agent_sees_and_changes_nothing() {
+        let (_d, _home, mut node, alice) = test_node("alice");
+        node.agent_add("bob", "test", &[]).unwrap();
+        let bob = node.requester("bob").unwrap();
+        let a1 = node
+            .add(&alice, NewMemory::new("alice's secret plan for friday"))
+            .unwrap();
+        let a2 = node
+            .add(&alice, NewMemory::new("alice's secret plan for friday"))
+            .unwrap();
+        let b1 = node
+            .add(&bob, NewMemory::new("bob restarts the queue at noon"))
+            .unwrap();
+        let b2 = node
+            .add(&bob, NewMemory::new("bob restarts the queue at noon"))
+            .unwrap();
+        let seq = node.store().max_seq().unwrap();
+        let ids = |who| -> Vec<(String, Option<String>)> {
+            let r = node.consolidation_preview(who).unwrap();
+            assert!(!r.applied);
+            r.actions.into_iter().map(|a| (a.id, a.into)).collect()
+        };
+        assert_eq!(ids(&bob), vec![(b2.to_string(), Some(b1.to_string()))]);
+        assert_eq!(ids(&alice), vec![(a2.to_string(), Some(a1.to_string()))]);
+        assert_eq!(
+            node.store().max_seq().unwrap(),
+            seq,
+            "a dry run writes nothing"
+        );
+        // The operator's run sees both.
+        assert_eq!(node.consolidate(false).unwrap().actions.len(), 2);
     }
 }

@@ -3,7 +3,8 @@
 //! ([`memories`]), the org graph ([`org`]), the signing pipeline of local
 //! writes ([`signing`]), text
 //! editing and history ([`edits`]), recall ([`recall`]), the timeline
-//! ([`time`]), profiles
+//! ([`time`]), what changed for an agent since a time ([`changes`]),
+//! parked working contexts ([`context`]), profiles
 //! ([`profile`]), peers and replication ([`peers`]), range-based repair ([`repair`]),
 //! versioned sessions ([`compat`]), pairing
 //! ([`pairing`]), bundles ([`bundles`]), maintenance ([`maintenance`]) and
@@ -16,7 +17,9 @@
 //! gate) in `amos-acl` and `amos-sync`. Nothing here opens a socket.
 
 pub(crate) mod bundles;
+pub(crate) mod changes;
 pub(crate) mod compat;
+pub(crate) mod context;
 pub(crate) mod edits;
 pub mod import;
 pub(crate) mod links;
@@ -35,6 +38,11 @@ pub(crate) mod time;
 
 pub use crate::clock::{parse_expiry, parse_time};
 pub use bundles::{ExportReport, ImportReport};
+pub use changes::{Change, ChangeKind, Changes};
+pub use context::{
+    CONTEXT_DEFAULT_TTL_MS, CONTEXT_MAX_BYTES, CONTEXT_MAX_TTL_MS, CONTEXT_NAME_MAX, CONTEXT_TYPE,
+    ContextSummary, ParkedContext, check_context_name,
+};
 pub use edits::{DEFAULT_COMPACT_BYTES, HistoryLine};
 pub use links::LinkView;
 pub use maintenance::{

@@ -33,6 +33,7 @@ mod connect;
 pub(crate) mod digest;
 pub(crate) mod echo;
 pub(crate) mod foreign;
+pub(crate) mod history;
 pub(crate) mod hygiene;
 #[cfg(any(test, feature = "inspect"))]
 pub mod inspect;
@@ -479,6 +480,14 @@ impl Tx<'_> {
             FactBody::MemoryAcl(m) => {
                 let effective = effect.effective().unwrap_or(&m.grants);
                 let ever = self.grants_ever_with(&m.id, effective)?;
+                let before = history::current(tx, &m.id)?;
+                history::note_change(
+                    tx,
+                    &m.id,
+                    before,
+                    fact.fact.clock.wall_ms,
+                    (&join_grants(effective), effect.owner_trusted(), false),
+                )?;
                 tx.prepare_cached(
                     "INSERT INTO memories(id, owner, origin, created_ms, grants, effective, acl_v,
                         acl_fact, seq, touched, owner_trusted, grants_ever)
@@ -508,6 +517,14 @@ impl Tx<'_> {
                 }
             }
             FactBody::MemoryTombstone(m) => {
+                let before = history::current(tx, &m.id)?;
+                history::note_change(
+                    tx,
+                    &m.id,
+                    before,
+                    fact.fact.clock.wall_ms,
+                    ("", false, true),
+                )?;
                 tx.prepare_cached(
                     "INSERT INTO memories(id, owner, origin, created_ms, tombstone_fact, seq, touched,
                         owner_trusted)
@@ -683,6 +700,16 @@ impl Tx<'_> {
             .touch(&self.tx, digest::RowKey::Memory(id.0.to_vec()))?;
         let seq = self.next_seq()?;
         let ever = self.grants_ever_with(id, effective)?;
+        // No fact stamps a re-judged standing: it ends now, by this
+        // machine's clock.
+        let before = history::current(&self.tx, id)?;
+        history::note_change(
+            &self.tx,
+            id,
+            before,
+            crate::clock::WallClock::now_ms(&crate::clock::SystemClock),
+            (&join_grants(effective), owner_trusted, false),
+        )?;
         self.tx
             .prepare_cached(
                 "UPDATE memories SET effective = ?2, owner_trusted = ?3, grants_ever = ?4,

@@ -3,7 +3,7 @@
 
 use amos_acl::{OrgGraph, ProjectState, TeamState};
 use amos_protocol::{AgentId, OrgScope, ProjectId, TeamId};
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use crate::error::Result;
@@ -45,6 +45,71 @@ impl<R: super::Readable + ?Sized> OrgGraph for StoredOrg<'_, R> {
             return Vec::new();
         };
         let Ok(rows) = stmt.query_map([agent.as_str()], |r| r.get::<_, String>(0)) else {
+            return Vec::new();
+        };
+        rows.filter_map(|r| r.ok())
+            .filter_map(|s| parse_org_scope(&s))
+            .collect()
+    }
+}
+
+/// The org graph as it stood at a past time `T` (ms), as far as the store
+/// can tell without a history of it: a team, project or membership whose
+/// record was last written after `T` is taken as absent then (its state
+/// at `T` is not known). So every scope [`AuthorizedScopes::for_agent`]
+/// grants over it was granted at `T` too — never one more (what
+/// `changes_since` needs to say an agent could see a memory then).
+///
+/// [`AuthorizedScopes::for_agent`]: amos_acl::AuthorizedScopes::for_agent
+pub struct StoredOrgAt<'c, R: super::Readable + ?Sized>(pub &'c R, pub u64);
+
+impl<R: super::Readable + ?Sized> StoredOrgAt<'_, R> {
+    /// Sort keys below this are clocks of wall time `T` or earlier.
+    fn bound(&self) -> Vec<u8> {
+        self.1.saturating_add(1).to_be_bytes().to_vec()
+    }
+}
+
+impl<R: super::Readable + ?Sized> OrgGraph for StoredOrgAt<'_, R> {
+    fn team(&self, id: &TeamId) -> Option<TeamState> {
+        super::sql(self.0)
+            .prepare_cached("SELECT present FROM teams WHERE id = ?1 AND v < ?2")
+            .and_then(|mut s| {
+                s.query_row(params![id.as_str(), self.bound()], |r| r.get(0))
+                    .optional()
+            })
+            .ok()
+            .flatten()
+            .map(|present| TeamState { present })
+    }
+
+    fn project(&self, id: &ProjectId) -> Option<ProjectState> {
+        let row: Option<(String, bool)> = super::sql(self.0)
+            .prepare_cached("SELECT team, present FROM projects WHERE id = ?1 AND v < ?2")
+            .and_then(|mut s| {
+                s.query_row(params![id.as_str(), self.bound()], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .optional()
+            })
+            .ok()
+            .flatten();
+        let (team, present) = row?;
+        Some(ProjectState {
+            team: TeamId::parse(&team).ok()?,
+            present,
+        })
+    }
+
+    fn memberships_of(&self, agent: &AgentId) -> Vec<OrgScope> {
+        let Ok(mut stmt) = super::sql(self.0).prepare_cached(
+            "SELECT scope FROM memberships WHERE agent = ?1 AND present = 1 AND v < ?2",
+        ) else {
+            return Vec::new();
+        };
+        let Ok(rows) = stmt.query_map(params![agent.as_str(), self.bound()], |r| {
+            r.get::<_, String>(0)
+        }) else {
             return Vec::new();
         };
         rows.filter_map(|r| r.ok())

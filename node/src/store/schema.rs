@@ -353,6 +353,19 @@ const MIGRATIONS: &[&str] = &[
         facts  INTEGER NOT NULL
     ) STRICT;
     "#,
+    // v(n): the grant history (local-only, store::history, docs/design.md
+    // §12.3): a memory's standing here before each change of it, and when
+    // that standing ended; `changes_since` reads it.
+    r#"
+    CREATE TABLE grant_history (
+        memory        BLOB NOT NULL,
+        until_ms      INTEGER NOT NULL,
+        effective     TEXT NOT NULL,
+        owner_trusted INTEGER NOT NULL
+    ) STRICT;
+    CREATE INDEX grant_history_memory ON grant_history(memory, until_ms);
+    CREATE INDEX grant_history_until ON grant_history(until_ms);
+    "#,
 ];
 
 /// The schema version this binary writes.
