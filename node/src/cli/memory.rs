@@ -455,7 +455,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: MemoryCmd) -> Result<()> {
 }
 
 /// A text argument; `-` reads stdin.
-fn text_arg(text: String) -> Result<String> {
+pub(super) fn text_arg(text: String) -> Result<String> {
     if text != "-" {
         return Ok(text);
     }

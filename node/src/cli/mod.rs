@@ -5,6 +5,7 @@
 //! a handler turns arguments into one node call and prints the answer.
 
 mod audit;
+mod context;
 mod demo;
 mod eval;
 mod maintenance;
@@ -99,6 +100,8 @@ enum Cmd {
     #[command(flatten)]
     Recall(recall::RecallCmd),
     #[command(flatten)]
+    Context(context::ContextCmd),
+    #[command(flatten)]
     Moves(moves::MovesCmd),
     #[command(flatten)]
     Replication(mesh::ReplicationCmd),
@@ -112,7 +115,7 @@ enum Cmd {
 
 /// The order `amos --help` lists the commands in (docs/cli.md's order, not
 /// the groups'). A command missing here is listed after these.
-const HELP_ORDER: [&str; 47] = [
+const HELP_ORDER: [&str; 49] = [
     "init",
     "id",
     "status",
@@ -127,6 +130,7 @@ const HELP_ORDER: [&str; 47] = [
     "add",
     "supersede",
     "timeline",
+    "changes",
     "get",
     "search",
     "pack",
@@ -144,6 +148,7 @@ const HELP_ORDER: [&str; 47] = [
     "retention",
     "restore-memory",
     "list",
+    "context",
     "digest",
     "peers",
     "serve",
@@ -294,6 +299,7 @@ fn run(cli: Cli) -> Result<()> {
         // The rest open the home first (exit 2 if it is not one).
         Cmd::Org(cmd) => org::run(&mut Node::open(&home)?, &out, cmd),
         Cmd::Memory(cmd) => memory::run(&mut Node::open(&home)?, &out, cmd),
+        Cmd::Context(cmd) => context::run(&mut Node::open(&home)?, &out, cmd),
         Cmd::Recall(cmd) => recall::run(&mut Node::open(&home)?, &out, cmd),
         Cmd::Moves(cmd) => moves::run(&mut Node::open(&home)?, &out, cmd),
         Cmd::Auditing(cmd) => audit::run(&mut Node::open(&home)?, &out, cmd),

@@ -3,9 +3,13 @@
 //! `AMOS_AGENT` the server was started with — through the same node API and
 //! gate as the CLI: this module parses arguments, calls [`Node`], and
 //! renders results with [`crate::front::view`]; it holds no memory logic of its own.
+//! Each tool carries its annotations (what it does to the store) and an
+//! output schema its `structuredContent` fits; the memories the agent may
+//! see are resources, `amos://memory/{id}`, read through the same gate.
 //!
 //! Invariant: a memory the agent cannot see is answered exactly like a
-//! missing one, by every tool ("no such memory").
+//! missing one, by every tool and `resources/read` ("no such memory"), and
+//! is never listed.
 //! Invariant: a bad argument is a tool error (`isError: true`) with a
 //! one-line message, and changes nothing; the server keeps serving.
 //! Boundary: stdout carries only protocol messages; logs go to stderr.
@@ -14,7 +18,9 @@ use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+    ResourceContents, ResourceTemplate, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
@@ -71,10 +77,7 @@ impl MemoryServer {
     /// Run one tool call to completion (blocking): the one entry point the
     /// protocol handler and the tests use.
     pub fn call(&self, name: &str, args: Map<String, Value>) -> ToolOutcome {
-        let mut node = match self.node.lock() {
-            Ok(n) => n,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut node = self.locked();
         let r = node
             .requester(&self.agent)
             .and_then(|who| dispatch(&mut node, &who, name, args));
@@ -90,6 +93,60 @@ impl MemoryServer {
                 structured: None,
             },
         }
+    }
+}
+
+/// The URI of a memory as a resource: `amos://memory/{id}`.
+pub const MEMORY_URI: &str = "amos://memory/";
+
+/// Memories per page of `resources/list`.
+const RESOURCES_PAGE: usize = 100;
+
+impl MemoryServer {
+    fn locked(&self) -> std::sync::MutexGuard<'_, Node> {
+        match self.node.lock() {
+            Ok(n) => n,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// `resources/read`: the memory object (JSON) of `amos://memory/{id}`,
+    /// if the agent may see it. A memory it cannot see is `NoSuchMemory`,
+    /// exactly as a missing one.
+    pub fn read_memory(&self, uri: &str) -> Result<String> {
+        let Some(id) = uri.strip_prefix(MEMORY_URI) else {
+            return Err(NodeError::BadInput(format!(
+                "unknown resource {uri:?}: amos serves {MEMORY_URI}{{id}}"
+            )));
+        };
+        let node = self.locked();
+        let who = node.requester(&self.agent)?;
+        let m = node.get(&who, id)?;
+        Ok(view::memory_json(&m).to_string())
+    }
+
+    /// `resources/list`: one page of the memories the agent may see,
+    /// newest first, from `offset`: (uri, title) each, and whether more
+    /// follow.
+    pub fn list_memories(&self, offset: usize) -> Result<(Vec<(String, String)>, bool)> {
+        let node = self.locked();
+        let who = node.requester(&self.agent)?;
+        let want = offset.saturating_add(RESOURCES_PAGE).saturating_add(1);
+        let all = node.list(&who, None, want)?;
+        let more = all.len() == want;
+        Ok((
+            all.iter()
+                .skip(offset)
+                .take(RESOURCES_PAGE)
+                .map(|m| {
+                    (
+                        format!("{MEMORY_URI}{}", m.id),
+                        format!("[{}] {}", m.kind, view::one_line(&m.content, 60)),
+                    )
+                })
+                .collect(),
+            more,
+        ))
     }
 }
 
@@ -254,14 +311,19 @@ async fn write_lines<W: tokio::io::AsyncWrite + Unpin>(
 
 impl ServerHandler for MemoryServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("amos", env!("CARGO_PKG_VERSION")))
-            .with_instructions(format!(
-                "Long-term memory shared with your team, as agent {}. Search before \
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .build(),
+        )
+        .with_server_info(Implementation::new("amos", env!("CARGO_PKG_VERSION")))
+        .with_instructions(format!(
+            "Long-term memory shared with your team, as agent {}. Search before \
                  answering from scratch; add what you learn (facts, decisions, procedures, \
                  lessons); share with team:ID or project:ID when others need it.",
-                self.agent
-            ))
+            self.agent
+        ))
     }
 
     async fn list_tools(
@@ -270,6 +332,70 @@ impl ServerHandler for MemoryServer {
         _context: RequestContext<RoleServer>,
     ) -> std::result::Result<ListToolsResult, McpError> {
         Ok(ListToolsResult::with_all_items(tools()))
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<ListResourcesResult, McpError> {
+        let offset = match request.and_then(|r| r.cursor) {
+            None => 0,
+            Some(c) => c
+                .parse::<usize>()
+                .map_err(|_| McpError::invalid_params(format!("bad cursor {c:?}"), None))?,
+        };
+        let (page, more) = tokio::task::block_in_place(|| self.list_memories(offset))
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        let n = page.len();
+        let mut result = ListResourcesResult::with_all_items(
+            page.into_iter()
+                .map(|(uri, title)| {
+                    let name = uri.trim_start_matches(MEMORY_URI).to_owned();
+                    Resource::new(uri, name)
+                        .with_title(title)
+                        .with_mime_type("application/json")
+                })
+                .collect(),
+        );
+        if more {
+            result.next_cursor = Some((offset + n).to_string());
+        }
+        Ok(result)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<ListResourceTemplatesResult, McpError> {
+        Ok(ListResourceTemplatesResult::with_all_items(vec![
+            ResourceTemplate::new(format!("{MEMORY_URI}{{id}}"), "memory")
+                .with_title("A memory you may see")
+                .with_description(
+                    "One memory by id, as memory_get returns it (JSON). A memory you may \
+                     not see reads as missing.",
+                )
+                .with_mime_type("application/json"),
+        ]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<ReadResourceResponse, McpError> {
+        let uri = request.uri;
+        match tokio::task::block_in_place(|| self.read_memory(&uri)) {
+            Ok(text) => Ok(ReadResourceResult::new(vec![
+                ResourceContents::text(text, uri).with_mime_type("application/json"),
+            ])
+            .into()),
+            Err(e @ (NodeError::NoSuchMemory(_) | NodeError::BadInput(_))) => {
+                Err(McpError::resource_not_found(e.to_string(), None))
+            }
+            Err(e) => Err(McpError::internal_error(e.to_string(), None)),
+        }
     }
 
     async fn call_tool(
@@ -302,7 +428,65 @@ impl ServerHandler for MemoryServer {
 struct ToolSpec {
     name: &'static str,
     description: &'static str,
+    /// The input schema.
     schema: fn() -> Value,
+    /// What the tool does to the store (its `annotations`).
+    hints: Hints,
+    /// The shape of its `structuredContent` (its `outputSchema`).
+    output: fn() -> Value,
+}
+
+/// A tool's behaviour hints (MCP `ToolAnnotations`). Every amos tool acts
+/// on this node's memory alone: `openWorldHint` is false for all.
+#[derive(Clone, Copy)]
+struct Hints {
+    read_only: bool,
+    destructive: bool,
+    idempotent: bool,
+}
+
+/// Reads: change nothing an agent sees (recall's local-only counters aside,
+/// docs/design.md §4.7); the same call again answers the same.
+const READ: Hints = Hints {
+    read_only: true,
+    destructive: false,
+    idempotent: true,
+};
+/// Writes that only add (a new memory, a feedback step).
+const WRITE: Hints = Hints {
+    read_only: false,
+    destructive: false,
+    idempotent: false,
+};
+/// Writes that only add, and leave the same state when repeated.
+const WRITE_IDEMPOTENT: Hints = Hints {
+    read_only: false,
+    destructive: false,
+    idempotent: true,
+};
+/// Writes that take something away (a grant, a memory), the same when
+/// repeated.
+const DESTRUCTIVE_IDEMPOTENT: Hints = Hints {
+    read_only: false,
+    destructive: true,
+    idempotent: true,
+};
+/// Writes that take something away and add anew each time (parking a
+/// context forgets the one it replaces).
+const DESTRUCTIVE: Hints = Hints {
+    read_only: false,
+    destructive: true,
+    idempotent: false,
+};
+
+impl Hints {
+    fn annotations(self) -> ToolAnnotations {
+        ToolAnnotations::new()
+            .read_only(self.read_only)
+            .destructive(self.destructive)
+            .idempotent(self.idempotent)
+            .open_world(false)
+    }
 }
 
 const ID: &str = "memory id (a UUID, as returned by memory_add or memory_search)";
@@ -310,6 +494,8 @@ const ID: &str = "memory id (a UUID, as returned by memory_add or memory_search)
 const TOOLS: &[ToolSpec] = &[
     ToolSpec {
         name: "memory_add",
+        hints: WRITE,
+        output: add_out,
         description: "Store a new memory owned by you. It is private unless you share it: \
             share=[\"team:ID\"], [\"project:ID\"], [\"agent:ID\"] or [\"global\"]. Keep one \
             fact, decision, procedure or lesson per memory, written so it stands alone. \
@@ -336,6 +522,8 @@ const TOOLS: &[ToolSpec] = &[
     },
     ToolSpec {
         name: "memory_search",
+        hints: READ,
+        output: search_out,
         description: "Find the memories you may see that best match a query, ranked. Use \
             before answering questions about past work, decisions or procedures.",
         schema: || {
@@ -355,6 +543,8 @@ const TOOLS: &[ToolSpec] = &[
     },
     ToolSpec {
         name: "memory_get",
+        hints: READ,
+        output: memory_schema,
         description: "Read one memory by id.",
         schema: || {
             obj(
@@ -365,6 +555,8 @@ const TOOLS: &[ToolSpec] = &[
     },
     ToolSpec {
         name: "memory_context_pack",
+        hints: READ,
+        output: pack_out,
         description: "The best memories for a task, fitted into a token budget with \
             near-duplicates left out; report=true explains each include/exclude decision.",
         schema: || {
@@ -385,6 +577,8 @@ const TOOLS: &[ToolSpec] = &[
     },
     ToolSpec {
         name: "memory_update",
+        hints: WRITE_IDEMPOTENT,
+        output: id_out,
         description: "Replace the text of a memory you own, or its valid time (valid_from, \
             valid_to), or both.",
         schema: || {
@@ -401,6 +595,8 @@ const TOOLS: &[ToolSpec] = &[
     },
     ToolSpec {
         name: "memory_timeline",
+        hints: READ,
+        output: timeline_out,
         description: "The memories you may see in the order they became true, with what \
             replaced what: for 'what did we decide last week' or 'what changed since'.",
         schema: || {
@@ -417,16 +613,22 @@ const TOOLS: &[ToolSpec] = &[
     },
     ToolSpec {
         name: "memory_share",
+        hints: WRITE_IDEMPOTENT,
+        output: grants_out,
         description: "Let a scope see a memory you own: team:ID, project:ID, agent:ID or global.",
         schema: scope_schema,
     },
     ToolSpec {
         name: "memory_unshare",
+        hints: DESTRUCTIVE_IDEMPOTENT,
+        output: grants_out,
         description: "Stop a scope from seeing a memory you own; replicas drop it too.",
         schema: scope_schema,
     },
     ToolSpec {
         name: "memory_forget",
+        hints: DESTRUCTIVE_IDEMPOTENT,
+        output: id_out,
         description: "Delete a memory you own, everywhere (a tombstone; it cannot come back).",
         schema: || {
             obj(
@@ -437,6 +639,8 @@ const TOOLS: &[ToolSpec] = &[
     },
     ToolSpec {
         name: "memory_link",
+        hints: WRITE_IDEMPOTENT,
+        output: link_out,
         description: "Associate two memories you can see, so recalling one brings the other.",
         schema: || {
             obj(
@@ -452,6 +656,8 @@ const TOOLS: &[ToolSpec] = &[
     },
     ToolSpec {
         name: "memory_feedback",
+        hints: WRITE,
+        output: feedback_out,
         description: "Say whether recalled memories helped (helpful=true) or not; this tunes \
             your future recall.",
         schema: || {
@@ -463,6 +669,58 @@ const TOOLS: &[ToolSpec] = &[
                 &["ids", "helpful"],
             )
         },
+    },
+    ToolSpec {
+        name: "memory_offload_context",
+        hints: DESTRUCTIVE,
+        output: context_out,
+        description: "Park your working context (what you are doing, what is left, what             you know) under a name, so your next session picks up where this one stopped             (memory_reload_context). Private to you; at most 32 KiB; expires (ttl, default             7d, at most 90d). Parking again under the same name replaces it.",
+        schema: || {
+            obj(
+                json!({
+                    "name": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,56}$", "description": "e.g. the task's name"},
+                    "content": {"type": "string", "description": "the context (at most 32 KiB)"},
+                    "ttl": {"type": "string", "description": "lifetime (12h, 7d; at most 90d) or RFC 3339 time (default 7d)"}
+                }),
+                &["name", "content"],
+            )
+        },
+    },
+    ToolSpec {
+        name: "memory_reload_context",
+        hints: READ,
+        output: reload_out,
+        description: "Bring back a working context you parked with memory_offload_context:             by name, or your newest when no name is given. Also lists the names you have parked.",
+        schema: || {
+            obj(
+                json!({
+                    "name": {"type": "string", "description": "the name it was parked under (default: your newest)"}
+                }),
+                &[],
+            )
+        },
+    },
+    ToolSpec {
+        name: "memory_changes_since",
+        hints: READ,
+        output: changes_out,
+        description: "What changed for you since a time: memories you may now see that you             could not then (added), ones you could see that were edited or superseded, and             ones you no longer may see (revoked: id only). For catching up at the start of a             session.",
+        schema: || {
+            obj(
+                json!({
+                    "since": {"type": "string", "description": "RFC 3339, date, or offset like -1d"},
+                    "limit": {"type": "integer", "minimum": 1, "description": "most changes (default 100)"}
+                }),
+                &["since"],
+            )
+        },
+    },
+    ToolSpec {
+        name: "memory_consolidate",
+        hints: READ,
+        output: consolidate_out,
+        description: "Dry run: which of the memories you may see are duplicates or near-            duplicates of another (same owner, type and sharing) and would be merged into it.             Changes nothing; the node's operator applies it (amos consolidate --apply).",
+        schema: || obj(json!({}), &[]),
     },
 ];
 
@@ -485,18 +743,229 @@ fn obj(properties: Value, required: &[&str]) -> Value {
     })
 }
 
-/// The tool catalog as `tools/list` returns it.
+fn as_object(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// The tool catalog as `tools/list` returns it: each tool with its input
+/// and output schemas and its annotations.
 pub fn tools() -> Vec<Tool> {
     TOOLS
         .iter()
         .map(|t| {
-            let schema = match (t.schema)() {
-                Value::Object(m) => m,
-                _ => Map::new(),
-            };
-            Tool::new(t.name, t.description, Arc::new(schema))
+            Tool::new(t.name, t.description, Arc::new(as_object((t.schema)())))
+                .with_raw_output_schema(Arc::new(as_object((t.output)())))
+                .with_annotations(t.hints.annotations())
         })
         .collect()
+}
+
+// ---------------------------------------------------------------------------
+// Output schemas: the shapes of `structuredContent` (front/view.rs renders
+// them; docs/cli.md names the same fields)
+
+/// A closed object: exactly these properties, `required` among them.
+fn out(properties: Value, required: &[&str]) -> Value {
+    obj(properties, required)
+}
+
+fn string() -> Value {
+    json!({"type": "string"})
+}
+
+fn nullable_string() -> Value {
+    json!({"type": ["string", "null"]})
+}
+
+fn strings() -> Value {
+    json!({"type": "array", "items": {"type": "string"}})
+}
+
+/// The memory object (`view::memory_json`).
+fn memory_properties() -> Map<String, Value> {
+    as_object(json!({
+        "id": string(),
+        "content": string(),
+        "owner": string(),
+        "type": string(),
+        "visibility": strings(),
+        "tags": strings(),
+        "importance": {"type": "number"},
+        "confidence": {"type": "number"},
+        "pinned": {"type": "boolean"},
+        "created": string(),
+        "updated": string(),
+        "expires": nullable_string(),
+        "origin": string(),
+        "archived": {"type": "boolean"},
+        "valid_from": string(),
+        "valid_to": nullable_string(),
+        "supersedes": nullable_string()
+    }))
+}
+
+fn memory_schema() -> Value {
+    let props = memory_properties();
+    let required: Vec<&str> = props.keys().map(String::as_str).collect();
+    out(Value::Object(props.clone()), &required)
+}
+
+/// A hit (`view::hit_json`): the memory and its score.
+fn hit_schema(extra: &[(&str, Value)]) -> Value {
+    let mut props = memory_properties();
+    props.insert("score".into(), json!({"type": "number"}));
+    props.insert("relevance".into(), json!({"type": "number"}));
+    props.insert("explain".into(), json!({"type": "object"}));
+    for (k, v) in extra {
+        props.insert((*k).into(), v.clone());
+    }
+    let required: Vec<&str> = props.keys().map(String::as_str).collect();
+    out(Value::Object(props.clone()), &required)
+}
+
+fn add_out() -> Value {
+    out(
+        json!({
+            "id": string(),
+            "similar": {"type": "array", "items": out(json!({
+                "id": string(),
+                "similarity": {"type": "number"},
+                "excerpt": string()
+            }), &["id", "similarity", "excerpt"])}
+        }),
+        &["id", "similar"],
+    )
+}
+
+fn search_out() -> Value {
+    out(
+        json!({"hits": {"type": "array", "items": hit_schema(&[])}}),
+        &["hits"],
+    )
+}
+
+fn pack_out() -> Value {
+    out(
+        json!({
+            "items": {"type": "array", "items": hit_schema(&[("conflict_with", strings())])},
+            "tokens": {"type": "integer", "minimum": 0},
+            "budget": {"type": "integer", "minimum": 0},
+            "reserved": {"type": "integer", "minimum": 0},
+            "conflicts": {"type": "array", "items": {"type": "object"}},
+            "report": {"type": "array", "items": {"type": "object"}}
+        }),
+        &["items", "tokens", "budget", "reserved", "conflicts"],
+    )
+}
+
+fn id_out() -> Value {
+    out(json!({"id": string()}), &["id"])
+}
+
+fn grants_out() -> Value {
+    out(
+        json!({"id": string(), "visibility": strings()}),
+        &["id", "visibility"],
+    )
+}
+
+fn link_out() -> Value {
+    out(json!({"from": string(), "to": string()}), &["from", "to"])
+}
+
+fn feedback_out() -> Value {
+    let n = json!({"type": "integer", "minimum": 0});
+    out(
+        json!({"updated": n, "links": n, "associations": n}),
+        &["updated", "links", "associations"],
+    )
+}
+
+fn timeline_out() -> Value {
+    out(
+        json!({"events": {"type": "array", "items": out(json!({
+            "at_ms": {"type": "integer", "minimum": 0},
+            "event": {"type": "string", "enum": ["starts", "superseded", "ends"]},
+            "memory": string(),
+            "owner": string(),
+            "text": string(),
+            "by": string()
+        }), &["at_ms", "event", "memory", "owner", "text"])}}),
+        &["events"],
+    )
+}
+
+/// A parked context's summary (`view::context_summary_json`).
+fn context_summary_schema() -> Value {
+    out(
+        json!({
+            "name": string(),
+            "id": string(),
+            "parked": string(),
+            "expires": string(),
+            "bytes": {"type": "integer", "minimum": 0}
+        }),
+        &["name", "id", "parked", "expires", "bytes"],
+    )
+}
+
+fn context_out() -> Value {
+    out(
+        json!({
+            "id": string(),
+            "name": string(),
+            "content": string(),
+            "parked": string(),
+            "expires": string(),
+            "bytes": {"type": "integer", "minimum": 0}
+        }),
+        &["id", "name", "content", "parked", "expires", "bytes"],
+    )
+}
+
+fn reload_out() -> Value {
+    let mut v = context_out();
+    v["properties"]["contexts"] = json!({"type": "array", "items": context_summary_schema()});
+    v["required"] = json!([
+        "id", "name", "content", "parked", "expires", "bytes", "contexts"
+    ]);
+    v
+}
+
+fn changes_out() -> Value {
+    out(
+        json!({
+            "since": string(),
+            "until": string(),
+            "truncated": {"type": "boolean"},
+            "changes": {"type": "array", "items": out(json!({
+                "kind": {"type": "string", "enum": ["added", "edited", "superseded", "revoked"]},
+                "at": string(),
+                "id": string(),
+                "memory": memory_schema(),
+                "by": string()
+            }), &["kind", "at", "id"])}
+        }),
+        &["since", "until", "truncated", "changes"],
+    )
+}
+
+fn consolidate_out() -> Value {
+    out(
+        json!({
+            "applied": {"type": "boolean", "const": false},
+            "actions": {"type": "array", "items": out(json!({
+                "id": string(),
+                "action": string(),
+                "reason": string(),
+                "into": string()
+            }), &["id", "action", "reason"])}
+        }),
+        &["applied", "actions"],
+    )
 }
 
 // ---------------------------------------------------------------------------
@@ -574,6 +1043,31 @@ struct FeedbackArgs {
     ids: Vec<String>,
     helpful: bool,
 }
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OffloadArgs {
+    name: String,
+    content: String,
+    ttl: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReloadArgs {
+    name: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChangesArgs {
+    since: String,
+    limit: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoArgs {}
 
 /// The time filters of a recall tool.
 fn time_of(
@@ -782,6 +1276,73 @@ fn dispatch(
                 ),
                 json!({"updated": r.memories, "links": r.links, "associations": r.associations}),
             ))
+        }
+        "memory_offload_context" => {
+            let a: OffloadArgs = parse(tool, args)?;
+            let now = node.now_ms();
+            let expires = a
+                .ttl
+                .as_deref()
+                .map(|t| crate::clock::parse_expiry(t, now))
+                .transpose()?;
+            let c = node.offload_context(who, &a.name, a.content, expires)?;
+            Ok((
+                format!(
+                    "parked context {} ({} bytes) as {}, until {}",
+                    c.name,
+                    c.content.len(),
+                    c.id,
+                    view::rfc3339(c.expires_ms)
+                ),
+                view::context_json(&c),
+            ))
+        }
+        "memory_reload_context" => {
+            let a: ReloadArgs = parse(tool, args)?;
+            let c = node.reload_context(who, a.name.as_deref())?;
+            let mut v = view::context_json(&c);
+            v["contexts"] = json!(
+                node.contexts(who)?
+                    .iter()
+                    .map(view::context_summary_json)
+                    .collect::<Vec<_>>()
+            );
+            Ok((
+                format!(
+                    "context {} (parked {}):\n{}",
+                    c.name,
+                    view::rfc3339(c.parked_ms),
+                    c.content
+                ),
+                v,
+            ))
+        }
+        "memory_changes_since" => {
+            let a: ChangesArgs = parse(tool, args)?;
+            let since = crate::clock::parse_time(&a.since, node.now_ms())?;
+            let c = node.changes_since(who, since, a.limit.unwrap_or(100))?;
+            let mut lines: Vec<String> = c.changes.iter().map(view::change_line).collect();
+            if lines.is_empty() {
+                lines.push(format!("no changes since {}", view::rfc3339(c.since_ms)));
+            }
+            if c.truncated {
+                lines.push("(more: ask again with a later since, or a higher limit)".into());
+            }
+            Ok((lines.join("\n"), view::changes_json(&c)))
+        }
+        "memory_consolidate" => {
+            let _: NoArgs = parse(tool, args)?;
+            let r = node.consolidation_preview(who)?;
+            let text = if r.actions.is_empty() {
+                "nothing to consolidate".to_owned()
+            } else {
+                r.actions
+                    .iter()
+                    .map(|a| format!("{} {}: {}", a.action, a.id, a.reason))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            Ok((text, json!(r)))
         }
         other => Err(NodeError::BadInput(format!("unknown tool {other:?}"))),
     }

@@ -13,5 +13,6 @@ pub(crate) mod view;
 
 pub use request::{AddRequest, TimeRequest, validity};
 pub use view::{
-    hit_json, memory_json, one_line, outcome_line, pack_json, timed_json, timeline_line,
+    change_line, changes_json, context_json, context_summary_json, hit_json, memory_json, one_line,
+    outcome_line, pack_json, timed_json, timeline_line,
 };

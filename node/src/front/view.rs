@@ -9,7 +9,7 @@
 use amos_acl::Visible;
 use serde_json::{Value, json};
 
-use crate::api::{TimelineEntry, TimelineEvent};
+use crate::api::{Changes, ContextSummary, ParkedContext, TimelineEntry, TimelineEvent};
 use crate::recall::time::ValidTime;
 use crate::recall::{Hit, Pack};
 use crate::store::memory::MemoryRecord;
@@ -139,4 +139,73 @@ pub fn pack_json(p: &Pack, report: bool) -> Value {
         v["report"] = json!(p.report);
     }
     v
+}
+
+/// A parked context: `{"id", "name", "content", "parked", "expires", "bytes"}`.
+pub fn context_json(c: &ParkedContext) -> Value {
+    json!({
+        "id": c.id.to_string(),
+        "name": c.name,
+        "content": c.content,
+        "parked": rfc3339(c.parked_ms),
+        "expires": rfc3339(c.expires_ms),
+        "bytes": c.content.len(),
+    })
+}
+
+/// One of an agent's parked contexts, without its text: `{"name", "id",
+/// "parked", "expires", "bytes"}`.
+pub fn context_summary_json(c: &ContextSummary) -> Value {
+    json!({
+        "name": c.name,
+        "id": c.id.to_string(),
+        "parked": rfc3339(c.parked_ms),
+        "expires": rfc3339(c.expires_ms),
+        "bytes": c.bytes,
+    })
+}
+
+/// What changed since T: `{"since", "until", "truncated", "changes": [{"kind",
+/// "at", "id", "memory"?, "by"?}]}`; a `revoked` change has no `memory`.
+pub fn changes_json(c: &Changes) -> Value {
+    let changes: Vec<Value> = c
+        .changes
+        .iter()
+        .map(|ch| {
+            let mut v = json!({
+                "kind": ch.kind,
+                "at": rfc3339(ch.at_ms),
+                "id": ch.id.to_string(),
+            });
+            if let Some(m) = &ch.memory {
+                v["memory"] = memory_json(m);
+            }
+            if let Some(by) = ch.by {
+                v["by"] = json!(by.to_string());
+            }
+            v
+        })
+        .collect();
+    json!({
+        "since": rfc3339(c.since_ms),
+        "until": rfc3339(c.until_ms),
+        "truncated": c.truncated,
+        "changes": changes,
+    })
+}
+
+/// One change as a line of text (a revoked memory shows its id alone).
+pub fn change_line(ch: &crate::api::Change) -> String {
+    let kind = match ch.kind {
+        crate::api::ChangeKind::Added => "added     ",
+        crate::api::ChangeKind::Edited => "edited    ",
+        crate::api::ChangeKind::Superseded => "superseded",
+        crate::api::ChangeKind::Revoked => "revoked   ",
+    };
+    let what = match &ch.memory {
+        Some(m) => format!(" {}: {}", m.owner, one_line(&m.content, 80)),
+        None => String::new(),
+    };
+    let by = ch.by.map(|b| format!(" (by {b})")).unwrap_or_default();
+    format!("{}  {kind}  {}{what}{by}", rfc3339(ch.at_ms), ch.id)
 }

@@ -26,6 +26,7 @@ mod first_hour_answers;
 mod gate_and_recall;
 mod import;
 mod mcp;
+mod mcp_describe;
 mod mesh;
 mod mesh_three;
 mod metrics;
