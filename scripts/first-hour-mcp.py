@@ -6,8 +6,11 @@ JSON-RPC over stdio. Used by scripts/first-hour.sh; the standard library only.
     first-hour-mcp.py ID_FILE COMMAND...
 
 Checks, each printed `ok  …` or `FAIL … — …` (exit 1 on the first failure):
-initialize, tools/list names memory_add and memory_search, memory_add stores
-a team memory (its id is written to ID_FILE), memory_search finds it, a line
+initialize, tools/list names memory_add and memory_search, every tool
+carries annotations (openWorldHint false; readOnlyHint on the reads) and an
+outputSchema, memory_add stores a team memory (its id is written to ID_FILE)
+and its structuredContent has what its outputSchema requires, memory_search
+finds it, resources/read of amos://memory/ID answers it, a line
 that is not JSON is answered with JSON-RPC's parse error (-32700, id null)
 and the server keeps serving, and closing stdin ends it with exit 0. Every
 wait is bounded (30 s).
@@ -116,11 +119,27 @@ def main():
     ok(what)
 
     what = "mcp: tools/list names memory_add, memory_search and memory_context_pack"
-    names = {t["name"] for t in request(what, "tools/list", {}).get("tools", [])}
+    tools = request(what, "tools/list", {}).get("tools", [])
+    names = {t["name"] for t in tools}
     missing = {"memory_add", "memory_search", "memory_context_pack"} - names
     if missing:
         fail(what, f"missing {sorted(missing)} in {sorted(names)}", proc)
     ok(what)
+
+    what = "mcp: every tool has annotations and an outputSchema"
+    reads = {"memory_search", "memory_get", "memory_context_pack", "memory_timeline"}
+    for t in tools:
+        a = t.get("annotations") or {}
+        if a.get("openWorldHint") is not False:
+            fail(what, f"{t['name']}: openWorldHint is not false: {a}", proc)
+        if t["name"] in reads and a.get("readOnlyHint") is not True:
+            fail(what, f"{t['name']}: not readOnlyHint: {a}", proc)
+        if t["name"] in {"memory_forget", "memory_unshare"} and a.get("destructiveHint") is not True:
+            fail(what, f"{t['name']}: not destructiveHint: {a}", proc)
+        if (t.get("outputSchema") or {}).get("type") != "object":
+            fail(what, f"{t['name']}: no outputSchema of type object", proc)
+    ok(what)
+    schemas = {t["name"]: t["outputSchema"] for t in tools}
 
     what = "mcp: memory_add stores a team memory"
     added = call(
@@ -131,6 +150,9 @@ def main():
     mid = added.get("id")
     if not mid:
         fail(what, f"no id in {added}", proc)
+    lacking = [k for k in schemas["memory_add"].get("required", []) if k not in added]
+    if lacking:
+        fail(what, f"structuredContent {added} lacks {lacking}, which its outputSchema requires", proc)
     with open(id_file, "w") as f:
         f.write(mid + "\n")
     ok(what)
@@ -139,6 +161,16 @@ def main():
     hits = call(what, "memory_search", {"query": "how long are pull requests", "k": 5}).get("hits", [])
     if mid not in [h.get("id") for h in hits]:
         fail(what, f"{mid} not among {[h.get('id') for h in hits]}", proc)
+    ok(what)
+
+    what = "mcp: resources/read of amos://memory/ID answers the memory"
+    contents = request(what, "resources/read", {"uri": f"amos://memory/{mid}"}).get("contents", [])
+    try:
+        memory = json.loads(contents[0]["text"])
+    except (IndexError, KeyError, json.JSONDecodeError) as e:
+        fail(what, f"unreadable contents {contents}: {e}", proc)
+    if memory.get("id") != mid:
+        fail(what, f"answered {memory}", proc)
     ok(what)
 
     what = "mcp: a line that is not JSON gets -32700 (id null)"
