@@ -375,7 +375,11 @@ fn join_as_an_agent_makes_it_a_member_of_the_invites_team() {
     assert_eq!(joined["member_of"], serde_json::json!(["team:apollo"]));
     let agents = b.json(&["agent", "list"])["agents"].clone();
     assert_eq!(agents[0]["id"], "bob", "{agents}");
-    assert_eq!(agents[0]["teams"], serde_json::json!(["apollo"]), "{agents}");
+    assert_eq!(
+        agents[0]["teams"],
+        serde_json::json!(["apollo"]),
+        "{agents}"
+    );
     assert_eq!(team_members(&a, "apollo"), vec!["alice", "bob"]);
     assert_eq!(team_members(&b, "apollo"), vec!["alice", "bob"]);
     assert_eq!(
