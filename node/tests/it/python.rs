@@ -40,7 +40,10 @@ fn the_python_package_passes_its_pytest_suite() {
             return;
         }
     }
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../python");
+    // From inside tests/: `python -m` puts its working directory first on
+    // sys.path, and from python/ the source folder `amos/` (no compiled
+    // extension in it) would hide the installed package.
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../python/tests");
     let out = Command::new(&py)
         .args([
             "-m",
@@ -49,7 +52,7 @@ fn the_python_package_passes_its_pytest_suite() {
             "-rs",
             "-p",
             "no:cacheprovider",
-            "tests",
+            ".",
         ])
         .current_dir(&dir)
         .env("AMOS_BIN", crate::common::amos_bin())
