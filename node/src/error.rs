@@ -209,6 +209,9 @@ pub enum Rule {
     /// A join asked for an agent id the invite cannot take (malformed, one
     /// of the inviter's own agents, or outside the invite's scope).
     JoinAgent,
+    /// A bearer token that is not one this node issued, or is expired or
+    /// revoked, or whose agent is no longer registered here (HTTP 401).
+    BadToken,
 }
 
 impl Rule {
@@ -231,6 +234,7 @@ impl Rule {
             Rule::CodeUsed => "code_used",
             Rule::CodeExpired => "code_expired",
             Rule::JoinAgent => "join_agent",
+            Rule::BadToken => "bad_token",
         }
     }
 }
@@ -360,6 +364,7 @@ mod tests {
             Rule::CodeUsed,
             Rule::CodeExpired,
             Rule::JoinAgent,
+            Rule::BadToken,
         ];
         let codes: std::collections::HashSet<&str> = all.iter().map(|r| r.code()).collect();
         assert_eq!(codes.len(), all.len(), "two rules share a code");

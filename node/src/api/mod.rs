@@ -7,7 +7,7 @@
 //! parked working contexts ([`context`]), profiles
 //! ([`profile`]), peers and replication ([`peers`]), range-based repair ([`repair`]),
 //! versioned sessions ([`compat`]), pairing
-//! ([`pairing`]), bundles ([`bundles`]), maintenance ([`maintenance`]) and
+//! ([`pairing`]), bundles ([`bundles`]), maintenance ([`maintenance`]), agent tokens ([`tokens`]) and
 //! moving memories in and out ([`import`]: importers, per-agent export and
 //! erasure).
 //! The CLI, the MCP server and the mesh all call these; none re-implements
@@ -35,6 +35,7 @@ pub(crate) mod recall;
 pub(crate) mod repair;
 pub(crate) mod signing;
 pub(crate) mod time;
+pub(crate) mod tokens;
 
 pub use crate::clock::{parse_expiry, parse_time};
 pub use bundles::{ExportReport, ImportReport};
@@ -58,3 +59,4 @@ pub use reads::ReadAuditConfig;
 pub use recall::VectorProbe;
 pub use repair::{RepairPlan, RepairReason};
 pub use time::{TIMELINE_MAX, TimelineEntry, TimelineEvent};
+pub use tokens::{Authenticated, NewToken, TokenInfo};

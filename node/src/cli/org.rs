@@ -6,7 +6,7 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::bad;
-use super::output::Out;
+use super::output::{Out, say};
 
 #[derive(Subcommand, Debug)]
 pub(super) enum OrgCmd {
@@ -33,6 +33,42 @@ pub(super) enum AgentCmd {
     List,
     /// Apply <home>/agents.toml now (also done at every start of `serve` and `mcp`)
     Apply,
+    /// Bearer tokens for an agent's HTTP clients (`amos serve --http`)
+    #[command(subcommand)]
+    Token(TokenCmd),
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum TokenCmd {
+    /// Make a token that acts as AGENT; it is printed this once (the node keeps only its hash)
+    Create {
+        /// The registered agent the token acts as
+        agent: String,
+        /// Stop working after this long (e.g. 30d, 12h) or at this RFC 3339 time [default: never]
+        #[arg(long, value_name = "DUR")]
+        expires: Option<String>,
+        /// A label to tell tokens apart in `list` (e.g. the machine it is for)
+        #[arg(long, value_name = "LABEL")]
+        name: Option<String>,
+    },
+    /// The tokens made on this node: id, agent, name, dates and state (never a secret)
+    List {
+        /// Only this agent's tokens
+        #[arg(long, value_name = "AGENT")]
+        agent: Option<String>,
+    },
+    /// Revoke an agent's token ID, or all its tokens with --all; they fail with 401 at once
+    Revoke {
+        /// Whose token(s)
+        #[arg(long, value_name = "AGENT")]
+        agent: String,
+        /// Every token of the agent's
+        #[arg(long, conflicts_with = "id")]
+        all: bool,
+        /// The token's id (as `list` shows it)
+        #[arg(required_unless_present = "all")]
+        id: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -116,6 +152,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: OrgCmd) -> Result<()> {
                 lines.join("\n")
             });
         }
+        OrgCmd::Agent(AgentCmd::Token(cmd)) => token(node, out, cmd)?,
         OrgCmd::Agent(AgentCmd::List) => {
             let agents = node.agent_list()?;
             out.emit(&json!({"agents": agents}), || {
@@ -224,6 +261,81 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: OrgCmd) -> Result<()> {
                 );
             }
         },
+    }
+    Ok(())
+}
+
+/// `amos agent token create|list|revoke`.
+fn token(node: &mut Node, out: &Out, cmd: TokenCmd) -> Result<()> {
+    match cmd {
+        TokenCmd::Create {
+            agent,
+            expires,
+            name,
+        } => {
+            let expires_ms = expires
+                .map(|e| {
+                    amos_node::api::parse_expiry(&e, node.now_ms()).map_err(|_| {
+                        bad(format!(
+                            "malformed --expires {e:?}: use a lifetime (30d, 12h) or an RFC 3339 time"
+                        ))
+                    })
+                })
+                .transpose()?;
+            let t = node.token_create(&agent, expires_ms, name.as_deref())?;
+            // The token is printed whatever -q says: it is never shown again.
+            if out.json {
+                say(&serde_json::to_string(&t)?);
+            } else {
+                say(&t.token);
+                if !out.quiet {
+                    eprintln!(
+                        "token {} for agent {} ({}); shown this once: the node keeps only its hash",
+                        t.info.id,
+                        t.info.agent,
+                        match &t.info.expires {
+                            Some(e) => format!("expires {e}"),
+                            None => "never expires; revoke it with amos agent token revoke".into(),
+                        }
+                    );
+                }
+            }
+        }
+        TokenCmd::List { agent } => {
+            let tokens = node.token_list(agent.as_deref())?;
+            if tokens.is_empty() {
+                out.nothing(|| "no tokens (amos agent token create AGENT makes one)".into());
+            }
+            out.emit(&json!({ "tokens": tokens }), || {
+                tokens
+                    .iter()
+                    .map(|t| {
+                        format!(
+                            "{}  {:<16} {:<8} created {}  expires {}  {}",
+                            t.id,
+                            t.agent,
+                            t.state,
+                            t.created,
+                            t.expires.as_deref().unwrap_or("never"),
+                            t.name.as_deref().unwrap_or("")
+                        )
+                        .trim_end()
+                        .to_owned()
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+        }
+        TokenCmd::Revoke { agent, all: _, id } => {
+            let revoked = node.token_revoke(&agent, id.as_deref())?;
+            out.emit(
+                &json!({ "agent": agent, "revoked": revoked }),
+                || match revoked.len() {
+                    0 => format!("no token of {agent}'s to revoke (already revoked)"),
+                    n => format!("revoked {n} token(s) of {agent}'s: {}", revoked.join(" ")),
+                },
+            );
+        }
     }
     Ok(())
 }

@@ -52,6 +52,7 @@ pub(crate) mod replica;
 pub(crate) mod schema;
 pub(crate) mod status;
 pub(crate) mod text_log;
+pub(crate) mod tokens;
 
 use std::path::Path;
 use std::time::Duration;

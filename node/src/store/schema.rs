@@ -366,6 +366,21 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX grant_history_memory ON grant_history(memory, until_ms);
     CREATE INDEX grant_history_until ON grant_history(until_ms);
     "#,
+    // v(n): agent tokens (`amos agent token`, store::tokens), local-only:
+    // never a fact, never replicated, never part of `seq`. A token's secret
+    // is never stored: only its BLAKE3 hash, keyed by the public id.
+    r#"
+    CREATE TABLE IF NOT EXISTS agent_tokens (
+        id         TEXT PRIMARY KEY,
+        agent      TEXT NOT NULL,
+        label      TEXT,
+        hash       BLOB NOT NULL,
+        created_ms INTEGER NOT NULL,
+        expires_ms INTEGER,
+        revoked_ms INTEGER
+    ) STRICT;
+    CREATE INDEX IF NOT EXISTS agent_tokens_agent ON agent_tokens(agent);
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -1,0 +1,328 @@
+//! Agent tokens (`amos agent token create|list|revoke`): bearer tokens an
+//! agent's HTTP clients present to `amos serve --http` (the JSON API and
+//! MCP over HTTP), and the one check of a token ([`Node::authenticate`]),
+//! which turns it into its agent's gate. A token *is* its requester: no
+//! request names another agent.
+//!
+//! A token is `amos_<id>_<secret>`: a public id (8 random bytes, hex: what
+//! `amos agent token list` shows and `revoke` names) and a secret of 32
+//! random bytes (hex). The node keeps the id and a BLAKE3 hash of the
+//! secret, bound to the id by BLAKE3's key derivation mode. A plain hash
+//! is enough: the secret has 256 random bits, so no guess or table
+//! reaches it from the hash, and a slow password hash or a server-side
+//! key would add nothing; a copy of the database (a backup) yields no
+//! usable token. The hashes are compared in constant time
+//! (`blake3::Hash`'s equality).
+//!
+//! Must never: store, log or return a token's secret after `create`
+//! returned it; say whether a token that does not match was unknown or
+//! wrong (one answer for both); write a fact (tokens are local-only).
+
+use amos_acl::AuthorizedScopes;
+use amos_protocol::AgentId;
+use rand::RngExt;
+use serde::Serialize;
+
+use crate::api::node::{Node, unknown_agent};
+use crate::clock::rfc3339;
+use crate::error::{NodeError, Result, Rule};
+use crate::store::org;
+use crate::store::tokens::{self, StoredToken};
+
+/// What every token starts with.
+const PREFIX: &str = "amos_";
+/// Longest label.
+const MAX_LABEL: usize = 100;
+/// The key derivation context the secret's hash is made in.
+const HASH_CONTEXT: &str = "amos agent token v1";
+
+/// A token as `amos agent token list` shows it (never its secret).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct TokenInfo {
+    /// The public id.
+    pub id: String,
+    /// The agent it acts as.
+    pub agent: String,
+    /// The operator's label.
+    pub name: Option<String>,
+    /// When it was made (RFC 3339).
+    pub created: String,
+    /// When it stops working (RFC 3339), if ever.
+    pub expires: Option<String>,
+    /// When it was revoked (RFC 3339), if it was.
+    pub revoked: Option<String>,
+    /// `active`, `expired` or `revoked`.
+    pub state: &'static str,
+}
+
+impl TokenInfo {
+    fn of(t: &StoredToken, now_ms: u64) -> TokenInfo {
+        TokenInfo {
+            id: t.id.clone(),
+            agent: t.agent.clone(),
+            name: t.label.clone(),
+            created: rfc3339(t.created_ms),
+            expires: t.expires_ms.map(rfc3339),
+            revoked: t.revoked_ms.map(rfc3339),
+            state: state(t, now_ms),
+        }
+    }
+}
+
+fn state(t: &StoredToken, now_ms: u64) -> &'static str {
+    if t.revoked_ms.is_some() {
+        "revoked"
+    } else if t.expires_ms.is_some_and(|e| e <= now_ms) {
+        "expired"
+    } else {
+        "active"
+    }
+}
+
+/// A token just made: the only time its secret is seen.
+#[derive(Debug, Clone, Serialize)]
+pub struct NewToken {
+    /// The whole token, to give the agent's client.
+    pub token: String,
+    /// What the list shows of it.
+    #[serde(flatten)]
+    pub info: TokenInfo,
+}
+
+/// A request's token, checked: who it acts as.
+#[derive(Debug, Clone)]
+pub struct Authenticated {
+    /// The agent's gate, built from the org graph as stored now.
+    pub who: AuthorizedScopes,
+    /// The agent's id.
+    pub agent: String,
+    /// The token's public id.
+    pub token: String,
+}
+
+fn hash(id: &str, secret: &[u8]) -> blake3::Hash {
+    let mut h = blake3::Hasher::new_derive_key(HASH_CONTEXT);
+    h.update(id.as_bytes());
+    h.update(secret);
+    h.finalize()
+}
+
+fn is_hex(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// `(id, secret)` of a well-formed token.
+fn split(token: &str) -> Option<(&str, &str)> {
+    let (id, secret) = token.strip_prefix(PREFIX)?.split_once('_')?;
+    (is_hex(id, 16) && is_hex(secret, 64)).then_some((id, secret))
+}
+
+fn refused(message: &str) -> NodeError {
+    NodeError::refused(Rule::BadToken, message.to_owned())
+}
+
+impl Node {
+    /// Make a token for registered agent `agent`, valid until `expires_ms`
+    /// (`None`: until revoked), labelled `name`. The secret is in the
+    /// answer and nowhere else.
+    pub fn token_create(
+        &mut self,
+        agent: &str,
+        expires_ms: Option<u64>,
+        name: Option<&str>,
+    ) -> Result<NewToken> {
+        let agent = AgentId::parse(agent)?;
+        if !org::agent_present(&self.store, &agent)? {
+            return Err(unknown_agent(&self.store, self.node_id(), &agent));
+        }
+        let now = self.now_ms();
+        if let Some(e) = expires_ms
+            && e <= now
+        {
+            return Err(NodeError::BadInput(format!(
+                "--expires {} is not in the future",
+                rfc3339(e)
+            )));
+        }
+        let label = name.map(str::trim).filter(|l| !l.is_empty());
+        if let Some(l) = label
+            && (l.chars().count() > MAX_LABEL || l.chars().any(char::is_control))
+        {
+            return Err(NodeError::BadInput(format!(
+                "--name must be at most {MAX_LABEL} characters on one line"
+            )));
+        }
+        let id = data_encoding::HEXLOWER.encode(&rand::rng().random::<[u8; 8]>());
+        let secret = data_encoding::HEXLOWER.encode(&rand::rng().random::<[u8; 32]>());
+        let row = StoredToken {
+            hash: hash(&id, secret.as_bytes()).as_bytes().to_vec(),
+            id: id.clone(),
+            agent: agent.to_string(),
+            label: label.map(str::to_owned),
+            created_ms: now,
+            expires_ms,
+            revoked_ms: None,
+        };
+        self.store.write(|tx| tokens::insert(tx, &row))?;
+        Ok(NewToken {
+            token: format!("{PREFIX}{id}_{secret}"),
+            info: TokenInfo::of(&row, now),
+        })
+    }
+
+    /// The tokens made here (of `agent` only, if given), oldest first.
+    pub fn token_list(&self, agent: Option<&str>) -> Result<Vec<TokenInfo>> {
+        let agent = agent.map(AgentId::parse).transpose()?;
+        let now = self.now_ms();
+        Ok(
+            tokens::list(&self.store, agent.as_ref().map(AgentId::as_str))?
+                .iter()
+                .map(|t| TokenInfo::of(t, now))
+                .collect(),
+        )
+    }
+
+    /// Revoke `agent`'s token `id`, or with `None` every token of
+    /// `agent`'s; returns the ids revoked now. Naming a token that is not
+    /// `agent`'s is bad input; one already revoked stays as it was.
+    pub fn token_revoke(&mut self, agent: &str, id: Option<&str>) -> Result<Vec<String>> {
+        let agent = AgentId::parse(agent)?;
+        let now = self.now_ms();
+        self.store.write(|tx| {
+            if let Some(id) = id
+                && tokens::get(tx, id)?.is_none_or(|t| t.agent != agent.as_str())
+            {
+                return Err(NodeError::BadInput(format!(
+                    "agent {agent} has no token {id} (amos agent token list --agent {agent})"
+                )));
+            }
+            tokens::revoke(tx, agent.as_str(), id, now)
+        })
+    }
+
+    /// Check a bearer token: its agent's gate, or [`Rule::BadToken`] when
+    /// it is malformed, unknown, wrong, revoked or expired, or its agent is
+    /// no longer registered. Unknown and wrong read the same.
+    pub fn authenticate(&self, token: &str) -> Result<Authenticated> {
+        let unknown = || refused("unknown token: not one this node issued");
+        let (id, secret) = split(token.trim()).ok_or_else(unknown)?;
+        let row = tokens::get(&self.store, id)?.ok_or_else(unknown)?;
+        let stored: [u8; 32] = row.hash.as_slice().try_into().map_err(|_| unknown())?;
+        if blake3::Hash::from_bytes(stored) != hash(id, secret.as_bytes()) {
+            return Err(unknown());
+        }
+        match state(&row, self.now_ms()) {
+            "revoked" => return Err(refused("token revoked")),
+            "expired" => return Err(refused("token expired")),
+            _ => {}
+        }
+        let who = self.requester(&row.agent).map_err(|e| match e {
+            NodeError::Unknown { .. } | NodeError::BadInput(_) => NodeError::refused(
+                Rule::BadToken,
+                format!(
+                    "the token's agent {} is no longer registered on this node",
+                    row.agent
+                ),
+            ),
+            e => e,
+        })?;
+        Ok(Authenticated {
+            who,
+            agent: row.agent,
+            token: row.id,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::node::test_node;
+
+    fn rule(e: NodeError) -> (Option<Rule>, String) {
+        (e.rule(), e.to_string())
+    }
+
+    #[test]
+    fn a_token_is_its_agent_until_revoked_and_its_secret_is_never_stored() {
+        let (_d, _h, mut node, _) = test_node("alice");
+        node.agent_add("bob", "test", &[]).unwrap();
+        let t = node.token_create("alice", None, Some("laptop")).unwrap();
+        assert!(
+            t.token.starts_with("amos_") && t.token.len() == 86,
+            "{}",
+            t.token
+        );
+        assert_eq!(t.info.state, "active");
+        assert_eq!(t.info.name.as_deref(), Some("laptop"));
+        let a = node.authenticate(&t.token).unwrap();
+        assert_eq!((a.agent.as_str(), a.token.as_str()), ("alice", &*t.info.id));
+        assert_eq!(a.who.requester().map(|x| x.as_str()), Some("alice"));
+        // The row holds the hash, not the secret.
+        let (_, secret) = split(&t.token).unwrap();
+        let row = tokens::get(&node.store, &t.info.id).unwrap().unwrap();
+        assert_ne!(row.hash, secret.as_bytes());
+        assert_eq!(row.hash.len(), 32);
+
+        // A wrong secret, a flipped id, garbage: one answer, no hint.
+        let wrong = format!("{}0", &t.token[..t.token.len() - 1]);
+        let wrong = if wrong == t.token {
+            format!("{}1", &t.token[..t.token.len() - 1])
+        } else {
+            wrong
+        };
+        let unknown = (
+            Some(Rule::BadToken),
+            "refused: unknown token: not one this node issued".to_owned(),
+        );
+        for bad in [wrong.as_str(), "amos_", "", "Bearer x", &t.token[..40]] {
+            assert_eq!(rule(node.authenticate(bad).unwrap_err()), unknown, "{bad}");
+        }
+
+        // bob's token is bob; revoking bob's leaves alice's.
+        let b = node.token_create("bob", None, None).unwrap();
+        assert_eq!(node.authenticate(&b.token).unwrap().agent, "bob");
+        assert_eq!(
+            node.token_revoke("bob", None).unwrap(),
+            vec![b.info.id.clone()]
+        );
+        assert_eq!(
+            rule(node.authenticate(&b.token).unwrap_err()),
+            (Some(Rule::BadToken), "refused: token revoked".into())
+        );
+        assert!(node.authenticate(&t.token).is_ok());
+        // alice's id named as bob's: refused, nothing revoked.
+        let e = node.token_revoke("bob", Some(&t.info.id)).unwrap_err();
+        assert_eq!(e.exit_code(), 2, "{e}");
+        assert!(node.authenticate(&t.token).is_ok());
+        let listed = node.token_list(None).unwrap();
+        let mut states: Vec<(&str, &str)> = listed.iter().map(|t| (&*t.agent, t.state)).collect();
+        // Made in the same millisecond, they list in the order of their ids.
+        states.sort();
+        assert_eq!(states, [("alice", "active"), ("bob", "revoked")]);
+    }
+
+    #[test]
+    fn an_expired_token_fails_and_a_past_expiry_or_unknown_agent_is_refused() {
+        use crate::clock::MovingClock;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let (_d, home, node, _) = test_node("alice");
+        drop(node);
+        let now = 1_800_000_000_000;
+        let clock = std::sync::Arc::new(MovingClock(AtomicU64::new(now)));
+        let mut node = Node::open_with_clock(&home, clock.clone()).unwrap();
+        let e = node.token_create("alice", Some(now), None).unwrap_err();
+        assert_eq!(e.exit_code(), 2, "{e}");
+        let unknown = node.token_create("zed", None, None).unwrap_err();
+        assert!(matches!(unknown, NodeError::Unknown { .. }), "{unknown:?}");
+        let t = node.token_create("alice", Some(now + 1000), None).unwrap();
+        clock.0.store(now + 999, Ordering::Relaxed);
+        assert!(node.authenticate(&t.token).is_ok());
+        clock.0.store(now + 1000, Ordering::Relaxed);
+        assert_eq!(
+            rule(node.authenticate(&t.token).unwrap_err()),
+            (Some(Rule::BadToken), "refused: token expired".into())
+        );
+        assert_eq!(node.token_list(Some("alice")).unwrap()[0].state, "expired");
+    }
+}
