@@ -1,7 +1,8 @@
 //! `amos mcp`: a Model Context Protocol server on stdio (rmcp), so agents
 //! reach their memory as tools. Every tool runs as one agent — the
-//! `AMOS_AGENT` the server was started with — through the same node API and
-//! gate as the CLI: this module parses arguments, calls [`Node`], and
+//! `AMOS_AGENT` the server was started with, or over HTTP (`amos serve
+//! --http`, `crate::front::http`) the [`RequestAgent`] each request's
+//! bearer token names — through the same node API and gate as the CLI: this module parses arguments, calls [`Node`], and
 //! renders results with [`crate::front::view`]; it holds no memory logic of its own.
 //! Each tool carries its annotations (what it does to the store) and an
 //! output schema its `structuredContent` fits; the memories the agent may
@@ -35,11 +36,19 @@ use crate::front::view;
 use crate::home::Home;
 use crate::recall::{DEFAULT_BUDGET, DEFAULT_K, PackOptions, RecallMode, RecallOptions};
 
-/// The MCP server: one node, one agent.
+/// The MCP server: one node, one agent (or one per request, over HTTP).
 pub struct MemoryServer {
     node: Arc<Mutex<Node>>,
     agent: String,
+    /// Each request runs as its own [`RequestAgent`] (`agent` unused).
+    per_request: bool,
 }
+
+/// The agent an HTTP request was authenticated as (its bearer token's),
+/// put in the request's extensions by the HTTP front end; rmcp's
+/// streamable HTTP server hands each handler the request's parts.
+#[derive(Debug, Clone)]
+pub struct RequestAgent(pub String);
 
 impl MemoryServer {
     /// Open the node for `agent`, which must be a registered agent.
@@ -71,15 +80,45 @@ impl MemoryServer {
         Ok(MemoryServer {
             node: Arc::new(Mutex::new(node)),
             agent: agent.to_owned(),
+            per_request: false,
         })
+    }
+
+    /// A server over a shared node whose every request runs as the
+    /// [`RequestAgent`] its HTTP request carries; a request without one is
+    /// refused.
+    pub fn per_request(node: Arc<Mutex<Node>>) -> MemoryServer {
+        MemoryServer {
+            node,
+            agent: String::new(),
+            per_request: true,
+        }
+    }
+
+    /// The agent a request runs as: the server's, or the request's own.
+    fn agent_of(&self, context: &RequestContext<RoleServer>) -> Result<String, McpError> {
+        if !self.per_request {
+            return Ok(self.agent.clone());
+        }
+        context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<RequestAgent>())
+            .map(|a| a.0.clone())
+            .ok_or_else(|| McpError::invalid_request("no authenticated agent", None))
     }
 
     /// Run one tool call to completion (blocking): the one entry point the
     /// protocol handler and the tests use.
     pub fn call(&self, name: &str, args: Map<String, Value>) -> ToolOutcome {
+        self.call_as(&self.agent, name, args)
+    }
+
+    /// [`MemoryServer::call`] as `agent`.
+    pub fn call_as(&self, agent: &str, name: &str, args: Map<String, Value>) -> ToolOutcome {
         let mut node = self.locked();
         let r = node
-            .requester(&self.agent)
+            .requester(agent)
             .and_then(|who| dispatch(&mut node, &who, name, args));
         match r {
             Ok((text, structured)) => ToolOutcome {
@@ -114,13 +153,18 @@ impl MemoryServer {
     /// if the agent may see it. A memory it cannot see is `NoSuchMemory`,
     /// exactly as a missing one.
     pub fn read_memory(&self, uri: &str) -> Result<String> {
+        self.read_memory_as(&self.agent, uri)
+    }
+
+    /// [`MemoryServer::read_memory`] as `agent`.
+    pub fn read_memory_as(&self, agent: &str, uri: &str) -> Result<String> {
         let Some(id) = uri.strip_prefix(MEMORY_URI) else {
             return Err(NodeError::BadInput(format!(
                 "unknown resource {uri:?}: amos serves {MEMORY_URI}{{id}}"
             )));
         };
         let node = self.locked();
-        let who = node.requester(&self.agent)?;
+        let who = node.requester(agent)?;
         let m = node.get(&who, id)?;
         Ok(view::memory_json(&m).to_string())
     }
@@ -129,8 +173,17 @@ impl MemoryServer {
     /// newest first, from `offset`: (uri, title) each, and whether more
     /// follow.
     pub fn list_memories(&self, offset: usize) -> Result<(Vec<(String, String)>, bool)> {
+        self.list_memories_as(&self.agent, offset)
+    }
+
+    /// [`MemoryServer::list_memories`] as `agent`.
+    pub fn list_memories_as(
+        &self,
+        agent: &str,
+        offset: usize,
+    ) -> Result<(Vec<(String, String)>, bool)> {
         let node = self.locked();
-        let who = node.requester(&self.agent)?;
+        let who = node.requester(agent)?;
         let want = offset.saturating_add(RESOURCES_PAGE).saturating_add(1);
         let all = node.list(&who, None, want)?;
         let more = all.len() == want;
@@ -319,10 +372,13 @@ impl ServerHandler for MemoryServer {
         )
         .with_server_info(Implementation::new("amos", env!("CARGO_PKG_VERSION")))
         .with_instructions(format!(
-            "Long-term memory shared with your team, as agent {}. Search before \
+            "Long-term memory shared with your team, as {}. Search before \
                  answering from scratch; add what you learn (facts, decisions, procedures, \
                  lessons); share with team:ID or project:ID when others need it.",
-            self.agent
+            match self.per_request {
+                true => "the agent your token names".to_owned(),
+                false => format!("agent {}", self.agent),
+            }
         ))
     }
 
@@ -337,15 +393,16 @@ impl ServerHandler for MemoryServer {
     async fn list_resources(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> std::result::Result<ListResourcesResult, McpError> {
+        let agent = self.agent_of(&context)?;
         let offset = match request.and_then(|r| r.cursor) {
             None => 0,
             Some(c) => c
                 .parse::<usize>()
                 .map_err(|_| McpError::invalid_params(format!("bad cursor {c:?}"), None))?,
         };
-        let (page, more) = tokio::task::block_in_place(|| self.list_memories(offset))
+        let (page, more) = tokio::task::block_in_place(|| self.list_memories_as(&agent, offset))
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
         let n = page.len();
         let mut result = ListResourcesResult::with_all_items(
@@ -383,10 +440,11 @@ impl ServerHandler for MemoryServer {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> std::result::Result<ReadResourceResponse, McpError> {
+        let agent = self.agent_of(&context)?;
         let uri = request.uri;
-        match tokio::task::block_in_place(|| self.read_memory(&uri)) {
+        match tokio::task::block_in_place(|| self.read_memory_as(&agent, &uri)) {
             Ok(text) => Ok(ReadResourceResult::new(vec![
                 ResourceContents::text(text, uri).with_mime_type("application/json"),
             ])
@@ -401,8 +459,9 @@ impl ServerHandler for MemoryServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> std::result::Result<CallToolResponse, McpError> {
+        let agent = self.agent_of(&context)?;
         let name = request.name.to_string();
         if !TOOLS.iter().any(|t| t.name == name) {
             return Err(McpError::invalid_params(
@@ -411,7 +470,7 @@ impl ServerHandler for MemoryServer {
             ));
         }
         let args = request.arguments.unwrap_or_default();
-        let outcome = tokio::task::block_in_place(|| self.call(&name, args));
+        let outcome = tokio::task::block_in_place(|| self.call_as(&agent, &name, args));
         let mut result = if outcome.ok {
             CallToolResult::success(vec![ContentBlock::text(outcome.text)])
         } else {
