@@ -1,5 +1,5 @@
-//! The long-running front ends: `serve` (the QUIC node, with push, metrics
-//! and the console beside it), `console`, `mcp`, and the systemd units that
+//! The long-running front ends: `serve` (the QUIC node, with push, metrics,
+//! the console and the HTTP API beside it), `console`, `mcp`, and the systemd units that
 //! run them (`service install`). Arguments in, the library runs them.
 
 use std::path::{Path, PathBuf};
@@ -40,8 +40,12 @@ pub(super) enum ServingCmd {
         /// Also serve the web console on this TCP address (loopback unless --allow-remote)
         #[arg(long, value_name = "ADDR")]
         console: Option<String>,
-        /// Let --console listen on a non-loopback address (prints a warning)
-        #[arg(long, requires = "console")]
+        /// Also serve the JSON API (/v1) and MCP over HTTP (/mcp) on this TCP
+        /// address, for agents with a token (loopback unless --allow-remote)
+        #[arg(long, value_name = "ADDR")]
+        http: Option<String>,
+        /// Let --console and --http listen on a non-loopback address (prints a warning)
+        #[arg(long)]
         allow_remote: bool,
         #[command(flatten)]
         dial: super::mesh::DialArgs,
@@ -100,10 +104,14 @@ pub(super) fn run(home: &Home, home_flag: Option<&Path>, out: &Out, cmd: Serving
             push_sessions,
             metrics,
             console,
+            http,
             allow_remote,
             dial,
         } => {
             dial.apply()?;
+            if allow_remote && console.is_none() && http.is_none() {
+                return Err(bad("--allow-remote goes with --console or --http"));
+            }
             let push_debounce = humantime::parse_duration(&push_debounce).map_err(|_| {
                 bad(format!(
                     "malformed --push-debounce {push_debounce:?}: use e.g. 200ms"
@@ -134,9 +142,25 @@ pub(super) fn run(home: &Home, home_flag: Option<&Path>, out: &Out, cmd: Serving
             let console = console
                 .map(|c| console_addr(&c, "--console", allow_remote))
                 .transpose()?;
+            let http = http
+                .map(|h| {
+                    let opts = amos_node::front::http::HttpOptions {
+                        listen: h
+                            .parse()
+                            .map_err(|_| bad(format!("malformed --http {h:?}: use IP:PORT")))?,
+                        allow_remote,
+                    };
+                    amos_node::front::http::check_listen(&opts)?;
+                    Ok::<_, anyhow::Error>(opts)
+                })
+                .transpose()?;
             let mut console_at = None;
             // Validates the home (exit 2 if it is not one).
             drop(Node::open(home)?);
+            let http_at = match http {
+                Some(opts) => Some(amos_node::front::http::start(home, opts)?.addr),
+                None => None,
+            };
             if let Some(opts) = console {
                 let opts = amos_node::front::console::ConsoleOptions {
                     serving: Some(amos_node::front::console::Serving { listen, metrics }),
@@ -162,10 +186,12 @@ pub(super) fn run(home: &Home, home_flag: Option<&Path>, out: &Out, cmd: Serving
                 },
                 |s| {
                     let console = console_at.map(|a| format!("http://{a}/"));
+                    let http = http_at.map(|a| format!("http://{a}"));
                     let mut v = serde_json::to_value(s).unwrap_or_default();
                     v["console"] = json!(console);
+                    v["http"] = json!(http);
                     out.emit(&json!({ "serving": v }), || {
-                        started_line(s, console.as_deref())
+                        started_line(s, console.as_deref(), http.as_deref())
                     });
                 },
             )?;
@@ -267,7 +293,7 @@ fn service_cmd(home: Option<&std::path::Path>, out: &Out, cmd: ServiceCmd) -> Re
 
 /// `amos serve`'s start line: what it listens on, as whom, and what runs
 /// beside it.
-fn started_line(s: &amos_node::ops::Started, console: Option<&str>) -> String {
+fn started_line(s: &amos_node::ops::Started, console: Option<&str>, http: Option<&str>) -> String {
     let mut line = format!(
         "serving node {} on {} (QUIC); push {}",
         s.node_id,
@@ -283,6 +309,9 @@ fn started_line(s: &amos_node::ops::Started, console: Option<&str>) -> String {
     line.push_str(&format!("; mDNS {}", if s.mdns { "on" } else { "off" }));
     if let Some(c) = console {
         line.push_str(&format!("; console {c}"));
+    }
+    if let Some(h) = http {
+        line.push_str(&format!("; http {h}/v1 and {h}/mcp"));
     }
     if let Some(m) = s.metrics {
         line.push_str(&format!("; metrics http://{m}/metrics"));

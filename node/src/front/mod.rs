@@ -1,5 +1,6 @@
 //! What agents and people see of a node beyond the CLI's own output: the
-//! MCP server ([`mcp`]), the web console ([`console`]), the JSON views both
+//! MCP server ([`mcp`]), the web console ([`console`]), the JSON API and
+//! MCP over HTTP ([`http`]), the JSON views both
 //! MCP and the CLI render ([`view`]), and the one parser of what they take
 //! as strings ([`request`]).
 //!
@@ -7,6 +8,7 @@
 //! API (`crate::api`).
 
 pub mod console;
+pub mod http;
 pub mod mcp;
 pub(crate) mod request;
 pub(crate) mod view;

@@ -24,6 +24,8 @@ mod far_future;
 mod first_hour;
 mod first_hour_answers;
 mod gate_and_recall;
+mod http;
+mod http_mcp;
 mod import;
 mod mcp;
 mod mcp_describe;

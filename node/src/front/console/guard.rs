@@ -189,11 +189,19 @@ async fn check(app: &App, req: Request) -> Result<Verdict, PageError> {
 }
 
 fn host_ok(app: &App, headers: &HeaderMap) -> bool {
+    own_host(app.addr, headers)
+}
+
+/// Whether the request's Host names the loopback listener at `addr`
+/// itself (its address, or localhost, 127.0.0.1 or [::1] with its port):
+/// a page on a name rebound to 127.0.0.1 (DNS rebinding) sends its own.
+/// The HTTP API's guard asks the same.
+pub(crate) fn own_host(addr: std::net::SocketAddr, headers: &HeaderMap) -> bool {
     let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
         return false;
     };
-    let port = app.addr.port();
-    host == app.addr.to_string()
+    let port = addr.port();
+    host == addr.to_string()
         || host == format!("localhost:{port}")
         || host == format!("127.0.0.1:{port}")
         || host == format!("[::1]:{port}")

@@ -20,7 +20,7 @@
 //! text); listen beyond loopback unless asked in so many words.
 
 mod audit;
-mod guard;
+pub(crate) mod guard;
 pub(crate) mod live;
 mod memories;
 mod node_page;
