@@ -45,15 +45,7 @@ fn the_python_package_passes_its_pytest_suite() {
     // extension in it) would hide the installed package.
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../python/tests");
     let out = Command::new(&py)
-        .args([
-            "-m",
-            "pytest",
-            "-q",
-            "-rs",
-            "-p",
-            "no:cacheprovider",
-            ".",
-        ])
+        .args(["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "."])
         .current_dir(&dir)
         .env("AMOS_BIN", crate::common::amos_bin())
         .env_remove("AMOS_HOME")
