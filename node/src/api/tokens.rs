@@ -132,9 +132,13 @@ impl Node {
         name: Option<&str>,
     ) -> Result<NewToken> {
         let agent = AgentId::parse(agent)?;
-        if !org::agent_present(&self.store, &agent)? {
-            return Err(unknown_agent(&self.store, self.node_id(), &agent));
-        }
+        let node_id = self.node_id();
+        self.store.read(|r| {
+            if !org::agent_present(r, &agent)? {
+                return Err(unknown_agent(r, node_id, &agent));
+            }
+            Ok(())
+        })?;
         let now = self.now_ms();
         if let Some(e) = expires_ms
             && e <= now
@@ -174,12 +178,12 @@ impl Node {
     pub fn token_list(&self, agent: Option<&str>) -> Result<Vec<TokenInfo>> {
         let agent = agent.map(AgentId::parse).transpose()?;
         let now = self.now_ms();
-        Ok(
-            tokens::list(&self.store, agent.as_ref().map(AgentId::as_str))?
-                .iter()
-                .map(|t| TokenInfo::of(t, now))
-                .collect(),
-        )
+        Ok(self
+            .store
+            .read(|r| tokens::list(r, agent.as_ref().map(AgentId::as_str)))?
+            .iter()
+            .map(|t| TokenInfo::of(t, now))
+            .collect())
     }
 
     /// Revoke `agent`'s token `id`, or with `None` every token of
@@ -206,7 +210,10 @@ impl Node {
     pub fn authenticate(&self, token: &str) -> Result<Authenticated> {
         let unknown = || refused("unknown token: not one this node issued");
         let (id, secret) = split(token.trim()).ok_or_else(unknown)?;
-        let row = tokens::get(&self.store, id)?.ok_or_else(unknown)?;
+        let row = self
+            .store
+            .read(|r| tokens::get(r, id))?
+            .ok_or_else(unknown)?;
         let stored: [u8; 32] = row.hash.as_slice().try_into().map_err(|_| unknown())?;
         if blake3::Hash::from_bytes(stored) != hash(id, secret.as_bytes()) {
             return Err(unknown());
@@ -260,7 +267,11 @@ mod tests {
         assert_eq!(a.who.requester().map(|x| x.as_str()), Some("alice"));
         // The row holds the hash, not the secret.
         let (_, secret) = split(&t.token).unwrap();
-        let row = tokens::get(&node.store, &t.info.id).unwrap().unwrap();
+        let row = node
+            .store
+            .read(|r| tokens::get(r, &t.info.id))
+            .unwrap()
+            .unwrap();
         assert_ne!(row.hash, secret.as_bytes());
         assert_eq!(row.hash.len(), 32);
 

@@ -136,10 +136,14 @@ mod tests {
                 insert(tx, &token("b1", "bob", 3))
             })
             .unwrap();
-        assert_eq!(get(&store, "a1").unwrap(), Some(token("a1", "alice", 1)));
-        assert_eq!(get(&store, "zz").unwrap(), None);
+        assert_eq!(
+            store.read(|r| get(r, "a1")).unwrap(),
+            Some(token("a1", "alice", 1))
+        );
+        assert_eq!(store.read(|r| get(r, "zz")).unwrap(), None);
         let ids = |agent| -> Vec<String> {
-            list(&store, agent)
+            store
+                .read(|r| list(r, agent))
                 .unwrap()
                 .into_iter()
                 .map(|t| t.id)
@@ -159,8 +163,14 @@ mod tests {
         // All of alice's not yet revoked; a2 keeps its first revocation.
         let r = store.write(|tx| revoke(tx, "alice", None, 60)).unwrap();
         assert_eq!(r, ["a1"]);
-        assert_eq!(get(&store, "a2").unwrap().unwrap().revoked_ms, Some(50));
-        assert_eq!(get(&store, "b1").unwrap().unwrap().revoked_ms, None);
+        assert_eq!(
+            store.read(|r| get(r, "a2")).unwrap().unwrap().revoked_ms,
+            Some(50)
+        );
+        assert_eq!(
+            store.read(|r| get(r, "b1")).unwrap().unwrap().revoked_ms,
+            None
+        );
         assert_eq!(store.max_seq().unwrap(), seq, "local-only");
     }
 }
