@@ -14,12 +14,12 @@ use crate::common::Home;
 use crate::http::{HttpServe, token};
 
 /// The SDK's version `.ci/run` installs.
-const MCP_SDK: &str = "mcp==2.3.0";
+const MCP_SDK: &str = "mcp==1.30.0";
 
 /// Whether `python3` can import the MCP SDK; says why not, loudly.
 fn sdk_present(test: &str) -> bool {
     let probe = Command::new("python3")
-        .args(["-c", "import mcp, httpx2"])
+        .args(["-c", "import mcp, httpx"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
@@ -74,7 +74,7 @@ fn the_mcp_python_sdk_over_http_acts_as_each_tokens_agent_only() {
         "the MCP client failed ({:?}):\n{stdout}\n{stderr}",
         out.status
     );
-    assert!(stdout.starts_with("ok: 17 checks"), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("ok: 19 checks"), "{stdout}\n{stderr}");
 }
 
 /// One JSON-RPC message over `/mcp`: the HTTP status, the session id the

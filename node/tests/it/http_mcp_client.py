@@ -1,5 +1,5 @@
-"""MCP over Streamable HTTP with the official MCP Python SDK (PyPI `mcp`)
-against `amos serve --http`, run by the `http_mcp` test:
+"""MCP over Streamable HTTP with the official MCP Python SDK (PyPI `mcp`,
+pinned in .ci/run) against `amos serve --http`, run by the `http_mcp` test:
 
     python3 http_mcp_client.py URL ALICE_TOKEN BOB_TOKEN
 
@@ -12,8 +12,8 @@ import contextlib
 import sys
 
 try:
-    import httpx2
-    from mcp import Client
+    import httpx
+    from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 except ImportError as e:  # the Rust test skips, loudly
     print(f"the MCP Python SDK is missing: {e}", file=sys.stderr)
@@ -23,10 +23,12 @@ except ImportError as e:  # the Rust test skips, loudly
 @contextlib.asynccontextmanager
 async def connect(url, token):
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    timeout = httpx2.Timeout(30, read=60)
-    async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
-        async with Client(streamable_http_client(url, http_client=http)) as c:
-            yield c
+    timeout = httpx.Timeout(30, read=60)
+    async with httpx.AsyncClient(headers=headers, timeout=timeout) as http:
+        async with streamable_http_client(url, http_client=http) as (read, write, _):
+            async with ClientSession(read, write) as c:
+                await c.initialize()
+                yield c
 
 
 def text(r):
@@ -45,16 +47,16 @@ async def main(url, alice, bob):
         r = await call(
             a, "memory_add", {"content": "zebra zebra zebra: alice's private launch codes"}
         )
-        assert not r.is_error, text(r)
-        private = r.structured_content["id"]
+        assert not r.isError, text(r)
+        private = r.structuredContent["id"]
         r = await call(
             a,
             "memory_add",
             {"content": "a zebra crossing near the launch pad", "share": ["team:apollo"]},
         )
-        team = r.structured_content["id"]
+        team = r.structuredContent["id"]
         r = await call(a, "memory_get", {"id": private})
-        assert not r.is_error and r.structured_content["owner"] == "alice", text(r)
+        assert not r.isError and r.structuredContent["owner"] == "alice", text(r)
         checks += 3
 
     async with connect(url, bob) as b:
@@ -69,12 +71,12 @@ async def main(url, alice, bob):
             ("memory_feedback", {"ids": [private], "helpful": True}),
         ]:
             r = await call(b, tool, args)
-            assert r.is_error, f"{tool}: {text(r)}"
+            assert r.isError, f"{tool}: {text(r)}"
             assert text(r) == f"no such memory: {private}", f"{tool}: {text(r)}"
             checks += 1
         # Search, pack and timeline never hold, count or rank it.
         r = await call(b, "memory_search", {"query": "zebra", "mode": "lexical"})
-        hits = r.structured_content["hits"]
+        hits = r.structuredContent["hits"]
         assert [h["id"] for h in hits] == [team], hits
         assert hits[0]["explain"]["lexical_rank"] == 1, hits[0]["explain"]
         for tool, args in [
@@ -83,14 +85,24 @@ async def main(url, alice, bob):
             ("memory_timeline", {}),
         ]:
             r = await call(b, tool, args)
-            assert not r.is_error, f"{tool}: {text(r)}"
-            seen = f"{r.structured_content} {text(r)}"
+            assert not r.isError, f"{tool}: {text(r)}"
+            seen = f"{r.structuredContent} {text(r)}"
             assert private not in seen and "private launch codes" not in seen, f"{tool}: {seen}"
             checks += 1
+        # As resources too: not listed, and read as missing.
+        listed = [str(r.uri) for r in (await b.list_resources()).resources]
+        assert f"amos://memory/{team}" in listed and not any(private in u for u in listed), listed
+        try:
+            await b.read_resource(f"amos://memory/{private}")
+        except Exception as e:
+            assert "no such memory" in str(e), str(e)
+        else:
+            raise AssertionError("bob read alice's private memory as a resource")
+        checks += 2
         # What bob's token adds is bob's.
         r = await call(b, "memory_add", {"content": "bob's own note"})
-        r = await call(b, "memory_get", {"id": r.structured_content["id"]})
-        assert r.structured_content["owner"] == "bob", text(r)
+        r = await call(b, "memory_get", {"id": r.structuredContent["id"]})
+        assert r.structuredContent["owner"] == "bob", text(r)
         checks += 2
 
     # Without a token, or with a wrong one, there is no session at all.
