@@ -311,13 +311,15 @@ fn every_documented_route_needs_a_token_and_the_document_does_not() {
         if path == "/v1/openapi.json" {
             continue;
         }
-        let path = path.replace("{id}", "01a2333b-3a25-7244-8e30-373782ecb05e");
-        for method in ["get", "post", "patch", "delete"] {
+        let path = path
+            .replace("{id}", "01a2333b-3a25-7244-8e30-373782ecb05e")
+            .replace("{name}", "task-42");
+        for method in ["get", "post", "put", "patch", "delete"] {
             if item.get(method).is_none() {
                 continue;
             }
             let m = method.to_uppercase();
-            let body = (m == "POST" || m == "PATCH").then(|| json!({}));
+            let body = matches!(&*m, "POST" | "PUT" | "PATCH").then(|| json!({}));
             for token in [None, Some("amos_0000000000000000_00"), Some("nonsense")] {
                 let a = s.call(&m, &path, token, body.as_ref(), &[]);
                 a.problem(401, "bad_token");
@@ -327,15 +329,12 @@ fn every_documented_route_needs_a_token_and_the_document_does_not() {
             }
             // With a token, the router knows the route and the method.
             let a = s.call(&m, &path, Some(&alice), body.as_ref(), &[]);
-            assert!(
-                a.status != 404 || a.json["code"] == "no_such_memory",
-                "{m} {path}: {a:?}"
-            );
+            assert_ne!(a.json["code"], "no_such_route", "{m} {path}: {a:?}");
             assert_ne!(a.status, 405, "{m} {path}: {a:?}");
             asked += 1;
         }
     }
-    assert!(asked >= 14, "{asked} routes documented");
+    assert!(asked >= 19, "{asked} routes documented");
     // MCP too: 401 with the challenge, before any session.
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}});
     let mcp = s.call(
@@ -432,6 +431,33 @@ fn one_agents_token_never_reads_counts_or_ranks_anothers_private_memory() {
             "{a:?}"
         );
         assert!(!a.text.contains("private launch codes"), "{a:?}");
+    }
+    // The context tools: alice's parked context is hers alone; what
+    // changed for bob and what consolidation would merge never hold her
+    // private memories.
+    let parked = s.call(
+        "PUT",
+        "/v1/contexts/task-42",
+        Some(&alice),
+        Some(&json!({"content": "zebra: halfway through the launch codes"})),
+        &[],
+    );
+    assert_eq!(parked.status, 200, "{parked:?}");
+    s.get("/v1/contexts/task-42", &bob)
+        .problem(404, "no_such_context");
+    assert_eq!(s.get("/v1/contexts", &bob).json["contexts"], json!([]));
+    for path in ["/v1/changes?since=-1d", "/v1/consolidation"] {
+        let a = s.get(path, &bob);
+        assert_eq!(a.status, 200, "{a:?}");
+        let ours = parked.json["id"].as_str().unwrap();
+        assert!(
+            !a.text.contains(&private) && !a.text.contains(&carol),
+            "{a:?}"
+        );
+        assert!(
+            !a.text.contains(ours) && !a.text.contains("launch codes"),
+            "{a:?}"
+        );
     }
     // alice's own token reads it; a visible memory bob does not own is
     // 403 for changes (it is no secret that it exists).
@@ -686,6 +712,44 @@ fn the_routes_do_what_the_cli_does() {
     assert_eq!(tl.json["events"][0]["memory"], id.as_str());
     let listed = s.get("/v1/memories?limit=1", &bob);
     assert_eq!(listed.json["memories"].as_array().unwrap().len(), 1);
+
+    // Parked contexts, changes since, the consolidation preview.
+    let parked = s.call(
+        "PUT",
+        "/v1/contexts/release",
+        Some(&bob),
+        Some(&json!({"content": "checking the wednesday freeze", "ttl": "2d"})),
+        &[],
+    );
+    assert_eq!(parked.status, 200, "{parked:?}");
+    assert_eq!(parked.json["name"], "release");
+    let back = s.get("/v1/contexts/release", &bob);
+    assert_eq!(
+        back.json["content"], "checking the wednesday freeze",
+        "{back:?}"
+    );
+    let listed = s.get("/v1/contexts", &bob);
+    assert_eq!(listed.json["contexts"][0]["name"], "release", "{listed:?}");
+    s.call(
+        "PUT",
+        "/v1/contexts/bad%20name",
+        Some(&bob),
+        Some(&json!({"content": "x"})),
+        &[],
+    )
+    .problem(400, "bad_input");
+    let changes = s.get("/v1/changes?since=-1h", &bob);
+    assert_eq!(changes.status, 200, "{changes:?}");
+    let kinds: Vec<(&str, &str)> = changes.json["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["id"].as_str().unwrap(), c["kind"].as_str().unwrap()))
+        .collect();
+    assert!(kinds.contains(&(id.as_str(), "added")), "{kinds:?}");
+    s.get("/v1/changes", &bob).problem(400, "bad_input");
+    let plan = s.get("/v1/consolidation", &bob);
+    assert_eq!(plan.status, 200, "{plan:?}");
 
     // Forget: 204, then as missing as anything.
     let gone = s.call(

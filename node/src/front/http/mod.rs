@@ -153,6 +153,13 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .route("/v1/search", get(routes::search))
         .route("/v1/pack", post(routes::pack))
         .route("/v1/timeline", get(routes::timeline))
+        .route("/v1/contexts", get(routes::contexts))
+        .route(
+            "/v1/contexts/{name}",
+            get(routes::reload_context).put(routes::offload_context),
+        )
+        .route("/v1/changes", get(routes::changes))
+        .route("/v1/consolidation", get(routes::consolidation))
         .route_service("/mcp", mcp_http::service(app.node.clone()))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)

@@ -230,12 +230,49 @@ fn paths(search_params: Vec<Value>) -> Value {
                 query("limit", "most events (default 100)", false, json!({"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}))
             ],
             "responses": errors(json!({"200": answer("the events", "Timeline")}), &[])
+        }},
+        "/v1/contexts": {"get": {
+            "summary": "The agent's parked working contexts, newest first, without their text",
+            "responses": errors(json!({"200": answer("the contexts", "Contexts")}), &[])
+        }},
+        "/v1/contexts/{name}": {
+            "parameters": [{"name": "name", "in": "path", "required": true, "description": "the context's name ([A-Za-z0-9._-], at most 56)", "schema": {"type": "string"}}],
+            "get": {
+                "summary": "Bring back the agent's parked context (memory_reload_context)",
+                "responses": errors(json!({"200": answer("the context", "Context")}), &[("404", "no parked context of that name (another agent's reads the same)")])
+            },
+            "put": {
+                "summary": "Park the agent's working context under a name, replacing the last (memory_offload_context)",
+                "requestBody": body("ContextBody"),
+                "responses": errors(json!({"200": answer("parked", "Context")}), &[too_large, media])
+            }
+        },
+        "/v1/changes": {"get": {
+            "summary": "What changed for the agent since a time: added, edited, superseded, revoked (memory_changes_since)",
+            "parameters": [
+                query("since", "RFC 3339, date, or offset like -1d", true, json!({"type": "string"})),
+                query("limit", "most changes (default 100)", false, json!({"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}))
+            ],
+            "responses": errors(json!({"200": answer("the changes, oldest first", "Changes")}), &[])
+        }},
+        "/v1/consolidation": {"get": {
+            "summary": "Dry run: which memories the agent sees consolidation would merge (memory_consolidate)",
+            "responses": errors(json!({"200": answer("the plan", "Consolidation")}), &[])
         }}
     })
 }
 
 /// The security scheme and the shapes.
 fn components() -> Value {
+    let mut c = base_components();
+    if let (Some(all), Value::Object(more)) = (c["schemas"].as_object_mut(), context_schemas()) {
+        all.extend(more);
+    }
+    c
+}
+
+/// [`components`] but the context routes' shapes.
+fn base_components() -> Value {
     json!({
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "an agent token: amos agent token create AGENT"}},
         "schemas": {
@@ -318,6 +355,32 @@ fn components() -> Value {
                 "text": string(), "by": string()
             }}}}}
         }
+    })
+}
+
+/// The shapes of the context routes.
+fn context_schemas() -> Value {
+    json!({
+            "ContextBody": {"type": "object", "required": ["content"], "additionalProperties": false, "properties": {
+                "content": {"type": "string", "description": "the context (at most 32 KiB)"},
+                "ttl": {"type": "string", "description": "lifetime (12h, 7d; at most 90d) or RFC 3339 time (default 7d)"}
+            }},
+            "Context": {"type": "object", "properties": {
+                "id": {"type": "string"}, "name": {"type": "string"}, "content": {"type": "string"},
+                "parked": {"type": "string"}, "expires": {"type": "string"}, "bytes": {"type": "integer"}
+            }},
+            "Contexts": {"type": "object", "properties": {"contexts": {"type": "array", "items": {"type": "object", "properties": {
+                "name": {"type": "string"}, "id": {"type": "string"}, "parked": {"type": "string"},
+                "expires": {"type": "string"}, "bytes": {"type": "integer"}
+            }}}}},
+            "Changes": {"type": "object", "properties": {
+                "since": {"type": "string"}, "until": {"type": "string"}, "truncated": {"type": "boolean"},
+                "changes": {"type": "array", "items": {"type": "object", "properties": {
+                    "kind": {"type": "string", "enum": ["added", "edited", "superseded", "revoked"]}, "at": {"type": "string"},
+                    "id": {"type": "string"}, "memory": schema("Memory"), "by": {"type": "string"}
+                }}}
+            }},
+            "Consolidation": {"type": "object", "description": "what amos consolidate would do among the memories the agent sees; nothing is changed"}
     })
 }
 

@@ -10,7 +10,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::error::{NodeError, Rule};
+use crate::error::{NodeError, Rule, UnknownKind};
 
 /// One problem answer.
 #[derive(Debug)]
@@ -67,12 +67,17 @@ impl From<NodeError> for Problem {
         let detail = e.to_string();
         match e {
             NodeError::BadInput(_) | NodeError::Protocol(_) => Problem::bad(detail),
+            // A context is the requester's own, named in the path: missing.
+            NodeError::Unknown {
+                kind: UnknownKind::Context,
+                ..
+            } => Problem::new(StatusCode::NOT_FOUND, "no_such_context", detail),
             NodeError::Unknown { kind, .. } => Problem::new(
                 StatusCode::BAD_REQUEST,
                 match kind {
-                    crate::error::UnknownKind::Agent => "unknown_agent",
-                    crate::error::UnknownKind::Team => "unknown_team",
-                    crate::error::UnknownKind::Project => "unknown_project",
+                    UnknownKind::Agent => "unknown_agent",
+                    UnknownKind::Team => "unknown_team",
+                    UnknownKind::Project => "unknown_project",
                     _ => "unknown_name",
                 },
                 detail,

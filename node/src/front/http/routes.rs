@@ -515,3 +515,87 @@ pub(crate) async fn timeline(
     .await?;
     ok(json!({ "events": events }))
 }
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ContextBody {
+    content: String,
+    ttl: Option<String>,
+}
+
+/// `PUT /v1/contexts/{name}` `{"content", "ttl"}`: park the agent's working
+/// context under `name` (`memory_offload_context`), replacing the last.
+pub(crate) async fn offload_context(
+    State(app): State<Arc<App>>,
+    Extension(c): Extension<Caller>,
+    name: Result<Path<String>, PathRejection>,
+    JsonIn(b): JsonIn<ContextBody>,
+) -> Answer {
+    let name = id_of(name)?;
+    let parked = run(&app, move |n| {
+        let expires = b
+            .ttl
+            .as_deref()
+            .map(|t| crate::clock::parse_expiry(t, n.now_ms()))
+            .transpose()?;
+        n.offload_context(&c.0.who, &name, b.content, expires)
+    })
+    .await?;
+    ok(view::context_json(&parked))
+}
+
+/// `GET /v1/contexts/{name}`: the agent's parked context `name`
+/// (`memory_reload_context`); 404 `no_such_context` for a name it never
+/// parked, or one only another agent parked.
+pub(crate) async fn reload_context(
+    State(app): State<Arc<App>>,
+    Extension(c): Extension<Caller>,
+    name: Result<Path<String>, PathRejection>,
+) -> Answer {
+    let name = id_of(name)?;
+    let parked = run(&app, move |n| n.reload_context(&c.0.who, Some(&name))).await?;
+    ok(view::context_json(&parked))
+}
+
+/// `GET /v1/contexts`: the agent's parked contexts, newest first, without
+/// their text.
+pub(crate) async fn contexts(
+    State(app): State<Arc<App>>,
+    Extension(c): Extension<Caller>,
+) -> Answer {
+    let all = run(&app, move |n| n.contexts(&c.0.who)).await?;
+    ok(json!({"contexts": all.iter().map(view::context_summary_json).collect::<Vec<_>>()}))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ChangesQuery {
+    since: String,
+    limit: Option<usize>,
+}
+
+/// `GET /v1/changes?since=&limit=`: what changed for the agent since a
+/// time (`memory_changes_since`).
+pub(crate) async fn changes(
+    State(app): State<Arc<App>>,
+    Extension(c): Extension<Caller>,
+    QueryIn(q): QueryIn<ChangesQuery>,
+) -> Answer {
+    let limit = limit_of(q.limit)?;
+    let changes = run(&app, move |n| {
+        let since = crate::clock::parse_time(&q.since, n.now_ms())?;
+        n.changes_since(&c.0.who, since, limit)
+    })
+    .await?;
+    ok(view::changes_json(&changes))
+}
+
+/// `GET /v1/consolidation`: what consolidation would merge among the
+/// memories the agent sees (`memory_consolidate`); always a dry run.
+pub(crate) async fn consolidation(
+    State(app): State<Arc<App>>,
+    Extension(c): Extension<Caller>,
+) -> Answer {
+    let r = run(&app, move |n| n.consolidation_preview(&c.0.who)).await?;
+    ok(json!(r))
+}
