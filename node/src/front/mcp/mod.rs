@@ -18,7 +18,8 @@
 mod catalog;
 mod dispatch;
 
-use catalog::{TOOLS, tools};
+use catalog::TOOLS;
+pub use catalog::tools;
 use dispatch::dispatch;
 
 use std::sync::{Arc, Mutex};
