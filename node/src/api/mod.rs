@@ -4,7 +4,8 @@
 //! writes ([`signing`]), text
 //! editing and history ([`edits`]), recall ([`recall`]), the timeline
 //! ([`time`]), what changed for an agent since a time ([`changes`]),
-//! parked working contexts ([`context`]), profiles
+//! parked working contexts ([`context`]), the console's dashboard figures
+//! ([`dashboard`]), profiles
 //! ([`profile`]), peers and replication ([`peers`]), range-based repair ([`repair`]),
 //! versioned sessions ([`compat`]), pairing
 //! ([`pairing`]), bundles ([`bundles`]), maintenance ([`maintenance`]), agent tokens ([`tokens`]) and
@@ -20,6 +21,7 @@ pub(crate) mod bundles;
 pub(crate) mod changes;
 pub(crate) mod compat;
 pub(crate) mod context;
+pub(crate) mod dashboard;
 pub(crate) mod edits;
 pub mod import;
 pub(crate) mod links;
@@ -44,6 +46,7 @@ pub use context::{
     CONTEXT_DEFAULT_TTL_MS, CONTEXT_MAX_BYTES, CONTEXT_MAX_TTL_MS, CONTEXT_NAME_MAX, CONTEXT_TYPE,
     ContextSummary, ParkedContext, check_context_name,
 };
+pub use dashboard::{DASHBOARD_DAYS, Dashboard, DayActivity, NodeHealth, PeerHealth, Recalled};
 pub use edits::{DEFAULT_COMPACT_BYTES, HistoryLine};
 pub use links::LinkView;
 pub use maintenance::{

@@ -312,14 +312,31 @@ fn list_candidates(
     Ok(out)
 }
 
-/// Record that memories were recalled (local-only state).
+/// Days of the daily recall counter kept; older rows are dropped as new
+/// ones come.
+pub(crate) const RECALL_DAYS_KEPT: i64 = 60;
+
+/// Record that memories were recalled (local-only state): their count and
+/// when, and one more recall each on the UTC day of `now_ms` in
+/// `recall_days` (the dashboard's recalls per day; days older than
+/// [`RECALL_DAYS_KEPT`] dropped). Never a fact, never `seq`, never in a
+/// digest.
 pub(crate) fn note_recalled(tx: &super::Tx<'_>, ids: &[MemoryId], now_ms: u64) -> Result<()> {
-    let mut stmt = super::sql(tx).prepare_cached(
+    let conn = super::sql(tx);
+    let mut stmt = conn.prepare_cached(
         "UPDATE memories SET recall_count = recall_count + 1, last_access_ms = ?2 WHERE id = ?1",
+    )?;
+    let day = (now_ms / 86_400_000) as i64;
+    let mut daily = conn.prepare_cached(
+        "INSERT INTO recall_days(day, memory, recalls) VALUES (?1, ?2, 1)
+         ON CONFLICT(day, memory) DO UPDATE SET recalls = recalls + 1",
     )?;
     for id in ids {
         stmt.execute(params![&id.0[..], now_ms as i64])?;
+        daily.execute(params![day, &id.0[..]])?;
     }
+    conn.prepare_cached("DELETE FROM recall_days WHERE day < ?1")?
+        .execute([day - RECALL_DAYS_KEPT])?;
     Ok(())
 }
 

@@ -30,6 +30,7 @@
 pub(crate) mod catchup;
 pub(crate) mod checkpoint;
 mod connect;
+pub(crate) mod dashboard;
 pub(crate) mod digest;
 pub(crate) mod echo;
 pub(crate) mod foreign;

@@ -381,6 +381,19 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT;
     CREATE INDEX IF NOT EXISTS agent_tokens_agent ON agent_tokens(agent);
     "#,
+    // v(n): the console dashboard's recalls per day (store/dashboard.rs),
+    // local-only: recalls noted per memory and UTC day (days since the
+    // epoch), kept 60 days; and the memories recalled at all, by count.
+    // Touches nothing another migration writes.
+    r#"
+    CREATE TABLE recall_days (
+        day     INTEGER NOT NULL,
+        memory  BLOB NOT NULL,
+        recalls INTEGER NOT NULL,
+        PRIMARY KEY (day, memory)
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX memories_recalled ON memories(recall_count) WHERE recall_count > 0;
+    "#,
 ];
 
 /// The schema version this binary writes.

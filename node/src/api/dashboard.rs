@@ -1,0 +1,342 @@
+//! The console dashboard's figures (`/` and `/api/dashboard?as=A`): for one
+//! agent, how many memories it may see in all, per scope in force and per
+//! type, how many of them were created and recalled on each of the last
+//! days, the ones it recalls most; and beside them the node's own health —
+//! index and encoder lag, and per peer its last session, whether the
+//! digests agreed and the facts held back for it.
+//!
+//! Must never: count, name or show a memory the agent cannot see — every
+//! memory figure is `crate::store::dashboard`'s, one aggregate over the
+//! rows the read gate admits, and every memory shown went through the gate.
+//! The node's health figures are the node's (what `amos status` and
+//! `amos peers list` show the operator), never derived from memory rows.
+
+use std::collections::BTreeMap;
+
+use amos_acl::AuthorizedScopes;
+use serde::Serialize;
+
+use crate::api::node::Node;
+use crate::clock::rfc3339;
+use crate::error::{NodeError, Result};
+use crate::store::dashboard::{self, DAY_MS};
+
+/// Days of activity the dashboard shows by default.
+pub const DASHBOARD_DAYS: u64 = 14;
+/// Most-recalled memories it lists.
+pub const MOST_RECALLED: usize = 10;
+
+/// One day of activity over the memories the agent may see.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DayActivity {
+    /// The UTC day, `YYYY-MM-DD`.
+    pub day: String,
+    /// Memories created that day.
+    pub writes: u64,
+    /// Recalls noted that day (a memory is noted at most once an hour).
+    pub recalls: u64,
+}
+
+/// A memory the agent recalls often.
+#[derive(Debug, Clone, Serialize)]
+pub struct Recalled {
+    /// Its id.
+    pub id: String,
+    /// Its text.
+    pub content: String,
+    /// Recalls noted on this node (local-only).
+    pub recalls: u64,
+}
+
+/// A peer's sync health.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerHealth {
+    /// The peer's NodeId (hex).
+    pub node_id: String,
+    /// The name it is registered by here.
+    pub name: String,
+    /// When its last session ended (RFC 3339; `None`: never).
+    pub last_sync: Option<String>,
+    /// How it ended (`ok`, `unreachable`, …; `None`: never).
+    pub result: Option<String>,
+    /// `agree`, `disagree` or `unknown` (never compared): the peer's
+    /// session digest against ours over the scopes it gives us.
+    pub digest: &'static str,
+    /// Facts held back for it until its protocol has their feature.
+    pub held_back: u64,
+}
+
+/// The node's own health, the same for every agent: what `amos status`
+/// and `amos peers list` show the operator.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeHealth {
+    /// Memory changes the full-text index has yet to catch up.
+    pub index_lag: i64,
+    /// Memories the sentence encoder has yet to encode (`None`: it is off).
+    pub encoder_pending: Option<u64>,
+    /// Each peer's sync health.
+    pub peers: Vec<PeerHealth>,
+}
+
+/// The dashboard of one agent.
+#[derive(Debug, Clone, Serialize)]
+pub struct Dashboard {
+    /// The agent whose gate every memory figure went through.
+    pub agent: String,
+    /// Memories it may see (archived ones included: the gate lets them
+    /// through; recall leaves them out).
+    pub visible: u64,
+    /// Per scope in force (`private`: shared with no one; a memory shared
+    /// with two scopes counts in both).
+    pub by_scope: BTreeMap<String, u64>,
+    /// Per memory type.
+    pub by_type: BTreeMap<String, u64>,
+    /// The days asked for, oldest first.
+    pub per_day: Vec<DayActivity>,
+    /// Most recalled first.
+    pub most_recalled: Vec<Recalled>,
+    /// The node's health beside them.
+    #[serde(flatten)]
+    pub health: NodeHealth,
+}
+
+impl Node {
+    /// The dashboard of the agent `who` (an agent: the local admin has no
+    /// dashboard), over the last `days` days (1 to 366).
+    pub fn dashboard(&mut self, who: &AuthorizedScopes, days: u64) -> Result<Dashboard> {
+        let agent = who
+            .requester()
+            .ok_or_else(|| NodeError::BadInput("the dashboard is an agent's: name one".into()))?
+            .to_string();
+        if !(1..=366).contains(&days) {
+            return Err(NodeError::BadInput(format!(
+                "days must be between 1 and 366, not {days}"
+            )));
+        }
+        let now = self.now_ms();
+        let (counts, days, recalled) = self.store.read(|r| {
+            Ok((
+                dashboard::visible_counts(r, who, now)?,
+                dashboard::per_day(r, who, now, days)?,
+                dashboard::most_recalled(r, who, now, MOST_RECALLED)?,
+            ))
+        })?;
+        Ok(Dashboard {
+            agent,
+            visible: counts.total,
+            by_scope: counts.by_scope.into_iter().collect(),
+            by_type: counts.by_type.into_iter().collect(),
+            per_day: days
+                .into_iter()
+                .map(|(day, writes, recalls)| DayActivity {
+                    day: rfc3339(day * DAY_MS)[..10].to_owned(),
+                    writes,
+                    recalls,
+                })
+                .collect(),
+            most_recalled: recalled
+                .into_iter()
+                .map(|(m, recalls)| Recalled {
+                    id: m.id().to_string(),
+                    content: m.content().to_owned(),
+                    recalls,
+                })
+                .collect(),
+            health: self.health()?,
+        })
+    }
+
+    /// The node's [`NodeHealth`].
+    pub fn health(&mut self) -> Result<NodeHealth> {
+        let peers = self
+            .peer_list()?
+            .into_iter()
+            .map(|p| PeerHealth {
+                digest: match p.digest.as_ref().map(|d| d.agree) {
+                    None => "unknown",
+                    Some(true) => "agree",
+                    Some(false) => "disagree",
+                },
+                last_sync: p.last_sync.map(rfc3339),
+                result: p.last_result,
+                held_back: p.held_back,
+                node_id: p.node_id,
+                name: p.name,
+            })
+            .collect();
+        Ok(NodeHealth {
+            index_lag: self.index_lag()?,
+            encoder_pending: self.encoder_status()?.map(|e| e.progress.pending),
+            peers,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+
+    use amos_protocol::{MemoryId, MemoryType, Scope};
+
+    use crate::clock::MovingClock;
+    use crate::recall::RecallOptions;
+    use crate::{Home, NewMemory, Node};
+
+    const T0: u64 = 1_780_000_000_000;
+
+    /// The gate's own answer for `agent`: every memory ever made, read one
+    /// by one through `Node::get`; counted as the dashboard counts.
+    fn by_the_gate(
+        node: &Node,
+        agent: &str,
+        made: &[MemoryId],
+    ) -> (u64, BTreeMap<String, u64>, BTreeMap<String, u64>) {
+        let who = node.requester(agent).unwrap();
+        let (mut total, mut scopes, mut types) = (0, BTreeMap::new(), BTreeMap::new());
+        for id in made {
+            let Ok(m) = node.gated(&who, &id.to_string()) else {
+                continue;
+            };
+            total += 1;
+            *types.entry(m.kind().as_str().to_owned()).or_insert(0) += 1;
+            let granted: Vec<String> = m.effective().iter().map(ToString::to_string).collect();
+            if granted.is_empty() {
+                *scopes.entry("private".to_owned()).or_insert(0) += 1;
+            }
+            for s in granted {
+                *scopes.entry(s).or_insert(0) += 1;
+            }
+        }
+        (total, scopes, types)
+    }
+
+    /// Every memory figure of every agent's dashboard is the gate's: the
+    /// aggregate counts exactly the memories `get` lets the agent read —
+    /// not another's private memory, not an expired, forgotten or
+    /// project-only one it is not a member for — and the activity and
+    /// most-recalled lists only count and name those.
+    #[test]
+    fn every_dashboard_figure_counts_only_what_the_gate_lets_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::new(dir.path().join("home"));
+        Node::init(&home, None).unwrap();
+        let clock = Arc::new(MovingClock(T0.into()));
+        let mut node = Node::open_with_clock(&home, clock.clone()).unwrap();
+        node.team_create("apollo", None).unwrap();
+        node.project_create("moon", "apollo", None).unwrap();
+        for (a, teams) in [
+            ("alice", vec!["apollo"]),
+            ("bob", vec!["apollo"]),
+            ("carol", vec![]),
+        ] {
+            let teams: Vec<String> = teams.into_iter().map(str::to_owned).collect();
+            node.agent_add(a, "agent", &teams).unwrap();
+        }
+        node.project_member("moon", "alice", true).unwrap();
+        let alice = node.requester("alice").unwrap();
+        let carol = node.requester("carol").unwrap();
+        let mut made = Vec::new();
+        let mut add = |node: &mut Node, who, text: &str, share: Vec<Scope>, kind: &str| {
+            let mut m = NewMemory::new(text);
+            m.share = share;
+            m.kind = MemoryType::parse(kind).unwrap();
+            let id = node.add(who, m).unwrap();
+            made.push(id);
+            id
+        };
+        let team: Scope = "team:apollo".parse().unwrap();
+        let shared = add(
+            &mut node,
+            &alice,
+            "launch window tuesday",
+            vec![team.clone()],
+            "fact",
+        );
+        let private = add(
+            &mut node,
+            &alice,
+            "alice keeps the launch codes",
+            vec![],
+            "note",
+        );
+        add(
+            &mut node,
+            &alice,
+            "moon rover plan",
+            vec!["project:moon".parse().unwrap()],
+            "procedure",
+        );
+        add(
+            &mut node,
+            &carol,
+            "carol plans the launch party",
+            vec![],
+            "note",
+        );
+        add(
+            &mut node,
+            &carol,
+            "the launch is public",
+            vec![Scope::Global],
+            "fact",
+        );
+        let forgotten = add(
+            &mut node,
+            &alice,
+            "launch draft",
+            vec![team.clone()],
+            "note",
+        );
+        node.forget(&alice, &forgotten.to_string()).unwrap();
+        let mut brief = NewMemory::new("launch tent booked for today");
+        brief.share = vec![team.clone()];
+        brief.expires_ms = Some(T0 + 1_000);
+        made.push(node.add(&alice, brief).unwrap());
+        // Alice's recalls: her private memory among them; a day later, past
+        // the expiry.
+        let opts = RecallOptions::top(10);
+        node.search_with(&alice, "launch", &opts).unwrap();
+        clock.0.store(T0 + 86_400_000, Ordering::Relaxed);
+        node.search_with(&alice, "launch", &opts).unwrap();
+
+        for agent in ["alice", "bob", "carol"] {
+            let who = node.requester(agent).unwrap();
+            let d = node.dashboard(&who, 14).unwrap();
+            let (total, scopes, types) = by_the_gate(&node, agent, &made);
+            assert_eq!(d.visible, total, "{agent}");
+            assert_eq!(d.by_scope, scopes, "{agent}");
+            assert_eq!(d.by_type, types, "{agent}");
+            assert_eq!(d.per_day.len(), 14);
+            let writes: u64 = d.per_day.iter().map(|p| p.writes).sum();
+            // Every memory was made on day T0; the expired one is gone.
+            assert_eq!(writes, total, "{agent}");
+            for r in &d.most_recalled {
+                let id = r.id.parse::<MemoryId>().unwrap();
+                assert!(
+                    node.gated(&who, &id.to_string()).is_ok(),
+                    "{agent}: {}",
+                    r.content
+                );
+            }
+            let recalls: u64 = d.per_day.iter().map(|p| p.recalls).sum();
+            let listed: u64 = d.most_recalled.iter().map(|r| r.recalls).sum();
+            assert_eq!(recalls, listed, "{agent}: per day and per memory agree");
+        }
+        let bob = node.requester("bob").unwrap();
+        let d = node.dashboard(&bob, 14).unwrap();
+        assert_eq!(d.visible, 2, "the team memory and carol's global one");
+        assert!(d.most_recalled.iter().all(|r| r.id != private.to_string()));
+        assert!(d.most_recalled.iter().any(|r| r.id == shared.to_string()));
+        let a = node.dashboard(&alice, 14).unwrap();
+        assert!(a.most_recalled.iter().any(|r| r.id == private.to_string()));
+        assert!(
+            a.per_day.iter().map(|p| p.recalls).sum::<u64>()
+                > d.per_day.iter().map(|p| p.recalls).sum::<u64>()
+        );
+        assert_eq!(a.by_scope.get("project:moon"), Some(&1));
+        assert_eq!(d.by_scope.get("project:moon"), None, "bob is not in moon");
+        assert!(node.dashboard(&bob, 0).is_err());
+    }
+}
