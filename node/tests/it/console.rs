@@ -9,8 +9,12 @@ use crate::common::Home;
 use crate::common::console::{Answer, Console, cli_list, listed_ids};
 use crate::common::server::{Server, id, pair};
 
-const PAGES: [&str; 7] = [
+const PAGES: [&str; 11] = [
     "/",
+    "/?as=alice",
+    "/api/dashboard?as=alice",
+    "/node",
+    "/pack?as=alice&q=launch",
     "/peers",
     "/memories",
     "/memories?as=alice",
@@ -543,7 +547,7 @@ fn node_peers_audit_and_events_pages_show_the_node() {
     let server = Server::start(b.path());
     pair(&b, &a, &server, "full");
     let c = Console::start(a.path());
-    let node = c.get("/");
+    let node = c.get("/node");
     assert!(node.body.contains(&id(&a)));
     assert!(node.body.contains("<svg"), "the NodeId's QR code");
     assert!(node.body.contains("not set: bundles are not encrypted"));

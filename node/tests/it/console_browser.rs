@@ -4,7 +4,9 @@
 //! as two agents and checks each sees exactly what the CLI lists, opens a
 //! memory with HTML in it and finds it shown as text (no element made, no
 //! script run), runs "sync now" against a second real node and sees the
-//! peer row turn `ok`, creates an invite and reads its code, and takes a
+//! peer row turn `ok`, creates an invite and reads its code, reads the
+//! dashboard and the pack preview, switches the language with the page's
+//! link and opens every page in English and Japanese, and takes a
 //! screenshot of each page into the test's temp dir (or
 //! `$AMOS_CONSOLE_SHOTS` when set, to look at them).
 //!
@@ -308,8 +310,10 @@ fn the_console_in_a_real_browser() {
     // Node page, reached with the printed URL: its redirect sets the
     // session cookie and takes the token out of the address bar.
     browser.goto(&console.url());
-    assert_eq!(browser.text("#node-id"), id(&a));
     assert_eq!(browser.current_url(), format!("{}/", console.base));
+    assert!(browser.text("main").contains("Choose the agent"));
+    browser.goto(&format!("{}/node", console.base));
+    assert_eq!(browser.text("#node-id"), id(&a));
 
     // Cookies go to every port of a host: a plain HTTP server on another
     // port of 127.0.0.1 receives the console's — a session of this run,
@@ -468,6 +472,81 @@ fn the_console_in_a_real_browser() {
     assert_eq!(browser.text(&format!("{row} .result")), "ok");
     browser.shot(&shots, "8-peers-live");
     drop(serving);
+
+    // The dashboard, switched to Japanese by its link and back: alice's
+    // figures are hers (what the CLI lists), the chart is drawn.
+    a.ok(&["search", "launch", "--as", "alice"]);
+    browser.goto(&format!("{}/?as=alice", console.base));
+    assert_eq!(
+        browser.script("return document.documentElement.lang;"),
+        json!("en")
+    );
+    let listed = cli_list(&a, "alice").len();
+    assert_eq!(browser.text("#visible"), listed.to_string());
+    assert_eq!(
+        browser.script("return document.querySelectorAll('#activity rect.bar').length;"),
+        json!(14 * 2 + 2),
+        "a pair of bars a day, and the legend's two"
+    );
+    assert!(!browser.find_all("#most-recalled tbody tr").is_empty());
+    browser.shot(&shots, "9-dashboard-en");
+    browser.click_to_page("#langs a[data-lang=ja]");
+    assert_eq!(
+        browser.script("return document.documentElement.lang;"),
+        json!("ja")
+    );
+    assert_eq!(browser.text("#visible"), listed.to_string());
+    assert!(browser.text("h1").contains("ダッシュボード"));
+    browser.shot(&shots, "9-dashboard-ja");
+    // The pack preview: one of alice's memories in, one over budget.
+    browser.goto(&format!(
+        "{}/pack?as=alice&q=launch&budget=22",
+        console.base
+    ));
+    assert_eq!(
+        browser.script("return document.documentElement.lang;"),
+        json!("ja"),
+        "kept"
+    );
+    assert!(
+        !browser
+            .find_all("#pack tr[data-decision=over-budget]")
+            .is_empty()
+    );
+    browser.shot(&shots, "10-pack-ja");
+    browser.click_to_page("#langs a[data-lang=en]");
+    assert_eq!(
+        browser.script("return document.documentElement.lang;"),
+        json!("en")
+    );
+    assert!(browser.text("#pack").contains("over budget"));
+    browser.shot(&shots, "10-pack-en");
+    // Every page in both languages: no key the catalogue lacks.
+    for lang in ["en", "ja"] {
+        for (name, page) in [
+            ("dashboard", "/?as=bob"),
+            ("node", "/node"),
+            ("peers", "/peers"),
+            ("memories", "/memories?as=alice"),
+            ("memory", &format!("/memories/{html_id}?as=alice")),
+            ("pack", "/pack?as=bob&q=weather"),
+            ("org", "/org"),
+            ("audit", "/audit"),
+        ] {
+            let sep = if page.contains('?') { '&' } else { '?' };
+            browser.goto(&format!("{}{page}{sep}lang={lang}", console.base));
+            assert_eq!(
+                browser.script("return document.documentElement.lang;"),
+                json!(lang)
+            );
+            assert_eq!(
+                browser.script("return document.body.innerText.indexOf('\\u27e6');"),
+                json!(-1),
+                "{page} in {lang}: an untranslated key"
+            );
+            browser.shot(&shots, &format!("11-{name}-{lang}"));
+        }
+    }
     eprintln!("console screenshots in {}", shots.display());
 }
 

@@ -194,7 +194,7 @@ fn the_console_shows_pending_memories() {
     h.ok(&["agent", "add", "bob"]);
     import_mem0(&h, "bob", "first", &texts(0, 2));
     let c = crate::common::console::Console::start(h.path());
-    let page = c.get("/");
+    let page = c.get("/node");
     assert_eq!(page.status, 200);
     assert!(page.body.contains("2 memories pending"), "{}", page.body);
     assert!(page.body.contains("minilm"), "the encoder's name");
@@ -204,7 +204,7 @@ fn the_console_shows_pending_memories() {
     // files only when it saves them itself).
     drop(c);
     let c = crate::common::console::Console::start(h.path());
-    let page = c.get("/");
+    let page = c.get("/node");
     assert!(!page.body.contains("memories pending"), "{}", page.body);
     assert!(page.body.contains("every memory encoded"), "{}", page.body);
 }

@@ -12,6 +12,7 @@ mod cli_bad_input;
 mod concurrency;
 mod console;
 mod console_browser;
+mod console_views;
 mod deep_eval;
 mod demo;
 mod deploy;

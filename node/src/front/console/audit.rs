@@ -7,11 +7,12 @@
 use std::sync::Arc;
 
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::response::Response;
 use serde::Deserialize;
 
 use super::App;
+use super::i18n::Locale;
 use super::page::{Chrome, PageError, QueryIn, html, with_node};
 use crate::front::view::rfc3339;
 use crate::store::replica::{AuditEntry, DeferredInfo};
@@ -34,6 +35,7 @@ pub(crate) struct AuditQuery {
 
 pub(crate) async fn show(
     State(app): State<Arc<App>>,
+    Extension(loc): Extension<Locale>,
     QueryIn(q): QueryIn<AuditQuery>,
 ) -> Result<Response, PageError> {
     let limit = q.limit.unwrap_or(100);
@@ -44,7 +46,7 @@ pub(crate) async fn show(
     }
     let p = with_node(&app, move |node, app| {
         Ok(AuditPage {
-            chrome: Chrome::new(app, node, "audit", "")?,
+            chrome: Chrome::new(app, node, "audit", "", &loc)?,
             refused: node
                 .audit(limit)?
                 .into_iter()

@@ -11,11 +11,12 @@ use std::sync::Arc;
 
 use amos_acl::Visible;
 use askama::Template;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::response::Response;
 use serde::Deserialize;
 
 use super::App;
+use super::i18n::Locale;
 use super::page::{
     Chrome, FormIn, PageError, QueryIn, as_query, given, html, see, urlencode, with_node,
 };
@@ -76,6 +77,7 @@ pub(crate) struct ListQuery {
 
 pub(crate) async fn list(
     State(app): State<Arc<App>>,
+    Extension(loc): Extension<Locale>,
     QueryIn(q): QueryIn<ListQuery>,
 ) -> Result<Response, PageError> {
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
@@ -89,7 +91,7 @@ pub(crate) async fn list(
         let query = given(&q.q).unwrap_or("").to_owned();
         let kind = given(&q.kind).unwrap_or("").to_owned();
         let mut page = ListPage {
-            chrome: Chrome::new(app, node, "memories", &agent)?,
+            chrome: Chrome::new(app, node, "memories", &agent, &loc)?,
             searched: !query.is_empty(),
             q: query,
             kind,
@@ -180,21 +182,31 @@ fn need_agent(a: &Option<String>) -> Result<String, PageError> {
 
 pub(crate) async fn show(
     State(app): State<Arc<App>>,
+    Extension(loc): Extension<Locale>,
     Path(id): Path<String>,
     QueryIn(q): QueryIn<AsQuery>,
 ) -> Result<Response, PageError> {
     let agent = need_agent(&q.agent)?;
-    let p = with_node(&app, move |node, app| memory_page(node, app, &agent, &id)).await?;
+    let p = with_node(&app, move |node, app| {
+        memory_page(node, app, &agent, &id, &loc)
+    })
+    .await?;
     html(&p)
 }
 
-fn memory_page(node: &mut Node, app: &App, agent: &str, id: &str) -> Result<MemoryPage, PageError> {
+fn memory_page(
+    node: &mut Node,
+    app: &App,
+    agent: &str,
+    id: &str,
+    loc: &Locale,
+) -> Result<MemoryPage, PageError> {
     let who = node.requester(agent)?;
     let m = node.get(&who, id)?;
     let (_, history) = node.history(&who, id)?;
     let links = node.links(&who, id)?;
     Ok(MemoryPage {
-        chrome: Chrome::new(app, node, "memories", agent)?,
+        chrome: Chrome::new(app, node, "memories", agent, loc)?,
         id: m.id().to_string(),
         content: m.content().to_owned(),
         owner: m.owner().to_string(),

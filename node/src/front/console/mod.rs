@@ -3,9 +3,12 @@
 //! server-rendered pages (askama templates compiled into the binary, a
 //! little plain JavaScript in `assets/`, nothing fetched from elsewhere).
 //!
-//! Stable addresses: `/` node, `/peers`, `/memories?as=AGENT&q=QUERY`,
-//! `/memories/ID?as=AGENT`, `/org`, `/audit`; `/events` streams peer status
-//! (server-sent events). Every request needs a session: the access token
+//! Stable addresses: `/` the dashboard (`?as=AGENT`; its figures as JSON
+//! at `/api/dashboard?as=AGENT`), `/node`, `/peers`,
+//! `/memories?as=AGENT&q=QUERY`, `/memories/ID?as=AGENT`,
+//! `/pack?as=AGENT&q=QUERY&budget=N`, `/org`, `/audit`; `/events` streams
+//! peer status (server-sent events). Pages speak English or Japanese
+//! ([`i18n`]: `?lang=`, a cookie, `Accept-Language`). Every request needs a session: the access token
 //! ([`token`]), given as `?token=` in the printed URL, opens one
 //! ([`sessions`]: a per-visit secret, in memory, for 12 hours) and is
 //! answered by a redirect to the address without it that sets the
@@ -20,11 +23,14 @@
 //! text); listen beyond loopback unless asked in so many words.
 
 mod audit;
+mod dashboard;
 pub(crate) mod guard;
+mod i18n;
 pub(crate) mod live;
 mod memories;
 mod node_page;
 mod org;
+mod pack;
 mod page;
 mod peers;
 mod qr;
@@ -254,7 +260,10 @@ async fn serve_on(
 
 fn router(app: Arc<App>) -> Router {
     Router::new()
-        .route("/", get(node_page::show))
+        .route("/", get(dashboard::show))
+        .route("/api/dashboard", get(dashboard::json))
+        .route("/node", get(node_page::show))
+        .route("/pack", get(pack::show))
         .route("/peers", get(peers::show))
         .route("/peers/sync", post(peers::sync))
         .route("/peers/join", post(peers::join))
@@ -276,6 +285,8 @@ fn router(app: Arc<App>) -> Router {
         .route("/assets/console.js", get(page::script))
         .route("/assets/console.css", get(page::style))
         .fallback(page::not_found)
+        // Inside the guard: a request it refuses needs no language.
+        .layer(axum::middleware::from_fn(i18n::negotiate))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             guard::guard,

@@ -9,10 +9,11 @@
 use std::sync::Arc;
 
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::response::Response;
 
 use super::App;
+use super::i18n::Locale;
 use super::page::{Chrome, PageError, html, with_node};
 use crate::api::pairing::recorded_listen;
 
@@ -47,8 +48,11 @@ struct NodePage {
     qr: String,
 }
 
-pub(crate) async fn show(State(app): State<Arc<App>>) -> Result<Response, PageError> {
-    let page = with_node(&app, |node, app| {
+pub(crate) async fn show(
+    State(app): State<Arc<App>>,
+    Extension(loc): Extension<Locale>,
+) -> Result<Response, PageError> {
+    let page = with_node(&app, move |node, app| {
         let s = node.status_peek()?;
         let ahead = crate::ops::doctor::clock_ahead_s(node)?;
         let home = node.home().clone();
@@ -57,7 +61,7 @@ pub(crate) async fn show(State(app): State<Arc<App>>) -> Result<Response, PageEr
             None => recorded_listen(&home).map(|a| format!("{a} (last `amos serve`)")),
         };
         Ok(NodePage {
-            chrome: Chrome::new(app, node, "node", "")?,
+            chrome: Chrome::new(app, node, "node", "", &loc)?,
             qr: super::qr::svg(&s.node_id).unwrap_or_default(),
             node_id: s.node_id,
             name: s.name,

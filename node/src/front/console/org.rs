@@ -7,11 +7,12 @@
 use std::sync::Arc;
 
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::response::Response;
 use serde::Deserialize;
 
 use super::App;
+use super::i18n::Locale;
 use super::page::{Chrome, FormIn, PageError, given, html, items, see, with_node};
 use crate::store::org::{AgentInfo, ProjectInfo, TeamInfo};
 
@@ -24,10 +25,13 @@ struct OrgPage {
     projects: Vec<ProjectInfo>,
 }
 
-pub(crate) async fn show(State(app): State<Arc<App>>) -> Result<Response, PageError> {
-    let p = with_node(&app, |node, app| {
+pub(crate) async fn show(
+    State(app): State<Arc<App>>,
+    Extension(loc): Extension<Locale>,
+) -> Result<Response, PageError> {
+    let p = with_node(&app, move |node, app| {
         Ok(OrgPage {
-            chrome: Chrome::new(app, node, "org", "")?,
+            chrome: Chrome::new(app, node, "org", "", &loc)?,
             agents: node.agent_list()?,
             teams: node.team_list()?,
             projects: node.project_list()?,

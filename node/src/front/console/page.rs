@@ -17,13 +17,18 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use serde::de::DeserializeOwned;
 
 use super::App;
+use super::i18n::{Lang, Locale};
 use crate::api::node::Node;
 use crate::error::NodeError;
 
-/// The frame of every page: which page, the CSRF token for its forms, the
-/// agent acted as (if any), the agents to choose from, and a message.
+/// The frame of every page: which page, its language, the CSRF token for
+/// its forms, the agent acted as (if any), the agents to choose from, and a
+/// message.
 pub(crate) struct Chrome {
     pub page: &'static str,
+    pub lang: Lang,
+    /// This page's address without `lang` (the language switch's links).
+    pub locale: Locale,
     pub csrf: String,
     pub agent: String,
     pub agents: Vec<String>,
@@ -31,15 +36,37 @@ pub(crate) struct Chrome {
 }
 
 impl Chrome {
-    /// The frame for `page`, reading the agents from `node`.
-    pub fn new(app: &App, node: &Node, page: &'static str, agent: &str) -> crate::Result<Chrome> {
+    /// The frame for `page` in `locale`'s language, reading the agents
+    /// from `node`.
+    pub fn new(
+        app: &App,
+        node: &Node,
+        page: &'static str,
+        agent: &str,
+        locale: &Locale,
+    ) -> crate::Result<Chrome> {
         Ok(Chrome {
             page,
+            lang: locale.lang,
+            locale: locale.clone(),
             csrf: app.csrf.clone(),
             agent: agent.to_owned(),
             agents: node.agent_list()?.into_iter().map(|a| a.id).collect(),
             flash: Vec::new(),
         })
+    }
+
+    /// The catalogue's text for `key` in this page's language.
+    pub fn t(&self, key: &str) -> &'static str {
+        self.lang.t(key)
+    }
+
+    /// The languages to switch to: (tag, name, address, whether current).
+    pub fn languages(&self) -> Vec<(&'static str, &'static str, String, bool)> {
+        Lang::ALL
+            .into_iter()
+            .map(|l| (l.tag(), l.name(), self.locale.switch_to(l), l == self.lang))
+            .collect()
     }
 }
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -23,6 +23,7 @@ use futures_util::stream::Stream;
 use serde::Deserialize;
 
 use super::App;
+use super::i18n::Locale;
 use super::page::{Chrome, FormIn, PageError, given, html, items, see, with_node};
 use crate::api::pairing::Invite;
 use crate::front::view::{outcome_line, rfc3339};
@@ -71,8 +72,13 @@ struct PeersPage {
     invite: Option<InviteView>,
 }
 
-fn page(node: &crate::api::Node, app: &App, flash: Vec<String>) -> Result<PeersPage, PageError> {
-    let mut chrome = Chrome::new(app, node, "peers", "")?;
+fn page(
+    node: &crate::api::Node,
+    app: &App,
+    flash: Vec<String>,
+    loc: &Locale,
+) -> Result<PeersPage, PageError> {
+    let mut chrome = Chrome::new(app, node, "peers", "", loc)?;
     chrome.flash = flash;
     let rows = node
         .peer_list()?
@@ -140,8 +146,11 @@ fn page(node: &crate::api::Node, app: &App, flash: Vec<String>) -> Result<PeersP
     })
 }
 
-pub(crate) async fn show(State(app): State<Arc<App>>) -> Result<Response, PageError> {
-    let p = with_node(&app, |node, app| page(node, app, Vec::new())).await?;
+pub(crate) async fn show(
+    State(app): State<Arc<App>>,
+    Extension(loc): Extension<Locale>,
+) -> Result<Response, PageError> {
+    let p = with_node(&app, move |node, app| page(node, app, Vec::new(), &loc)).await?;
     html(&p)
 }
 
@@ -154,6 +163,7 @@ pub(crate) struct SyncForm {
 /// `amos sync now [PEER]`: one pass, a line per peer.
 pub(crate) async fn sync(
     State(app): State<Arc<App>>,
+    Extension(loc): Extension<Locale>,
     FormIn(f): FormIn<SyncForm>,
 ) -> Result<Response, PageError> {
     let identity = Arc::new(app.home.load_identity()?);
@@ -162,7 +172,7 @@ pub(crate) async fn sync(
     if flash.is_empty() {
         flash.push("no peers with an address to sync with".into());
     }
-    let p = with_node(&app, move |node, app| page(node, app, flash)).await?;
+    let p = with_node(&app, move |node, app| page(node, app, flash, &loc)).await?;
     html(&p)
 }
 
@@ -176,6 +186,7 @@ pub(crate) struct JoinForm {
 /// `amos join CODE [--as AGENT]`.
 pub(crate) async fn join(
     State(app): State<Arc<App>>,
+    Extension(loc): Extension<Locale>,
     FormIn(f): FormIn<JoinForm>,
 ) -> Result<Response, PageError> {
     let code = f.code.trim().to_owned();
@@ -201,7 +212,7 @@ pub(crate) async fn join(
     if let Some(o) = &r.first_sync {
         flash.push(format!("first sync: {}", outcome_line(o)));
     }
-    let p = with_node(&app, move |node, app| page(node, app, flash)).await?;
+    let p = with_node(&app, move |node, app| page(node, app, flash, &loc)).await?;
     html(&p)
 }
 
@@ -219,6 +230,7 @@ pub(crate) struct InviteForm {
 /// `amos team invite TEAM [--policy P] [--ttl DUR]`: the page shows the code.
 pub(crate) async fn invite(
     State(app): State<Arc<App>>,
+    Extension(loc): Extension<Locale>,
     FormIn(f): FormIn<InviteForm>,
 ) -> Result<Response, PageError> {
     let ttl_text = given(&f.ttl).unwrap_or("10m").to_owned();
@@ -227,7 +239,7 @@ pub(crate) async fn invite(
     let p = with_node(&app, move |node, app| {
         let addrs = given(&f.addrs).map(items).unwrap_or_default();
         let inv: Invite = node.team_invite(f.team.trim(), given(&f.policy), ttl, &addrs)?;
-        let mut p = page(node, app, Vec::new())?;
+        let mut p = page(node, app, Vec::new(), &loc)?;
         p.invite = Some(InviteView {
             qr: super::qr::svg(&inv.code).unwrap_or_default(),
             expires: rfc3339(inv.expires),
