@@ -43,6 +43,10 @@ token=${url##*token=}
 enc() { jq -rn --arg v "$1" '$v|@uri'; }
 pages=(
   "/"
+  "/?as=$(enc "$agent")"
+  "/api/dashboard?as=$(enc "$agent")"
+  "/node"
+  "/pack?as=$(enc "$agent")&q=$(enc "$query")"
   "/peers"
   "/memories?as=$(enc "$agent")"
   "/memories?as=$(enc "$agent")&q=$(enc "$query")"
