@@ -38,7 +38,10 @@ console_pid=$!
 for _ in $(seq 1 100); do [ -s "$work/url" ] && break; sleep 0.1; done
 url=$(head -1 "$work/url")
 base=${url%%/\?token=*}
-token=${url##*token=}
+# The printed URL opens a session: its redirect sets the session's cookie
+# (the token itself is no cookie).
+cookie=$(curl -sS -o /dev/null -D - "$url" | tr -d '\r' | sed -n 's/^set-cookie: \([^;]*\);.*/\1/Ip')
+[ -n "$cookie" ] || { echo "no session cookie from $url" >&2; exit 1; }
 
 enc() { jq -rn --arg v "$1" '$v|@uri'; }
 pages=(
@@ -59,8 +62,10 @@ printf '%-60s %10s %10s\n' page median_ms max_ms
 for p in "${pages[@]}"; do
   times=()
   for _ in $(seq 1 "$RUNS"); do
-    t=$(curl -sS -o /dev/null -D - -H "Cookie: amos_console_${base##*:}=$token" "$base$p" |
-      tr -d '\r' | sed -n 's/^server-timing: app;dur=//Ip')
+    head=$(curl -sS -o /dev/null -D - -H "Cookie: $cookie" "$base$p" | tr -d '\r')
+    status=$(echo "$head" | head -1 | cut -d' ' -f2)
+    [ "$status" = 200 ] || { echo "$p answered $status, not 200" >&2; exit 1; }
+    t=$(echo "$head" | sed -n 's/^server-timing: app;dur=//Ip')
     times+=("$t")
   done
   sorted=$(printf '%s\n' "${times[@]}" | sort -n)
