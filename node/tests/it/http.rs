@@ -360,6 +360,12 @@ fn one_agents_token_never_reads_counts_or_ranks_anothers_private_memory() {
         "zebra zebra zebra: alice's private launch codes",
         &[],
     );
+    // ...and again: a duplicate the consolidation preview would name.
+    let twin = h.add(
+        "alice",
+        "zebra zebra zebra: alice's private launch codes",
+        &[],
+    );
     let team = h.add(
         "alice",
         "a zebra crossing near the launch pad",
@@ -458,6 +464,7 @@ fn one_agents_token_never_reads_counts_or_ranks_anothers_private_memory() {
             !a.text.contains(ours) && !a.text.contains("launch codes"),
             "{a:?}"
         );
+        assert!(!a.text.contains(&twin), "{a:?}");
     }
     // alice's own token reads it; a visible memory bob does not own is
     // 403 for changes (it is no secret that it exists).
