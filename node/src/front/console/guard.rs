@@ -207,7 +207,8 @@ pub(crate) fn own_host(addr: std::net::SocketAddr, headers: &HeaderMap) -> bool 
         || host == format!("[::1]:{port}")
 }
 
-fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+/// The value of the cookie `name`, if the request carries it.
+pub(super) fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()

@@ -123,14 +123,7 @@ impl Locale {
 pub(crate) const LANG_COOKIE: &str = "amos_console_lang";
 
 fn cookie_lang(headers: &HeaderMap) -> Option<Lang> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == LANG_COOKIE)
-        .and_then(|(_, v)| Lang::of_tag(v))
+    super::guard::cookie(headers, LANG_COOKIE).and_then(|v| Lang::of_tag(&v))
 }
 
 /// The layer that decides each request's [`Locale`] (an extension the
