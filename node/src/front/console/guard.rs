@@ -23,6 +23,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::App;
+use super::cookie::cookie;
 use super::page::PageError;
 use super::token::same;
 
@@ -205,18 +206,6 @@ pub(crate) fn own_host(addr: std::net::SocketAddr, headers: &HeaderMap) -> bool 
         || host == format!("localhost:{port}")
         || host == format!("127.0.0.1:{port}")
         || host == format!("[::1]:{port}")
-}
-
-/// The value of the cookie `name`, if the request carries it.
-pub(super) fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.to_owned())
 }
 
 fn form_urlencoded_pairs(s: &str) -> Vec<(String, String)> {

@@ -123,7 +123,7 @@ impl Locale {
 pub(crate) const LANG_COOKIE: &str = "amos_console_lang";
 
 fn cookie_lang(headers: &HeaderMap) -> Option<Lang> {
-    super::guard::cookie(headers, LANG_COOKIE).and_then(|v| Lang::of_tag(&v))
+    super::cookie::cookie(headers, LANG_COOKIE).and_then(|v| Lang::of_tag(&v))
 }
 
 /// The layer that decides each request's [`Locale`] (an extension the

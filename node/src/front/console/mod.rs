@@ -23,6 +23,7 @@
 //! text); listen beyond loopback unless asked in so many words.
 
 mod audit;
+mod cookie;
 mod dashboard;
 pub(crate) mod guard;
 mod i18n;
