@@ -394,6 +394,16 @@ pub enum OrgScope {
     Project(ProjectId),
 }
 
+impl OrgScope {
+    /// Whether the scope's id is qualified (`NAME@QUALIFIER`).
+    pub fn is_qualified(&self) -> bool {
+        match self {
+            OrgScope::Team(t) => t.is_qualified(),
+            OrgScope::Project(p) => p.is_qualified(),
+        }
+    }
+}
+
 impl std::fmt::Display for OrgScope {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -538,11 +548,17 @@ impl FactBody {
                 if !t.id.is_valid() {
                     return bad("team id is not a slug");
                 }
+                if !t.id.admits_origin(&t.origin) {
+                    return bad("a qualified team id must be qualified by its origin");
+                }
                 check_name(&t.name)?;
             }
             FactBody::Project(p) => {
                 if !p.id.is_valid() || !p.team.is_valid() {
                     return bad("project or team id is not a slug");
+                }
+                if !p.id.admits_origin(&p.origin) {
+                    return bad("a qualified project id must be qualified by its origin");
                 }
                 check_name(&p.name)?;
             }
@@ -753,6 +769,37 @@ mod tests {
         let mut bytes = vec![10u8];
         bytes.extend(&legacy(&m)[1..]);
         assert!(codec::decode_canonical::<FactBody>("fact", &bytes).is_err());
+    }
+
+    #[test]
+    fn a_qualified_record_must_name_the_origin_its_id_is_qualified_by() {
+        let origin = NodeId([2; 32]);
+        let other = NodeId([9; 32]);
+        let team = |id: &str, origin| {
+            FactBody::Team(TeamFact {
+                id: TeamId::parse(id).unwrap(),
+                origin,
+                name: "zeus".into(),
+                present: true,
+            })
+        };
+        let mine = TeamId::qualified("zeus", &origin).unwrap();
+        assert!(team(mine.as_str(), origin).validate().is_ok());
+        assert!(team(mine.as_str(), other).validate().is_err());
+        // A legacy id names whichever origin created it.
+        assert!(team("zeus", other).validate().is_ok());
+        let project = |id: &ProjectId, origin| {
+            FactBody::Project(ProjectFact {
+                id: id.clone(),
+                team: mine.clone(),
+                origin,
+                name: "ui".into(),
+                present: true,
+            })
+        };
+        let ui = ProjectId::qualified("ui", &origin).unwrap();
+        assert!(project(&ui, origin).validate().is_ok());
+        assert!(project(&ui, other).validate().is_err());
     }
 
     #[test]

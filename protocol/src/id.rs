@@ -206,13 +206,120 @@ slug_id!(
     AgentId,
     "agent id"
 );
-slug_id!(
-    /// A team id (`apollo`).
+/// How many characters of its origin's NodeId text (base32) a qualified
+/// team or project id carries after the `@`: 12, that is 60 bits of the
+/// origin's public key (docs/design.md §3).
+pub const QUALIFIER_LEN: usize = 12;
+
+/// The qualifier a scope created by `origin` carries: the first
+/// [`QUALIFIER_LEN`] characters of its NodeId text.
+pub fn qualifier_of(origin: &NodeId) -> String {
+    let mut s = origin.to_string();
+    s.truncate(QUALIFIER_LEN);
+    s
+}
+
+/// Whether `q` is a well-formed qualifier: exactly [`QUALIFIER_LEN`]
+/// characters of the lowercase base32 alphabet.
+fn is_qualifier(q: &str) -> bool {
+    q.len() == QUALIFIER_LEN
+        && q.bytes()
+            .all(|c| c.is_ascii_lowercase() || (b'2'..=b'7').contains(&c))
+}
+
+/// A team or project id: a legacy slug (`apollo`, made before ids were
+/// qualified, still valid and meaning the team its origin created), or a
+/// qualified id `NAME@QUALIFIER` (`apollo@3f2a…`): a slug, `@`, and the
+/// first [`QUALIFIER_LEN`] characters of the creating node's NodeId. Two
+/// nodes creating `apollo` independently make two distinct ids; a record's
+/// qualifier must name its own origin (`Fact::validate`). Encoded as its
+/// text, as a slug was.
+macro_rules! org_id {
+    ($(#[$doc:meta])* $name:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Parse and validate: a slug, or a slug `@` a qualifier.
+            pub fn parse(s: &str) -> Result<Self, ProtocolError> {
+                if Self::valid_text(s) {
+                    Ok($name(s.to_owned()))
+                } else {
+                    Err(ProtocolError::malformed(format!(
+                        "malformed {} {s:?}: use 1-64 characters from a-z 0-9 . _ - starting with a letter or digit (or NAME@{} characters of its origin's node id)",
+                        $what, QUALIFIER_LEN
+                    )))
+                }
+            }
+            /// The id a scope named `name` gets when `origin` creates it:
+            /// `name@` the origin's qualifier. `name` must be a slug.
+            pub fn qualified(name: &str, origin: &NodeId) -> Result<Self, ProtocolError> {
+                Slug::parse($what, name)?;
+                Ok($name(format!("{name}@{}", qualifier_of(origin))))
+            }
+            /// The id's text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+            /// The display name: the part before `@` (the whole id of a legacy one).
+            pub fn name(&self) -> &str {
+                self.0.split_once('@').map_or(self.0.as_str(), |(n, _)| n)
+            }
+            /// The qualifier after `@`, if the id is qualified.
+            pub fn qualifier(&self) -> Option<&str> {
+                self.0.split_once('@').map(|(_, q)| q)
+            }
+            /// Whether the id is qualified (`NAME@QUALIFIER`), not legacy.
+            pub fn is_qualified(&self) -> bool {
+                self.qualifier().is_some()
+            }
+            /// Whether a record of this id may name `origin` as its origin:
+            /// always for a legacy id; for a qualified one, only the node
+            /// whose NodeId text begins with the qualifier.
+            pub fn admits_origin(&self, origin: &NodeId) -> bool {
+                self.qualifier().is_none_or(|q| q == qualifier_of(origin))
+            }
+            /// Whether the decoded value is a valid id.
+            pub fn is_valid(&self) -> bool {
+                Self::valid_text(&self.0)
+            }
+            fn valid_text(s: &str) -> bool {
+                match s.split_once('@') {
+                    None => Slug::is_valid(s),
+                    Some((n, q)) => Slug::is_valid(n) && is_qualifier(q),
+                }
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = ProtocolError;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::parse(s)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({:?})", stringify!($name), self.0)
+            }
+        }
+    };
+}
+
+org_id!(
+    /// A team id (`apollo@3f2a…`, or a legacy `apollo`).
     TeamId,
     "team id"
 );
-slug_id!(
-    /// A project id (`apollo-ui`).
+org_id!(
+    /// A project id (`apollo-ui@3f2a…`, or a legacy `apollo-ui`).
     ProjectId,
     "project id"
 );
@@ -272,6 +379,43 @@ mod tests {
         assert_eq!(s.parse::<NodeId>().unwrap(), id);
         assert_eq!(id.short().len(), 10);
         assert!("abc".parse::<NodeId>().is_err());
+    }
+
+    #[test]
+    fn org_ids_are_legacy_slugs_or_qualified_by_their_origin() {
+        let origin = NodeId([7; 32]);
+        let other = NodeId([8; 32]);
+        let q = TeamId::qualified("zeus", &origin).unwrap();
+        assert_eq!(q.name(), "zeus");
+        assert_eq!(q.qualifier().unwrap().len(), QUALIFIER_LEN);
+        assert!(origin.to_string().starts_with(q.qualifier().unwrap()));
+        assert!(q.is_qualified() && q.is_valid());
+        assert_eq!(TeamId::parse(q.as_str()).unwrap(), q);
+        assert!(q.admits_origin(&origin));
+        assert!(!q.admits_origin(&other));
+        assert_ne!(q, TeamId::qualified("zeus", &other).unwrap());
+        let legacy = TeamId::parse("zeus").unwrap();
+        assert!(!legacy.is_qualified() && legacy.admits_origin(&other));
+        assert_eq!(legacy.name(), "zeus");
+        for bad in [
+            "zeus@",
+            "zeus@abc",
+            "zeus@ABCDEFGHIJKL",
+            "zeus@abcdefghijk1",
+            "zeus@abcdefghijklm",
+            "@abcdefghijkl",
+            "Zeus@abcdefghijkl",
+            "zeus@abcdefghijkl@abcdefghijkl",
+        ] {
+            assert!(TeamId::parse(bad).is_err(), "{bad}");
+            assert!(ProjectId::parse(bad).is_err(), "{bad}");
+        }
+        assert!(TeamId::qualified("a@b", &origin).is_err());
+        assert!(ProjectId::parse("ui@abcdefgh2345").is_ok());
+        // Encoded as its text, as the slug it replaced.
+        let a = crate::codec::encode(&legacy);
+        let b = crate::codec::encode(&Slug::parse("team id", "zeus").unwrap());
+        assert_eq!(a, b);
     }
 
     #[test]

@@ -56,8 +56,8 @@ pub use fact::{
 };
 pub use hlc::{Hlc, HlcState, MAX_TIME_MS};
 pub use id::{
-    AgentId, MemoryId, MemoryType, NodeId, ProjectId, Relation, Slug, TeamId, base32_decode,
-    base32_encode,
+    AgentId, MemoryId, MemoryType, NodeId, ProjectId, QUALIFIER_LEN, Relation, Slug, TeamId,
+    base32_decode, base32_encode, qualifier_of,
 };
 pub use mesh::MeshKey;
 pub use scope::{Grants, Scope};

@@ -73,6 +73,17 @@ impl Scope {
             Scope::Project(p) => p.is_valid(),
         }
     }
+
+    /// Whether this is a team or project scope with a qualified id
+    /// (`team:NAME@QUALIFIER`), which a receiver decodes only with
+    /// `wire::Features::QUALIFIED_SCOPES`.
+    pub fn is_qualified(&self) -> bool {
+        match self {
+            Scope::Team(t) => t.is_qualified(),
+            Scope::Project(p) => p.is_qualified(),
+            Scope::Private | Scope::Global | Scope::Agent(_) => false,
+        }
+    }
 }
 
 /// A memory's visibility: a canonical (sorted, de-duplicated) set of scopes
@@ -183,6 +194,8 @@ mod tests {
             "agent:a1",
             "team:apollo",
             "project:apollo-ui",
+            "team:apollo@abcdefgh2345",
+            "project:ui@abcdefgh2345",
         ] {
             assert_eq!(s.parse::<Scope>().unwrap().to_string(), s);
         }
@@ -195,6 +208,7 @@ mod tests {
             "agent",
             ":x",
             "team:a:b",
+            "team:apollo@abc",
         ] {
             let err = bad.parse::<Scope>().unwrap_err().to_string();
             assert!(err.contains("scope") || err.contains("id"), "{bad}: {err}");

@@ -132,8 +132,12 @@ pub struct Features(pub u64);
 impl Features {
     /// Content facts with a valid time (fact variant 9, `CONTENT_WITH_VALIDITY`).
     pub const VALID_TIME: Features = Features(1);
+    /// Origin-qualified team and project ids (`team:NAME@QUALIFIER`,
+    /// docs/design.md §3): in a team or project record, a membership or a
+    /// memory's grants. An older node's `Fact::validate` refuses them.
+    pub const QUALIFIED_SCOPES: Features = Features(2);
     /// Every feature this code decodes.
-    pub const ALL: Features = Features(1);
+    pub const ALL: Features = Features(1 | 2);
     /// None.
     pub const NONE: Features = Features(0);
 
@@ -165,9 +169,19 @@ impl Features {
 
     /// The features a receiver needs to decode this fact.
     pub fn required_by(fact: &crate::Fact) -> Features {
-        match &fact.body {
-            crate::FactBody::MemoryContent(m) if !m.validity.is_open() => Features::VALID_TIME,
-            _ => Features::NONE,
+        use crate::FactBody;
+        let qualified = match &fact.body {
+            FactBody::MemoryContent(m) if !m.validity.is_open() => return Features::VALID_TIME,
+            FactBody::Team(t) => t.id.is_qualified(),
+            FactBody::Project(p) => p.id.is_qualified() || p.team.is_qualified(),
+            FactBody::Membership(m) => m.scope.is_qualified(),
+            FactBody::MemoryAcl(a) => a.grants.iter().any(Scope::is_qualified),
+            _ => false,
+        };
+        if qualified {
+            Features::QUALIFIED_SCOPES
+        } else {
+            Features::NONE
         }
     }
 
@@ -847,7 +861,98 @@ mod tests {
         assert!(Features::implied_by(1).contains(Features::VALID_TIME));
         assert_eq!(Features::implied_by(2), Features::NONE);
         assert!(Features::ALL.contains(Features::VALID_TIME));
-        assert_eq!(Features::ALL.without(Features::VALID_TIME), Features::NONE);
+        assert_eq!(
+            Features::ALL.without(Features::VALID_TIME),
+            Features::QUALIFIED_SCOPES
+        );
+    }
+
+    #[test]
+    fn a_qualified_scope_needs_its_feature_wherever_it_is_named() {
+        use crate::{
+            Fact, FactBody, Grants, Hlc, MembershipFact, MemoryAcl, MemoryFixed, MemoryId, NodeId,
+            ProjectFact, ProjectId, TeamFact, TeamId,
+        };
+        let origin = NodeId([3; 32]);
+        let fact = |body| Fact {
+            clock: Hlc {
+                wall_ms: 1,
+                logical: 0,
+                node: origin,
+            },
+            body,
+        };
+        let q = TeamId::qualified("zeus", &origin).unwrap();
+        let legacy = TeamId::parse("zeus").unwrap();
+        let team = |id: &TeamId| {
+            fact(FactBody::Team(TeamFact {
+                id: id.clone(),
+                origin,
+                name: "zeus".into(),
+                present: true,
+            }))
+        };
+        let member = |scope: OrgScope| {
+            fact(FactBody::Membership(MembershipFact {
+                scope,
+                agent: AgentId::parse("alice").unwrap(),
+                role: "member".into(),
+                present: true,
+            }))
+        };
+        let project = |id: ProjectId, team: &TeamId| {
+            fact(FactBody::Project(ProjectFact {
+                id,
+                team: team.clone(),
+                origin,
+                name: "ui".into(),
+                present: true,
+            }))
+        };
+        let acl = |scopes: &[Scope]| {
+            fact(FactBody::MemoryAcl(MemoryAcl {
+                id: MemoryId([1; 16]),
+                fixed: MemoryFixed {
+                    owner: AgentId::parse("alice").unwrap(),
+                    created_ms: 1,
+                    origin,
+                },
+                grants: Grants::from_scopes(scopes.iter().cloned()),
+            }))
+        };
+        let needs = Features::QUALIFIED_SCOPES;
+        assert_eq!(Features::required_by(&team(&q)), needs);
+        assert_eq!(Features::required_by(&team(&legacy)), Features::NONE);
+        assert_eq!(
+            Features::required_by(&member(OrgScope::Team(q.clone()))),
+            needs
+        );
+        assert_eq!(
+            Features::required_by(&member(OrgScope::Team(legacy.clone()))),
+            Features::NONE
+        );
+        let ui = ProjectId::parse("ui").unwrap();
+        assert_eq!(Features::required_by(&project(ui.clone(), &q)), needs);
+        assert_eq!(
+            Features::required_by(&project(
+                ProjectId::qualified("ui", &origin).unwrap(),
+                &legacy
+            )),
+            needs
+        );
+        assert_eq!(Features::required_by(&project(ui, &legacy)), Features::NONE);
+        assert_eq!(
+            Features::required_by(&acl(&[Scope::Global, Scope::Team(q)])),
+            needs
+        );
+        assert_eq!(
+            Features::required_by(&acl(&[Scope::Global, Scope::Team(legacy)])),
+            Features::NONE
+        );
+        // Neither version 1 nor a version-2 peer that does not say so decodes them.
+        assert!(!Features::implied_by(1).contains(needs));
+        assert!(!Features::VALID_TIME.contains(needs));
+        assert!(Features::ALL.contains(needs));
     }
 
     proptest! {
