@@ -25,6 +25,21 @@ pub enum NodeError {
         /// The line shown to the user.
         message: String,
     },
+    /// A team or project name that more than one scope held here carries
+    /// (two nodes created one name independently): it must be qualified.
+    /// `candidates` are the qualified ids, each a valid answer; exit code of
+    /// bad input.
+    #[error("{message}")]
+    Ambiguous {
+        /// A team or a project.
+        kind: UnknownKind,
+        /// The name as given.
+        name: String,
+        /// The scopes it may mean, qualified (`team:zeus@3f2a…`).
+        candidates: Vec<String>,
+        /// The line shown to the user.
+        message: String,
+    },
     /// The memory does not exist *or the requester cannot see it* (the two are
     /// indistinguishable by design).
     #[error("no such memory: {0}")]
@@ -86,6 +101,7 @@ impl NodeError {
         match self {
             NodeError::BadInput(_)
             | NodeError::Unknown { .. }
+            | NodeError::Ambiguous { .. }
             | NodeError::Protocol(_)
             | NodeError::NoSuchMemory(_)
             | NodeError::NotAHome(_) => 2,

@@ -162,7 +162,7 @@ impl PyNode {
         };
         self.with(py, move |n| {
             let who = n.requester(&as_)?;
-            let new = request.memory(n.now_ms(), label)?;
+            let new = request.memory_with(n.now_ms(), label, |s| n.resolve_scope(s))?;
             Ok(n.add(&who, new)?.to_string())
         })
     }
@@ -315,9 +315,7 @@ impl PyNode {
                 ..TimeRequest::default()
             }
             .query(n.now_ms(), label)?;
-            let scope = scope
-                .map(|s| s.parse::<Scope>().map_err(NodeError::from))
-                .transpose()?;
+            let scope = scope.map(|s| n.resolve_scope(&s)).transpose()?;
             let events = n.timeline(&who, q.since_ms, q.until_ms, scope.as_ref(), limit)?;
             Ok(json!(events))
         })

@@ -24,7 +24,7 @@ use std::path::Path;
 use amos_acl::PeerPolicy;
 use amos_protocol::wire::Features;
 use amos_protocol::{
-    BUNDLE_FRAME_FACTS, BundleError, BundleWriter, Hlc, MeshKey, ReadError, Recipient, Scope,
+    BUNDLE_FRAME_FACTS, BundleError, BundleWriter, Hlc, MeshKey, ReadError, Recipient,
     read_verified, verify_bundle,
 };
 use amos_sync::ApplyReport;
@@ -161,13 +161,15 @@ impl Node {
                     .store()
                     .read(|r| crate::api::pairing::join_proof_for(r, &id))?;
                 recipient = Recipient::Node(id);
-                // What its last session said it decodes (nothing recorded:
-                // a peer never synced live, or one of 545333a's time,
-                // decodes what version 1 does).
+                // What its last session said it decodes. Nothing recorded
+                // (a peer never synced live): everything this release
+                // writes. A reader older than a fact kind in the bundle
+                // fails it in one line and changes nothing (docs/design.md
+                // §13), as with a bundle for any peer.
                 decodes = self
                     .store()
                     .read(|r| crate::store::peers::protocol(r, &id))?
-                    .map_or(Features::implied_by(1), |(_, f)| Features(f));
+                    .map_or(Features::ALL, |(_, f)| Features(f));
                 match self.peer_policy(&id)? {
                     Some(policy) => policy,
                     None => {
@@ -185,8 +187,8 @@ impl Node {
             (None, false) => PeerPolicy::scoped(
                 scopes
                     .iter()
-                    .map(|s| s.parse::<Scope>())
-                    .collect::<Result<Vec<_>, _>>()?,
+                    .map(|s| self.resolve_scope(s))
+                    .collect::<Result<Vec<_>>>()?,
             )?,
             (None, true) => PeerPolicy::Full,
         };

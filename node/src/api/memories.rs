@@ -290,7 +290,19 @@ impl Node {
                 created_ms: now,
                 origin,
             };
-            let grants = Grants::from_scopes(new.share.iter().cloned());
+            let grants = new
+                .share
+                .iter()
+                .map(|s| {
+                    self.store.read(|r| {
+                        crate::api::scopes::canonical_scope(
+                            r,
+                            s,
+                            crate::api::scopes::Unheld::AsTyped,
+                        )
+                    })
+                })
+                .collect::<Result<Grants>>()?;
             prepared.push((id, fixed, grants, new));
         }
         let ids = prepared.iter().map(|p| p.0).collect();
@@ -386,7 +398,7 @@ impl Node {
         scope: &str,
         share: bool,
     ) -> Result<(MemoryId, Grants)> {
-        let scope: Scope = scope.parse()?;
+        let scope: Scope = self.resolve_scope(scope)?;
         let rec = self.editable(who, id, false)?;
         let mut grants = rec.grants.clone();
         if share {

@@ -604,11 +604,13 @@ pub(crate) fn unknown_agent(
         .into_iter()
         .filter(|t| t.members.iter().any(|m| m == agent.as_str()))
         .map(|t| {
-            let origin = amos_protocol::TeamId::parse(&t.id).ok().and_then(|id| {
-                crate::store::replica::org_origin(conn, &amos_protocol::OrgScope::Team(id))
-                    .ok()
-                    .flatten()
-            });
+            let origin = amos_protocol::TeamId::parse(&t.qualified_id)
+                .ok()
+                .and_then(|id| {
+                    crate::store::replica::org_origin(conn, &amos_protocol::OrgScope::Team(id))
+                        .ok()
+                        .flatten()
+                });
             match origin {
                 Some(o) if o != me => format!("team {} (kept by node {})", t.id, o.short()),
                 _ => format!("team {}", t.id),

@@ -15,6 +15,7 @@ use crate::store::replica::org_origin;
 use crate::store::{Readable, Tx};
 
 use crate::api::node::Node;
+use crate::api::scopes::{Unheld, resolve_project, resolve_team};
 
 impl Node {
     /// Register (or update) an agent, optionally joining teams.
@@ -22,8 +23,8 @@ impl Node {
         let id = AgentId::parse(id)?;
         let teams = teams
             .iter()
-            .map(|t| TeamId::parse(t))
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(|t| self.store.read(|r| resolve_team(r, t, Unheld::AsTyped)))
+            .collect::<Result<Vec<_>>>()?;
         let kind = kind.to_owned();
         let me = self.node_id();
         self.commit(|tx| {
@@ -55,12 +56,14 @@ impl Node {
         self.store.read(|r| org::list_agents(r))
     }
 
-    /// Create team `id` (named `name`, else its id) as its origin; refused
-    /// when another node originated it.
-    pub fn team_create(&mut self, id: &str, name: Option<&str>) -> Result<()> {
-        let id = TeamId::parse(id)?;
-        let name = name.unwrap_or(id.as_str()).to_owned();
+    /// Create team `id` (named `name`, else its id) as its origin: its id is
+    /// qualified by this node (`id@QUALIFIER`, docs/design.md §3), so a team
+    /// of the same name made elsewhere is another team. Returns the id.
+    pub fn team_create(&mut self, id: &str, name: Option<&str>) -> Result<TeamId> {
         let me = self.node_id();
+        let id = own_id(id, me, UnknownKind::Team, TeamId::parse, TeamId::qualified)?;
+        let name = name.unwrap_or(id.name()).to_owned();
+        let out = id.clone();
         self.commit(|tx| {
             let origin = check_org_authority(tx, me, &OrgScope::Team(id.clone()))?;
             Ok((
@@ -73,17 +76,17 @@ impl Node {
                 (),
             ))
         })?;
-        Ok(())
+        Ok(out)
     }
 
     /// Delete team `id`; only its origin may.
     pub fn team_delete(&mut self, id: &str) -> Result<()> {
-        let id = TeamId::parse(id)?;
+        let id = self.store.read(|r| resolve_team(r, id, Unheld::AsTyped))?;
         let me = self.node_id();
         self.commit(|tx| {
             let name = org::list_teams(tx)?
                 .into_iter()
-                .find(|t| t.id == id.as_str())
+                .find(|t| t.qualified_id == id.as_str())
                 .map(|t| t.name)
                 .ok_or_else(|| NodeError::unknown(UnknownKind::Team, &id))?;
             let origin = check_org_authority(tx, me, &OrgScope::Team(id.clone()))?;
@@ -107,7 +110,9 @@ impl Node {
 
     /// Add or remove a team member.
     pub fn team_member(&mut self, team: &str, agent: &str, present: bool) -> Result<()> {
-        let team = TeamId::parse(team)?;
+        let team = self
+            .store
+            .read(|r| resolve_team(r, team, Unheld::AsTyped))?;
         let agent = AgentId::parse(agent)?;
         let me = self.node_id();
         self.commit(|tx| {
@@ -119,12 +124,26 @@ impl Node {
     }
 
     /// Create project `id` in `team` (named `name`, else its id) as its
-    /// origin; refused when another node originated it.
-    pub fn project_create(&mut self, id: &str, team: &str, name: Option<&str>) -> Result<()> {
-        let id = ProjectId::parse(id)?;
-        let team = TeamId::parse(team)?;
-        let name = name.unwrap_or(id.as_str()).to_owned();
+    /// origin, its id qualified by this node as a team's is. Returns the id.
+    pub fn project_create(
+        &mut self,
+        id: &str,
+        team: &str,
+        name: Option<&str>,
+    ) -> Result<ProjectId> {
         let me = self.node_id();
+        let id = own_id(
+            id,
+            me,
+            UnknownKind::Project,
+            ProjectId::parse,
+            ProjectId::qualified,
+        )?;
+        let team = self
+            .store
+            .read(|r| resolve_team(r, team, Unheld::AsTyped))?;
+        let name = name.unwrap_or(id.name()).to_owned();
+        let out = id.clone();
         self.commit(|tx| {
             if !org::team_present(tx, &team) {
                 return Err(NodeError::unknown(UnknownKind::Team, &team));
@@ -150,23 +169,28 @@ impl Node {
                 (),
             ))
         })?;
-        Ok(())
+        Ok(out)
     }
 
     /// Delete project `id`; only its origin may.
     pub fn project_delete(&mut self, id: &str) -> Result<()> {
-        let id = ProjectId::parse(id)?;
+        let id = self
+            .store
+            .read(|r| resolve_project(r, id, Unheld::AsTyped))?;
         let me = self.node_id();
         self.commit(|tx| {
             let p = org::list_projects(tx)?
                 .into_iter()
-                .find(|p| p.id == id.as_str())
+                .find(|p| p.qualified_id == id.as_str())
+                .ok_or_else(|| NodeError::unknown(UnknownKind::Project, &id))?;
+            let team = org::project_state(tx, &id)
+                .map(|s| s.team)
                 .ok_or_else(|| NodeError::unknown(UnknownKind::Project, &id))?;
             let origin = check_org_authority(tx, me, &OrgScope::Project(id.clone()))?;
             Ok((
                 vec![FactBody::Project(ProjectFact {
                     id,
-                    team: TeamId::parse(&p.team)?,
+                    team,
                     origin,
                     name: p.name,
                     present: false,
@@ -184,7 +208,9 @@ impl Node {
 
     /// Add or remove a project member; adding needs membership of the project's team.
     pub fn project_member(&mut self, project: &str, agent: &str, present: bool) -> Result<()> {
-        let project = ProjectId::parse(project)?;
+        let project = self
+            .store
+            .read(|r| resolve_project(r, project, Unheld::AsTyped))?;
         let agent = AgentId::parse(agent)?;
         let me = self.node_id();
         self.commit(|tx| {
@@ -193,6 +219,34 @@ impl Node {
             Ok((vec![fact], ()))
         })?;
         Ok(())
+    }
+}
+
+/// The id a team or project created here gets: `text` qualified by this
+/// node (`NAME` → `NAME@QUALIFIER`). A qualified id may be typed only if
+/// it is this node's own: a node cannot create another's scope.
+fn own_id<T: std::fmt::Display>(
+    text: &str,
+    me: NodeId,
+    kind: UnknownKind,
+    parse: impl Fn(&str) -> std::result::Result<T, amos_protocol::ProtocolError>,
+    qualified: impl Fn(&str, &NodeId) -> std::result::Result<T, amos_protocol::ProtocolError>,
+) -> Result<T> {
+    let text = text.trim();
+    match text.split_once('@') {
+        None => Ok(qualified(text, &me)?),
+        Some((name, _)) => {
+            let typed = parse(text)?;
+            let mine = qualified(name, &me)?;
+            if typed.to_string() == mine.to_string() {
+                Ok(mine)
+            } else {
+                Err(NodeError::BadInput(format!(
+                    "{kind} {text} is not this node's to create: a {kind} created here is \
+                     qualified by this node ({mine}); create it as {name}"
+                )))
+            }
+        }
     }
 }
 
@@ -214,6 +268,7 @@ pub(crate) fn check_org_authority(
     {
         return Ok(origin);
     }
+    let scope = org::scope_label(conn, &scope_of(scope));
     Err(NodeError::refused(
         Rule::OrgOrigin,
         format!(
@@ -225,6 +280,14 @@ pub(crate) fn check_org_authority(
     ))
 }
 
+/// The visibility scope an org scope is.
+pub(crate) fn scope_of(scope: &OrgScope) -> amos_protocol::Scope {
+    match scope {
+        OrgScope::Team(t) => amos_protocol::Scope::Team(t.clone()),
+        OrgScope::Project(p) => amos_protocol::Scope::Project(p.clone()),
+    }
+}
+
 /// `amos agent add AGENT --team TEAM` on a node that is not TEAM's origin:
 /// refused (the org origin rule), saying where to add the member and how
 /// to act as the agent here.
@@ -233,6 +296,7 @@ fn roster_elsewhere(conn: &(impl Readable + ?Sized), team: &TeamId, agent: &Agen
         Ok(Some(o)) => o.short(),
         _ => "?".into(),
     };
+    let team = org::org_label(conn, org::OrgKind::Team, team.as_str());
     NodeError::refused(
         Rule::OrgOrigin,
         format!(

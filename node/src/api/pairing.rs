@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use amos_acl::PeerPolicy;
 use amos_protocol::pairing::{self, PairingCode, ProofBinding};
-use amos_protocol::{AgentId, FactBody, MeshKey, NodeId, OrgScope, Scope, TeamId};
+use amos_protocol::{AgentId, FactBody, MeshKey, NodeId, OrgScope, Scope};
 use rand::RngExt;
 use serde::Serialize;
 
@@ -144,7 +144,9 @@ impl Node {
         ttl: Duration,
         addrs: &[String],
     ) -> Result<Invite> {
-        let team_id = TeamId::parse(team)?;
+        let team_id = self.store().read(|r| {
+            crate::api::scopes::resolve_team(r, team, crate::api::scopes::Unheld::AsTyped)
+        })?;
         if !self.store().read(|r| Ok(org::team_present(r, &team_id)))? {
             return Err(NodeError::unknown_with(
                 UnknownKind::Team,
@@ -161,8 +163,10 @@ impl Node {
             )
         })?;
         let policy: PeerPolicy = match policy {
-            Some(p) => p.parse()?,
-            None => format!("team:{team_id}").parse()?,
+            Some(p) => self.store().read(|r| {
+                crate::api::scopes::resolve_policy(r, p, crate::api::scopes::Unheld::AsTyped)
+            })?,
+            None => PeerPolicy::scoped([amos_protocol::Scope::Team(team_id.clone())])?,
         };
         if ttl.is_zero() || ttl > MAX_INVITE_TTL {
             return Err(NodeError::BadInput(format!(
@@ -466,10 +470,13 @@ pub fn join_offline(home: &Home, code_text: &str, agent: Option<&AgentId>) -> Re
         peers::set_join_proof(tx, &code.inviter, &carried)?;
         joiner_agent(tx, agent)
     })?;
+    let shown = node
+        .store()
+        .read(|r| Ok(crate::api::scopes::policy_label(r, &policy)))?;
     Ok(JoinReport {
         peer: code.inviter.to_string(),
         name: String::new(),
-        policy: policy.to_string(),
+        policy: shown,
         addr,
         mesh_key: MeshKeyOutcome::None,
         agent: None,
@@ -492,7 +499,10 @@ pub(crate) fn unknown_peer(
     now_ms: u64,
 ) -> NodeError {
     let policy = match invites::pending_policies(conn, now_ms).as_deref() {
-        Ok([one]) => one.clone(),
+        Ok([one]) => one.parse::<PeerPolicy>().map_or_else(
+            |_| one.clone(),
+            |p| crate::api::scopes::policy_label(conn, &p),
+        ),
         _ => "P".into(),
     };
     NodeError::unknown_with(
@@ -722,7 +732,8 @@ mod tests {
         assert!(e.rule() == Some(Rule::UnknownCode), "{e}");
         assert_eq!(peers_of(&home), 0);
         let w = try_join(&home, T0 + 1, &joiner, &code).unwrap();
-        assert_eq!(w.policy.to_string(), "team:apollo");
+        let apollo = amos_protocol::TeamId::qualified("apollo", &code.inviter).unwrap();
+        assert_eq!(w.policy.to_string(), format!("team:{apollo}"));
         assert_eq!(peers_of(&home), 1);
         let e = try_join(&home, T0 + 2, &joiner, &code).err().unwrap();
         assert!(e.rule() == Some(Rule::CodeUsed), "{e}");
@@ -810,8 +821,9 @@ mod tests {
         drop(a);
         let code = PairingCode::decode(&inv.code).unwrap();
         let w = join_as(&home, &joiner, &code, "bob").unwrap();
-        let team = OrgScope::Team(TeamId::parse("apollo").unwrap());
-        let moon = OrgScope::Project(amos_protocol::ProjectId::parse("moon").unwrap());
+        let by = &code.inviter;
+        let team = OrgScope::Team(amos_protocol::TeamId::qualified("apollo", by).unwrap());
+        let moon = OrgScope::Project(amos_protocol::ProjectId::qualified("moon", by).unwrap());
         assert_eq!(w.member_of, vec![team.clone(), moon.clone()]);
         assert_eq!(members(&home, &team), vec!["bob"]);
         assert_eq!(members(&home, &moon), vec!["bob"]);
@@ -828,7 +840,8 @@ mod tests {
         drop(a);
         let e = join_as(&home, &joiner, &code, "eve").err().unwrap();
         assert!(e.rule() == Some(Rule::JoinAgent), "{e}");
-        let team = OrgScope::Team(TeamId::parse("apollo").unwrap());
+        let team =
+            OrgScope::Team(amos_protocol::TeamId::qualified("apollo", &code.inviter).unwrap());
         assert_eq!(members(&home, &team), vec!["alice"]);
         assert_eq!(peers_of(&home), 0, "refused: no peer recorded");
         // Already a member: nothing to write, the join goes through.

@@ -11,7 +11,7 @@
 use crate::error::{Rule, UnknownKind};
 use amos_acl::PeerPolicy;
 use amos_protocol::wire::{Epoch, MAX_DIGEST_SCOPES, Watermark};
-use amos_protocol::{CheckedBatch, NodeId, Scope, SignedFact, Verified};
+use amos_protocol::{CheckedBatch, NodeId, OrgScope, Scope, SignedFact, Verified};
 use amos_sync::{ApplyReport, Refusal, Sender, apply_batch};
 
 use crate::api::node::Node;
@@ -58,7 +58,9 @@ impl Node {
         if id == self.node_id() {
             return Err(NodeError::BadInput("a node cannot be its own peer".into()));
         }
-        let policy: PeerPolicy = policy.parse()?;
+        let policy = self.store.read(|r| {
+            crate::api::scopes::resolve_policy(r, policy, crate::api::scopes::Unheld::AsTyped)
+        })?;
         let now = self.now_ms();
         self.store
             .write(|tx| upsert_peer(tx, &id, addr, None, &policy, now))
@@ -76,7 +78,9 @@ impl Node {
     /// Change a peer's policy; its watermark resets so the new scope re-syncs.
     pub fn peer_set_policy(&mut self, node_id: &str, policy: &str) -> Result<()> {
         let id = parse_node_id(node_id)?;
-        let policy: PeerPolicy = policy.parse()?;
+        let policy = self.store.read(|r| {
+            crate::api::scopes::resolve_policy(r, policy, crate::api::scopes::Unheld::AsTyped)
+        })?;
         self.store.write(|tx| {
             if !peers::set_policy(tx, &id, &policy)? {
                 return Err(NodeError::unknown(UnknownKind::Peer, id.short()));
@@ -156,7 +160,20 @@ impl Node {
 
     /// Every registered peer.
     pub fn peer_list(&self) -> Result<Vec<PeerInfo>> {
-        self.store.read(|r| replica::list_peers(r))
+        self.store.read(|r| {
+            let mut peers = replica::list_peers(r)?;
+            for p in &mut peers {
+                if let Ok(policy) = p.policy.parse::<PeerPolicy>() {
+                    p.policy = crate::api::scopes::policy_label(r, &policy);
+                }
+                if let Some(d) = &mut p.digest
+                    && let Ok(scopes) = d.scopes.parse::<PeerPolicy>()
+                {
+                    d.scopes = crate::api::scopes::policy_label(r, &scopes);
+                }
+            }
+            Ok(peers)
+        })
     }
 
     /// The policy we gave a registered peer.
@@ -212,11 +229,10 @@ impl Node {
             verified: facts,
             out_of_bounds,
         } = batch;
-        let policy = self.peer_policy(from)?.ok_or_else(|| not_a_peer(from))?;
-        let sender = Sender {
-            node: *from,
-            policy,
-        };
+        // The team and project records the batch carries: a name the
+        // policy names that no scope here carries yet means the one of
+        // them of that name (replica::peer_policy_arriving).
+        let arriving: Vec<OrgScope> = facts.iter().filter_map(|f| org_record(&f.fact)).collect();
         let now = self.now_ms();
         let me = self.node_id();
         // Facts of other authors the peer relays: the rows holding them
@@ -230,6 +246,12 @@ impl Node {
             None => Default::default(),
         };
         self.store.write(|tx| {
+            let policy = replica::peer_policy_arriving(tx, from, &arriving)?
+                .ok_or_else(|| not_a_peer(from))?;
+            let sender = Sender {
+                node: *from,
+                policy,
+            };
             let before = crate::store::max_seq(tx)?;
             let mut r = SqlReplica::new(tx, me, now);
             for (fact, why) in &out_of_bounds {
@@ -284,7 +306,8 @@ impl Node {
                 let Ok(fact) = fact else {
                     continue;
                 };
-                let policy = replica::peer_policy(tx, &peer)?;
+                let arriving: Vec<OrgScope> = org_record(&fact.fact).into_iter().collect();
+                let policy = replica::peer_policy_arriving(tx, &peer, &arriving)?;
                 let mut r = SqlReplica::new(tx, me, now);
                 match policy {
                     Some(policy) => {
@@ -322,8 +345,8 @@ impl Node {
         } else {
             let scopes = scopes
                 .iter()
-                .map(|s| s.parse::<Scope>())
-                .collect::<Result<Vec<_>, _>>()?;
+                .map(|s| self.resolve_scope(s))
+                .collect::<Result<Vec<_>>>()?;
             PeerPolicy::scoped(scopes)?
         };
         replica::digest(&self.store, &policy)
@@ -616,6 +639,15 @@ pub(crate) fn not_a_peer(peer: &NodeId) -> NodeError {
     )
 }
 
+/// The team or project a team or project record is of.
+fn org_record(fact: &amos_protocol::Fact) -> Option<OrgScope> {
+    match &fact.body {
+        amos_protocol::FactBody::Team(t) => Some(OrgScope::Team(t.id.clone())),
+        amos_protocol::FactBody::Project(p) => Some(OrgScope::Project(p.id.clone())),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -718,7 +750,7 @@ mod tests {
 mod project_policy_tests {
     use super::*;
     use crate::api::node::test_node;
-    use amos_protocol::FactBody;
+    use amos_protocol::{FactBody, OrgScope};
 
     /// What an export under `policy` from `since` sends of the org: a line
     /// per team record and membership, and the export's end.
@@ -729,8 +761,12 @@ mod project_policy_tests {
                 for f in facts {
                     let f = SignedFact::decode_verified(&f).unwrap();
                     match &f.fact.body {
-                        FactBody::Team(t) => out.push(format!("team {}", t.id)),
-                        FactBody::Membership(m) => out.push(format!("{} {}", m.scope, m.agent)),
+                        // By display name: the ids are qualified by this node.
+                        FactBody::Team(t) => out.push(format!("team {}", t.id.name())),
+                        FactBody::Membership(m) => out.push(match &m.scope {
+                            OrgScope::Team(t) => format!("team:{} {}", t.name(), m.agent),
+                            OrgScope::Project(p) => format!("project:{} {}", p.name(), m.agent),
+                        }),
                         _ => {}
                     }
                 }
@@ -753,7 +789,16 @@ mod project_policy_tests {
         node.agent_add("dave", "agent", &["apollo".into()]).unwrap();
         node.project_create("moon", "apollo", None).unwrap();
         node.project_member("moon", "bob", true).unwrap();
-        let policy: PeerPolicy = "project:moon".parse().unwrap();
+        let policy = node
+            .store
+            .read(|r| {
+                crate::api::scopes::resolve_policy(
+                    r,
+                    "project:moon",
+                    crate::api::scopes::Unheld::AsTyped,
+                )
+            })
+            .unwrap();
 
         let (first, high) = org_out(&node, &policy, 0);
         assert!(first.contains(&"team apollo".to_owned()), "{first:?}");

@@ -397,8 +397,11 @@ mod tests {
                 .unwrap();
             // What the peer holds after a sync: exactly what we let it have.
             let (_, theirs, n) = a.session_digest(&peer).unwrap();
+            // The scopes as this node holds them (apollo qualified by it).
+            let team = |a: &Node, t: &str| a.resolve_scope(&format!("team:{t}")).unwrap();
+            let (apollo, zeus) = (team(&a, "apollo"), team(&a, "zeus"));
             let mut outcome = Vec::new();
-            for claimed in [vec![team("apollo"), team("zeus")], vec![]] {
+            for claimed in [vec![apollo.clone(), zeus], vec![]] {
                 let compared = a.peer_compare_digest(&peer, &claimed, &theirs, n).unwrap();
                 let row = a.peer_list().unwrap()[0].digest.clone();
                 outcome.push((compared, row, a.repair_wanted(&peer).unwrap()));
@@ -406,8 +409,7 @@ mod tests {
             seen.push(outcome);
             // Within our policy the comparison runs and agrees.
             assert_eq!(
-                a.peer_compare_digest(&peer, &[team("apollo")], &theirs, n)
-                    .unwrap(),
+                a.peer_compare_digest(&peer, &[apollo], &theirs, n).unwrap(),
                 Some(true)
             );
         }

@@ -67,7 +67,18 @@ impl Node {
         new.kind = old.kind().clone();
         new.tags = old.tags().to_vec();
         new.share = match share {
-            Some(s) => s,
+            Some(s) => s
+                .iter()
+                .map(|s| {
+                    self.store.read(|r| {
+                        crate::api::scopes::canonical_scope(
+                            r,
+                            s,
+                            crate::api::scopes::Unheld::AsTyped,
+                        )
+                    })
+                })
+                .collect::<Result<_>>()?,
             None if who.owns(&*old) => old.grants().iter().cloned().collect(),
             None => Vec::new(),
         };
@@ -95,6 +106,14 @@ impl Node {
         {
             return Err(NodeError::BadInput("--until is before --since".into()));
         }
+        let scope = scope
+            .map(|s| {
+                self.store.read(|r| {
+                    crate::api::scopes::canonical_scope(r, s, crate::api::scopes::Unheld::AsTyped)
+                })
+            })
+            .transpose()?;
+        let scope = scope.as_ref();
         let recs = self.visible_in_time(who, None, TIMELINE_MAX, &TimeQuery::default())?;
         let mut out = Vec::new();
         for (m, vt) in recs {

@@ -222,7 +222,11 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: MemoryCmd) -> Result<()> {
                 valid_to: valid.valid_to,
                 supersedes,
             }
-            .memory(node.now_ms(), |f| format!("--{f}"))?;
+            .memory_with(
+                node.now_ms(),
+                |f| format!("--{f}"),
+                |s| node.resolve_scope(s),
+            )?;
             let added = node.add_noting_similar(&who, new)?;
             let id = added.id.to_string();
             out.emit(&json!({"id": id, "similar": added.similar}), || id.clone());
@@ -256,7 +260,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: MemoryCmd) -> Result<()> {
                 false => Some(
                     share
                         .iter()
-                        .map(|s| s.parse::<amos_protocol::Scope>().map_err(NodeError::from))
+                        .map(|s| node.resolve_scope(s))
                         .collect::<Result<Vec<_>, _>>()?,
                 ),
             };
@@ -279,9 +283,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: MemoryCmd) -> Result<()> {
                 ..TimeArgs::default()
             }
             .query(node.now_ms())?;
-            let scope = scope
-                .map(|s| s.parse::<amos_protocol::Scope>().map_err(NodeError::from))
-                .transpose()?;
+            let scope = scope.map(|s| node.resolve_scope(&s)).transpose()?;
             let events = node.timeline(&who, q.since_ms, q.until_ms, scope.as_ref(), limit)?;
             if events.is_empty() {
                 out.nothing(|| {
@@ -491,9 +493,13 @@ fn set_grant(
 ) -> Result<()> {
     let who = who(node, w)?;
     let (id, grants) = node.set_grant(&who, id, scope, share)?;
-    out.emit(
-        &json!({"id": id.to_string(), "visibility": grants.to_strings()}),
-        || format!("{id} visible to: {grants}"),
-    );
+    let shown: Vec<String> = if grants.is_private() {
+        vec!["private".to_owned()]
+    } else {
+        grants.iter().map(|g| node.scope_label(g)).collect()
+    };
+    out.emit(&json!({"id": id.to_string(), "visibility": shown}), || {
+        format!("{id} visible to: {}", shown.join(","))
+    });
     Ok(())
 }

@@ -105,7 +105,7 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: MovesCmd) -> Result<()> {
                         scopes.push(s);
                     }
                 }
-                node.check_share(&scopes)?;
+                let scopes = node.check_share(&scopes)?;
                 Ok((agent, scopes))
             };
             // `--as` given on the command line, not only AMOS_AGENT's.

@@ -165,8 +165,13 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: OrgCmd) -> Result<()> {
         }
         OrgCmd::Team(t) => match t {
             TeamCmd::Create { id, name } => {
-                node.team_create(&id, name.as_deref())?;
-                out.emit(&json!({"team": id}), || format!("team {id}"));
+                let made = node.team_create(&id, name.as_deref())?;
+                let shown = node.scope_label(&amos_protocol::Scope::Team(made.clone()));
+                let shown = shown.trim_start_matches("team:").to_owned();
+                out.emit(
+                    &json!({"team": shown, "qualified_id": made.to_string()}),
+                    || format!("team {shown} (id {made})"),
+                );
             }
             TeamCmd::List => {
                 let teams = node.team_list()?;
@@ -224,10 +229,13 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: OrgCmd) -> Result<()> {
         },
         OrgCmd::Project(p) => match p {
             ProjectCmd::Create { id, team, name } => {
-                node.project_create(&id, &team, name.as_deref())?;
-                out.emit(&json!({"project": id, "team": team}), || {
-                    format!("project {id} in team {team}")
-                });
+                let made = node.project_create(&id, &team, name.as_deref())?;
+                let shown = node.scope_label(&amos_protocol::Scope::Project(made.clone()));
+                let shown = shown.trim_start_matches("project:").to_owned();
+                out.emit(
+                    &json!({"project": shown, "qualified_id": made.to_string(), "team": team}),
+                    || format!("project {shown} in team {team} (id {made})"),
+                );
             }
             ProjectCmd::List => {
                 let projects = node.project_list()?;

@@ -197,7 +197,7 @@ pub fn memory_text(m: &Visible<MemoryRecord>) -> String {
         m.id(),
         m.owner(),
         m.kind(),
-        m.effective(),
+        m.visibility().join(","),
         m.importance(),
         if m.pinned() { "  pinned" } else { "" },
         rfc3339(m.created_ms()),

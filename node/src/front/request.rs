@@ -120,15 +120,25 @@ impl AddRequest {
     /// naming it as the front end calls it (`label("expires")` is
     /// `--expires` on the command line, `expires` in MCP).
     pub fn memory(self, now_ms: u64, label: impl Fn(&str) -> String) -> Result<NewMemory> {
+        self.memory_with(now_ms, label, |s| {
+            s.parse::<Scope>().map_err(NodeError::from)
+        })
+    }
+
+    /// [`AddRequest::memory`] with each scope read by `scope` (the CLI's
+    /// is `Node::resolve_scope`, which also takes a qualifier's prefix,
+    /// `team:zeus@3f2a`).
+    pub fn memory_with(
+        self,
+        now_ms: u64,
+        label: impl Fn(&str) -> String,
+        scope: impl Fn(&str) -> Result<Scope>,
+    ) -> Result<NewMemory> {
         let mut new = NewMemory::new(self.content);
         if let Some(k) = self.kind {
             new.kind = MemoryType::parse(&k)?;
         }
-        new.share = self
-            .share
-            .iter()
-            .map(|s| s.parse::<Scope>().map_err(NodeError::from))
-            .collect::<Result<_>>()?;
+        new.share = self.share.iter().map(|s| scope(s)).collect::<Result<_>>()?;
         new.tags = self.tags;
         if let Some(i) = self.importance {
             new.importance = i;

@@ -50,7 +50,7 @@ pub fn memory_json(m: &Visible<MemoryRecord>) -> Value {
         "content": m.content,
         "owner": m.owner.as_str(),
         "type": m.kind.as_str(),
-        "visibility": m.effective.to_strings(),
+        "visibility": m.visibility(),
         "tags": m.tags,
         "importance": m.importance,
         "confidence": m.confidence,

@@ -248,7 +248,7 @@ pub fn join_blocking(
     let code = pairing::read_code(code_text, &identity.node_id(), SystemClock.now_ms())?;
     runtime()?.block_on(async {
         let (addr, welcome) = dial_inviter(home, &identity, &code, agent).await?;
-        let member_of: Vec<String> = welcome.member_of.iter().map(ToString::to_string).collect();
+        let member_of = welcome.member_of.clone();
         let ((outcome, registered), peer) = tokio::task::spawn_blocking({
             let home = home.clone();
             let code = code.clone();
@@ -268,6 +268,11 @@ pub fn join_blocking(
         .await
         .map_err(|e| NodeError::Failed(format!("recording the inviter: {e}")))??;
         let first = sync_with(home, &identity, &peer, observer).await;
+        // As shown here, once the first sync brought the scopes' records.
+        let member_of = match Node::open(home) {
+            Ok(node) => member_of.iter().map(|s| node.org_scope_label(s)).collect(),
+            Err(_) => member_of.iter().map(ToString::to_string).collect(),
+        };
         Ok(JoinReport {
             peer: peer.node_id.clone(),
             name: peer.name.clone(),

@@ -14,7 +14,7 @@
 //! the gate let through. Never returns a row to a caller without the gate.
 
 use amos_acl::{AuthorizedScopes, Gated, Visible};
-use amos_protocol::{AgentId, Grants, Hlc, MemoryId, MemoryType, NodeId, Validity};
+use amos_protocol::{AgentId, Grants, Hlc, MemoryId, MemoryType, NodeId, Scope, Validity};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
@@ -65,6 +65,10 @@ pub struct MemoryRecord {
     pub(crate) grants: Grants,
     /// The grants in force on this node (what the gate uses).
     pub(crate) effective: Grants,
+    /// The effective grants as shown here: a team or project by its display
+    /// name, qualified only where another here has the same name
+    /// (`org::grant_labels`, filled in when the gate admits the row).
+    pub(crate) visibility: Vec<String>,
     pub(crate) tombstoned: bool,
     /// Local-only: out of recall until restored.
     pub(crate) archived: bool,
@@ -148,6 +152,11 @@ impl MemoryRecord {
     pub fn effective(&self) -> &Grants {
         &self.effective
     }
+    /// The effective grants as shown here (`team:zeus`, or
+    /// `team:zeus@3f2a…` where two teams here are named zeus).
+    pub fn visibility(&self) -> &[String] {
+        &self.visibility
+    }
     /// Forgotten: a tombstone is terminal.
     pub fn tombstoned(&self) -> bool {
         self.tombstoned
@@ -222,7 +231,10 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Option<MemoryRecord>> {
     let kind = text(5)?
         .and_then(|k| MemoryType::parse(k).ok())
         .unwrap_or_default();
+    let effective = split_grants(text(14)?.unwrap_or_default());
     Ok(Some(MemoryRecord {
+        visibility: effective.to_strings(),
+        effective,
         id,
         owner,
         origin: NodeId(origin),
@@ -246,7 +258,6 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Option<MemoryRecord>> {
             to_ms: r.get::<_, Option<i64>>(21)?.map(|t| t as u64),
         },
         grants: split_grants(text(13)?.unwrap_or_default()),
-        effective: split_grants(text(14)?.unwrap_or_default()),
         tombstoned: r.get(15)?,
         archived: r.get(16)?,
         reinforcement: r.get::<_, f64>(17)? as f32,
@@ -361,6 +372,12 @@ fn admit(
             .is_some_and(|o| who.may_see(o, now_ms))
     {
         m.supersedes = None;
+    }
+    if m.effective
+        .iter()
+        .any(|g| matches!(g, Scope::Team(_) | Scope::Project(_)))
+    {
+        m.visibility = super::org::grant_labels(conn, &m.effective);
     }
     Ok(who.admit(m, now_ms))
 }

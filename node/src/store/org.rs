@@ -2,7 +2,7 @@
 //! [`OrgGraph`] view the gate reads.
 
 use amos_acl::{OrgGraph, ProjectState, TeamState};
-use amos_protocol::{AgentId, OrgScope, ProjectId, TeamId};
+use amos_protocol::{AgentId, Grants, OrgScope, ProjectId, Scope, TeamId};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
@@ -118,6 +118,78 @@ impl<R: super::Readable + ?Sized> OrgGraph for StoredOrgAt<'_, R> {
     }
 }
 
+/// A team or a project: which table a name is looked up in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrgKind {
+    /// `teams`.
+    Team,
+    /// `projects`.
+    Project,
+}
+
+/// The ids of the present teams (or projects) whose display name is `name`
+/// (docs/design.md §3): the legacy id `name` and every qualified
+/// `name@…`, in order.
+pub fn ids_named(
+    conn: &(impl super::Readable + ?Sized),
+    kind: OrgKind,
+    name: &str,
+) -> Result<Vec<String>> {
+    let sql = match kind {
+        OrgKind::Team => {
+            "SELECT id FROM teams WHERE present = 1
+               AND (id = ?1 OR substr(id, 1, length(?1) + 1) = ?1 || '@') ORDER BY id"
+        }
+        OrgKind::Project => {
+            "SELECT id FROM projects WHERE present = 1
+               AND (id = ?1 OR substr(id, 1, length(?1) + 1) = ?1 || '@') ORDER BY id"
+        }
+    };
+    let conn = super::sql(conn);
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt.query_map([name], |r| r.get(0))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// How a team or project id is shown here: its display name when no
+/// other present scope of its kind here carries that name, else qualified
+/// in full (a legacy id as `NAME@`, the form that names it when a
+/// qualified one shares its name). What users type back resolves to it.
+pub fn org_label(conn: &(impl super::Readable + ?Sized), kind: OrgKind, id: &str) -> String {
+    let (name, qualified) = match id.split_once('@') {
+        Some((n, _)) => (n, true),
+        None => (id, false),
+    };
+    let alone = ids_named(conn, kind, name)
+        .map(|ids| ids.iter().all(|i| i == id))
+        .unwrap_or(false);
+    if alone {
+        name.to_owned()
+    } else if qualified {
+        id.to_owned()
+    } else {
+        format!("{id}@")
+    }
+}
+
+/// [`org_label`] of a scope (`team:`/`project:` with the label; any other
+/// scope as its text).
+pub fn scope_label(conn: &(impl super::Readable + ?Sized), scope: &Scope) -> String {
+    match scope {
+        Scope::Team(t) => format!("team:{}", org_label(conn, OrgKind::Team, t.as_str())),
+        Scope::Project(p) => format!("project:{}", org_label(conn, OrgKind::Project, p.as_str())),
+        other => other.to_string(),
+    }
+}
+
+/// A memory's grants as shown here: [`scope_label`] of each, `private` for none.
+pub fn grant_labels(conn: &(impl super::Readable + ?Sized), grants: &Grants) -> Vec<String> {
+    if grants.is_private() {
+        return vec!["private".to_owned()];
+    }
+    grants.iter().map(|s| scope_label(conn, s)).collect()
+}
+
 /// Parse `team:ID` / `project:ID`.
 pub fn parse_org_scope(s: &str) -> Option<OrgScope> {
     match s.split_once(':')? {
@@ -145,8 +217,11 @@ pub struct AgentInfo {
 /// A team as `amos team list` shows it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct TeamInfo {
-    /// The team's id.
+    /// The team as shown and typed here: its display name, qualified only
+    /// where another team here has that name ([`org_label`]).
     pub id: String,
+    /// Its full id (`NAME@QUALIFIER`, or a legacy slug).
+    pub qualified_id: String,
     /// Its display name.
     pub name: String,
     /// Its members' agent ids.
@@ -156,9 +231,11 @@ pub struct TeamInfo {
 /// A project as `amos project list` shows it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ProjectInfo {
-    /// The project's id.
+    /// The project as shown and typed here ([`org_label`]).
     pub id: String,
-    /// The team it belongs to.
+    /// Its full id.
+    pub qualified_id: String,
+    /// The team it belongs to, as shown here.
     pub team: String,
     /// Its display name.
     pub name: String,
@@ -234,15 +311,16 @@ pub fn list_agents(conn: &(impl super::Readable + ?Sized)) -> Result<Vec<AgentIn
         let scopes: Vec<String> = scope_stmt
             .query_map([&id], |r| r.get(0))?
             .collect::<rusqlite::Result<_>>()?;
-        let pick = |prefix: &str| {
+        let pick = |prefix: &str, kind| {
             scopes
                 .iter()
-                .filter_map(|s| s.strip_prefix(prefix).map(str::to_owned))
+                .filter_map(|s| s.strip_prefix(prefix))
+                .map(|id| org_label(conn, kind, id))
                 .collect()
         };
         out.push(AgentInfo {
-            teams: pick("team:"),
-            projects: pick("project:"),
+            teams: pick("team:", OrgKind::Team),
+            projects: pick("project:", OrgKind::Project),
             id,
             kind,
             display_name,
@@ -261,7 +339,8 @@ pub fn list_teams(conn: &(impl super::Readable + ?Sized)) -> Result<Vec<TeamInfo
         .map(|(id, name)| {
             Ok(TeamInfo {
                 members: members(conn, &format!("team:{id}"))?,
-                id,
+                id: org_label(conn, OrgKind::Team, &id),
+                qualified_id: id,
                 name,
             })
         })
@@ -279,8 +358,9 @@ pub fn list_projects(conn: &(impl super::Readable + ?Sized)) -> Result<Vec<Proje
         .map(|(id, team, name)| {
             Ok(ProjectInfo {
                 members: members(conn, &format!("project:{id}"))?,
-                id,
-                team,
+                id: org_label(conn, OrgKind::Project, &id),
+                qualified_id: id,
+                team: org_label(conn, OrgKind::Team, &team),
                 name,
             })
         })

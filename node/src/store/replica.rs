@@ -7,7 +7,7 @@
 
 use amos_acl::PeerPolicy;
 use amos_protocol::{
-    FactBody, Grants, Hlc, MemoryFixed, MemoryId, NodeId, OrgScope, ProjectId, Register,
+    FactBody, Grants, Hlc, MemoryFixed, MemoryId, NodeId, OrgScope, ProjectId, Register, Scope,
     SignedFact, TeamId,
 };
 use amos_sync::EchoRanges;
@@ -20,6 +20,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use crate::error::{NodeError, Result};
+use crate::store::org::{OrgKind, ids_named};
 use crate::store::{Tx, split_grants};
 
 /// The replica view of one write transaction.
@@ -34,7 +35,9 @@ pub struct SqlReplica<'t, 'c> {
     tx: &'t mut Tx<'c>,
     me: NodeId,
     now_ms: u64,
-    /// Peer policies read during this transaction (they cannot change in it).
+    /// Peer policies read during this transaction (as they apply until a
+    /// team or project record is written: a name a policy names may then
+    /// resolve, [`peer_policy_arriving`]).
     policies: HashMap<NodeId, Option<PeerPolicy>>,
     /// Memories as they stand in this transaction (`None`: no row).
     states: HashMap<MemoryId, Option<MemoryState>>,
@@ -171,21 +174,95 @@ fn one_clock(conn: &Connection, sql: &str, args: impl rusqlite::Params) -> Resul
     ))
 }
 
-/// The policy we gave `node`, if registered.
+/// The policy we gave `node`, if registered, as it applies now
+/// ([`peer_policy_arriving`] with nothing arriving).
 pub fn peer_policy(
     conn: &(impl super::Readable + ?Sized),
     node: &NodeId,
 ) -> Result<Option<PeerPolicy>> {
-    let conn = super::sql(conn);
-    let text: Option<String> = conn
+    peer_policy_arriving(conn, node, &[])
+}
+
+/// The policy we gave `node`, if registered, as it applies to a batch
+/// carrying the team and project records `arriving` (docs/design.md §3).
+///
+/// A policy names a team or project by a legacy-form id when the operator
+/// typed a name no scope here carried (a team not synced yet), or when it
+/// was stored before qualified ids; such a name is resolved each time the
+/// policy is read: the legacy id itself if held here, else the one
+/// qualified id of that name held here, else (none held) the one qualified
+/// id of that name arriving, so that the first record of the team is
+/// admitted. Two or more held (or arriving, none held) and no legacy id:
+/// the name stays unresolved and admits none of them (fail closed).
+pub fn peer_policy_arriving(
+    conn: &(impl super::Readable + ?Sized),
+    node: &NodeId,
+    arriving: &[OrgScope],
+) -> Result<Option<PeerPolicy>> {
+    let text: Option<String> = super::sql(conn)
         .prepare_cached("SELECT policy FROM peers WHERE node_id = ?1")?
         .query_row([&node.0[..]], |r| r.get(0))
         .optional()?;
-    text.map(|t| {
-        t.parse::<PeerPolicy>()
-            .map_err(|e| NodeError::Corrupt(format!("stored policy of peer {}: {e}", node.short())))
-    })
-    .transpose()
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    let policy = text
+        .parse::<PeerPolicy>()
+        .map_err(|e| NodeError::Corrupt(format!("stored policy of peer {}: {e}", node.short())))?;
+    let PeerPolicy::Scoped(scopes) = &policy else {
+        return Ok(Some(policy));
+    };
+    let mut resolved = Vec::with_capacity(scopes.len());
+    for scope in scopes {
+        resolved.push(match scope {
+            Scope::Team(t) if !t.is_qualified() => {
+                let id = held_or_arriving(conn, OrgKind::Team, t.as_str(), arriving)?;
+                Scope::Team(TeamId::parse(&id)?)
+            }
+            Scope::Project(p) if !p.is_qualified() => {
+                let id = held_or_arriving(conn, OrgKind::Project, p.as_str(), arriving)?;
+                Scope::Project(ProjectId::parse(&id)?)
+            }
+            other => other.clone(),
+        });
+    }
+    Ok(Some(PeerPolicy::scoped(resolved)?))
+}
+
+/// What a policy's legacy-form id `name` means now ([`peer_policy_arriving`]).
+fn held_or_arriving(
+    conn: &(impl super::Readable + ?Sized),
+    kind: OrgKind,
+    name: &str,
+    arriving: &[OrgScope],
+) -> Result<String> {
+    let held = ids_named(conn, kind, name)?;
+    if held.iter().any(|id| id == name) {
+        return Ok(name.to_owned());
+    }
+    let one = |ids: Vec<String>| {
+        if ids.len() == 1 {
+            ids.into_iter().next()
+        } else {
+            None
+        }
+    };
+    if !held.is_empty() {
+        return Ok(one(held).unwrap_or_else(|| name.to_owned()));
+    }
+    let mut coming: Vec<String> = arriving
+        .iter()
+        .filter_map(|s| match (kind, s) {
+            (OrgKind::Team, OrgScope::Team(t)) => Some(t.as_str()),
+            (OrgKind::Project, OrgScope::Project(p)) => Some(p.as_str()),
+            _ => None,
+        })
+        .filter(|id| id.split_once('@').is_some_and(|(n, _)| n == name))
+        .map(str::to_owned)
+        .collect();
+    coming.sort();
+    coming.dedup();
+    Ok(one(coming).unwrap_or_else(|| name.to_owned()))
 }
 
 /// The operator changed the policy it gives `peer`: re-judge every memory
@@ -333,6 +410,9 @@ impl ReplicaStore for SqlReplica<'_, '_> {
     fn put(&mut self, admission: Admission) -> Result<()> {
         let fact = admission.fact();
         let Some((id, fixed)) = fact.fact.body.memory() else {
+            if matches!(fact.fact.body, FactBody::Team(_) | FactBody::Project(_)) {
+                self.policies.clear();
+            }
             return self.tx.put(&admission);
         };
         match &fact.fact.body {

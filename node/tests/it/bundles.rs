@@ -852,9 +852,11 @@ fn a_scoped_peer_cannot_escalate_through_a_bundle() {
             ),
         ]
     };
+    // Our teams' ids are qualified by us (docs/design.md §3).
+    let apollo = format!("team:apollo@{}", &node_id(&ours)[..12]);
     let x = MemoryId::new(now, [1; 10]);
     let y = MemoryId::new(now, [2; 10]);
-    let zeus = OrgScope::Team(TeamId::parse("zeus").unwrap());
+    let zeus = OrgScope::Team(TeamId::qualified("zeus", &ours_id).unwrap());
     let refused_facts = vec![
         // (a) widen our memory to global
         sign(
@@ -912,8 +914,8 @@ fn a_scoped_peer_cannot_escalate_through_a_bundle() {
             now,
             6,
             FactBody::Team(TeamFact {
-                id: TeamId::parse("zeus").unwrap(),
-                origin: identity.node_id(),
+                id: TeamId::qualified("zeus", &ours_id).unwrap(),
+                origin: ours_id,
                 name: "zeus".into(),
                 present: false,
             }),
@@ -942,7 +944,7 @@ fn a_scoped_peer_cannot_escalate_through_a_bundle() {
     admitted.extend(mallory_mem(
         y,
         "apollobait mallory note for apollo",
-        &["global", "agent:carol", "team:apollo"],
+        &["global", "agent:carol", &apollo],
         20,
     ));
     let evil = tmp.path().join("evil.amosb");
@@ -955,7 +957,7 @@ fn a_scoped_peer_cannot_escalate_through_a_bundle() {
             logical: 30,
             node: identity.node_id(),
         },
-        vec!["team:apollo".into()],
+        vec![apollo.clone()],
         Some(&key),
         [7; 16],
     )
@@ -991,14 +993,15 @@ fn a_scoped_peer_cannot_escalate_through_a_bundle() {
             "{reg}: {reason}"
         );
     }
+    let zeus_id = format!("team:zeus@{}", &node_id(&ours)[..12]);
     for reg in [
-        "membership:team:zeus/alice",
-        "membership:team:zeus/carol",
-        "team:zeus",
-        "agent:carol",
+        format!("membership:{zeus_id}/alice"),
+        format!("membership:{zeus_id}/carol"),
+        zeus_id.clone(),
+        "agent:carol".to_owned(),
     ] {
         let reason = reasons
-            .get(reg)
+            .get(&reg)
             .unwrap_or_else(|| panic!("{reg} not audited: {reasons:?}"));
         assert!(
             reason.contains("outside the peer's policy"),
@@ -1059,7 +1062,9 @@ fn export_for_a_scoped_peer_carries_only_its_scope_and_retractions() {
     a.ok(&["link", &t1, &t2, "--as", "alice"]);
     a.ok(&["link", &t1, &private, "--as", "alice"]);
     a.ok(&["link", &tg, &global, "--as", "alice"]);
-    let policy = grants(&["team:apollo"]);
+    // apollo is a's team: its id is qualified by a (docs/design.md §3).
+    let apollo = format!("apollo@{}", &node_id(&a)[..12]);
+    let policy = grants(&[&format!("team:{apollo}")]);
     let bid = node_id(&b);
 
     struct Seen {
@@ -1069,7 +1074,7 @@ fn export_for_a_scoped_peer_carries_only_its_scope_and_retractions() {
     }
     let check = |file: &Path| -> Seen {
         let (scopes, encrypted, facts) = bundle_facts(file, Some(&key));
-        assert_eq!(scopes, vec!["team:apollo".to_string()]);
+        assert_eq!(scopes, vec![format!("team:{apollo}")]);
         assert!(encrypted);
         let mut seen = Seen {
             content: BTreeSet::new(),
@@ -1089,9 +1094,9 @@ fn export_for_a_scoped_peer_carries_only_its_scope_and_retractions() {
                 }
                 FactBody::MemoryTombstone(t) => panic!("unexpected tombstone {t:?}"),
                 FactBody::Link(l) => seen.links.push((l.from.to_string(), l.to.to_string())),
-                FactBody::Team(t) => assert_eq!(t.id.as_str(), "apollo", "{t:?}"),
+                FactBody::Team(t) => assert_eq!(t.id.as_str(), apollo, "{t:?}"),
                 FactBody::Membership(m) => {
-                    assert_eq!(m.scope.to_string(), "team:apollo", "{m:?}")
+                    assert_eq!(m.scope.to_string(), format!("team:{apollo}"), "{m:?}")
                 }
                 other => panic!("not for a scoped peer: {other:?}"),
             }

@@ -542,10 +542,12 @@ fn every_page_escapes_what_it_shows() {
 fn node_peers_audit_and_events_pages_show_the_node() {
     let a = Home::apollo();
     let b = Home::new();
-    // B claims a team A made too: A's gate refuses that record (audit).
+    // B has a team of its own, and A gives B only its apollo: A's gate
+    // refuses B's team record (audit).
     b.ok(&["team", "create", "apollo"]);
     let server = Server::start(b.path());
     pair(&b, &a, &server, "full");
+    a.ok(&["peers", "policy", &id(&b), "team:apollo"]);
     let c = Console::start(a.path());
     let node = c.get("/node");
     assert!(node.body.contains(&id(&a)));
@@ -565,7 +567,7 @@ fn node_peers_audit_and_events_pages_show_the_node() {
     let audit = c.get("/audit");
     assert_eq!(audit.status, 200);
     let entry = &a.json(&["audit"])["refused"][0];
-    assert_eq!(entry["code"], "org_origin_conflict");
+    assert_eq!(entry["code"], "outside_policy");
     for field in ["peer", "code", "register"] {
         assert!(
             audit.body.contains(entry[field].as_str().unwrap()),

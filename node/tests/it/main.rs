@@ -44,6 +44,7 @@ mod recall_engine;
 mod repair;
 mod replication;
 mod revocation_mesh;
+mod scopes;
 mod score_invariance;
 mod semantic;
 mod serve_waits;

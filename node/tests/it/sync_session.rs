@@ -286,7 +286,9 @@ fn a_session_digest_covers_only_what_the_peer_may_receive() {
     assert_eq!((digests(&a), digests(&b)), (Some(true), Some(true)));
 
     let before = a.session_digest(&b.node_id()).unwrap();
-    assert_eq!(before.0, vec!["team:apollo".parse().unwrap()]);
+    // The policy's `team:apollo`, typed before a made apollo, names it now.
+    let apollo = amos_protocol::TeamId::qualified("apollo", &a.node_id()).unwrap();
+    assert_eq!(before.0, vec![amos_protocol::Scope::Team(apollo)]);
     a.add(&who, NewMemory::new("kappa private")).unwrap();
     let mut other = NewMemory::new("kappa hermes only");
     other.share = vec!["team:hermes".parse().unwrap()];

@@ -101,8 +101,10 @@ fn two_full_peers_edit_apart_and_both_edits_survive() {
 
 #[test]
 fn a_scoped_peer_cannot_edit_and_a_replica_of_it_stays_read_only() {
+    // apollo is a's team; c learns it (and alice's place in it) by sync.
     let a = Home::apollo();
-    let c = Home::apollo();
+    let c = Home::new();
+    c.ok(&["agent", "add", "alice"]);
     let server = Server::start(a.path());
     pair(&a, &c, &server, "team:apollo");
     let mem = a.add("alice", "the shared plan", &["team:apollo"]);

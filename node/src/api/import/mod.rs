@@ -504,7 +504,10 @@ fn prepare(
             }
             for a in &t.members {
                 if !org::is_member(conn, &scope, a)? {
-                    joins_refused.push(format!("{scope} {a}"));
+                    joins_refused.push(format!(
+                        "{} {a}",
+                        org::scope_label(conn, &crate::api::org::scope_of(&scope))
+                    ));
                 }
             }
             continue;
@@ -525,7 +528,10 @@ fn prepare(
                 check_org_authority(conn, me, &scope)?;
                 new_members += 1;
                 if held.is_some() {
-                    joins.push(format!("{scope} {a}"));
+                    joins.push(format!(
+                        "{} {a}",
+                        org::scope_label(conn, &crate::api::org::scope_of(&scope))
+                    ));
                 }
                 org_facts.push(membership(scope.clone(), a));
             }
@@ -563,7 +569,10 @@ fn prepare(
             }
             for a in &p.members {
                 if !org::is_member(conn, &scope, a)? {
-                    joins_refused.push(format!("{scope} {a}"));
+                    joins_refused.push(format!(
+                        "{} {a}",
+                        org::scope_label(conn, &crate::api::org::scope_of(&scope))
+                    ));
                 }
             }
             continue;
@@ -587,7 +596,10 @@ fn prepare(
                 check_org_authority(conn, me, &scope)?;
                 new_members += 1;
                 if held {
-                    joins.push(format!("{scope} {a}"));
+                    joins.push(format!(
+                        "{} {a}",
+                        org::scope_label(conn, &crate::api::org::scope_of(&scope))
+                    ));
                 }
                 org_facts.push(membership(scope.clone(), a));
             }
@@ -864,6 +876,53 @@ fn held_as_itself(
         .then_some(own))
 }
 
+/// `plan` with every team and project named as this node holds it
+/// (docs/design.md §3): a name held here is that scope, so the import
+/// rules of §5.1 judge it against its record; a name held nowhere is a
+/// scope created here, its id qualified by this node. An ambiguous name is
+/// refused. A qualified id in the source is kept as it is.
+fn held_names(
+    conn: &(impl crate::store::Readable + ?Sized),
+    me: NodeId,
+    plan: &Plan,
+) -> Result<Plan> {
+    use crate::api::scopes::{Unheld, resolve_project, resolve_team};
+    let team = |t: &TeamId| -> Result<TeamId> {
+        if t.is_qualified() {
+            return Ok(t.clone());
+        }
+        resolve_team(conn, t.as_str(), Unheld::CreatedBy(me))
+    };
+    let project = |p: &ProjectId| -> Result<ProjectId> {
+        if p.is_qualified() {
+            return Ok(p.clone());
+        }
+        resolve_project(conn, p.as_str(), Unheld::CreatedBy(me))
+    };
+    let mut plan = plan.clone();
+    for t in &mut plan.teams {
+        t.id = team(&t.id)?;
+    }
+    for p in &mut plan.projects {
+        p.id = project(&p.id)?;
+        p.team = team(&p.team)?;
+    }
+    for m in &mut plan.memories {
+        m.grants = m
+            .grants
+            .iter()
+            .map(|g| {
+                Ok(match g {
+                    Scope::Team(t) => Scope::Team(team(t)?),
+                    Scope::Project(p) => Scope::Project(project(p)?),
+                    other => other.clone(),
+                })
+            })
+            .collect::<Result<_>>()?;
+    }
+    Ok(plan)
+}
+
 fn membership(scope: OrgScope, agent: &AgentId) -> FactBody {
     FactBody::Membership(MembershipFact {
         scope,
@@ -876,11 +935,23 @@ fn membership(scope: OrgScope, agent: &AgentId) -> FactBody {
 impl Node {
     /// Check grants an operator gives an import (`--share`): each must name
     /// an agent, team or project that exists here, as for `amos add`.
-    pub fn check_share(&self, scopes: &[Scope]) -> Result<()> {
-        for s in scopes {
-            self.store.read(|r| Self::check_grant_target(r, s))?;
-        }
-        Ok(())
+    /// Returns them as held here (a team or project name resolved, as
+    /// [`Node::resolve_scope`] does).
+    pub fn check_share(&self, scopes: &[Scope]) -> Result<Vec<Scope>> {
+        self.store.read(|r| {
+            scopes
+                .iter()
+                .map(|s| {
+                    let s = crate::api::scopes::canonical_scope(
+                        r,
+                        s,
+                        crate::api::scopes::Unheld::AsTyped,
+                    )?;
+                    Self::check_grant_target(r, &s)?;
+                    Ok(s)
+                })
+                .collect()
+        })
     }
 
     /// Write `plan` as facts of this node, in one transaction, or (with
@@ -894,6 +965,7 @@ impl Node {
     ) -> Result<ImportReport> {
         let me = self.node_id();
         let now = self.now_ms();
+        let plan = &self.store.read(|r| held_names(r, me, plan))?;
         if opts.dry_run {
             let mut r = self
                 .store

@@ -301,7 +301,7 @@ pub(crate) async fn add(
     let a = agent.clone();
     let id = with_node(&app, move |node, _| {
         let who = node.requester(&a)?;
-        let new = req.memory(node.now_ms(), str::to_owned)?;
+        let new = req.memory_with(node.now_ms(), str::to_owned, |s| node.resolve_scope(s))?;
         Ok(node.add(&who, new)?)
     })
     .await?;

@@ -74,7 +74,8 @@ pub(crate) async fn team(
     FormIn(f): FormIn<TeamForm>,
 ) -> Result<Response, PageError> {
     with_node(&app, move |node, _| {
-        Ok(node.team_create(f.id.trim(), given(&f.name))?)
+        node.team_create(f.id.trim(), given(&f.name))?;
+        Ok(())
     })
     .await?;
     Ok(see("/org".into()))
@@ -93,7 +94,8 @@ pub(crate) async fn project(
     FormIn(f): FormIn<ProjectForm>,
 ) -> Result<Response, PageError> {
     with_node(&app, move |node, _| {
-        Ok(node.project_create(f.id.trim(), f.team.trim(), given(&f.name))?)
+        node.project_create(f.id.trim(), f.team.trim(), given(&f.name))?;
+        Ok(())
     })
     .await?;
     Ok(see("/org".into()))

@@ -183,7 +183,7 @@ pub(crate) async fn add(
     JsonIn(body): JsonIn<AddRequest>,
 ) -> Answer {
     let added = run(&app, move |n| {
-        let new = body.memory(n.now_ms(), str::to_owned)?;
+        let new = body.memory_with(n.now_ms(), str::to_owned, |s| n.resolve_scope(s))?;
         n.add_noting_similar(&c.0.who, new)
     })
     .await?;
@@ -506,10 +506,7 @@ pub(crate) async fn timeline(
             ..TimeRequest::default()
         }
         .query(n.now_ms(), str::to_owned)?;
-        let scope = q
-            .scope
-            .map(|s| s.parse::<amos_protocol::Scope>())
-            .transpose()?;
+        let scope = q.scope.map(|s| n.resolve_scope(&s)).transpose()?;
         n.timeline(&c.0.who, t.since_ms, t.until_ms, scope.as_ref(), limit)
     })
     .await?;

@@ -329,7 +329,7 @@ fn obj(properties: Value, required: &[&str]) -> Value {
     })
 }
 
-fn as_object(v: Value) -> Map<String, Value> {
+pub(super) fn as_object(v: Value) -> Map<String, Value> {
     match v {
         Value::Object(m) => m,
         _ => Map::new(),

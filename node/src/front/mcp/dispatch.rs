@@ -164,7 +164,7 @@ pub(super) fn dispatch(
     match tool {
         "memory_add" => {
             let a: AddRequest = parse(tool, args)?;
-            let new = a.memory(node.now_ms(), str::to_owned)?;
+            let new = a.memory_with(node.now_ms(), str::to_owned, |s| node.resolve_scope(s))?;
             let added = node.add_noting_similar(who, new)?;
             let mut text = format!("stored {}", added.id);
             for s in &added.similar {
@@ -261,10 +261,7 @@ pub(super) fn dispatch(
                 ..TimeRequest::default()
             }
             .query(now, str::to_owned)?;
-            let scope = a
-                .scope
-                .map(|s| s.parse::<amos_protocol::Scope>().map_err(NodeError::from))
-                .transpose()?;
+            let scope = a.scope.map(|s| node.resolve_scope(&s)).transpose()?;
             let events = node.timeline(
                 who,
                 q.since_ms,
@@ -286,9 +283,10 @@ pub(super) fn dispatch(
         "memory_share" | "memory_unshare" => {
             let a: ScopeArgs = parse(tool, args)?;
             let (id, grants) = node.set_grant(who, &a.id, &a.scope, tool == "memory_share")?;
+            let shown = node.grant_labels(&grants);
             Ok((
-                format!("{id} visible to {grants}"),
-                json!({"id": id.to_string(), "visibility": grants.to_strings()}),
+                format!("{id} visible to {}", shown.join(",")),
+                json!({"id": id.to_string(), "visibility": shown}),
             ))
         }
         "memory_forget" => {
@@ -389,5 +387,42 @@ pub(super) fn dispatch(
             Ok((text, json!(r)))
         }
         other => Err(NodeError::BadInput(format!("unknown tool {other:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::catalog::as_object;
+    use super::*;
+
+    /// MCP reads a scope as every front end does (`Node::resolve_scope`): a
+    /// prefix of a qualifier names the team, and the timeline's scope too.
+    #[test]
+    fn a_scope_is_resolved_by_the_node_as_the_cli_resolves_it() {
+        let (_dir, _home, mut node, _) = crate::api::node::test_node("alice");
+        let zeus = node.team_create("zeus", None).unwrap();
+        node.team_member("zeus", "alice", true).unwrap();
+        let who = node.requester("alice").unwrap();
+        let q = zeus.qualifier().unwrap();
+        let scope = format!("team:zeus@{}", &q[..4]);
+        let (_, added) = dispatch(
+            &mut node,
+            &who,
+            "memory_add",
+            as_object(json!({"content": "zeus meets on fridays", "share": [scope.clone()]})),
+        )
+        .unwrap();
+        let id = added["id"].as_str().unwrap().to_owned();
+        let got = node.get(&who, &id).unwrap();
+        let want: amos_protocol::Scope = format!("team:{zeus}").parse().unwrap();
+        assert!(got.grants().contains(&want), "{:?}", got.grants());
+        let (_, events) = dispatch(
+            &mut node,
+            &who,
+            "memory_timeline",
+            as_object(json!({"scope": scope})),
+        )
+        .unwrap();
+        assert!(events.to_string().contains(&id), "{events}");
     }
 }
