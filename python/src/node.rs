@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use amos_node::front::{AddRequest, TimeRequest};
 use amos_node::recall::{DEFAULT_BUDGET, DEFAULT_K, PackOptions, RecallMode, RecallOptions};
 use amos_node::{Home, Node, NodeError, Result};
-use amos_protocol::{MemoryType, Scope};
+use amos_protocol::MemoryType;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 use serde_json::{Value, json};
