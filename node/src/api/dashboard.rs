@@ -124,7 +124,16 @@ impl Node {
         Ok(Dashboard {
             agent,
             visible: counts.total,
-            by_scope: counts.by_scope.into_iter().collect(),
+            // Shown as every front end shows a scope: its display name,
+            // qualified only where two of one name are held.
+            by_scope: counts
+                .by_scope
+                .into_iter()
+                .map(|(k, n)| match k.parse::<amos_protocol::Scope>() {
+                    Ok(scope) => (self.scope_label(&scope), n),
+                    Err(_) => (k, n),
+                })
+                .collect(),
             by_type: counts.by_type.into_iter().collect(),
             per_day: days
                 .into_iter()
@@ -201,7 +210,7 @@ mod tests {
             };
             total += 1;
             *types.entry(m.kind().as_str().to_owned()).or_insert(0) += 1;
-            let granted: Vec<String> = m.effective().iter().map(ToString::to_string).collect();
+            let granted: Vec<String> = m.effective().iter().map(|s| node.scope_label(s)).collect();
             if granted.is_empty() {
                 *scopes.entry("private".to_owned()).or_insert(0) += 1;
             }

@@ -301,8 +301,12 @@ async fn grant(
     share: bool,
 ) -> Answer {
     let id = id_of(id)?;
-    let (id, grants) = run(&app, move |n| n.set_grant(&c.0.who, &id, &scope, share)).await?;
-    ok(json!({"id": id.to_string(), "visibility": grants.to_strings()}))
+    let (id, shown) = run(&app, move |n| {
+        let (id, grants) = n.set_grant(&c.0.who, &id, &scope, share)?;
+        Ok((id, n.grant_labels(&grants)))
+    })
+    .await?;
+    ok(json!({"id": id.to_string(), "visibility": shown}))
 }
 
 /// `POST /v1/memories/{id}/share` `{"scope"}`: `amos share`.
