@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use amos_node::front::{AddRequest, TimeRequest};
-use amos_node::recall::{DEFAULT_BUDGET, DEFAULT_K, PackOptions, RecallMode, RecallOptions};
+use amos_node::recall::{DEFAULT_BUDGET, DEFAULT_K, PackOptions, RecallOptions};
 use amos_node::{Home, Node, NodeError, Result};
 use amos_protocol::MemoryType;
 use pyo3::prelude::*;
@@ -41,17 +41,6 @@ fn label(field: &str) -> String {
 }
 
 /// The `mode` argument: the node's default when absent.
-fn mode_of(mode: Option<&str>) -> Result<RecallMode> {
-    match mode {
-        None => Ok(RecallMode::default()),
-        Some(m) => RecallMode::parse(m).ok_or_else(|| {
-            NodeError::BadInput(format!(
-                "mode must be hybrid, lexical, semantic or fast, not {m:?}"
-            ))
-        }),
-    }
-}
-
 /// `share` as one scope (`"team:apollo"`) or a list of them.
 fn scopes(share: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>> {
     match share {
@@ -197,7 +186,7 @@ impl PyNode {
             let opts = RecallOptions {
                 k,
                 time: time.query(n.now_ms(), label)?,
-                mode: mode_of(mode.as_deref())?,
+                mode: amos_node::front::recall_mode(mode.as_deref())?,
                 ..RecallOptions::default()
             };
             let hits = n.search_with(&who, &query, &opts)?;
@@ -237,7 +226,7 @@ impl PyNode {
             let who = n.requester(&as_)?;
             let mut opts = PackOptions::new(budget);
             opts.recall.time = time.query(n.now_ms(), label)?;
-            opts.recall.mode = mode_of(mode.as_deref())?;
+            opts.recall.mode = amos_node::front::recall_mode(mode.as_deref())?;
             let p = n.pack_with(&who, &query, &opts)?;
             Ok(amos_node::front::pack_json(&p, report))
         })

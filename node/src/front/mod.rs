@@ -13,7 +13,7 @@ pub mod mcp;
 pub(crate) mod request;
 pub(crate) mod view;
 
-pub use request::{AddRequest, TimeRequest, validity};
+pub use request::{AddRequest, TimeRequest, recall_mode, validity};
 pub use view::{
     change_line, changes_json, context_json, context_summary_json, hit_json, memory_json, one_line,
     outcome_line, pack_json, timed_json, timeline_line,

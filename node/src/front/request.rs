@@ -11,7 +11,7 @@ use serde::Deserialize;
 use crate::api::NewMemory;
 use crate::clock::{parse_expiry_unbounded, parse_time_unbounded, time_refusal, within_bound};
 use crate::error::{NodeError, Result};
-use crate::recall::TimeQuery;
+use crate::recall::{RecallMode, TimeQuery};
 
 /// A point in time a user wrote, read at `now_ms`; a bad one (malformed,
 /// a bare duration, or past the latest time amos keeps) names its field.
@@ -174,6 +174,19 @@ impl AddRequest {
             })
             .transpose()?;
         Ok(new)
+    }
+}
+
+/// A recall mode as a front end takes it (`hybrid`, `lexical`, `semantic`,
+/// `fast`; none: the default), for MCP, the JSON API and Python alike.
+pub fn recall_mode(mode: Option<&str>) -> Result<RecallMode> {
+    match mode {
+        None => Ok(RecallMode::default()),
+        Some(m) => RecallMode::parse(m).ok_or_else(|| {
+            NodeError::BadInput(format!(
+                "mode must be hybrid, lexical, semantic or fast, not {m:?}"
+            ))
+        }),
     }
 }
 

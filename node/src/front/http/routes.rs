@@ -25,7 +25,7 @@ use super::problem::Problem;
 use super::{App, MAX_BODY, run};
 use crate::front::request::{self, AddRequest, TimeRequest};
 use crate::front::view;
-use crate::recall::{DEFAULT_BUDGET, DEFAULT_K, PackOptions, RecallMode, RecallOptions};
+use crate::recall::{DEFAULT_BUDGET, DEFAULT_K, PackOptions, RecallOptions};
 
 /// The largest pack budget (tokens).
 pub const MAX_BUDGET: usize = 100_000;
@@ -122,17 +122,6 @@ fn ok(v: Value) -> Answer {
 }
 
 /// The `mode` parameter: hybrid when absent.
-fn mode_of(mode: Option<&str>) -> Result<RecallMode, Problem> {
-    match mode {
-        None => Ok(RecallMode::default()),
-        Some(m) => RecallMode::parse(m).ok_or_else(|| {
-            Problem::bad(format!(
-                "mode must be hybrid, lexical, semantic or fast, not {m:?}"
-            ))
-        }),
-    }
-}
-
 /// A limit parameter within 1..=[`MAX_LIMIT`].
 fn limit_of(limit: Option<usize>) -> Result<usize, Problem> {
     match limit.unwrap_or(DEFAULT_LIMIT) {
@@ -422,7 +411,7 @@ pub(crate) async fn search(
     Extension(c): Extension<Caller>,
     QueryIn(q): QueryIn<SearchQuery>,
 ) -> Answer {
-    let mode = mode_of(q.mode.as_deref())?;
+    let mode = crate::front::request::recall_mode(q.mode.as_deref())?;
     let hits = run(&app, move |n| {
         let time = TimeRequest {
             since: q.since,
@@ -469,7 +458,7 @@ pub(crate) async fn pack(
             "budget must be at most {MAX_BUDGET} tokens, not {budget}"
         )));
     }
-    let mode = mode_of(b.mode.as_deref())?;
+    let mode = crate::front::request::recall_mode(b.mode.as_deref())?;
     let report = b.report;
     let p = run(&app, move |n| {
         let mut opts = PackOptions::new(budget);

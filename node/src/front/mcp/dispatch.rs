@@ -13,7 +13,7 @@ use crate::api::node::Node;
 use crate::error::{NodeError, Result};
 use crate::front::request::{self, AddRequest, TimeRequest};
 use crate::front::view;
-use crate::recall::{DEFAULT_BUDGET, DEFAULT_K, PackOptions, RecallMode, RecallOptions};
+use crate::recall::{DEFAULT_BUDGET, DEFAULT_K, PackOptions, RecallOptions};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -144,17 +144,6 @@ fn parse<T: DeserializeOwned>(tool: &str, args: Map<String, Value>) -> Result<T>
 }
 
 /// The `mode` argument: hybrid when absent.
-fn mode_of(mode: Option<&str>) -> Result<RecallMode> {
-    match mode {
-        None => Ok(RecallMode::default()),
-        Some(m) => RecallMode::parse(m).ok_or_else(|| {
-            NodeError::BadInput(format!(
-                "mode must be hybrid, lexical, semantic or fast, not {m:?}"
-            ))
-        }),
-    }
-}
-
 pub(super) fn dispatch(
     node: &mut Node,
     who: &amos_acl::AuthorizedScopes,
@@ -183,7 +172,7 @@ pub(super) fn dispatch(
             let opts = RecallOptions {
                 k: a.k.unwrap_or(DEFAULT_K),
                 time: time_of(a.since, a.until, a.valid_at, a.known_at, node.now_ms())?,
-                mode: mode_of(a.mode.as_deref())?,
+                mode: request::recall_mode(a.mode.as_deref())?,
                 ..RecallOptions::default()
             };
             let hits = node.search_with(who, &a.query, &opts)?;
@@ -217,7 +206,7 @@ pub(super) fn dispatch(
             let a: PackArgs = parse(tool, args)?;
             let mut opts = PackOptions::new(a.budget.unwrap_or(DEFAULT_BUDGET));
             opts.recall.time = time_of(a.since, a.until, a.valid_at, a.known_at, node.now_ms())?;
-            opts.recall.mode = mode_of(a.mode.as_deref())?;
+            opts.recall.mode = request::recall_mode(a.mode.as_deref())?;
             let p = node.pack_with(who, &a.query, &opts)?;
             let mut lines: Vec<String> = p
                 .items
