@@ -150,6 +150,35 @@ impl Node {
         if let Some(v) = validity {
             rec.validity = v;
         }
+        self.write_content(&rec, text, revalidated, compact_bytes)?;
+        Ok(rec.id)
+    }
+
+    /// Pin or unpin a memory (owner, or the local admin; where its text may
+    /// be edited): one signed content fact with the `pinned` register
+    /// changed, travelling as an empty edit like a change of valid time.
+    /// Returns whether anything changed (pinning a pinned memory signs
+    /// nothing).
+    pub fn set_pinned(&mut self, who: &AuthorizedScopes, id: &str, pinned: bool) -> Result<bool> {
+        let mut rec = self.text_editable(who, id)?;
+        if rec.pinned == pinned {
+            return Ok(false);
+        }
+        rec.pinned = pinned;
+        self.write_content(&rec, None, true, DEFAULT_COMPACT_BYTES)?;
+        Ok(true)
+    }
+
+    /// Sign and store one content fact for `rec` as it now stands: an edit
+    /// to `text` if given and different, else (when `fields_changed`) an
+    /// empty edit carrying the changed registers; nothing otherwise.
+    fn write_content(
+        &mut self,
+        rec: &MemoryRecord,
+        text: Option<&str>,
+        fields_changed: bool,
+        compact_bytes: u64,
+    ) -> Result<()> {
         let now = self.now_ms();
         let me = self.node_id();
         let identity = &self.identity;
@@ -166,12 +195,12 @@ impl Node {
             };
             let change = match change {
                 Some(change) => change,
-                None if revalidated => Vec::new(),
+                None if fields_changed => Vec::new(),
                 None => return Ok(()),
             };
             let edit = identity.sign(Fact {
                 clock,
-                body: content_of(&rec, MemoryText::Edit(change)),
+                body: content_of(rec, MemoryText::Edit(change)),
             })?;
             tx.put_local_edit(&admit_local(identity, edit)?, state)?;
             // Only the origin compacts (a snapshot from anyone else is refused).
@@ -183,15 +212,14 @@ impl Node {
                     if saved.len() <= amos_protocol::MAX_SNAPSHOT_BYTES {
                         let snap = identity.sign(Fact {
                             clock: tx.tick(now, me)?,
-                            body: content_of(&rec, MemoryText::Snapshot(saved)),
+                            body: content_of(rec, MemoryText::Snapshot(saved)),
                         })?;
                         tx.put(&admit_local(identity, snap)?)?;
                     }
                 }
             }
             Ok(())
-        })?;
-        Ok(rec.id)
+        })
     }
 
     /// The memory `who` may edit the text of: owner (or the local admin),

@@ -5,7 +5,8 @@
 //! editing and history ([`edits`]), recall ([`recall`]), the timeline
 //! ([`time`]), what changed for an agent since a time ([`changes`]),
 //! parked working contexts ([`context`]), the console's dashboard figures
-//! ([`dashboard`]), profiles
+//! ([`dashboard`]), why a memory is believed and its neighbourhood
+//! ([`provenance`]), profiles
 //! ([`profile`]), peers and replication ([`peers`]), range-based repair ([`repair`]),
 //! versioned sessions ([`compat`]), pairing
 //! ([`pairing`]), bundles ([`bundles`]), maintenance ([`maintenance`]), agent tokens ([`tokens`]) and
@@ -32,6 +33,7 @@ pub(crate) mod org;
 pub(crate) mod pairing;
 pub(crate) mod peers;
 pub(crate) mod profile;
+pub(crate) mod provenance;
 pub(crate) mod reads;
 pub(crate) mod recall;
 pub(crate) mod repair;
@@ -59,6 +61,10 @@ pub use node::{EncoderStatus, InitReport, Node};
 pub use pairing::{Invite, JoinReport, MeshKeyOutcome, Welcome, join_offline};
 pub use peers::{RETRY_EVERY, RetryReport, SET_DIGEST_SINCE};
 pub use profile::{ProfileWeights, parse_weight};
+pub use provenance::{
+    EdgeKind, GRAPH_DEFAULT_DEPTH, GRAPH_MAX_DEPTH, GRAPH_MAX_NODES, GraphEdge, GraphNode,
+    Neighbourhood, Provenance, SignatureCheck,
+};
 pub use reads::ReadAuditConfig;
 pub use recall::VectorProbe;
 pub use repair::{RepairPlan, RepairReason};

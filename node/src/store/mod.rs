@@ -46,6 +46,7 @@ pub(crate) mod moves;
 pub(crate) mod org;
 pub(crate) mod peers;
 pub(crate) mod profile;
+pub(crate) mod provenance;
 pub(crate) mod reads;
 pub(crate) mod recall;
 pub(crate) mod repair;
