@@ -186,7 +186,10 @@ fn each_agent_sees_in_the_console_exactly_what_the_cli_shows() {
     );
     let bobs = c.get(&format!("/memories/{team}?as=bob"));
     assert!(!bobs.body.contains("supports") && !bobs.body.contains("launch codes"));
-    assert!(bobs.body.contains("No links to memories bob can see"));
+    assert!(
+        bobs.body
+            .contains("No links to memories this agent can see")
+    );
     // An unknown agent is bad input, as on the command line.
     assert_eq!(c.get("/memories?as=mallory").status, 400);
 }

@@ -8,7 +8,7 @@
 use serde_json::Value;
 
 use crate::common::Home;
-use crate::common::console::Console;
+use crate::common::console::{Console, pages};
 
 /// alice and bob in team apollo, carol outside it; a team memory, a
 /// private memory each for alice and carol.
@@ -289,25 +289,16 @@ fn the_new_views_escape_what_memories_say() {
     );
 }
 
-/// Every page in both languages: `Accept-Language` picks one, `?lang=`
-/// switches and is kept in a cookie; no page shows a key the catalogue
-/// lacks.
+/// Every page (`common::console::pages`, the one list) in both
+/// languages: `Accept-Language` picks one, `?lang=` switches and is kept
+/// in a cookie; no page shows a key the catalogue lacks, and each shows
+/// what it is about.
 #[test]
 fn every_page_speaks_english_and_japanese() {
     let (h, team, _, _) = org();
     let c = Console::start(h.path());
-    let pages = [
-        "/".to_owned(),
-        "/?as=alice".to_owned(),
-        "/node".to_owned(),
-        "/pack?as=alice&q=launch".to_owned(),
-        "/peers".to_owned(),
-        "/memories?as=alice".to_owned(),
-        format!("/memories/{team}?as=alice"),
-        "/org".to_owned(),
-        "/audit".to_owned(),
-    ];
-    for p in &pages {
+    let paths: Vec<String> = pages(&team).into_iter().map(|(_, p, _)| p).collect();
+    for p in &paths {
         let cookie = c.cookie();
         for (accept, lang, word) in [
             ("ja,en;q=0.5", "ja", "ダッシュボード"),
@@ -322,8 +313,24 @@ fn every_page_speaks_english_and_japanese() {
             );
             assert!(a.body.contains(word), "{p} {accept}");
             assert!(!a.body.contains('⟦'), "{p} in {lang}: an untranslated key");
+            let main = pages(&team)
+                .into_iter()
+                .find(|(_, q, _)| q == p)
+                .map(|(_, _, m)| m)
+                .unwrap();
+            if let Some(id) = main.strip_prefix('#') {
+                assert!(a.body.contains(&format!("id=\"{id}\"")), "{p}: {main}");
+            }
         }
     }
+    // An error page speaks the request's language too.
+    let e = c.get_with(
+        "/memories/01a2333b-3a25-7244-8e30-373782ecb05e?as=alice",
+        &[("Cookie", &c.cookie()), ("Accept-Language", "ja")],
+    );
+    assert_eq!(e.status, 404);
+    assert!(e.body.contains("<html lang=\"ja\">") && e.body.contains("ダッシュボードに戻る"));
+    assert!(!e.body.contains('⟦'));
     // The switch: `?lang=ja` answers in Japanese and keeps it in a cookie.
     let a = c.get_with(
         "/?as=alice&lang=ja",

@@ -1,5 +1,8 @@
 //! The console's languages: English and Japanese. One catalogue
-//! ([`CATALOGUE`]) holds every string a page shows of its own, by key, in
+//! ([`CATALOGUE`], kept in one file per group of pages: [`frame`] for the
+//! frame, the dashboard and the pack preview, [`memory`] for the memory
+//! pages, the timeline and the graph, [`node`] for the node, peers, org
+//! and audit pages) holds every string a page shows of its own, by key, in
 //! each language; templates ask for them through their [`Chrome`]
 //! (`chrome.t("key")`). The language is
 //! `?lang=en|ja` (which also sets the `amos_console_lang` cookie, so the
@@ -12,6 +15,10 @@
 //! unescaped (askama escapes what `t` returns like any other text).
 //!
 //! [`Chrome`]: super::page::Chrome
+
+mod frame;
+mod memory;
+mod node;
 
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, header};
@@ -77,8 +84,8 @@ impl Lang {
 
     /// The text of `key` in this language (`⟦key⟧` if the catalogue has none).
     pub fn t(self, key: &str) -> &'static str {
-        match CATALOGUE.iter().find(|(k, _, _)| *k == key) {
-            Some((_, en, ja)) => match self {
+        match by_key().get(key) {
+            Some((en, ja)) => match self {
                 Lang::En => en,
                 Lang::Ja => ja,
             },
@@ -119,6 +126,18 @@ impl Locale {
     }
 }
 
+tokio::task_local! {
+    /// The language of the request being answered (set by [`negotiate`]).
+    static REQUEST_LANG: Lang;
+}
+
+/// The language of the request being answered, for what is rendered
+/// without a page's [`Locale`] (the error page); English outside a request
+/// [`negotiate`] saw (one the guard refused).
+pub(crate) fn current() -> Lang {
+    REQUEST_LANG.try_with(|l| *l).unwrap_or_default()
+}
+
 /// The cookie that keeps the chosen language.
 pub(crate) const LANG_COOKIE: &str = "amos_console_lang";
 
@@ -156,7 +175,7 @@ pub(crate) async fn negotiate(mut req: Request, next: Next) -> Response {
         here.push_str(&serde_urlencoded::to_string(&rest).unwrap_or_default());
     }
     req.extensions_mut().insert(Locale { lang, here });
-    let mut resp = next.run(req).await;
+    let mut resp = REQUEST_LANG.scope(lang, next.run(req)).await;
     if let Some(l) = asked {
         let c = format!(
             "{LANG_COOKIE}={}; Path=/; SameSite=Strict; Max-Age=31536000",
@@ -169,136 +188,24 @@ pub(crate) async fn negotiate(mut req: Request, next: Next) -> Response {
     resp
 }
 
-/// Every string the console shows of its own: key, English, Japanese.
-pub(crate) const CATALOGUE: &[(&str, &str, &str)] = &[
-    // The frame.
-    ("nav.dashboard", "Dashboard", "ダッシュボード"),
-    ("nav.node", "Node", "ノード"),
-    ("nav.peers", "Peers", "ピア"),
-    ("nav.memories", "Memories", "メモリー"),
-    ("nav.pack", "Pack preview", "パックのプレビュー"),
-    ("nav.timeline", "Timeline", "タイムライン"),
-    ("nav.graph", "Graph", "グラフ"),
-    ("nav.org", "Org", "組織"),
-    ("nav.audit", "Audit", "監査"),
-    ("frame.act_as", "Act as", "エージェント"),
-    (
-        "frame.choose_agent",
-        "— choose an agent —",
-        "— エージェントを選択 —",
-    ),
-    ("frame.go", "Go", "表示"),
-    ("frame.language", "Language", "言語"),
-    ("frame.console", "amos console", "amos コンソール"),
-    (
-        "frame.footer",
-        "amos console · served by this node; nothing is loaded from elsewhere",
-        "amos コンソール · このノードが配信しています。外部からは何も読み込みません",
-    ),
-    (
-        "frame.choose_prompt",
-        "Choose the agent to act as: you see exactly what it sees.",
-        "操作するエージェントを選んでください。そのエージェントに見えるものだけが表示されます。",
-    ),
-    ("frame.none", "none", "なし"),
-    ("frame.never", "never", "なし"),
-    // The dashboard.
-    ("dash.title", "Dashboard", "ダッシュボード"),
-    ("dash.as", "as", "エージェント:"),
-    (
-        "dash.gated",
-        "Every memory figure counts only what this agent may see.",
-        "メモリーの数値はすべて、このエージェントが見てよいものだけを数えています。",
-    ),
-    ("dash.visible", "Memories visible", "見えるメモリー"),
-    ("dash.by_scope", "By scope", "スコープ別"),
-    ("dash.by_type", "By type", "種類別"),
-    ("dash.scope", "Scope", "スコープ"),
-    ("dash.type", "Type", "種類"),
-    ("dash.count", "Memories", "件数"),
-    (
-        "dash.activity",
-        "Activity, last 14 days",
-        "直近 14 日の活動",
-    ),
-    ("dash.writes", "Writes", "書き込み"),
-    ("dash.recalls", "Recalls", "想起"),
-    ("dash.day", "Day", "日付"),
-    (
-        "dash.activity_note",
-        "Writes: memories created that day. Recalls: recalls noted that day (a memory is noted at most once an hour).",
-        "書き込み: その日に作成されたメモリー。想起: その日に記録された想起（1 件のメモリーは 1 時間に最大 1 回記録）。",
-    ),
-    (
-        "dash.chart",
-        "Writes and recalls per day",
-        "日ごとの書き込みと想起",
-    ),
-    (
-        "dash.most_recalled",
-        "Most recalled",
-        "よく想起されるメモリー",
-    ),
-    ("dash.memory", "Memory", "メモリー"),
-    (
-        "dash.no_recalls",
-        "No memory this agent sees was recalled yet.",
-        "このエージェントに見えるメモリーはまだ想起されていません。",
-    ),
-    ("dash.health", "This node", "このノード"),
-    ("dash.index_lag", "Index lag", "インデックスの遅れ"),
-    ("dash.encoder_lag", "Encoder lag", "エンコーダーの遅れ"),
-    ("dash.up_to_date", "up to date", "最新"),
-    ("dash.changes_behind", "changes behind", "件の変更が未反映"),
-    (
-        "dash.pending",
-        "memories pending",
-        "件のメモリーが未エンコード",
-    ),
-    ("dash.encoder_off", "off", "オフ"),
-    ("dash.sync", "Sync health", "同期の状態"),
-    ("dash.peer", "Peer", "ピア"),
-    ("dash.last_session", "Last session", "最後のセッション"),
-    ("dash.result", "Result", "結果"),
-    ("dash.digests", "Digests", "ダイジェスト"),
-    ("dash.held_back", "Held back", "保留中の事実"),
-    ("dash.no_peers", "No peers yet.", "ピアはまだありません。"),
-    (
-        "dash.node_note",
-        "Lag and sync health are the node's, the same for every agent.",
-        "遅れと同期の状態はノード全体のもので、どのエージェントでも同じです。",
-    ),
-    // The pack preview.
-    ("pack.title", "Pack preview", "パックのプレビュー"),
-    ("pack.query", "Query", "クエリ"),
-    ("pack.budget", "Budget (tokens)", "予算（トークン）"),
-    ("pack.show", "Preview", "プレビュー"),
-    (
-        "pack.note",
-        "The context pack this agent would get, and the decision on every candidate with its reasons — the explanation amos pack --report gives.",
-        "このエージェントが受け取るコンテキストパックと、候補ごとの判断とその理由（amos pack --report と同じ説明）。",
-    ),
-    ("pack.tokens", "tokens of", "トークン / 予算"),
-    ("pack.tokens_col", "Tokens", "トークン"),
-    ("pack.reserved", "reserved for pinned", "ピン留め用に予約"),
-    ("pack.decision", "Decision", "判断"),
-    ("pack.reason", "Why", "理由"),
-    ("pack.score", "Score", "スコア"),
-    ("pack.included", "included", "採用"),
-    ("pack.excluded", "left out", "除外"),
-    (
-        "pack.empty",
-        "No memory this agent sees matches.",
-        "このエージェントに見えるメモリーで一致するものはありません。",
-    ),
-    ("pack.conflicts", "Conflicts", "矛盾"),
-    ("decision.pinned", "pinned", "ピン留め"),
-    ("decision.relevant", "relevant", "関連あり"),
-    ("decision.duplicate", "duplicate", "重複"),
-    ("decision.near-duplicate", "near-duplicate", "ほぼ重複"),
-    ("decision.over-budget", "over budget", "予算超過"),
-    ("decision.reserve-full", "reserve full", "予約枠が満杯"),
-];
+/// The catalogue, by page: every string the console shows of its own,
+/// as (key, English, Japanese).
+pub(crate) const CATALOGUE: &[&[(&str, &str, &str)]] =
+    &[frame::ENTRIES, memory::ENTRIES, node::ENTRIES];
+
+/// Every entry of [`CATALOGUE`].
+pub(crate) fn entries() -> impl Iterator<Item = &'static (&'static str, &'static str, &'static str)>
+{
+    CATALOGUE.iter().flat_map(|c| c.iter())
+}
+
+/// The catalogue by key (built once).
+fn by_key() -> &'static std::collections::HashMap<&'static str, (&'static str, &'static str)> {
+    use std::sync::OnceLock;
+    static MAP: OnceLock<std::collections::HashMap<&'static str, (&'static str, &'static str)>> =
+        OnceLock::new();
+    MAP.get_or_init(|| entries().map(|(k, en, ja)| (*k, (*en, *ja))).collect())
+}
 
 #[cfg(test)]
 mod tests {
@@ -307,12 +214,12 @@ mod tests {
     /// Keys are unique and every one has a text in both languages.
     #[test]
     fn the_catalogue_has_every_key_once_in_both_languages() {
-        let mut keys: Vec<&str> = CATALOGUE.iter().map(|(k, _, _)| *k).collect();
+        let mut keys: Vec<&str> = entries().map(|(k, _, _)| *k).collect();
         keys.sort();
         let n = keys.len();
         keys.dedup();
         assert_eq!(keys.len(), n, "a key twice");
-        for (k, en, ja) in CATALOGUE {
+        for (k, en, ja) in entries() {
             assert!(!en.trim().is_empty() && !ja.trim().is_empty(), "{k}");
         }
     }

@@ -1,7 +1,6 @@
-//! `/memories?as=AGENT[&q=QUERY]` and `/memories/ID?as=AGENT`: memories as
-//! one agent sees them — ranked search (`amos search`) or newest first
-//! (`amos list`), one memory with its grants, edit history and links, and
-//! the changes `amos add`, `update`, `share`/`unshare` and `forget` make.
+//! `/memories?as=AGENT[&q=QUERY]`: memories as one agent sees them — ranked
+//! search (`amos search`) or newest first (`amos list`) — and `amos add`
+//! from its form. One memory's page is [`super::memory`].
 //!
 //! Must never: read a memory but through the node API with the chosen
 //! agent's gate; a memory that agent cannot see is "no such memory" (404),
@@ -11,16 +10,15 @@ use std::sync::Arc;
 
 use amos_acl::Visible;
 use askama::Template;
-use axum::extract::{Extension, Path, State};
+use axum::extract::{Extension, State};
 use axum::response::Response;
 use serde::Deserialize;
 
 use super::App;
 use super::i18n::Locale;
 use super::page::{
-    Chrome, FormIn, PageError, QueryIn, as_query, given, html, see, urlencode, with_node,
+    Chrome, FormIn, PageError, QueryIn, as_query, given, html, need_agent, see, with_node,
 };
-use crate::api::Node;
 use crate::front::request::AddRequest;
 use crate::front::view::{one_line, rfc3339};
 use crate::store::memory::MemoryRecord;
@@ -126,132 +124,6 @@ pub(crate) async fn list(
     html(&p)
 }
 
-/// A link row on the memory page.
-struct LinkRow {
-    direction: &'static str,
-    relation: String,
-    weight: String,
-    other: String,
-    text: String,
-}
-
-/// An edit on the memory page.
-struct EditRow {
-    kind: &'static str,
-    author: String,
-    at: String,
-    size: String,
-}
-
-#[derive(Template)]
-#[template(path = "console/memory.html")]
-struct MemoryPage {
-    chrome: Chrome,
-    id: String,
-    content: String,
-    owner: String,
-    is_owner: bool,
-    kind: String,
-    grants: String,
-    effective: String,
-    tags: String,
-    importance: f32,
-    confidence: f32,
-    pinned: bool,
-    archived: bool,
-    created: String,
-    updated: String,
-    expires: String,
-    valid: String,
-    origin: String,
-    history: Vec<EditRow>,
-    links: Vec<LinkRow>,
-}
-
-#[derive(Deserialize)]
-pub(crate) struct AsQuery {
-    #[serde(rename = "as")]
-    agent: Option<String>,
-}
-
-fn need_agent(a: &Option<String>) -> Result<String, PageError> {
-    given(a)
-        .map(str::to_owned)
-        .ok_or_else(|| PageError::bad("choose the agent to act as (?as=AGENT)"))
-}
-
-pub(crate) async fn show(
-    State(app): State<Arc<App>>,
-    Extension(loc): Extension<Locale>,
-    Path(id): Path<String>,
-    QueryIn(q): QueryIn<AsQuery>,
-) -> Result<Response, PageError> {
-    let agent = need_agent(&q.agent)?;
-    let p = with_node(&app, move |node, app| {
-        memory_page(node, app, &agent, &id, &loc)
-    })
-    .await?;
-    html(&p)
-}
-
-fn memory_page(
-    node: &mut Node,
-    app: &App,
-    agent: &str,
-    id: &str,
-    loc: &Locale,
-) -> Result<MemoryPage, PageError> {
-    let who = node.requester(agent)?;
-    let m = node.get(&who, id)?;
-    let (_, history) = node.history(&who, id)?;
-    let links = node.links(&who, id)?;
-    Ok(MemoryPage {
-        chrome: Chrome::new(app, node, "memories", agent, loc)?,
-        id: m.id().to_string(),
-        content: m.content().to_owned(),
-        owner: m.owner().to_string(),
-        is_owner: m.owner().as_str() == agent,
-        kind: m.kind().as_str().to_owned(),
-        grants: m.grants().to_string(),
-        effective: m.effective().to_string(),
-        tags: m.tags().join(", "),
-        importance: m.importance(),
-        confidence: m.confidence(),
-        pinned: m.pinned(),
-        archived: m.archived(),
-        created: rfc3339(m.created_ms()),
-        updated: rfc3339(m.updated_ms()),
-        expires: m.expires_ms().map_or_else(|| "never".into(), rfc3339),
-        valid: format!(
-            "{} → {}",
-            rfc3339(m.valid_from_ms()),
-            m.validity().to_ms.map_or_else(|| "now".into(), rfc3339)
-        ),
-        origin: m.origin().to_string(),
-        history: history
-            .into_iter()
-            .map(|l| EditRow {
-                kind: l.kind,
-                at: rfc3339(l.wall_ms),
-                size: l
-                    .bytes
-                    .map_or_else(|| "compacted".to_owned(), |b| format!("{b} B")),
-                author: l.author,
-            })
-            .collect(),
-        links: links
-            .iter()
-            .map(|l| LinkRow {
-                direction: if l.outgoing { "→" } else { "←" },
-                relation: l.relation.clone(),
-                weight: format!("{:.2}", l.weight),
-                other: l.other.id().to_string(),
-                text: one_line(l.other.content(), 120),
-            })
-            .collect(),
-    })
-}
-
 #[derive(Deserialize)]
 pub(crate) struct AddForm {
     #[serde(rename = "as")]
@@ -306,94 +178,4 @@ pub(crate) async fn add(
     })
     .await?;
     Ok(see(format!("/memories/{id}?{}", as_query(&agent))))
-}
-
-#[derive(Deserialize)]
-pub(crate) struct GrantForm {
-    #[serde(rename = "as")]
-    agent: Option<String>,
-    scope: String,
-    /// `share` or `unshare`.
-    action: String,
-}
-
-/// Run `f` on memory `id` as `agent`, then back to its page.
-async fn as_agent<F>(app: &Arc<App>, agent: String, id: String, f: F) -> Result<Response, PageError>
-where
-    F: FnOnce(&mut Node, &amos_acl::AuthorizedScopes, &str) -> Result<(), PageError>
-        + Send
-        + 'static,
-{
-    let (a, i) = (agent.clone(), id.clone());
-    with_node(app, move |node, _| {
-        let who = node.requester(&a)?;
-        f(node, &who, &i)
-    })
-    .await?;
-    Ok(see(format!(
-        "/memories/{}?{}",
-        urlencode(&id),
-        as_query(&agent)
-    )))
-}
-
-/// `amos share` / `amos unshare`.
-pub(crate) async fn grant(
-    State(app): State<Arc<App>>,
-    Path(id): Path<String>,
-    FormIn(f): FormIn<GrantForm>,
-) -> Result<Response, PageError> {
-    let agent = need_agent(&f.agent)?;
-    let share = match f.action.as_str() {
-        "share" => true,
-        "unshare" => false,
-        other => {
-            return Err(PageError::bad(format!(
-                "unknown action {other:?}: share or unshare"
-            )));
-        }
-    };
-    as_agent(&app, agent, id, move |node, who, id| {
-        node.set_grant(who, id, f.scope.trim(), share)?;
-        Ok(())
-    })
-    .await
-}
-
-#[derive(Deserialize)]
-pub(crate) struct EditForm {
-    #[serde(rename = "as")]
-    agent: Option<String>,
-    text: String,
-}
-
-/// `amos update`.
-pub(crate) async fn edit(
-    State(app): State<Arc<App>>,
-    Path(id): Path<String>,
-    FormIn(f): FormIn<EditForm>,
-) -> Result<Response, PageError> {
-    let agent = need_agent(&f.agent)?;
-    as_agent(&app, agent, id, move |node, who, id| {
-        node.update(who, id, &f.text)?;
-        Ok(())
-    })
-    .await
-}
-
-/// `amos forget`.
-pub(crate) async fn forget(
-    State(app): State<Arc<App>>,
-    Path(id): Path<String>,
-    FormIn(f): FormIn<AsQuery>,
-) -> Result<Response, PageError> {
-    let agent = need_agent(&f.agent)?;
-    let a = agent.clone();
-    with_node(&app, move |node, _| {
-        let who = node.requester(&a)?;
-        node.forget(&who, &id)?;
-        Ok(())
-    })
-    .await?;
-    Ok(see(format!("/memories?{}", as_query(&agent))))
 }

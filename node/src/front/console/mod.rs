@@ -5,8 +5,10 @@
 //!
 //! Stable addresses: `/` the dashboard (`?as=AGENT`; its figures as JSON
 //! at `/api/dashboard?as=AGENT`), `/node`, `/peers`,
-//! `/memories?as=AGENT&q=QUERY`, `/memories/ID?as=AGENT`,
-//! `/pack?as=AGENT&q=QUERY&budget=N`, `/org`, `/audit`; `/events` streams
+//! `/memories?as=AGENT&q=QUERY`, `/memories/ID?as=AGENT` (with why the node
+//! believes it, and its actions), `/pack?as=AGENT&q=QUERY&budget=N`,
+//! `/timeline?as=AGENT[&valid_at=T]`, `/graph?as=AGENT&around=ID[&depth=N]`,
+//! `/org`, `/audit`; `/events` streams
 //! peer status (server-sent events). Pages speak English or Japanese
 //! ([`i18n`]: `?lang=`, a cookie, `Accept-Language`). Every request needs a session: the access token
 //! ([`token`]), given as `?token=` in the printed URL, opens one
@@ -25,10 +27,13 @@
 mod audit;
 mod cookie;
 mod dashboard;
+mod graph;
 pub(crate) mod guard;
 mod i18n;
 pub(crate) mod live;
 mod memories;
+mod memory;
+mod memory_actions;
 mod node_page;
 mod org;
 mod pack;
@@ -36,6 +41,7 @@ mod page;
 mod peers;
 mod qr;
 mod sessions;
+mod timeline;
 pub(crate) mod token;
 
 use std::net::SocketAddr;
@@ -271,10 +277,15 @@ fn router(app: Arc<App>) -> Router {
         .route("/peers/invite", post(peers::invite))
         .route("/peers/remove", post(peers::remove))
         .route("/memories", get(memories::list).post(memories::add))
-        .route("/memories/{id}", get(memories::show))
-        .route("/memories/{id}/grant", post(memories::grant))
-        .route("/memories/{id}/edit", post(memories::edit))
-        .route("/memories/{id}/forget", post(memories::forget))
+        .route("/memories/{id}", get(memory::show))
+        .route("/memories/{id}/grant", post(memory_actions::grant))
+        .route("/memories/{id}/edit", post(memory_actions::edit))
+        .route("/memories/{id}/forget", post(memory_actions::forget))
+        .route("/memories/{id}/feedback", post(memory_actions::feedback))
+        .route("/memories/{id}/supersede", post(memory_actions::supersede))
+        .route("/memories/{id}/pin", post(memory_actions::pin))
+        .route("/timeline", get(timeline::show))
+        .route("/graph", get(graph::show))
         .route("/org", get(org::show))
         .route("/org/agent", post(org::agent))
         .route("/org/team", post(org::team))

@@ -1,4 +1,4 @@
-//! `/`: this node at a glance — NodeId (and its QR code for pairing),
+//! `/node`: this node at a glance — NodeId (and its QR code for pairing),
 //! version, uptime, store and index size, index lag, the encoder's pending
 //! memories, clock health, mesh key, the listener, metrics and console
 //! addresses.
@@ -58,7 +58,9 @@ pub(crate) async fn show(
         let home = node.home().clone();
         let listener = match &app.serving {
             Some(s) => Some(s.listen.to_string()),
-            None => recorded_listen(&home).map(|a| format!("{a} (last `amos serve`)")),
+            None => {
+                recorded_listen(&home).map(|a| format!("{a} ({})", loc.lang.t("node.last_serve")))
+            }
         };
         Ok(NodePage {
             chrome: Chrome::new(app, node, "node", "", &loc)?,
@@ -83,18 +85,18 @@ pub(crate) async fn show(
             encoder: s.encoder.map(|e| e.model).unwrap_or_default(),
             clock_ok: ahead.is_none(),
             clock: match ahead {
-                None => "ok: the system clock is not behind the node's clock".into(),
-                Some(s) => format!("the node's clock is {s} s ahead of the system clock"),
+                None => loc.lang.t("node.clock_ok").into(),
+                Some(s) => format!("{}: {s} s", loc.lang.t("node.clock_ahead")),
             },
             quarantined: s.quarantined.len(),
             refusals: s.audit_refusals,
             mesh_key: node.mesh_key()?.is_some(),
-            listener: listener.unwrap_or_else(|| "not serving".into()),
+            listener: listener.unwrap_or_else(|| loc.lang.t("node.not_serving").into()),
             metrics: app
                 .serving
                 .as_ref()
                 .and_then(|s| s.metrics)
-                .map_or_else(|| "off".into(), |m| m.to_string()),
+                .map_or_else(|| loc.lang.t("dash.encoder_off").into(), |m| m.to_string()),
             console: app.addr.to_string(),
         })
     })

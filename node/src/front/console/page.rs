@@ -112,6 +112,7 @@ impl From<NodeError> for PageError {
 #[derive(Template)]
 #[template(path = "console/error.html")]
 struct ErrorPage<'a> {
+    lang: Lang,
     status: u16,
     reason: &'a str,
     message: &'a str,
@@ -120,6 +121,7 @@ struct ErrorPage<'a> {
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
         let page = ErrorPage {
+            lang: super::i18n::current(),
             status: self.status.as_u16(),
             reason: self.status.canonical_reason().unwrap_or(""),
             message: &self.message,
@@ -197,6 +199,13 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryIn<T> {
 /// `Some(trimmed)` unless blank.
 pub(crate) fn given(s: &Option<String>) -> Option<&str> {
     s.as_deref().map(str::trim).filter(|s| !s.is_empty())
+}
+
+/// The agent a request acts as (`as`), which it must name: else 400.
+pub(crate) fn need_agent(a: &Option<String>) -> Result<String, PageError> {
+    given(a)
+        .map(str::to_owned)
+        .ok_or_else(|| PageError::bad("choose the agent to act as (?as=AGENT)"))
 }
 
 /// Comma- or whitespace-separated items of a form field.

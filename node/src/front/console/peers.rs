@@ -36,7 +36,11 @@ struct PeerRow {
     addr: String,
     policy: String,
     last_sync: String,
+    /// The last session's result word (`ok`, `refused`, …; `never`): its
+    /// CSS class and what the live stream sets.
     result: String,
+    /// That result as shown (`never synced` in the page's language).
+    result_word: String,
     /// `agree`, `disagree` or `unknown` (never compared): the peer's
     /// session digest over the scopes it gives us against ours.
     digest: String,
@@ -80,6 +84,7 @@ fn page(
 ) -> Result<PeersPage, PageError> {
     let mut chrome = Chrome::new(app, node, "peers", "", loc)?;
     chrome.flash = flash;
+    let lang = loc.lang;
     let rows = node
         .peer_list()?
         .into_iter()
@@ -87,23 +92,20 @@ fn page(
             protocol: match (p.protocol, p.held_back) {
                 (None, _) => "–".into(),
                 (Some(v), 0) => format!("v{v}"),
-                (Some(v), n) => format!("v{v}, {n} held back"),
+                (Some(v), n) => format!("v{v}, {n} {}", lang.t("peers.held_back")),
             },
             protocol_note: if p.held_back > 0 {
-                format!(
-                    "{} facts need a feature this peer's protocol lacks: they are sent once it \
-                     has it (it is upgraded)",
-                    p.held_back
-                )
+                format!("{} {}", p.held_back, lang.t("peers.held_back_note"))
             } else {
-                "the sync protocol version the peer's last session spoke".into()
+                lang.t("peers.protocol_note").into()
             },
             session: p.last_session,
             session_note: p.last_session.map_or_else(
-                || "no session has completed since this node recorded them".into(),
+                || lang.t("peers.no_session").into(),
                 |s| {
                     format!(
-                        "the last session ended at {}, took {} ms",
+                        "{} {} · {} ms",
+                        lang.t("peers.session_ended"),
                         rfc3339(s.at_ms),
                         s.ms
                     )
@@ -115,24 +117,29 @@ fn page(
                 .map_or("unknown", |d| super::live::digest_word(Some(d.agree)))
                 .into(),
             digest_note: p.digest.as_ref().map_or_else(
-                || {
-                    "no comparison: none yet, or the peer's last digest named a scope \
-                     this node does not give it"
-                        .into()
-                },
+                || lang.t("peers.no_comparison").into(),
                 |d| {
                     format!(
-                        "scopes {} at {}: the peer holds {} facts, this node {}",
+                        "{} {} · {} · {}: {} · {}: {}",
+                        lang.t("peers.scopes"),
                         d.scopes,
                         rfc3339(d.at_ms),
+                        lang.t("peers.peer_holds"),
                         d.peer_facts,
+                        lang.t("peers.this_node_holds"),
                         d.my_facts
                     )
                 },
             ),
-            last_sync: p.last_sync.map_or_else(|| "never".into(), rfc3339),
-            result: p.last_result.unwrap_or_else(|| "never synced".into()),
-            addr: p.addr.unwrap_or_else(|| "no address (bundles only)".into()),
+            last_sync: p
+                .last_sync
+                .map_or_else(|| lang.t("frame.never").into(), rfc3339),
+            result_word: match p.last_result.as_deref() {
+                None => lang.t("peers.never_synced").into(),
+                Some(r) => r.to_owned(),
+            },
+            result: p.last_result.unwrap_or_else(|| "never".into()),
+            addr: p.addr.unwrap_or_else(|| lang.t("peers.no_address").into()),
             node_id: p.node_id,
             name: p.name,
             policy: p.policy,
@@ -170,7 +177,7 @@ pub(crate) async fn sync(
     let outcomes = crate::net::sync_pass(&app.home, identity, given(&f.peer), None).await?;
     let mut flash: Vec<String> = outcomes.iter().map(outcome_line).collect();
     if flash.is_empty() {
-        flash.push("no peers with an address to sync with".into());
+        flash.push(loc.lang.t("peers.nothing_to_sync").into());
     }
     let p = with_node(&app, move |node, app| page(node, app, flash, &loc)).await?;
     html(&p)

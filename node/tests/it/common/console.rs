@@ -200,3 +200,35 @@ pub fn cli_list(h: &super::Home, agent: &str) -> Vec<String> {
         .map(|m| m["id"].as_str().expect("id").to_owned())
         .collect()
 }
+
+/// Every console page, in the one list the language and browser tests
+/// iterate: (name, address, a CSS selector of the element the page is
+/// about). `memory` is a memory alice sees, `agent` alice.
+pub fn pages(memory: &str) -> Vec<(&'static str, String, &'static str)> {
+    vec![
+        ("dashboard-none", "/".to_owned(), "#dash-form"),
+        ("dashboard", "/?as=alice".to_owned(), "#visible"),
+        ("node", "/node".to_owned(), "#node-id"),
+        ("peers", "/peers".to_owned(), "#invite-form"),
+        ("memories", "/memories?as=alice".to_owned(), "#memories"),
+        (
+            "memory",
+            format!("/memories/{memory}?as=alice"),
+            "#provenance",
+        ),
+        ("pack", "/pack?as=alice&q=launch".to_owned(), "#pack-size"),
+        ("timeline", "/timeline?as=alice".to_owned(), "#timeline"),
+        (
+            "timeline-valid-at",
+            "/timeline?as=alice&valid_at=2030-01-01".to_owned(),
+            "#true-then",
+        ),
+        (
+            "graph",
+            format!("/graph?as=alice&around={memory}"),
+            "#graph",
+        ),
+        ("org", "/org".to_owned(), "#agents"),
+        ("audit", "/audit".to_owned(), "#refused-facts"),
+    ]
+}

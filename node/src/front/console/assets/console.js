@@ -9,7 +9,7 @@ document.addEventListener("DOMContentLoaded", function () {
       var text = b.getAttribute("data-copy");
       if (navigator.clipboard) {
         navigator.clipboard.writeText(text).then(function () {
-          b.textContent = "Copied";
+          b.textContent = b.getAttribute("data-copied") || b.textContent;
         });
       }
     });
@@ -21,11 +21,11 @@ document.addEventListener("DOMContentLoaded", function () {
     var live = document.getElementById("live");
     es.addEventListener("open", function () {
       document.body.dataset.live = "on";
-      if (live) live.textContent = "live: connected";
+      if (live) live.textContent = live.getAttribute("data-connected");
     });
     es.addEventListener("error", function () {
       document.body.dataset.live = "off";
-      if (live) live.textContent = "live: reconnecting…";
+      if (live) live.textContent = live.getAttribute("data-reconnecting");
     });
     es.addEventListener("peer", function (ev) {
       var p;
