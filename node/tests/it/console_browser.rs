@@ -6,7 +6,11 @@
 //! script run), runs "sync now" against a second real node and sees the
 //! peer row turn `ok`, creates an invite and reads its code, reads the
 //! dashboard and the pack preview, switches the language with the page's
-//! link and opens every page in English and Japanese, and takes a
+//! link, reads the timeline, draws the relation graph and follows a
+//! memory in it to its page (why it is believed: the signatures verified,
+//! what replaced it), pins, unpins and gives feedback by the page's
+//! buttons, opens every page of `common::console::pages` in English and
+//! Japanese checking its `main` and the element it is about, and takes a
 //! screenshot of each page into the test's temp dir (or
 //! `$AMOS_CONSOLE_SHOTS` when set, to look at them).
 //!
@@ -21,7 +25,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::common::Home;
-use crate::common::console::{Console, cli_list};
+use crate::common::console::{Console, cli_list, pages};
 use crate::common::server::{Server, id, pair};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -524,23 +528,81 @@ fn the_console_in_a_real_browser() {
     );
     assert!(browser.text("#pack").contains("over budget"));
     browser.shot(&shots, "10-pack-en");
-    // Every page in both languages: no key the catalogue lacks.
+    // The new views in the browser: a supersession and a link, the
+    // timeline, the graph (a memory drawn is a link to its page), and the
+    // memory page's actions (pin, then unpin, by the form's buttons).
+    let team = a.json(&["list", "--as", "alice", "--limit", "100"])["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["content"] == "launch window opens tuesday")
+        .expect("the team memory")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let next = a.json(&[
+        "supersede",
+        &team,
+        "launch window opens wednesday",
+        "--as",
+        "alice",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    a.ok(&["link", &html_id, &next, "--as", "alice"]);
+    browser.goto(&format!("{}/timeline?as=alice&lang=en", console.base));
+    assert!(
+        !browser
+            .find_all(&format!(
+                "#timeline tr[data-id=\"{team}\"][data-event=superseded]"
+            ))
+            .is_empty()
+    );
+    browser.shot(&shots, "12-timeline");
+    browser.goto(&format!("{}/graph?as=alice&around={next}", console.base));
+    assert_eq!(
+        browser.find_all("#graph a.node").len(),
+        3,
+        "next, the memory it replaces, the one linked to it"
+    );
+    browser.shot(&shots, "13-graph");
+    browser.click_to_page(&format!("#graph a.node[data-id=\"{team}\"]"));
+    assert!(
+        browser
+            .current_url()
+            .contains(&format!("/memories/{team}?as=alice"))
+    );
+    assert!(browser.text("#superseded-by").contains("wednesday"));
+    assert!(browser.text("#signatures").contains("verified"));
+    browser.shot(&shots, "14-provenance");
+    browser.click_to_page("#pin");
+    assert_eq!(a.json(&["get", &team, "--as", "alice"])["pinned"], true);
+    browser.click_to_page("#unpin");
+    assert_eq!(a.json(&["get", &team, "--as", "alice"])["pinned"], false);
+    browser.click_to_page("#helpful");
+    assert!(
+        browser
+            .current_url()
+            .contains(&format!("/memories/{team}?as=alice"))
+    );
+
+    // Every page (the one list the HTTP test iterates too) in both
+    // languages: its main element and what it is about are there, no key
+    // the catalogue lacks; a screenshot of each.
     for lang in ["en", "ja"] {
-        for (name, page) in [
-            ("dashboard", "/?as=bob"),
-            ("node", "/node"),
-            ("peers", "/peers"),
-            ("memories", "/memories?as=alice"),
-            ("memory", &format!("/memories/{html_id}?as=alice")),
-            ("pack", "/pack?as=bob&q=weather"),
-            ("org", "/org"),
-            ("audit", "/audit"),
-        ] {
+        for (name, page, about) in pages(&html_id) {
             let sep = if page.contains('?') { '&' } else { '?' };
             browser.goto(&format!("{}{page}{sep}lang={lang}", console.base));
             assert_eq!(
                 browser.script("return document.documentElement.lang;"),
-                json!(lang)
+                json!(lang),
+                "{page}"
+            );
+            assert_eq!(browser.find_all("main").len(), 1, "{page}: its main");
+            assert!(
+                !browser.find_all(&format!("main {about}")).is_empty(),
+                "{page} in {lang}: no {about}"
             );
             assert_eq!(
                 browser.script("return document.body.innerText.indexOf('\\u27e6');"),
