@@ -1,6 +1,7 @@
 //! Shared harness for tests that drive the real `amos` binary in a temp home.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod console;
 pub mod server;
 
