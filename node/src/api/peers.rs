@@ -267,6 +267,9 @@ impl Node {
                     |f: &[u8]| !relayed.is_empty() && relayed.contains(blake3::hash(f).as_bytes());
                 echo::record_run(tx, from, &data_encoding::HEXLOWER.encode(epoch), run, sent)?;
             }
+            if let Some((first, last)) = seqs {
+                crate::store::provenance::note_arrivals(tx, from, &me, first, last)?;
+            }
             Ok((report, seqs))
         })
     }
@@ -308,6 +311,10 @@ impl Node {
                 };
                 let arriving: Vec<OrgScope> = org_record(&fact.fact).into_iter().collect();
                 let policy = replica::peer_policy_arriving(tx, &peer, &arriving)?;
+                let before = match tx.last_seq() {
+                    Some(s) => s,
+                    None => crate::store::max_seq(tx)?,
+                };
                 let mut r = SqlReplica::new(tx, me, now);
                 match policy {
                     Some(policy) => {
@@ -327,6 +334,9 @@ impl Node {
                     }
                 }
                 r.finish()?;
+                if let Some(last) = tx.last_seq().filter(|l| *l > before) {
+                    crate::store::provenance::note_arrivals(tx, &peer, &me, before + 1, last)?;
+                }
             }
             Ok(RetryReport {
                 retried,

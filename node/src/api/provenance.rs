@@ -55,6 +55,11 @@ pub struct Provenance {
     pub origin_here: bool,
     /// The name its origin is registered by here, if a peer.
     pub origin_peer: Option<String>,
+    /// The peer whose batch first brought it here (`None`: written here,
+    /// or it arrived before this node recorded arrivals).
+    pub arrived_from: Option<NodeId>,
+    /// The name that peer is registered by here, if it still is.
+    pub arrived_peer: Option<String>,
     /// Its registers' signed facts, checked again now.
     pub signatures: Vec<SignatureCheck>,
     /// The memory it replaces, if `who` sees that one.
@@ -179,15 +184,16 @@ impl Node {
         let links = self.visible_links(who, mid)?;
         let origin = m.origin();
         let origin_here = origin == self.node_id();
-        let origin_peer = if origin_here {
-            None
-        } else {
-            let hex = origin.to_string();
-            self.peer_list()?
-                .into_iter()
+        let peers = self.peer_list()?;
+        let name_of = |n: NodeId| {
+            let hex = n.to_string();
+            peers
+                .iter()
                 .find(|p| p.node_id == hex)
-                .map(|p| p.name)
+                .map(|p| p.name.clone())
         };
+        let origin_peer = if origin_here { None } else { name_of(origin) };
+        let arrived_peer = registers.arrived_from.and_then(name_of);
         let read_audit_on = self.read_audit_config()?.on;
         let reads = self
             .store
@@ -204,6 +210,8 @@ impl Node {
             memory: m,
             origin_here,
             origin_peer,
+            arrived_from: registers.arrived_from,
+            arrived_peer,
             signatures,
             supersedes,
             superseded_by,

@@ -394,6 +394,13 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT, WITHOUT ROWID;
     CREATE INDEX memories_recalled ON memories(recall_count) WHERE recall_count > 0;
     "#,
+    // v(n): where a memory arrived from (store::provenance), local-only:
+    // the peer whose applied batch first moved the row here (NULL: written
+    // here, or not moved by a peer's batch since this was recorded). Never
+    // a fact, never replicated, never in a digest, never moves `seq`.
+    r#"
+    ALTER TABLE memories ADD COLUMN arrived_from BLOB;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -300,34 +300,65 @@ fn provenance_shows_only_what_the_agent_sees() {
     );
 }
 
-/// A memory that came from a peer names its origin node, the peer it is
-/// registered as here, and the signer of each fact: that node.
+/// A memory that came from a peer names its origin node, the peer it
+/// arrived from and the signer of each fact: relayed C → B → A (A knows C
+/// but cannot dial it), A's page says origin C, arrived from B, both facts
+/// signed by C and verified; one B wrote itself
+/// arrived from B and originates there.
 #[test]
-fn provenance_names_the_peer_a_memory_originates_at() {
+fn provenance_names_the_origin_and_the_peer_a_memory_arrived_from() {
     let a = Home::apollo();
     let b = Home::new();
-    b.ok(&["agent", "add", "zed"]);
-    let theirs = b.add("zed", "from the other node", &["global"]);
-    let server = Server::start(b.path());
-    pair(&b, &a, &server, "full");
-    let (code, _) = a.sync(&["now"]);
-    assert_eq!(code, 0);
+    let c = Home::new();
+    b.ok(&["agent", "add", "yves"]);
+    c.ok(&["agent", "add", "zed"]);
+    let from_c = c.add("zed", "written on the far node", &["global"]);
+    let from_b = b.add("yves", "written on the middle node", &["global"]);
+    let server_c = Server::start(c.path());
+    pair(&c, &b, &server_c, "full");
+    assert_eq!(b.sync(&["now"]).0, 0);
+    let server_b = Server::start(b.path());
+    pair(&b, &a, &server_b, "full");
+    // A knows C (its facts' standing here is the policy A gives C) but
+    // cannot dial it: C's memories reach A through B.
+    a.ok(&["peers", "add", &id(&c), "--policy", "full"]);
+    let before = a.fingerprint();
+    assert_eq!(a.sync(&["now"]).0, 0);
+    assert_ne!(a.fingerprint(), before, "the sync brought both");
     let console = Console::start(a.path());
-    let page = console.get(&format!("/memories/{theirs}?as=alice"));
+    let (bid, cid) = (id(&b), id(&c));
+    let page = console.get(&format!("/memories/{from_c}?as=alice"));
     assert_eq!(page.status, 200, "{page:?}");
-    let other = id(&b);
+    let p = &page.body;
     assert!(
-        page.body
-            .contains(&format!("data-origin=\"peer\"><code>{other}</code>")),
-        "{}",
-        page.body
+        p.contains(&format!("data-origin=\"peer\"><code>{cid}</code>")),
+        "{p}"
     );
-    let row = &page.body[page.body.find("<tr data-register=\"content\">").unwrap()..];
-    let row = &row[..row.find("</tr>").unwrap()];
+    let arrived = &p[p.find("id=\"arrived\"").unwrap()..];
+    let arrived = &arrived[..arrived.find("</td>").unwrap()];
     assert!(
-        row.contains(&other) && row.contains("class=\"ok\""),
-        "{row}"
+        arrived.contains(&format!("<code>{bid}</code>")),
+        "{arrived}"
     );
+    for register in ["content", "acl"] {
+        let row = &p[p
+            .find(&format!("<tr data-register=\"{register}\">"))
+            .unwrap()..];
+        let row = &row[..row.find("</tr>").unwrap()];
+        assert!(row.contains(&cid) && row.contains("class=\"ok\""), "{row}");
+    }
+    let page = console.get(&format!("/memories/{from_b}?as=alice")).body;
+    assert!(
+        page.contains(&format!("data-origin=\"peer\"><code>{bid}</code>")),
+        "{page}"
+    );
+    let arrived = &page[page.find("id=\"arrived\"").unwrap()..];
+    assert!(arrived[..arrived.find("</td>").unwrap()].contains(&bid));
+    // Written here: no arrival.
+    let mine = a.add("alice", "written here", &[]);
+    let page = console.get(&format!("/memories/{mine}?as=alice")).body;
+    let arrived = &page[page.find("id=\"arrived\"").unwrap()..];
+    assert!(!arrived[..arrived.find("</td>").unwrap()].contains("<code>"));
 }
 
 /// The graph draws what the agent sees around a memory and nothing else;

@@ -1,6 +1,7 @@
 //! `/memories/ID?as=AGENT`: one memory as that agent sees it, and why the
 //! node believes it (`Node::provenance`): its author agent and origin
-//! node, its stored signed facts checked again on every view, what it
+//! node, the peer it arrived from, its stored signed facts checked again
+//! on every view, what it
 //! replaces and what replaced it, its edits, its links, its recalls and
 //! audited reads; with the forms of its actions ([`super::memory_actions`]).
 //!
@@ -87,6 +88,10 @@ struct MemoryPage {
     /// `here`, `peer` or `relayed` (its origin is no peer of ours).
     origin_is: &'static str,
     origin_peer: String,
+    /// The peer whose batch brought it here (empty: not recorded), and its
+    /// name here.
+    arrived_from: String,
+    arrived_peer: String,
     signatures: Vec<SigRow>,
     supersedes: Option<Other>,
     superseded_by: Vec<Other>,
@@ -170,6 +175,8 @@ fn memory_page(
             (false, None) => "relayed",
         },
         origin_peer: p.origin_peer.clone().unwrap_or_default(),
+        arrived_from: p.arrived_from.map(|n| n.to_string()).unwrap_or_default(),
+        arrived_peer: p.arrived_peer.clone().unwrap_or_default(),
         signatures: p
             .signatures
             .iter()

@@ -73,8 +73,8 @@ pub(crate) const ENTRIES: &[(&str, &str, &str)] = &[
     ),
     (
         "mem.arrived_unrecorded",
-        "synced from a peer; the store does not record which peer relayed it, only its origin and each fact's signer",
-        "ピアから同期されました。どのピアが中継したかは記録されず、作成元と各事実の署名者のみが記録されます",
+        "not recorded: it arrived before this node recorded arrivals",
+        "記録なし: このノードが受信元を記録する前に届きました",
     ),
     ("mem.register", "Register", "レジスタ"),
     ("mem.signer", "Signed by node", "署名したノード"),
