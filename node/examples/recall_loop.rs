@@ -5,10 +5,16 @@
 //! ```text
 //! cargo build --release -p amos-node --example recall_loop
 //! perf record --call-graph dwarf target/release/examples/recall_loop HOME pack 2 QUERIES
+//! target/release/examples/recall_loop HOME search 2 QUERIES fast
 //! ```
 //!
 //! HOME is the node home, `search` or `pack` what to time, then the passes
-//! over QUERIES (a workload's `queries.jsonl`). Writes nothing but what a
+//! over QUERIES (a workload's `queries.jsonl`), then optionally a recall
+//! mode (`fast`, `lexical`, `hybrid`, `semantic`: the node's default when
+//! left out), parsed by the front ends' one parser. Every query runs once
+//! untimed first (warm), as `scripts/python-search-latency.py` does, so the
+//! two give the Rust and the Python call on the same home the same way
+//! (docs/bench.md, "Front ends"). Writes nothing but what a
 //! recall writes anyway (recall counts, latency samples). With
 //! `RECALL_LOOP_ANSWERS=1` it also prints every answer of the first pass
 //! (ids and scores; a pack's decisions), to compare two builds' answers.
@@ -16,15 +22,22 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use amos_node::front::recall_mode;
+use amos_node::recall::{PackOptions, RecallOptions};
 use amos_node::{Home, Node, NodeError, Result};
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [home, what, passes, queries] = args.as_slice() else {
-        return Err(NodeError::BadInput(
-            "usage: recall_loop HOME search|pack PASSES QUERIES".into(),
-        ));
+    let (home, what, passes, queries, mode) = match args.as_slice() {
+        [home, what, passes, queries] => (home, what, passes, queries, None),
+        [home, what, passes, queries, mode] => (home, what, passes, queries, Some(mode.as_str())),
+        _ => {
+            return Err(NodeError::BadInput(
+                "usage: recall_loop HOME search|pack PASSES QUERIES [MODE]".into(),
+            ));
+        }
     };
+    let mode = recall_mode(mode)?;
     let passes: usize = passes
         .parse()
         .map_err(|_| NodeError::BadInput(format!("passes: not a number: {passes}")))?;
@@ -41,28 +54,38 @@ fn main() -> Result<()> {
     }
     let mut node = Node::open(&Home::new(PathBuf::from(home)))?;
     let answers = std::env::var_os("RECALL_LOOP_ANSWERS").is_some_and(|v| v == "1");
+    let search = RecallOptions {
+        k: 10,
+        mode,
+        ..RecallOptions::default()
+    };
+    let mut pack = PackOptions::new(1200);
+    pack.recall.mode = mode;
     let mut ms = Vec::new();
-    for pass in 0..passes {
+    // Pass 0 is the untimed warm-up.
+    for pass in 0..=passes {
         for (who, query) in &asks {
             let t0 = Instant::now();
             let who = node.requester(who)?;
             let answer: Vec<String> = match what.as_str() {
                 "pack" => {
-                    let pack = node.pack(&who, query, 1200)?;
+                    let pack = node.pack_with(&who, query, &pack)?;
                     pack.report
                         .iter()
                         .map(|d| format!("{} {} {:.6} {}", d.id, d.decision, d.score, d.reason))
                         .collect()
                 }
                 "search" => node
-                    .search(&who, query, 10)?
+                    .search_with(&who, query, &search)?
                     .iter()
                     .map(|h| format!("{} {:.6}", h.memory.id(), h.score))
                     .collect(),
                 other => return Err(NodeError::BadInput(format!("not search or pack: {other}"))),
             };
-            ms.push(t0.elapsed().as_secs_f64() * 1e3);
-            if answers && pass == 0 {
+            if pass > 0 {
+                ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            }
+            if answers && pass == 1 {
                 println!("{query}\n  {}", answer.join("\n  "));
             }
         }
