@@ -7,8 +7,11 @@
 #   scripts/console-timing.sh [N [RUNS]]     (N memories, default 10000; RUNS default 7)
 #
 # AMOS (default: `amos` on PATH) is the binary to measure; use a release
-# build for figures. Needs curl and jq. Everything lives in a temp dir that
-# is removed afterwards; the console listens on 127.0.0.1 only.
+# build for figures. The store is loaded with `amos bench --keep --encoder
+# off` (encoding 100,000 memories takes long and no page needs it); set
+# TIMING_HOME to a home kept earlier to time it instead (it is not
+# removed). Needs curl and jq. Everything else lives in a temp dir that is
+# removed afterwards; the console listens on 127.0.0.1 only.
 set -euo pipefail
 N=${1:-10000}
 RUNS=${2:-7}
@@ -22,15 +25,23 @@ cleanup() {
 trap cleanup EXIT
 
 "$AMOS" -q bench --generate "$N" "$work/wl"
-mkdir -p "$work/bench"
-"$AMOS" --json bench --corpus "$work/wl" --keep --no-sync --passes 1 --adds 0 \
-  --workdir "$work/bench" >"$work/report.json"
-home="$(jq -r .kept "$work/report.json")/home"
+if [ -n "${TIMING_HOME:-}" ]; then
+  home=$TIMING_HOME
+else
+  mkdir -p "$work/bench"
+  "$AMOS" --json bench --corpus "$work/wl" --keep --no-sync --passes 1 --adds 0 \
+    --encoder off --workdir "$work/bench" >"$work/report.json"
+  home="$(jq -r .kept "$work/report.json")/home"
+fi
 export AMOS_HOME="$home"
 
 agent=$(head -1 "$work/wl/queries.jsonl" | jq -r .as)
 query=$(head -1 "$work/wl/queries.jsonl" | jq -r .query)
 id=$("$AMOS" --json list --as "$agent" --limit 1 | jq -r '.memories[0].id')
+# A memory with a link, for the graph (the workload links none): the newest
+# visible one linked to the next.
+other=$("$AMOS" --json list --as "$agent" --limit 2 | jq -r '.memories[1].id')
+"$AMOS" -q link "$id" "$other" --as "$agent" >/dev/null
 memories=$("$AMOS" --json status | jq -r .memories)
 
 "$AMOS" console --listen 127.0.0.1:0 >"$work/url" &
@@ -54,8 +65,12 @@ pages=(
   "/memories?as=$(enc "$agent")"
   "/memories?as=$(enc "$agent")&q=$(enc "$query")"
   "/memories/$id?as=$(enc "$agent")"
+  "/timeline?as=$(enc "$agent")"
+  "/graph?as=$(enc "$agent")&around=$id"
   "/org"
   "/audit"
+  "/?as=$(enc "$agent")&lang=ja"
+  "/memories/$id?as=$(enc "$agent")&lang=ja"
 )
 echo "store: $memories memories; agent $agent; query \"$query\"; $RUNS requests per page (the first warms the index)"
 printf '%-60s %10s %10s\n' page median_ms max_ms
