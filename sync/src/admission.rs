@@ -37,6 +37,11 @@ pub enum Refusal {
     UnknownPeer,
     /// A text change or snapshot that does not decode.
     MalformedText(String),
+    /// A membership of a legacy team or project id that two origins created
+    /// (a clash recorded here, docs/design.md §6.2), authored neither by
+    /// the origin of the one held here nor by this node: it may mean the
+    /// other scope's roster.
+    LegacyScopeClash(String),
     /// A fact signed by its author and valid but for a time past
     /// `amos_protocol::MAX_TIME_MS` (docs/design.md §4): the error says which.
     /// `amos_protocol::verify_batch` sets such a fact aside; the node refuses
@@ -59,11 +64,12 @@ impl Refusal {
             Refusal::UnknownPeer => "unknown_peer",
             Refusal::MalformedText(_) => "malformed_text",
             Refusal::TimeOutOfBounds(_) => "time_out_of_bounds",
+            Refusal::LegacyScopeClash(_) => "legacy_scope_clash",
         }
     }
 
     /// Every code [`Refusal::code`] can return.
-    pub const CODES: [&'static str; 9] = [
+    pub const CODES: [&'static str; 10] = [
         "not_origin",
         "outside_policy",
         "fixed_field_mismatch",
@@ -73,6 +79,7 @@ impl Refusal {
         "unknown_peer",
         "malformed_text",
         "time_out_of_bounds",
+        "legacy_scope_clash",
     ];
 }
 
@@ -92,6 +99,9 @@ impl fmt::Display for Refusal {
             Refusal::UnknownPeer => f.write_str("sender is not a registered peer"),
             Refusal::MalformedText(e) => write!(f, "malformed text: {e}"),
             Refusal::TimeOutOfBounds(e) => f.write_str(e),
+            Refusal::LegacyScopeClash(what) => {
+                write!(f, "membership of a legacy id two nodes created: {what}")
+            }
         }
     }
 }
@@ -162,8 +172,21 @@ impl Effect {
     }
 
     pub(crate) fn from_standing(body: &FactBody, standing: &Standing) -> Effect {
+        Effect::judged(body, standing, &Grants::private())
+    }
+
+    /// The effect of `body` under `standing`, the grants in `cut` not
+    /// counting here (grants to a clashed legacy scope that may mean the
+    /// other one: [`crate::gate::clash_cut`]).
+    pub(crate) fn judged(body: &FactBody, standing: &Standing, cut: &Grants) -> Effect {
         let effective = match body {
-            FactBody::MemoryAcl(a) => Some(standing.effective(&a.grants)),
+            FactBody::MemoryAcl(a) => {
+                let mut e = standing.effective(&a.grants);
+                for g in cut.iter() {
+                    e.remove(g);
+                }
+                Some(e)
+            }
             _ => None,
         };
         let purge_content =

@@ -17,6 +17,15 @@
 //!   profiles only from `full` peers.
 //! * Links from a scoped peer only from a memory that peer originated, and
 //!   only between memories that peer may share.
+//! * A legacy team or project id two nodes created before ids were
+//!   qualified (docs/design.md §6.2) is a *clash* once a record of it with
+//!   another origin arrives: the record is refused, the clash recorded here
+//!   ([`ReplicaStore::record_clash`]), and from then on, failing closed, a
+//!   grant to it does not count on memories that may mean the other scope
+//!   ([`clash_cut`], [`crate::Clash::may_mean_other`]) and a membership of
+//!   it written by such a node is refused (`legacy_scope_clash`). A scoped
+//!   peer's claim makes only its own origin suspect: it cannot make us
+//!   distrust third nodes.
 //!
 //! What the gate lets through is an [`Admission`]: the fact with the
 //! [`Effect`] it may have here. Only this module builds one (from a peer's
@@ -27,7 +36,9 @@
 //! operator gave the peer.
 
 use amos_acl::PeerPolicy;
-use amos_protocol::{Fact, FactBody, Grants, NodeId, OrgScope, SignedFact, TeamId, Verified};
+use amos_protocol::{
+    Fact, FactBody, Grants, NodeId, OrgScope, Scope, SignedFact, TeamId, Verified,
+};
 
 pub use crate::admission::{
     Admission, DeferReason, Effect, Refusal, Standing, peer_standing, standing,
@@ -53,7 +64,11 @@ pub fn check<S: ReplicaStore>(
 ) -> Result<Gate, S::Error> {
     Ok(match judge(store, sender, &fact.fact)? {
         Judgement::Admit(standing) => {
-            let effect = Effect::from_standing(&fact.fact.body, &standing);
+            let cut = match &fact.fact.body {
+                FactBody::MemoryAcl(a) => clash_cut(store, a.fixed.origin, &a.grants)?,
+                _ => Grants::private(),
+            };
+            let effect = Effect::judged(&fact.fact.body, &standing, &cut);
             Gate::Admit(Admission::admit(fact, effect))
         }
         Judgement::Refuse(r) => Gate::Refuse(fact, r),
@@ -115,7 +130,9 @@ fn judge<S: ReplicaStore>(
             if let Some(held) = store.org_origin(&scope)?
                 && held != t.origin
             {
-                return Ok(Judgement::Refuse(conflict(&scope, &held, &t.origin)));
+                return Ok(Judgement::Refuse(conflict(
+                    store, full, &scope, &held, &t.origin,
+                )?));
             }
             Ok(if full {
                 admit()
@@ -139,7 +156,9 @@ fn judge<S: ReplicaStore>(
             if let Some(held) = store.org_origin(&scope)?
                 && held != p.origin
             {
-                return Ok(Judgement::Refuse(conflict(&scope, &held, &p.origin)));
+                return Ok(Judgement::Refuse(conflict(
+                    store, full, &scope, &held, &p.origin,
+                )?));
             }
             Ok(if full {
                 admit()
@@ -149,6 +168,19 @@ fn judge<S: ReplicaStore>(
         }
         FactBody::Membership(m) => {
             if full {
+                // A scoped peer's membership must be by the scope's origin
+                // (below); a full peer's may be by anyone — but not of a
+                // clashed legacy id, by another than its held origin.
+                if let Some(clash) = store.clash(&m.scope)?
+                    && clash.may_mean_other(fact.author(), me)
+                {
+                    return Ok(Judgement::Refuse(Refusal::LegacyScopeClash(format!(
+                        "{} here is node {}'s, another node created one too; node {} wrote this",
+                        m.scope,
+                        clash.held.short(),
+                        fact.author().short()
+                    ))));
+                }
                 return Ok(admit());
             }
             let in_policy = match &m.scope {
@@ -228,12 +260,82 @@ fn by_origin(fact: &Fact, scope: &OrgScope, origin: NodeId) -> Judgement {
     }
 }
 
-fn conflict(scope: &OrgScope, held: &NodeId, theirs: &NodeId) -> Refusal {
-    Refusal::OrgOriginConflict(format!(
+/// A record of `scope` whose origin is not the one held: refused; a legacy
+/// id is recorded as a clash first (qualified ids cannot clash: their
+/// qualifier names their origin, `Fact::validate`).
+fn conflict<S: ReplicaStore>(
+    store: &mut S,
+    full: bool,
+    scope: &OrgScope,
+    held: &NodeId,
+    theirs: &NodeId,
+) -> Result<Refusal, S::Error> {
+    if !scope.is_qualified() {
+        store.record_clash(scope, held, theirs, full)?;
+    }
+    Ok(Refusal::OrgOriginConflict(format!(
         "{scope} was created here by node {}, the peer's by node {}",
         held.short(),
         theirs.short()
-    ))
+    )))
+}
+
+/// The grants of a memory from `origin` that must not count on this node
+/// because they may mean another scope than the one held here under that
+/// id (docs/design.md §6.2, fail closed). For a legacy id with a recorded
+/// clash whose held scope was created by node H, a node X "may mean the
+/// other" ([`crate::Clash::may_mean_other`]) unless X is H or this node —
+/// any other node if a `full` peer brought the clash, else the clashing
+/// origins a scoped peer brought:
+///
+/// * `team:T` (T clashed) does not count on memories from such an origin;
+/// * `project:P` (P clashed) likewise;
+/// * `project:P` whose team T is clashed does not count if P's own origin
+///   may mean the other T: P's team check would read our T's roster for a
+///   project of the other T.
+///
+/// A grant cut here is still signed and stored (digests agree); it only
+/// gates nobody. Called by the gate on every acl fact and by the store
+/// whenever it re-judges a memory's standing.
+pub fn clash_cut<S: ReplicaStore>(
+    store: &mut S,
+    origin: NodeId,
+    grants: &Grants,
+) -> Result<Grants, S::Error> {
+    let me = store.local_node();
+    let mut cut = Grants::private();
+    for g in grants.iter() {
+        let out = match g {
+            Scope::Team(t) if !t.is_qualified() => store
+                .clash(&OrgScope::Team(t.clone()))?
+                .is_some_and(|c| c.may_mean_other(origin, me)),
+            Scope::Project(p) => {
+                let own = if p.is_qualified() {
+                    None
+                } else {
+                    store.clash(&OrgScope::Project(p.clone()))?
+                };
+                match own {
+                    Some(c) => c.may_mean_other(origin, me),
+                    None => match store.project_team(p)? {
+                        Some(t) if !t.is_qualified() => match store.clash(&OrgScope::Team(t))? {
+                            Some(c) => match store.org_origin(&OrgScope::Project(p.clone()))? {
+                                Some(po) => c.may_mean_other(po, me),
+                                None => c.closed,
+                            },
+                            None => false,
+                        },
+                        _ => false,
+                    },
+                }
+            }
+            _ => false,
+        };
+        if out {
+            cut.insert(g.clone());
+        }
+    }
+    Ok(cut)
 }
 
 fn outside(scope: &OrgScope) -> Refusal {
@@ -486,6 +588,123 @@ mod tests {
     }
 
     #[test]
+    fn a_legacy_id_made_twice_fails_closed_once_the_clash_is_seen() {
+        // Both we and the peer (full: the same operator) made a legacy
+        // zeus; ours has alice, and a memory of the peer's reached us first.
+        let mut w = World::new("full");
+        let (me, peer) = (w.us.node_id(), w.peer.node_id());
+        let zeus = OrgScope::Team(team("zeus"));
+        w.local(FactBody::Team(TeamFact {
+            id: team("zeus"),
+            origin: me,
+            name: "zeus".into(),
+            present: true,
+        }));
+        w.local(member(zeus.clone(), "alice", true));
+        let theirs = |id: MemoryId, origin: NodeId| {
+            FactBody::MemoryAcl(MemoryAcl {
+                id,
+                fixed: MemoryFixed {
+                    owner: AgentId::parse("eve").unwrap(),
+                    created_ms: NOW,
+                    origin,
+                },
+                grants: "team:zeus"
+                    .parse::<amos_protocol::Scope>()
+                    .into_iter()
+                    .collect(),
+            })
+        };
+        let early = MemoryId::new(NOW, [3; 10]);
+        let fact = w.signed_by_peer(theirs(early, peer));
+        let sender = Sender {
+            node: peer,
+            policy: PeerPolicy::Full,
+        };
+        crate::apply_batch(&mut w.store, &sender, vec![fact], NOW, 1).unwrap();
+        let zeus_grant: Grants = "team:zeus"
+            .parse::<amos_protocol::Scope>()
+            .into_iter()
+            .collect();
+        assert_eq!(w.store.memories[&early].effective, zeus_grant);
+
+        // The peer's own zeus arrives: refused, the clash recorded, and the
+        // memory already held re-judged.
+        let record = FactBody::Team(TeamFact {
+            id: team("zeus"),
+            origin: peer,
+            name: "zeus".into(),
+            present: true,
+        });
+        assert_eq!(w.judge(record), Err("org_origin_conflict".into()));
+        assert_eq!(w.store.clash(&zeus).unwrap().map(|c| c.held), Some(me));
+        assert!(w.store.memories[&early].effective.is_empty());
+        // From now on: its roster changes are refused, even from a full peer…
+        assert_eq!(
+            w.judge(member(zeus.clone(), "eve", true)),
+            Err("legacy_scope_clash".into())
+        );
+        // …a team:zeus grant on its memories counts for nobody here…
+        let late = MemoryId::new(NOW, [4; 10]);
+        assert_eq!(
+            w.judge(theirs(late, peer)).map(|e| e.effective().cloned()),
+            Ok(Some(Grants::private()))
+        );
+        // …and on ours (relayed back) it still does.
+        assert_eq!(
+            w.judge(theirs(late, me)).map(|e| e.effective().cloned()),
+            Ok(Some(zeus_grant))
+        );
+        // A qualified id never clashes: its qualifier names its origin.
+        let mine = OrgScope::Team(TeamId::qualified("zeus", &me).unwrap());
+        assert!(w.store.clash(&mine).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_scoped_peers_clash_counts_against_its_own_memories_only() {
+        let mut w = World::new("team:zeus");
+        let (me, peer) = (w.us.node_id(), w.peer.node_id());
+        let zeus = OrgScope::Team(team("zeus"));
+        w.local(FactBody::Team(TeamFact {
+            id: team("zeus"),
+            origin: me,
+            name: "zeus".into(),
+            present: true,
+        }));
+        let record = FactBody::Team(TeamFact {
+            id: team("zeus"),
+            origin: peer,
+            name: "zeus".into(),
+            present: true,
+        });
+        assert_eq!(w.judge(record), Err("org_origin_conflict".into()));
+        let clash = w.store.clash(&zeus).unwrap().expect("recorded");
+        assert!(!clash.closed && clash.theirs == vec![peer]);
+        // Its own team:zeus memories count for nobody here…
+        let acl = FactBody::MemoryAcl(MemoryAcl {
+            id: MemoryId::new(NOW, [5; 10]),
+            fixed: MemoryFixed {
+                owner: AgentId::parse("eve").unwrap(),
+                created_ms: NOW,
+                origin: peer,
+            },
+            grants: "team:zeus"
+                .parse::<amos_protocol::Scope>()
+                .into_iter()
+                .collect(),
+        });
+        assert_eq!(
+            w.judge(acl).map(|e| e.effective().cloned()),
+            Ok(Some(Grants::private()))
+        );
+        // …but a third node is not taken to mean the other zeus on a
+        // scoped peer's word (it cannot make us distrust others' grants).
+        let third = NodeIdentity::from_secret([3; 32]).node_id();
+        assert!(!clash.may_mean_other(third, me));
+        assert!(!clash.may_mean_other(me, me));
+    }
+
+    #[test]
     fn a_local_admission_needs_this_nodes_key() {
         let us = NodeIdentity::from_secret([1; 32]);
         let them = NodeIdentity::from_secret([2; 32]);
@@ -520,6 +739,7 @@ mod tests {
             Refusal::UnknownPeer,
             Refusal::MalformedText(String::new()),
             Refusal::TimeOutOfBounds(String::new()),
+            Refusal::LegacyScopeClash(String::new()),
         ];
         let codes: std::collections::BTreeSet<_> = all.iter().map(Refusal::code).collect();
         assert_eq!(codes.len(), all.len());

@@ -65,5 +65,5 @@ pub use echo::{EchoRanges, MAX_RANGES as MAX_ECHO_RANGES, held_by_peer};
 #[cfg(any(test, feature = "twin"))]
 pub use memstore::{MemMeta, MemStore};
 pub use merge::Verdict;
-pub use replica::{MemoryState, ReplicaStore, Sender};
+pub use replica::{Clash, MemoryState, ReplicaStore, Sender};
 pub use schedule::{Pacing, PushConfig, PushScheduler, SETTLE_MS, SessionOutcome};

@@ -16,7 +16,7 @@ use crate::digest::{Digest, SetDigest, Term};
 use crate::export::{self, MemoryExport};
 use crate::gate::{self, Admission};
 use crate::gate::{DeferReason, Refusal};
-use crate::replica::{MemoryState, ReplicaStore};
+use crate::replica::{Clash, MemoryState, ReplicaStore};
 use crate::text::{TextDoc, TextLog};
 
 /// Per-memory state beside its facts.
@@ -55,6 +55,9 @@ pub struct MemStore {
     pub refused: Vec<(SignedFact, NodeId, Refusal)>,
     /// Edited memories: their text logs and documents.
     pub texts: BTreeMap<MemoryId, (TextLog, TextDoc)>,
+    /// Legacy scopes two origins created ([`ReplicaStore::record_clash`]).
+    /// Local-only.
+    pub clashes: BTreeMap<OrgScope, Clash>,
 }
 
 impl MemStore {
@@ -69,6 +72,7 @@ impl MemStore {
             deferred: Vec::new(),
             refused: Vec::new(),
             texts: BTreeMap::new(),
+            clashes: BTreeMap::new(),
         }
     }
 
@@ -284,15 +288,12 @@ impl MemStore {
             .collect();
         for id in ids {
             let standing = gate::peer_standing(&policy);
-            let (grants, has_acl) = match self
-                .facts
-                .get(&Register::MemoryAcl(id))
-                .map(|f| &f.fact.body)
-            {
-                Some(FactBody::MemoryAcl(a)) => (a.grants.clone(), true),
-                _ => (Grants::private(), false),
-            };
-            let effective = standing.effective(&grants);
+            let (grants, has_acl) = self.signed_grants(&id);
+            let mut effective = standing.effective(&grants);
+            let Ok(cut) = gate::clash_cut(self, node, &grants);
+            for g in cut.iter() {
+                effective.remove(g);
+            }
             let keep = standing.keeps_content(&effective);
             let Some(m) = self.memories.get_mut(&id) else {
                 continue;
@@ -311,6 +312,18 @@ impl MemStore {
                 m.purged_v = Some(c.fact.clock);
                 self.texts.remove(&id);
             }
+        }
+    }
+
+    /// Memory `id`'s signed grants, and whether its acl fact is held.
+    fn signed_grants(&self, id: &MemoryId) -> (Grants, bool) {
+        match self
+            .facts
+            .get(&Register::MemoryAcl(*id))
+            .map(|f| &f.fact.body)
+        {
+            Some(FactBody::MemoryAcl(a)) => (a.grants.clone(), true),
+            _ => (Grants::private(), false),
         }
     }
 
@@ -504,6 +517,70 @@ impl ReplicaStore for MemStore {
             Some(FactBody::Project(p)) => Some(p.origin),
             _ => None,
         })
+    }
+    fn clash(&mut self, scope: &OrgScope) -> Result<Option<Clash>, Infallible> {
+        Ok(self.clashes.get(scope).cloned())
+    }
+    fn record_clash(
+        &mut self,
+        scope: &OrgScope,
+        held: &NodeId,
+        theirs: &NodeId,
+        closed: bool,
+    ) -> Result<(), Infallible> {
+        let c = self.clashes.entry(scope.clone()).or_insert_with(|| Clash {
+            held: *held,
+            theirs: Vec::new(),
+            closed: false,
+        });
+        let news = !c.theirs.contains(theirs) || (closed && !c.closed);
+        if !c.theirs.contains(theirs) {
+            c.theirs.push(*theirs);
+        }
+        c.closed |= closed;
+        if !news {
+            return Ok(());
+        }
+        // Its members another node wrote leave the roster (the gate now
+        // refuses them), as the real store does for a store that took them.
+        let (me, clash) = (self.me, c.clone());
+        self.facts.retain(|reg, f| match reg {
+            Register::Membership(s, _) if s == scope => !clash.may_mean_other(f.fact.author(), me),
+            _ => true,
+        });
+        // Re-judge every memory as the gate now would: a cut grant stops
+        // counting (and content no longer needed goes, as on arrival).
+        let ids: Vec<MemoryId> = self
+            .memories
+            .iter()
+            .filter(|(_, m)| !m.tombstoned)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            let (grants, has_acl) = self.signed_grants(&id);
+            let Some(origin) = self.memories.get(&id).map(|m| m.fixed.origin) else {
+                continue;
+            };
+            let Ok(cut) = gate::clash_cut(self, origin, &grants);
+            let Some(m) = self.memories.get_mut(&id) else {
+                continue;
+            };
+            if cut.iter().all(|g| !m.effective.contains(g)) {
+                continue;
+            }
+            for g in cut.iter() {
+                m.effective.remove(g);
+            }
+            if !m.owner_trusted
+                && m.effective.is_empty()
+                && has_acl
+                && let Some(c) = self.facts.remove(&Register::MemoryContent(id))
+            {
+                m.purged_v = Some(c.fact.clock);
+                self.texts.remove(&id);
+            }
+        }
+        Ok(())
     }
     fn put(&mut self, admission: Admission) -> Result<(), Infallible> {
         let effect = admission.effect().clone();

@@ -44,6 +44,28 @@ pub struct MemoryState {
     pub edited: bool,
 }
 
+/// A legacy team or project id that another node created too, as recorded
+/// here (docs/design.md §6.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Clash {
+    /// The origin of the one held here.
+    pub held: NodeId,
+    /// The other origins whose records of it arrived.
+    pub theirs: Vec<NodeId>,
+    /// A `full` peer (our own operator's node) brought one: any node but
+    /// `held` and this one may mean another. Brought only by scoped peers,
+    /// only the origins in `theirs` are taken to (a scoped peer cannot
+    /// make us distrust third nodes' grants).
+    pub closed: bool,
+}
+
+impl Clash {
+    /// Whether node `x` may mean the other scope by this id, on a node `me`.
+    pub fn may_mean_other(&self, x: NodeId, me: NodeId) -> bool {
+        x != self.held && x != me && (self.closed || self.theirs.contains(&x))
+    }
+}
+
 /// Storage as the replication core sees it. `amos-node` implements it over
 /// SQLite (inside one transaction per batch); tests implement it in memory.
 pub trait ReplicaStore {
@@ -61,6 +83,23 @@ pub trait ReplicaStore {
     fn project_team(&mut self, project: &ProjectId) -> Result<Option<TeamId>, Self::Error>;
     /// The node that created a team or project we hold (its fixed `origin`).
     fn org_origin(&mut self, scope: &OrgScope) -> Result<Option<NodeId>, Self::Error>;
+    /// If `scope` is a legacy id two origins created and a clash with it
+    /// is recorded here ([`ReplicaStore::record_clash`]): what is known of
+    /// it. `None` for every other scope.
+    fn clash(&mut self, scope: &OrgScope) -> Result<Option<Clash>, Self::Error>;
+    /// Record, locally (never a fact), that a record of the legacy scope
+    /// `scope` arrived with origin `theirs` while we hold the one `held`
+    /// created — from a `full` peer (`closed`) or a scoped one — and, if
+    /// that is news, re-judge what is held as the gate now would
+    /// ([`crate::gate::clash_cut`]: a grant to it that may mean the other
+    /// scope stops counting; a member the gate now refuses leaves).
+    fn record_clash(
+        &mut self,
+        scope: &OrgScope,
+        held: &NodeId,
+        theirs: &NodeId,
+        closed: bool,
+    ) -> Result<(), Self::Error>;
     /// Write an admitted fact that won the merge. Only the gate makes an
     /// [`Admission`] ([`crate::gate::check`], [`Admission::local`]).
     fn put(&mut self, admission: Admission) -> Result<(), Self::Error>;

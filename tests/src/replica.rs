@@ -373,6 +373,7 @@ pub fn sql_add_peer(tx: &mut Tx<'_>, node: &NodeId, policy: &PeerPolicy) -> amos
 /// the peer's `policy_seq` with its watermark reset.
 pub fn sql_set_peer_policy(
     tx: &mut Tx<'_>,
+    me: NodeId,
     node: &NodeId,
     policy: &PeerPolicy,
 ) -> amos_node::Result<()> {
@@ -383,7 +384,7 @@ pub fn sql_set_peer_policy(
         )));
     }
     // Re-judge the memories it originated, as `amos peers policy` does.
-    inspect::restand_origin(tx, node, policy)?;
+    inspect::restand_origin(tx, me, node, policy)?;
     let seq = tx.next_seq()?;
     inspect::reset_watermark(tx, node, seq)
 }
@@ -621,10 +622,11 @@ impl TestReplica for Sql {
 
     fn set_peer_policy(&mut self, node: &NodeId, policy: &PeerPolicy) {
         let known = self.peer_policy(node).is_some();
+        let me = self.me;
         self.store
             .write(|tx| {
                 if known {
-                    sql_set_peer_policy(tx, node, policy)
+                    sql_set_peer_policy(tx, me, node, policy)
                 } else {
                     sql_add_peer(tx, node, policy)
                 }

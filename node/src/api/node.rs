@@ -164,7 +164,7 @@ impl Node {
         let info = home.info()?;
         let identity = home.load_identity()?;
         let store = Store::open(&home.db_path())?;
-        Ok(Node {
+        let mut node = Node {
             home: home.clone(),
             identity,
             name: info.name,
@@ -176,6 +176,24 @@ impl Node {
             walked: false,
             clock,
             front: "cli",
+        };
+        node.settle_clashes()?;
+        Ok(node)
+    }
+
+    /// Re-judge the memories held for any legacy scope clash not judged yet
+    /// (one the schema migration found in the audit log, docs/design.md
+    /// §6.2): until then a grant to the clashed id would still count on a
+    /// memory that may mean the other scope. One read when there is none.
+    fn settle_clashes(&mut self) -> Result<()> {
+        if !self.store.read(|r| crate::store::clashes::unjudged(r))? {
+            return Ok(());
+        }
+        let (me, now) = (self.node_id(), self.now_ms());
+        self.store.write(|tx| {
+            crate::store::replica::SqlReplica::new(tx, me, now)
+                .rejudge_clashed()
+                .map(drop)
         })
     }
 

@@ -291,7 +291,7 @@ impl Node {
                 .parse()
                 .map_err(|_| NodeError::Corrupt(format!("invite with a bad policy: {policy}")))?;
             invites::mark_used(tx, &invite[..], &joiner.0[..], now)?;
-            upsert_peer(tx, joiner, addr, Some(&name), &policy, now)?;
+            upsert_peer(tx, me, joiner, addr, Some(&name), &policy, now)?;
             let (bodies, member_of) = match agent {
                 Some(agent) => joiner_memberships(tx, &policy, agent)?,
                 None => (Vec::new(), Vec::new()),
@@ -325,10 +325,12 @@ impl Node {
             )));
         }
         let now = self.now_ms();
+        let me = self.node_id();
         let name = clean_name(&welcome.name);
         let (_, registered) = self.commit(|tx| {
             upsert_peer(
                 tx,
+                me,
                 &code.inviter,
                 Some(addr),
                 Some(&name),
@@ -466,7 +468,7 @@ pub fn join_offline(home: &Home, code_text: &str, agent: Option<&AgentId>) -> Re
     let addr = code.addrs.first().cloned();
     let now = node.now_ms();
     let (_, registered) = node.commit(|tx| {
-        upsert_peer(tx, &code.inviter, addr.as_deref(), None, &policy, now)?;
+        upsert_peer(tx, me, &code.inviter, addr.as_deref(), None, &policy, now)?;
         peers::set_join_proof(tx, &code.inviter, &carried)?;
         joiner_agent(tx, agent)
     })?;

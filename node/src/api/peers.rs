@@ -62,8 +62,9 @@ impl Node {
             crate::api::scopes::resolve_policy(r, policy, crate::api::scopes::Unheld::AsTyped)
         })?;
         let now = self.now_ms();
+        let me = self.node_id();
         self.store
-            .write(|tx| upsert_peer(tx, &id, addr, None, &policy, now))
+            .write(|tx| upsert_peer(tx, me, &id, addr, None, &policy, now))
     }
 
     /// Forget a peer: its connections and bundles are refused from now on.
@@ -81,11 +82,12 @@ impl Node {
         let policy = self.store.read(|r| {
             crate::api::scopes::resolve_policy(r, policy, crate::api::scopes::Unheld::AsTyped)
         })?;
+        let me = self.node_id();
         self.store.write(|tx| {
             if !peers::set_policy(tx, &id, &policy)? {
                 return Err(NodeError::unknown(UnknownKind::Peer, id.short()));
             }
-            policy_changed(tx, &id, &policy)?;
+            policy_changed(tx, me, &id, &policy)?;
             replica::keep_running(tx, &policy)
         })
     }
@@ -603,6 +605,7 @@ impl Node {
 /// changed policy resets its watermark. `None` keeps what is recorded.
 pub(crate) fn upsert_peer(
     tx: &mut Tx<'_>,
+    me: NodeId,
     id: &NodeId,
     addr: Option<&str>,
     name: Option<&str>,
@@ -612,7 +615,7 @@ pub(crate) fn upsert_peer(
     let old = replica::peer_policy(tx, id)?;
     peers::upsert(tx, id, addr, name, policy, now_ms)?;
     if old.is_some_and(|o| o != *policy) {
-        policy_changed(tx, id, policy)?;
+        policy_changed(tx, me, id, policy)?;
     }
     // Last: its scan covers this transaction's writes.
     replica::keep_running(tx, policy)
@@ -622,8 +625,8 @@ pub(crate) fn upsert_peer(
 /// gate now would ([`replica::restand_origin`]: content it needs again comes
 /// back when re-sent, content no longer needed goes), and both sides re-sync
 /// from the start ([`reset_watermark`]).
-fn policy_changed(tx: &mut Tx<'_>, id: &NodeId, policy: &PeerPolicy) -> Result<()> {
-    replica::restand_origin(tx, id, policy)?;
+fn policy_changed(tx: &mut Tx<'_>, me: NodeId, id: &NodeId, policy: &PeerPolicy) -> Result<()> {
+    replica::restand_origin(tx, me, id, policy)?;
     reset_watermark(tx, id)
 }
 

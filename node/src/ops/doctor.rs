@@ -3,7 +3,8 @@
 //!
 //! Checks: home and key permissions, database integrity and schema, index
 //! lag, the clock (against the node's own clock and facts from peers held
-//! back for being ahead), the listening port, multicast for mDNS, and every
+//! back for being ahead), legacy team and project ids (held, and clashed:
+//! created by two nodes), the listening port, multicast for mDNS, and every
 //! peer with an address (a handshake only; no session, nothing synced).
 //!
 //! Boundary: reads and probes only; never changes the store or the peers.
@@ -17,7 +18,8 @@ use crate::api::pairing;
 use crate::error::Result;
 use crate::net::{self, Probe};
 use crate::store::schema::SCHEMA_VERSION;
-use crate::store::status;
+use crate::store::{clashes, status};
+use amos_protocol::OrgScope;
 
 /// One check of `amos doctor`.
 #[derive(Debug, Serialize)]
@@ -184,29 +186,9 @@ pub fn run(node: &mut Node, probe_network: bool) -> Result<DoctorReport> {
         );
     }
 
-    // Org records: the same team or project id created on two nodes.
-    let conflicts = org_conflicts(node)?;
-    if conflicts.is_empty() {
-        c.ok(
-            "org_origins",
-            "no team or project id is claimed by two nodes",
-        );
-    }
-    for (register, peer) in conflicts {
-        c.warn(
-            format!("org_origin {register}"),
-            format!(
-                "{register} here and the {register} of peer {} were created independently on two nodes; \
-                 they are different scopes with one id, and neither node takes the other's record or members",
-                &peer[..10.min(peer.len())]
-            ),
-            format!(
-                "pick one: on the node whose {register} should yield, create it anew under another id, \
-                 re-add its members and re-share its memories there, then delete the old one \
-                 (`amos audit` lists the refused facts)"
-            ),
-        );
-    }
+    // Legacy ids: the same team or project id created on two nodes before
+    // ids were qualified (docs/design.md §6.2), and legacy ids held at all.
+    scopes(&mut c, node)?;
 
     // Network.
     if probe_network {
@@ -244,8 +226,6 @@ pub fn run(node: &mut Node, probe_network: bool) -> Result<DoctorReport> {
     Ok(DoctorReport { ok, checks: c.0 })
 }
 
-/// Teams and projects whose records a peer sent with another origin than
-/// ours (`org_origin_conflict` in the audit log): `(register, peer)`.
 /// How far (seconds) the node's clock runs ahead of the system clock, when
 /// more than the ten minutes `amos doctor` tolerates; `None` when healthy.
 pub fn clock_ahead_s(node: &Node) -> Result<Option<u64>> {
@@ -254,18 +234,71 @@ pub fn clock_ahead_s(node: &Node) -> Result<Option<u64>> {
     Ok((hlc.wall_ms > now + 10 * 60 * 1000).then(|| (hlc.wall_ms - now) / 1000))
 }
 
-fn org_conflicts(node: &Node) -> Result<Vec<(String, String)>> {
-    Ok(node
+/// Each legacy id two nodes created (a clash recorded here: what it does,
+/// both origins, the way out), and the legacy ids held (to migrate).
+fn scopes(c: &mut Checks, node: &Node) -> Result<()> {
+    let (found, legacy) = node
         .store()
-        .read(|r| status::org_origin_conflicts(r))?
-        .into_iter()
-        .map(|(register, peer)| {
-            let peer = <[u8; 32]>::try_from(peer.as_slice())
-                .map(|a| amos_protocol::NodeId(a).to_string())
-                .unwrap_or_default();
-            (register, peer)
-        })
-        .collect())
+        .read(|r| Ok((clashes::list(r)?, clashes::legacy_held(r)?)))?;
+    if found.is_empty() {
+        c.ok(
+            "scope_clashes",
+            "no team or project id is claimed by two nodes",
+        );
+    }
+    for clash in &found {
+        let scope = &clash.scope;
+        let (word, name) = match scope {
+            OrgScope::Team(t) => ("team", t.as_str()),
+            OrgScope::Project(p) => ("project", p.as_str()),
+        };
+        let held = clash
+            .held
+            .map(|h| format!("node {h}"))
+            .unwrap_or_else(|| "no node (not held)".into());
+        let theirs: Vec<String> = clash.theirs.iter().map(|n| format!("node {n}")).collect();
+        let theirs = theirs.join(", ");
+        let counts = if clash.closed {
+            format!("only on memories from {held} or this node")
+        } else {
+            format!("on no memory from {theirs} (only scoped peers brought theirs)")
+        };
+        c.warn(
+            format!("scope_clash {scope}"),
+            format!(
+                "the legacy id {scope} was created by two nodes before ids were qualified: \
+                 the one held here by {held}, another by {theirs}. They are different scopes; \
+                 this node keeps its own, refuses the other's record and members, and a \
+                 {word}:{name} grant counts {counts}: the others may mean the other one, \
+                 and are hidden from its members here"
+            ),
+            format!(
+                "create it anew on the node that should own it (`amos {word} create {name}` \
+                 gives a qualified id, {word}:{name}@…), add its members, re-share its \
+                 memories to the new id (`amos share`), then delete the legacy {scope}"
+            ),
+        );
+    }
+    if legacy.is_empty() {
+        c.ok(
+            "legacy_ids",
+            "every team and project id is qualified by its origin",
+        );
+    } else {
+        let ids: Vec<String> = legacy.iter().map(ToString::to_string).collect();
+        c.warn(
+            "legacy_ids",
+            format!(
+                "{} team/project id(s) from before ids were qualified: {}; they keep working, \
+                 but another node may have created the same name",
+                ids.len(),
+                ids.join(", ")
+            ),
+            "to migrate one: create it anew (`amos team create NAME` gives a qualified id), \
+             add its members, re-share its memories to the new id, then delete the legacy one",
+        );
+    }
+    Ok(())
 }
 
 /// The listening address `amos serve` recorded (or the default): free, or

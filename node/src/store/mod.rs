@@ -29,6 +29,7 @@
 
 pub(crate) mod catchup;
 pub(crate) mod checkpoint;
+pub(crate) mod clashes;
 mod connect;
 pub(crate) mod dashboard;
 pub(crate) mod digest;
@@ -686,6 +687,39 @@ impl Tx<'_> {
             )?
             .execute([&id.0[..]])?;
         Ok(())
+    }
+
+    /// Drop the memberships of the clashed legacy scope `scope` (text form,
+    /// `team:ID`) whose author `foreign` says may mean the other one
+    /// (docs/design.md §6.2): a store of a release before the clash rule
+    /// took them into its own roster; the gate refuses them from now on.
+    /// Returns how many went.
+    pub(crate) fn drop_clashed_members(
+        &mut self,
+        scope: &str,
+        foreign: impl Fn(NodeId) -> bool,
+    ) -> Result<usize> {
+        let rows: Vec<(String, Vec<u8>)> = self
+            .tx
+            .prepare_cached("SELECT agent, v FROM memberships WHERE scope = ?1")?
+            .query_map([scope], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        let mut dropped = 0;
+        for (agent, v) in rows {
+            let author = Hlc::from_sort_key(&v).map(|c| c.node);
+            if author.is_some_and(|a| !foreign(a)) {
+                continue;
+            }
+            self.digests.touch(
+                &self.tx,
+                digest::RowKey::Membership(scope.to_owned(), agent.clone()),
+            )?;
+            self.tx
+                .prepare_cached("DELETE FROM memberships WHERE scope = ?1 AND agent = ?2")?
+                .execute(params![scope, agent])?;
+            dropped += 1;
+        }
+        Ok(dropped)
     }
 
     /// Re-judge a stored memory's standing here (its origin's policy

@@ -2,11 +2,11 @@
 //! [`OrgGraph`] view the gate reads.
 
 use amos_acl::{OrgGraph, ProjectState, TeamState};
-use amos_protocol::{AgentId, Grants, OrgScope, ProjectId, Scope, TeamId};
+use amos_protocol::{AgentId, Grants, NodeId, OrgScope, ProjectId, Scope, TeamId};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::error::Result;
+use crate::error::{NodeError, Result};
 
 /// The org graph read straight from SQLite (so a membership change is in
 /// force on the very next query).
@@ -365,4 +365,28 @@ pub fn list_projects(conn: &(impl super::Readable + ?Sized)) -> Result<Vec<Proje
             })
         })
         .collect()
+}
+
+/// The node that created a team or project we hold.
+pub fn org_origin(
+    conn: &(impl super::Readable + ?Sized),
+    scope: &OrgScope,
+) -> Result<Option<NodeId>> {
+    let conn = super::sql(conn);
+    let (sql, key) = match scope {
+        OrgScope::Team(t) => ("SELECT origin FROM teams WHERE id = ?1", t.as_str()),
+        OrgScope::Project(p) => ("SELECT origin FROM projects WHERE id = ?1", p.as_str()),
+    };
+    let origin: Option<Option<Vec<u8>>> = conn
+        .prepare_cached(sql)?
+        .query_row([key], |r| r.get(0))
+        .optional()?;
+    origin
+        .flatten()
+        .map(|b| {
+            b.try_into()
+                .map(NodeId)
+                .map_err(|_| NodeError::Corrupt(format!("stored origin of {scope}")))
+        })
+        .transpose()
 }

@@ -20,6 +20,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use crate::error::{NodeError, Result};
+pub use crate::store::org::org_origin;
 use crate::store::org::{OrgKind, ids_named};
 use crate::store::{Tx, split_grants};
 
@@ -70,6 +71,64 @@ impl<'t, 'c> SqlReplica<'t, 'c> {
             self.tx.put(&admission)?;
         }
         Ok(())
+    }
+
+    /// Re-judge every memory held for the legacy scope clashes recorded
+    /// (docs/design.md §6.2): a grant [`gate::clash_cut`] cuts stops
+    /// counting here (content no longer needed goes, as on arrival); and
+    /// drop each clashed id's memberships authored by neither its held
+    /// origin nor this node. Only removes, so it may run any number of
+    /// times; marks every clash judged. Returns the rows changed.
+    pub fn rejudge_clashed(&mut self) -> Result<usize> {
+        type Row = (Vec<u8>, Vec<u8>, String, String, bool);
+        let rows: Vec<Row> = {
+            let mut stmt = self.tx.conn().prepare(
+                "SELECT id, origin, grants, effective, owner_trusted FROM memories
+                 WHERE origin != ?1 AND tombstone_fact IS NULL AND acl_fact IS NOT NULL
+                   AND effective != ''",
+            )?;
+            stmt.query_map([&self.me.0[..]], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })?
+            .collect::<rusqlite::Result<_>>()?
+        };
+        let mut changed = 0;
+        for (id, origin, grants, effective, owner_trusted) in rows {
+            let id = MemoryId(
+                id.try_into()
+                    .map_err(|_| NodeError::Corrupt("stored memory id".into()))?,
+            );
+            let origin = NodeId(
+                origin
+                    .try_into()
+                    .map_err(|_| NodeError::Corrupt("stored origin is not a node id".into()))?,
+            );
+            let cut = gate::clash_cut(self, origin, &split_grants(&grants))?;
+            let mut now = split_grants(&effective);
+            if !cut.iter().any(|g| now.remove(g)) {
+                continue;
+            }
+            self.release(&id)?;
+            self.tx
+                .set_standing(&id, &now, owner_trusted, !owner_trusted && now.is_empty())?;
+            self.states.remove(&id);
+            changed += 1;
+        }
+        // Members of a clashed id another node wrote (taken in by a release
+        // before this rule) leave its roster here, as the gate now refuses
+        // them.
+        for info in super::clashes::list(self.tx.conn())? {
+            if let Some(clash) = super::clashes::clash(self.tx.conn(), &info.scope)? {
+                let me = self.me;
+                changed += self
+                    .tx
+                    .drop_clashed_members(&info.scope.to_string(), |author| {
+                        clash.may_mean_other(author, me)
+                    })?;
+            }
+        }
+        super::clashes::mark_judged(self.tx)?;
+        Ok(changed)
     }
 
     /// Write the held-back acl fact of `id`, if any.
@@ -272,7 +331,12 @@ fn held_or_arriving(
 /// clock) when it is — but content that came before its acl is left for
 /// the acl to judge. A re-judged row takes a fresh `seq`, so what it now
 /// lets out reaches the peers that may have it. Returns the rows changed.
-pub fn restand_origin(tx: &mut Tx<'_>, peer: &NodeId, policy: &PeerPolicy) -> Result<usize> {
+pub fn restand_origin(
+    tx: &mut Tx<'_>,
+    me: NodeId,
+    peer: &NodeId,
+    policy: &PeerPolicy,
+) -> Result<usize> {
     let standing: Standing = gate::peer_standing(policy);
     let rows: Vec<(Vec<u8>, String, String, bool, bool)> = {
         let mut stmt = tx.conn().prepare(
@@ -290,7 +354,14 @@ pub fn restand_origin(tx: &mut Tx<'_>, peer: &NodeId, policy: &PeerPolicy) -> Re
             id.try_into()
                 .map_err(|_| NodeError::Corrupt("stored memory id".into()))?,
         );
-        let now = standing.effective(&split_grants(&grants));
+        let grants = split_grants(&grants);
+        let mut now = standing.effective(&grants);
+        // A grant to a clashed legacy scope that may mean the other one
+        // counts no more after a policy change than before it.
+        let cut = gate::clash_cut(&mut SqlReplica::new(tx, me, 0), *peer, &grants)?;
+        for g in cut.iter() {
+            now.remove(g);
+        }
         if now == split_grants(&effective) && owner_trusted == standing.owner_trusted {
             continue;
         }
@@ -305,30 +376,6 @@ pub fn restand_origin(tx: &mut Tx<'_>, peer: &NodeId, policy: &PeerPolicy) -> Re
         changed += 1;
     }
     Ok(changed)
-}
-
-/// The node that created a team or project we hold.
-pub fn org_origin(
-    conn: &(impl super::Readable + ?Sized),
-    scope: &OrgScope,
-) -> Result<Option<NodeId>> {
-    let conn = super::sql(conn);
-    let (sql, key) = match scope {
-        OrgScope::Team(t) => ("SELECT origin FROM teams WHERE id = ?1", t.as_str()),
-        OrgScope::Project(p) => ("SELECT origin FROM projects WHERE id = ?1", p.as_str()),
-    };
-    let origin: Option<Option<Vec<u8>>> = conn
-        .prepare_cached(sql)?
-        .query_row([key], |r| r.get(0))
-        .optional()?;
-    origin
-        .flatten()
-        .map(|b| {
-            b.try_into()
-                .map(NodeId)
-                .map_err(|_| NodeError::Corrupt(format!("stored origin of {scope}")))
-        })
-        .transpose()
 }
 
 fn project_team(conn: &Connection, p: &ProjectId) -> Result<Option<TeamId>> {
@@ -405,6 +452,23 @@ impl ReplicaStore for SqlReplica<'_, '_> {
 
     fn org_origin(&mut self, scope: &OrgScope) -> Result<Option<NodeId>> {
         org_origin(self.tx.conn(), scope)
+    }
+
+    fn clash(&mut self, scope: &OrgScope) -> Result<Option<amos_sync::Clash>> {
+        super::clashes::clash(self.tx.conn(), scope)
+    }
+
+    fn record_clash(
+        &mut self,
+        scope: &OrgScope,
+        _held: &NodeId,
+        theirs: &NodeId,
+        closed: bool,
+    ) -> Result<()> {
+        if super::clashes::record(self.tx, scope, theirs, closed, self.now_ms)? {
+            self.rejudge_clashed()?;
+        }
+        Ok(())
     }
 
     fn put(&mut self, admission: Admission) -> Result<()> {

@@ -401,6 +401,31 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE memories ADD COLUMN arrived_from BLOB;
     "#,
+    // v(n): legacy scope clashes (store::clashes, docs/design.md §6.2),
+    // local-only: a legacy team or project id another node created too.
+    // A store from before this table found them only as refusals: each
+    // `org_origin_conflict` refusal of a legacy id's record in the audit log
+    // is one (its author taken as the other origin; `closed` if the peer
+    // that sent it is a `full` peer now); `judged` 0 until the memories held
+    // are re-judged for it, which opening the node does.
+    r#"
+    CREATE TABLE scope_clashes (
+        scope    TEXT NOT NULL,
+        theirs   BLOB NOT NULL,
+        closed   INTEGER NOT NULL,
+        first_ms INTEGER NOT NULL,
+        judged   INTEGER NOT NULL,
+        PRIMARY KEY (scope, theirs)
+    ) STRICT;
+    INSERT OR IGNORE INTO scope_clashes(scope, theirs, closed, first_ms, judged)
+        SELECT register, author,
+               MAX(COALESCE((SELECT p.policy = 'full' FROM peers p WHERE p.node_id = audit.peer), 0)),
+               MIN(time_ms), 0
+        FROM audit
+        WHERE code = 'org_origin_conflict' AND instr(register, '@') = 0
+          AND (register LIKE 'team:%' OR register LIKE 'project:%')
+        GROUP BY register, author;
+    "#,
 ];
 
 /// The schema version this binary writes.

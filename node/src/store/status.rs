@@ -191,17 +191,6 @@ fn codes(r: &(impl Readable + ?Sized), query: &str) -> Result<Vec<(String, i64)>
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-/// The org registers a peer's fact was refused for because another node
-/// created them (`org_origin_conflict`), each with that peer's key bytes.
-pub fn org_origin_conflicts(r: &(impl Readable + ?Sized)) -> Result<Vec<(String, Vec<u8>)>> {
-    let mut stmt = sql(r).prepare(
-        "SELECT DISTINCT register, peer FROM audit WHERE code = 'org_origin_conflict'
-         ORDER BY register",
-    )?;
-    let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
-}
-
 /// Whether the database at `path` looks like an amos store of a schema
 /// version from 1 to `newest`, with a log epoch: read through a read-only
 /// connection, never changed.
