@@ -1223,3 +1223,163 @@ fn a_bundle_made_for_another_node_is_refused_and_changes_nothing() {
     assert!(u64_of(&r, "applied") > 0, "{r}");
     assert_eq!(digest(&a, &[]), digest(&b, &[]));
 }
+
+// ------------------------------------------- 6. the origin rule on imports
+
+/// The bytes an amos signature covers (amos_protocol::sign, a wire
+/// constant): to sign a forgery the protocol's own signer refuses to make.
+fn forged(id: &amos_protocol::NodeIdentity, wall_ms: u64, body: FactBody) -> Vec<u8> {
+    use ed25519_dalek::Signer;
+    let fact = Fact {
+        clock: Hlc {
+            wall_ms,
+            logical: 0,
+            node: id.node_id(),
+        },
+        body,
+    };
+    assert!(
+        fact.validate().is_err(),
+        "the forgery breaks a protocol rule"
+    );
+    let mut msg = b"amos-fact-v1\0".to_vec();
+    msg.extend(amos_protocol::codec::encode(&fact));
+    let key = ed25519_dalek::SigningKey::from_bytes(&id.secret());
+    SignedFact {
+        fact,
+        signature: key.sign(&msg).to_bytes(),
+    }
+    .to_bytes()
+}
+
+/// A bundle from `identity` (any peer) holding `facts` in one frame.
+fn bundle_of(
+    path: &Path,
+    identity: &amos_protocol::NodeIdentity,
+    key: &MeshKey,
+    scopes: Vec<String>,
+    facts: &[Vec<u8>],
+) {
+    let mut w = BundleWriter::new(
+        File::create(path).unwrap(),
+        identity,
+        amos_protocol::Recipient::AnyPeer,
+        Hlc {
+            wall_ms: now_ms() + 2000,
+            logical: 0,
+            node: identity.node_id(),
+        },
+        scopes,
+        Some(key),
+        [9; 16],
+    )
+    .unwrap();
+    w.write_frame(facts).unwrap();
+    w.finish().unwrap();
+}
+
+/// "Close the side channels" for imports (issue 40 item 2): a scoped
+/// peer's bundle cannot bring a record of our team under its own claim of
+/// origin, a record of a scope under our qualifier, or a membership our
+/// team's origin did not write; and a record naming a scope under another
+/// node's qualifier is a forgery the whole bundle is refused for. Nothing
+/// changes on our node but the audit log.
+#[test]
+fn a_bundle_cannot_bring_a_team_record_or_member_its_origin_did_not_write() {
+    let ours = Home::new();
+    let mallory = Home::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let key = share_mesh_key(&ours, &mallory);
+    pair(&ours, &mallory, "team:apollo");
+    org(&ours);
+    ours.ok(&["agent", "add", "eve"]);
+    let mem = ours.add("alice", "apollo dock code is 7311", &["team:apollo"]);
+    let ours_id: NodeId = node_id(&ours).parse().unwrap();
+    let apollo = TeamId::qualified("apollo", &ours_id).unwrap();
+    let identity = amos_node::Home::new(mallory.path())
+        .load_identity()
+        .unwrap();
+    let mallory_id = identity.node_id();
+    let now = now_ms() + 1000;
+    let scopes = vec![format!("team:{apollo}")];
+    let before = (state(&ours), ours.json(&["team", "list"]));
+
+    // (1) Our apollo's record, claimed as mallory's own: its id is
+    // qualified by us, so the record is a forgery (Fact::validate) and the
+    // bundle is refused whole, in one line, changing nothing.
+    let forgery = tmp.path().join("forged-origin.amosb");
+    bundle_of(
+        &forgery,
+        &identity,
+        &key,
+        scopes.clone(),
+        &[forged(
+            &identity,
+            now,
+            FactBody::Team(TeamFact {
+                id: apollo.clone(),
+                origin: mallory_id,
+                name: "apollo".into(),
+                present: true,
+            }),
+        )],
+    );
+    refused_import(
+        &ours,
+        &forgery,
+        1,
+        &["must be qualified by its origin"],
+        "a record under our qualifier claiming another origin",
+    );
+
+    // (2) Validly signed by mallory, each refused alone by the origin rule:
+    // eve added to our apollo, bob removed, our apollo renamed and deleted.
+    let member = |agent: &str, present: bool, t: u32| {
+        sign(
+            &identity,
+            now,
+            t,
+            FactBody::Membership(MembershipFact {
+                scope: OrgScope::Team(apollo.clone()),
+                agent: AgentId::parse(agent).unwrap(),
+                role: "member".into(),
+                present,
+            }),
+        )
+    };
+    let facts = vec![
+        member("eve", true, 1),
+        member("bob", false, 2),
+        sign(
+            &identity,
+            now,
+            3,
+            FactBody::Team(TeamFact {
+                id: apollo.clone(),
+                origin: ours_id,
+                name: "mallory's apollo".into(),
+                present: false,
+            }),
+        ),
+    ];
+    let side = tmp.path().join("side-channel.amosb");
+    bundle_of(&side, &identity, &key, scopes, &facts);
+    let r = import(&ours, &side);
+    assert_eq!(u64_of(&r, "refused"), 3, "{r}");
+    assert_eq!(u64_of(&r, "applied"), 0, "{r}");
+    let codes: BTreeSet<String> = audit(&ours)["refused"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["peer"] == json!(mallory_id.to_string()))
+        .map(|e| e["code"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(codes, BTreeSet::from(["org_not_origin".to_owned()]));
+    // Nothing changed: the teams, their rosters and who sees what.
+    assert_eq!((state(&ours), ours.json(&["team", "list"])), before);
+    invisible(&ours, "eve", &mem);
+    assert_eq!(
+        search_texts(&ours, "bob", "dock code"),
+        vec!["apollo dock code is 7311"]
+    );
+}
