@@ -2,7 +2,9 @@
 //! 545333a (node/tests/fixtures/home-545333a, made as its README says) opens
 //! with this release — the schema migrates — keeps every memory, its
 //! visibility and valid time, the tombstone and the convergence digest the
-//! old node reported, and syncs on with a node of this release over QUIC.
+//! old node reported, and syncs on with a node of this release over QUIC;
+//! its legacy team and project ids keep working and `amos doctor` lists
+//! them to migrate.
 
 use std::path::Path;
 
@@ -44,6 +46,35 @@ fn a_home_written_by_545333a_opens_keeps_everything_and_syncs_on() {
         "migrated from 545333a's v14: {status}"
     );
     assert_eq!(old.json(&["check"])["ok"], true);
+
+    // Its team and project have legacy ids (made before ids were
+    // qualified): they keep working (below), and `amos doctor` lists them
+    // to migrate, with no clash.
+    // (The copied key's mode fails its own check: the exit code is not ours.)
+    let doctor = old.run(&["--json", "doctor", "--offline"]).json();
+    let check = |name: &str| {
+        doctor["checks"]
+            .as_array()
+            .expect("checks")
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no check {name}: {doctor}"))
+    };
+    let legacy = check("legacy_ids");
+    assert_eq!(legacy["status"], "warn", "{legacy}");
+    let detail = legacy["detail"].as_str().expect("detail");
+    assert!(
+        detail.contains("team:apollo") && detail.contains("project:rocket"),
+        "{legacy}"
+    );
+    assert!(
+        legacy["hint"]
+            .as_str()
+            .is_some_and(|h| h.contains("team create")),
+        "{legacy}"
+    );
+    assert_eq!(check("scope_clashes")["status"], "ok");
 
     // The digest the old node reported, over every replicated fact (the
     // link and the tombstone included).
