@@ -58,16 +58,24 @@ fn the_console_in_a_real_browser() {
     let html = "<b id=\"injected\">bold?</b><script>window.pwned = 1</script>";
     let html_id = a.add("alice", html, &["team:apollo"]);
     let b = Home::new();
-    // B has an apollo of its own (another team: ids are qualified by their
-    // origin), and A gives B only its apollo and global: A's gate refuses
-    // B's team records (audit).
-    b.ok(&["team", "create", "apollo"]);
+    // A and B each made a legacy team zeus, before ids were qualified
+    // (AMOS_LEGACY_IDS=1; docs/design.md §6.2): each refuses the other's
+    // record (audit), so their digests disagree.
+    for h in [&a, &b] {
+        let r = crate::common::Run::from(
+            h.cmd()
+                .env("AMOS_LEGACY_IDS", "1")
+                .args(["team", "create", "zeus"])
+                .output()
+                .expect("spawn amos"),
+        );
+        assert_eq!(r.code, 0, "{r:?}");
+    }
     b.ok(&["team", "create", "hermes"]);
     b.ok(&["agent", "add", "zed", "--team", "hermes"]);
     b.add("zed", "from the other node", &["global"]);
     let server = Server::start(b.path());
     pair(&b, &a, &server, "full");
-    a.ok(&["peers", "policy", &id(&b), "team:apollo,global"]);
 
     let console = Console::start(a.path());
     let browser = Browser::start(&tmp.path().join("profile"));
@@ -134,12 +142,13 @@ fn the_console_in_a_real_browser() {
     assert_eq!(browser.text(&format!("{row} .result")), "ok");
     // Facts moved: no digests were compared.
     assert_eq!(browser.text(&format!("{row} .digest")), "unknown");
-    // Once more: nothing moves. B gives A `full` and A gives B less, so
-    // the digests are not compared (docs/design.md §7.3) and the row says
-    // so; the console's agree/disagree cells are peer_rows' to test.
+    // Once more: nothing moves, the digests are compared (each gives the
+    // other `full`). A refused B's zeus and B A's (audit below): each holds
+    // a fact in what it gives the other that the other lacks, so the
+    // digests disagree.
     browser.click_to_page(&format!("{row} .sync-one"));
     assert!(browser.text("#flash").contains(" ok: 0 facts in, 0 out"));
-    assert_eq!(browser.text(&format!("{row} .digest")), "unknown");
+    assert_eq!(browser.text(&format!("{row} .digest")), "disagree");
     assert!(
         a.ok(&["list", "--as", "alice"])
             .stdout
@@ -160,7 +169,7 @@ fn the_console_in_a_real_browser() {
     browser.goto(&format!("{}/audit", console.base));
     let refused = browser.text("#refused");
     assert!(
-        refused.contains("outside_policy") && refused.contains("apollo@"),
+        refused.contains("org_origin_conflict") && refused.contains("team:zeus"),
         "{refused}"
     );
     browser.shot(&shots, "7-audit");
