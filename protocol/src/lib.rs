@@ -43,9 +43,11 @@ mod verify;
 pub mod wire;
 
 pub use bundle::{
-    BundleError, BundleHeader, BundleSummary, BundleWriter,
-    FORMAT_VERSION as BUNDLE_FORMAT_VERSION, FRAME_FACTS as BUNDLE_FRAME_FACTS, PairingProof,
-    ReadError, Recipient, VerifiedBundle, read_verified, verify_bundle,
+    BundleError, BundleHeader, BundleInfo, BundleSummary, BundleWriter,
+    FORMAT_VERSION as BUNDLE_FORMAT_VERSION, FRAME_FACTS as BUNDLE_FRAME_FACTS, OpenWith,
+    PairingProof, Postmark, ReadError, Recipient, SEALED_FORMAT_VERSION as BUNDLE_SEALED_VERSION,
+    SealTo, VerifiedBundle, peek_header, read_verified, read_verified_with, verify_bundle,
+    verify_bundle_with,
 };
 pub use error::ProtocolError;
 pub use fact::{

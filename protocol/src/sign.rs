@@ -123,6 +123,18 @@ impl NodeIdentity {
     pub(crate) fn sign_raw(&self, msg: &[u8]) -> [u8; 64] {
         self.key.sign(msg).to_bytes()
     }
+
+    /// X25519 of this identity's secret (the ed25519 key's scalar, as
+    /// RFC 8032 expands it: the X25519 secret of `to_montgomery` of the
+    /// node id) with the Montgomery point `point`. Only for opening a
+    /// bundle sealed to this node (`bundle::seal`), whose key derivation
+    /// owns the domain separation.
+    pub(crate) fn x25519(&self, point: &[u8; 32]) -> [u8; 32] {
+        let mut secret = self.key.to_scalar_bytes();
+        let shared = curve25519_dalek::MontgomeryPoint(*point).mul_clamped(secret);
+        secret.zeroize();
+        shared.to_bytes()
+    }
 }
 
 /// The exact bytes a fact's signature covers: a domain tag, then the

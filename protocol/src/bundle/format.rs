@@ -29,6 +29,14 @@ pub const FORMAT_VERSION: u16 = 5;
 /// first bundle, `amos join --offline`). Written only when a proof is
 /// carried, so every other bundle is version [`FORMAT_VERSION`].
 pub const PAIRING_FORMAT_VERSION: u16 = 6;
+/// A bundle sealed to its recipient's identity (docs/design.md §8.1): the
+/// layout of [`FORMAT_VERSION`] with a [`SealedExt`] after the header body
+/// (the sender's ephemeral X25519 key, and the pairing proof and postmark
+/// it may carry), frames encrypted under a key only the recipient can
+/// derive. Written only for a sealed bundle, so a reader of the release
+/// before refuses it in one line ("bundle format version 7 is not
+/// supported") before reading further.
+pub const SEALED_FORMAT_VERSION: u16 = 7;
 /// The format amos wrote before frames were compressed: the same layout with
 /// each frame's plaintext stored as it is. Still read, never written.
 pub const UNCOMPRESSED_FORMAT_VERSION: u16 = 3;
@@ -58,6 +66,18 @@ pub const FRAME_TARGET_BYTES: usize = 4 * 1024 * 1024;
 
 pub(super) const PREFIX_LEN: usize = 8 + 2 + 4;
 pub(super) const TAG_LEN: usize = 16;
+
+/// What a sealed bundle's header carries after [`BundleHeader`](super::BundleHeader)
+/// (format [`SEALED_FORMAT_VERSION`]), covered by the signature like the rest.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub(super) struct SealedExt {
+    /// The sender's ephemeral X25519 public key for this bundle.
+    pub(super) ephemeral: [u8; 32],
+    /// A joiner's pairing proof (what format 6 carries unsealed).
+    pub(super) pairing: Option<super::PairingProof>,
+    /// A mailbox bundle's place in its sender's log.
+    pub(super) postmark: Option<super::Postmark>,
+}
 
 /// The signed end of a bundle: the counts the writer could not know when
 /// it wrote the header, and its signature over the content hash and them.

@@ -114,6 +114,37 @@
 //! What is visible is each frame's compressed size, as frame sizes were
 //! before.
 //!
+//! # Sealed bundles (version 7)
+//!
+//! A bundle can be *sealed* to its recipient's identity instead of
+//! encrypted under the mesh key: only the node holding the recipient's
+//! ed25519 secret key can open it, and no mesh key is needed (so a scoped
+//! peer, which is not given the mesh key, can use one). The layout is
+//! version 5's, with format version 7 and, right after the header body,
+//! bincode of `SealedExt` = `ephemeral` (32 bytes: the sender's fresh X25519
+//! public key for this bundle), `pairing` (bincode `Option` of
+//! [`PairingProof`]: 0, or 1 then the proof) and `postmark` (bincode
+//! `Option` of [`Postmark`], a mailbox bundle's place in its sender's log).
+//! The header must have `encrypted` = 1 and a recipient that is one node.
+//! The frame key is not the mesh key's:
+//!
+//! * `shared` = X25519(ephemeral secret, the Montgomery form of the
+//!   recipient's ed25519 public key) — the recipient computes it as
+//!   X25519(its ed25519 secret scalar, `ephemeral`); an all-zero result
+//!   (a low-order `ephemeral`) is refused;
+//! * 48 bytes = HKDF-SHA256(salt = `ephemeral` ‖ recipient NodeId,
+//!   ikm = `shared`, info = `b"amos bundle v7 sealed frame key"`);
+//! * the first 32 are the XChaCha20-Poly1305 frame key (nonce and
+//!   associated data as above), the last 16 are `key_check`.
+//!
+//! Everything else — the trailer signature by the sender, the recipient
+//! check, the frame tags bound to the header hash and index — is as for
+//! version 5. A reader refuses a sealed bundle not addressed to the identity
+//! it was given before reading any frame ([`BundleError::SealedTo`]), and
+//! a key check that does not match as tampering. A reader of the release
+//! before this one does not know version 7 and refuses it in one line
+//! ("bundle format version 7 is not supported"), changing nothing.
+//!
 //! # Older formats
 //!
 //! Versions 3 and 4, which amos wrote before frames were compressed, have
@@ -178,11 +209,43 @@ use std::io;
 
 use bincode::{Decode, Encode};
 
-use crate::{Hlc, NodeId, ProtocolError};
+use crate::mesh::MeshKey;
+use crate::wire::{Epoch, Watermark};
+use crate::{Hlc, NodeId, NodeIdentity, ProtocolError};
 
-pub use format::{FORMAT_VERSION, FRAME_FACTS};
-pub use reader::{VerifiedBundle, read_verified, verify_bundle};
-pub use writer::BundleWriter;
+pub use format::{FORMAT_VERSION, FRAME_FACTS, SEALED_FORMAT_VERSION};
+pub use reader::{
+    BundleInfo, VerifiedBundle, peek_header, read_verified, read_verified_with, verify_bundle,
+    verify_bundle_with,
+};
+pub use writer::{BundleWriter, SealTo};
+
+/// The keys a reader may open a bundle with: the mesh key (a bundle
+/// encrypted under it) and this node's identity (a bundle sealed to it).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OpenWith<'a> {
+    /// The mesh key, if one is set.
+    pub mesh: Option<&'a MeshKey>,
+    /// This node's identity: opens a bundle sealed to it.
+    pub identity: Option<&'a NodeIdentity>,
+}
+
+/// A mailbox bundle's place in its sender's log (docs/design.md §8.2),
+/// signed with the header of a sealed bundle: what a sync session's
+/// `Hello` and `Done` say, for a bundle that has no session around it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct Postmark {
+    /// The sender's log epoch.
+    pub epoch: Epoch,
+    /// The export covers the sender's rows changed after this `seq`.
+    pub since: i64,
+    /// …up to this `seq`: once every frame is applied, the recipient's
+    /// watermark of the sender, if it held everything up to `since`.
+    pub upto: i64,
+    /// The sender's watermark of the recipient's log when it wrote the
+    /// bundle (the acknowledgement of the bundles it imported).
+    pub have: Option<Watermark>,
+}
 
 /// What a bundle says about itself (readable without the mesh key).
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
@@ -195,7 +258,8 @@ pub struct BundleHeader {
     pub created: Hlc,
     /// The scopes the export covered, as the sender named them.
     pub scopes: Vec<String>,
-    /// Whether frames are encrypted under the mesh key.
+    /// Whether frames are encrypted: under the mesh key, or (format 7)
+    /// sealed to the recipient.
     pub encrypted: bool,
     nonce_seed: [u8; 16],
     key_check: [u8; 16],
@@ -297,6 +361,10 @@ pub enum BundleError {
     /// The bundle is encrypted and no mesh key was given.
     #[error("bundle is encrypted; set the mesh key")]
     NeedsKey,
+    /// The bundle is sealed to another node's identity (or no identity was
+    /// given): no mesh key opens it.
+    #[error("bundle is sealed to node {0}: only that node can open it")]
+    SealedTo(NodeId),
     /// A fact's signature does not verify although the bundle's does: the
     /// sender shipped a forged or damaged fact.
     #[error("bundle frame {frame}, fact {index}: bad signature")]

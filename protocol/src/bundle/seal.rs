@@ -1,13 +1,18 @@
 //! The bundle's cryptography: the key check that tells a wrong key from a
 //! corrupt file, frame encryption (XChaCha20-Poly1305 under a key derived
-//! from the mesh key, the nonce the header's seed and the frame's index,
-//! the header's hash and the index as associated data) and the sender's
-//! signature over the content hash and the counts in the trailer.
+//! from the mesh key, or for a sealed bundle from an X25519 exchange
+//! between a fresh ephemeral key and the recipient's identity; the nonce
+//! the header's seed and the frame's index, the header's hash and the index
+//! as associated data) and the sender's signature over the content hash
+//! and the counts in the trailer.
 //!
 //! Invariant: a frame's tag binds it to its bundle's header and to its
 //! place in it, so no frame can be altered, reordered, dropped, duplicated
 //! or moved into another bundle; the trailer's signature covers every byte
 //! before it, so nobody but the sender can re-address or change a bundle.
+//! A sealed bundle's frame key is derived only from the X25519 secret the
+//! ephemeral key shares with the recipient: no mesh key opens it, and no
+//! node but the recipient can derive it.
 //!
 //! Boundary: no I/O and no randomness: the nonce seed comes from the
 //! writer's caller.
@@ -16,16 +21,97 @@ use std::io;
 
 use chacha20poly1305::aead::{AeadInOut, KeyInit};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use curve25519_dalek::MontgomeryPoint;
 use ed25519_dalek::{Signature, VerifyingKey};
+use zeroize::Zeroize;
 
 use super::format::TAG_LEN;
-use super::{BundleError, BundleHeader};
+use super::{BundleError, BundleHeader, OpenWith, Recipient};
 use crate::mesh::MeshKey;
 use crate::{NodeId, NodeIdentity};
 
 const KEY_CHECK_MSG: &[u8] = b"amos-bundle-key-check";
 const FRAME_KEY_CONTEXT: &str = "amos bundle v1 frame encryption key";
 const SIGN_DOMAIN: &[u8] = b"amos-bundle-v1\0";
+/// HKDF-SHA256's `info` for a sealed bundle's frame key and key check.
+const SEALED_INFO: &[u8] = b"amos bundle v7 sealed frame key";
+
+/// What sealing gives a writer: the ephemeral public key for the header,
+/// the frame cipher and the key check.
+pub(super) struct Sealed {
+    pub(super) ephemeral: [u8; 32],
+    pub(super) cipher: XChaCha20Poly1305,
+    pub(super) key_check: [u8; 16],
+}
+
+/// The frame key and key check of a sealed bundle: HKDF-SHA256 with the
+/// X25519 shared secret as input key material, the ephemeral public key
+/// and the recipient's node id as salt, [`SEALED_INFO`] as info; 48 bytes
+/// out, the key then the check.
+fn sealed_keys(
+    mut shared: [u8; 32],
+    ephemeral: &[u8; 32],
+    recipient: &NodeId,
+) -> (XChaCha20Poly1305, [u8; 16]) {
+    let mut salt = [0u8; 64];
+    salt[..32].copy_from_slice(ephemeral);
+    salt[32..].copy_from_slice(&recipient.0);
+    let hk = hkdf::Hkdf::<sha2::Sha256>::new(Some(&salt), &shared);
+    shared.zeroize();
+    let mut okm = [0u8; 48];
+    // 48 bytes is far below HKDF-SHA256's limit (255 × 32).
+    let _ = hk.expand(SEALED_INFO, &mut okm);
+    let mut key = [0u8; 32];
+    key.copy_from_slice(&okm[..32]);
+    let mut check = [0u8; 16];
+    check.copy_from_slice(&okm[32..]);
+    let cipher = XChaCha20Poly1305::new(&key.into());
+    key.zeroize();
+    okm.zeroize();
+    (cipher, check)
+}
+
+/// Seal a bundle to `recipient` with the ephemeral secret `ephemeral`
+/// (32 bytes of fresh randomness, never reused): X25519 of it with the
+/// Montgomery form of the recipient's ed25519 key.
+pub(super) fn seal_to(recipient: &NodeId, ephemeral: [u8; 32]) -> Result<Sealed, BundleError> {
+    let point = VerifyingKey::from_bytes(&recipient.0)
+        .map_err(|_| io::Error::other(format!("cannot seal to {recipient}: not a node key")))?
+        .to_montgomery();
+    let public = MontgomeryPoint::mul_base_clamped(ephemeral).to_bytes();
+    let shared = point.mul_clamped(ephemeral).to_bytes();
+    if shared == [0; 32] {
+        return Err(
+            io::Error::other(format!("cannot seal to {recipient}: a low-order key")).into(),
+        );
+    }
+    let (cipher, key_check) = sealed_keys(shared, &public, recipient);
+    Ok(Sealed {
+        ephemeral: public,
+        cipher,
+        key_check,
+    })
+}
+
+/// The frame cipher of a bundle sealed to `me` with the ephemeral public
+/// key `ephemeral`, once the key check in `header` matched. A low-order
+/// ephemeral key or a key check that differs (only a changed header can
+/// make one) is tampering.
+fn open_sealed(
+    me: &NodeIdentity,
+    ephemeral: &[u8; 32],
+    header: &BundleHeader,
+) -> Result<XChaCha20Poly1305, BundleError> {
+    let shared = me.x25519(ephemeral);
+    if shared == [0; 32] {
+        return Err(BundleError::Tampered);
+    }
+    let (cipher, check) = sealed_keys(shared, ephemeral, &me.node_id());
+    if check != header.key_check {
+        return Err(BundleError::Tampered);
+    }
+    Ok(cipher)
+}
 
 pub(super) fn key_check(key: &MeshKey) -> [u8; 16] {
     let h = blake3::keyed_hash(key.as_bytes(), KEY_CHECK_MSG);
@@ -108,15 +194,27 @@ pub(super) fn check_trailer(
         .map_err(|_| BundleError::BadSignature)
 }
 
-/// The cipher for an encrypted bundle (checking the key), `None` for a plain one.
+/// The cipher for an encrypted bundle (checking the key), `None` for a
+/// plain one. `sealed`: the ephemeral key of a sealed bundle, which only
+/// its recipient's identity opens (no mesh key does).
 pub(super) fn open_cipher(
     header: &BundleHeader,
-    key: Option<&MeshKey>,
+    sealed: Option<&[u8; 32]>,
+    keys: OpenWith<'_>,
 ) -> Result<Option<XChaCha20Poly1305>, BundleError> {
+    if let Some(ephemeral) = sealed {
+        let Recipient::Node(to) = header.recipient else {
+            return Err(BundleError::Tampered);
+        };
+        return match keys.identity {
+            Some(me) if me.node_id() == to => open_sealed(me, ephemeral, header).map(Some),
+            _ => Err(BundleError::SealedTo(to)),
+        };
+    }
     if !header.encrypted {
         return Ok(None);
     }
-    let key = key.ok_or(BundleError::NeedsKey)?;
+    let key = keys.mesh.ok_or(BundleError::NeedsKey)?;
     if key_check(key) != header.key_check {
         return Err(BundleError::WrongKey);
     }
@@ -151,7 +249,257 @@ mod tests {
     use super::super::format::{DECLARED_LEN, PREFIX_LEN, ZSTD_MAGIC, decompress_frame};
     use super::super::testkit::*;
     use super::*;
-    use crate::bundle::{BundleWriter, ReadError, Recipient, read_verified, verify_bundle};
+    use crate::bundle::format::SEALED_FORMAT_VERSION;
+    use crate::bundle::{
+        BundleWriter, PairingProof, Postmark, ReadError, Recipient, SealTo, peek_header,
+        read_verified, read_verified_with, verify_bundle, verify_bundle_with,
+    };
+    use crate::wire::Watermark;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_sealed_bundle_opens_only_on_its_recipient() {
+        let (sender, c, b) = (ident(1), ident(3), ident(2));
+        let sealed = sealed_sample();
+        assert_eq!(sealed[..8], *b"AMOSBNDL");
+        assert_eq!(sealed[8..10], SEALED_FORMAT_VERSION.to_le_bytes());
+        // The recipient opens it, with or without the mesh key.
+        for mesh in [None, Some(key())] {
+            assert_eq!(
+                import_with(&sealed, keys(mesh.as_ref(), &c)).unwrap(),
+                sample_frames()
+            );
+        }
+        let v = verify_bundle_with(&sealed[..], keys(None, &c)).unwrap();
+        assert!(v.sealed());
+        assert!(v.header().encrypted);
+        assert_eq!(v.recipient(), Recipient::Node(c.node_id()));
+        assert_eq!(v.sender(), sender.node_id());
+        assert_eq!((v.postmark(), v.pairing()), (None, None));
+        // Nobody else: not a third node holding the same mesh key, not the
+        // sender itself, not a reader with the mesh key and no identity.
+        fn refused<T>(r: Result<T, BundleError>, to: NodeId) {
+            match r {
+                Err(BundleError::SealedTo(n)) => assert_eq!(n, to),
+                Err(e) => panic!("{e}"),
+                Ok(_) => panic!("opened"),
+            }
+        }
+        let c_id = c.node_id();
+        for other in [&b, &sender] {
+            refused(
+                verify_bundle_with(&sealed[..], keys(Some(&key()), other)),
+                c_id,
+            );
+            refused(import_with(&sealed, keys(Some(&key()), other)), c_id);
+        }
+        refused(verify_bundle(&sealed[..], Some(&key())), c_id);
+        refused(verify_bundle(&sealed[..], None), c_id);
+        // Pass 2 with another identity is refused too.
+        let r = read_verified_with(
+            &sealed[..],
+            keys(Some(&key()), &b),
+            &v,
+            |_| Ok::<(), ()>(()),
+        );
+        assert!(matches!(
+            r,
+            Err(ReadError::Bundle(BundleError::SealedTo(_)))
+        ));
+        let line = BundleError::SealedTo(c.node_id()).to_string();
+        assert_eq!(
+            line,
+            format!(
+                "bundle is sealed to node {}: only that node can open it",
+                c.node_id()
+            )
+        );
+        // Its frames show neither the text nor a zstd frame.
+        let text = b"release build runs clippy";
+        assert!(!sealed.windows(text.len()).any(|w| w == text));
+        assert!(!sealed.windows(4).any(|w| w == ZSTD_MAGIC));
+        // A fresh ephemeral key makes other bytes of the same facts.
+        let again = sealed_with(&sender, &c, [6; 32], [7; 16], &sample_frames(), None, None);
+        assert_ne!(again, sealed);
+        assert_eq!(
+            import_with(&again, keys(None, &c)).unwrap(),
+            sample_frames()
+        );
+        // The header says who to and who from, without a key.
+        let info = peek_header(&sealed[..]).unwrap();
+        assert!(info.sealed);
+        assert_eq!(info.header.recipient, Recipient::Node(c.node_id()));
+        assert_eq!(info.header.sender, sender.node_id());
+        assert!(!peek_header(&sample(Some(&key()))[..]).unwrap().sealed);
+    }
+
+    /// The recipient check is not what keeps others out: a reader that
+    /// skipped it, holding any identity but the recipient's, derives
+    /// another key (its key check fails) and cannot open a frame.
+    #[test]
+    fn only_the_recipients_secret_derives_the_frame_key() {
+        let c = ident(3);
+        let sealed = sealed_sample();
+        let info = peek_header(&sealed[..]).unwrap();
+        let l = layout(&sealed);
+        let ephemeral: [u8; 32] = sealed[l.header_end - 34..l.header_end - 2]
+            .try_into()
+            .unwrap();
+        assert!(open_sealed(&c, &ephemeral, &info.header).is_ok());
+        for other in [ident(1), ident(2), ident(4)] {
+            assert!(matches!(
+                open_sealed(&other, &ephemeral, &info.header),
+                Err(BundleError::Tampered)
+            ));
+            // Nor does its cipher, used anyway, open the first frame.
+            let shared = other.x25519(&ephemeral);
+            let (cipher, _) = sealed_keys(shared, &ephemeral, &c.node_id());
+            let (s, e) = l.frames[0];
+            let mut frame = sealed[s + 4..e].to_vec();
+            let hash = *blake3::hash(&sealed[..l.header_end]).as_bytes();
+            assert!(open_frame(Some(&cipher), &info.header, &hash, 0, &mut frame).is_err());
+        }
+    }
+
+    #[test]
+    fn every_byte_of_a_sealed_bundle_is_covered() {
+        let c = ident(3);
+        let sealed = sealed_sample();
+        let l = layout(&sealed);
+        assert_eq!(l.frames.len(), 3);
+        for i in 0..sealed.len() {
+            let mut bad = sealed.clone();
+            bad[i] ^= 0x20;
+            assert!(
+                import_with(&bad, keys(Some(&key()), &c)).is_err(),
+                "byte {i} of {}",
+                sealed.len()
+            );
+        }
+        for n in 0..sealed.len() {
+            assert!(
+                import_with(&sealed[..n], keys(None, &c)).is_err(),
+                "truncated at {n}"
+            );
+        }
+        let mut longer = sealed.clone();
+        longer.push(0);
+        assert!(matches!(
+            import_with(&longer, keys(None, &c)),
+            Err(BundleError::TrailingBytes)
+        ));
+        // A low-order ephemeral key in place of the real one: refused
+        // before any frame (the key check cannot match), never opened.
+        // The ephemeral key, then two empty options, end the header body.
+        let at = l.header_end - 34;
+        let mut low = sealed.clone();
+        low[at..at + 32].fill(0);
+        assert!(import_with(&low, keys(None, &c)).is_err());
+    }
+
+    #[test]
+    fn a_sealed_header_carries_a_signed_pairing_proof_and_postmark() {
+        let (sender, c) = (ident(1), ident(3));
+        let pairing = PairingProof {
+            invite: [3; 16],
+            proof: [4; 32],
+        };
+        let postmark = Postmark {
+            epoch: [9; 16],
+            since: 12,
+            upto: 40,
+            have: Some(Watermark {
+                epoch: [8; 16],
+                seq: 7,
+            }),
+        };
+        let bytes = sealed_with(
+            &sender,
+            &c,
+            [1; 32],
+            [2; 16],
+            &sample_frames(),
+            Some(pairing),
+            Some(postmark),
+        );
+        let v = verify_bundle_with(&bytes[..], keys(None, &c)).unwrap();
+        assert_eq!(v.pairing(), Some(pairing));
+        assert_eq!(v.postmark(), Some(postmark));
+        assert_eq!(peek_header(&bytes[..]).unwrap().postmark, Some(postmark));
+        // The postmark is signed: its `upto` changed (the last bytes of
+        // the header body) fails the bundle.
+        let end = layout(&bytes).header_end;
+        let mut bad = bytes.clone();
+        bad[end - 1] ^= 1;
+        assert!(import_with(&bad, keys(None, &c)).is_err());
+    }
+
+    #[test]
+    fn sealing_to_a_key_that_is_not_a_node_or_of_low_order_fails() {
+        // The identity point: its Montgomery form is 0, every product too.
+        let mut identity_point = [0u8; 32];
+        identity_point[0] = 1;
+        let err = BundleWriter::sealed(
+            Vec::new(),
+            &ident(1),
+            SealTo {
+                recipient: NodeId(identity_point),
+                ephemeral: [5; 32],
+            },
+            clock(ident(1).node_id(), 1),
+            vec![],
+            [0; 16],
+            None,
+            None,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("cannot seal"), "{err}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Whatever the facts, frames, keys and randomness: a sealed bundle
+        /// reads back exactly on its recipient, on no other identity, and
+        /// not at all once any byte of it changed.
+        #[test]
+        fn the_seal_codec_round_trips_and_admits_only_the_recipient(
+            sender in 1u8..=8,
+            recipient in 9u8..=16,
+            other in 17u8..=24,
+            ephemeral in any::<[u8; 32]>(),
+            seed in any::<[u8; 16]>(),
+            shape in prop::collection::vec(1usize..5, 0..4),
+            postmark in prop::option::of((any::<[u8; 16]>(), 0i64..1000, 0i64..1000)),
+            flip in any::<prop::sample::Index>(),
+            bit in 0u8..8,
+        ) {
+            let (s, c, b) = (ident(sender), ident(recipient), ident(other));
+            let mut k = 0;
+            let frames: Vec<Vec<Vec<u8>>> = shape
+                .iter()
+                .map(|n| (0..*n).map(|_| { k += 1; team_fact(&s, k) }).collect())
+                .collect();
+            let postmark = postmark.map(|(epoch, since, n)| Postmark {
+                epoch,
+                since,
+                upto: since + n,
+                have: None,
+            });
+            let bytes = sealed_with(&s, &c, ephemeral, seed, &frames, None, postmark);
+            prop_assert_eq!(import_with(&bytes, keys(None, &c)).unwrap(), frames);
+            let v = verify_bundle_with(&bytes[..], keys(None, &c)).unwrap();
+            prop_assert_eq!(v.postmark(), postmark);
+            prop_assert!(matches!(
+                verify_bundle_with(&bytes[..], keys(Some(&key()), &b)),
+                Err(BundleError::SealedTo(_))
+            ));
+            let mut bad = bytes.clone();
+            let i = flip.index(bad.len());
+            bad[i] ^= 1 << bit;
+            prop_assert!(import_with(&bad, keys(None, &c)).is_err(), "byte {}", i);
+        }
+    }
 
     #[test]
     fn encrypted_frames_hide_the_facts() {

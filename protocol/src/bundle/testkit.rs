@@ -6,7 +6,8 @@
 
 use super::format::PREFIX_LEN;
 use super::{
-    BundleError, BundleWriter, PairingProof, ReadError, Recipient, read_verified, verify_bundle,
+    BundleError, BundleWriter, OpenWith, PairingProof, Postmark, ReadError, Recipient, SealTo,
+    read_verified, read_verified_with, verify_bundle, verify_bundle_with,
 };
 use crate::{
     AgentId, Fact, FactBody, Hlc, MemoryContent, MemoryFixed, MemoryId, MemoryText, MemoryType,
@@ -220,4 +221,74 @@ pub(super) fn memory_with(
         }),
     };
     author.sign(fact).unwrap().to_bytes()
+}
+
+/// A bundle by `sender` sealed to `to`, holding `frames`.
+pub(super) fn sealed_with(
+    sender: &NodeIdentity,
+    to: &NodeIdentity,
+    ephemeral: [u8; 32],
+    seed: [u8; 16],
+    frames: &[Vec<Vec<u8>>],
+    pairing: Option<PairingProof>,
+    postmark: Option<Postmark>,
+) -> Vec<u8> {
+    let mut w = BundleWriter::sealed(
+        Vec::new(),
+        sender,
+        SealTo {
+            recipient: to.node_id(),
+            ephemeral,
+        },
+        clock(sender.node_id(), 5_000),
+        scopes(),
+        seed,
+        pairing,
+        postmark,
+    )
+    .unwrap();
+    for f in frames {
+        w.write_frame(f).unwrap();
+    }
+    w.finish().unwrap().0
+}
+
+/// The sample frames from `ident(1)`, sealed to `ident(3)`.
+pub(super) fn sealed_sample() -> Vec<u8> {
+    sealed_with(
+        &ident(1),
+        &ident(3),
+        [5; 32],
+        [7; 16],
+        &sample_frames(),
+        None,
+        None,
+    )
+}
+
+/// Both passes with `keys`; returns the facts per frame as wire bytes.
+pub(super) fn import_with(
+    bytes: &[u8],
+    keys: OpenWith<'_>,
+) -> Result<Vec<Vec<Vec<u8>>>, BundleError> {
+    let verified = verify_bundle_with(bytes, keys)?;
+    let mut frames = Vec::new();
+    let summary = read_verified_with(bytes, keys, &verified, |facts| {
+        frames.push(facts.iter().map(|f| f.to_bytes()).collect::<Vec<_>>());
+        Ok::<(), std::convert::Infallible>(())
+    })
+    .map_err(|e| match e {
+        ReadError::Bundle(b) => b,
+        ReadError::Apply(never) => match never {},
+    })?;
+    assert_eq!(summary, verified.summary());
+    Ok(frames)
+}
+
+/// The keys of a node holding the mesh key and `identity`.
+pub(super) fn keys<'a>(mesh: Option<&'a MeshKey>, identity: &'a NodeIdentity) -> OpenWith<'a> {
+    OpenWith {
+        mesh,
+        identity: Some(identity),
+    }
 }

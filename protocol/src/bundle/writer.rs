@@ -15,14 +15,41 @@ use chacha20poly1305::XChaCha20Poly1305;
 use super::format::{
     BundleTrailer, COMPRESSION_LEVEL, DECLARED_LEN, FORMAT_VERSION, FRAME_FACTS,
     FRAME_TARGET_BYTES, MAGIC, MAX_FRAME_BYTES, MAX_HEADER_BYTES, PAIRING_FORMAT_VERSION,
-    PREFIX_LEN, TAG_LEN, UNCOMPRESSED_FORMAT_VERSION, UNCOMPRESSED_PAIRING_FORMAT_VERSION,
-    compress_frame, encode_frame, frame_plain_len,
+    PREFIX_LEN, SEALED_FORMAT_VERSION, SealedExt, TAG_LEN, UNCOMPRESSED_FORMAT_VERSION,
+    UNCOMPRESSED_PAIRING_FORMAT_VERSION, compress_frame, encode_frame, frame_plain_len,
 };
-use super::seal::{frame_cipher, key_check, seal_frame, sign_trailer};
-use super::{BundleError, BundleHeader, BundleSummary, PairingProof, Recipient};
+use super::seal::{frame_cipher, key_check, seal_frame, seal_to, sign_trailer};
+use super::{BundleError, BundleHeader, BundleSummary, PairingProof, Postmark, Recipient};
 use crate::codec::{self, MAX_FACT_BYTES};
 use crate::mesh::MeshKey;
-use crate::{Hlc, NodeIdentity};
+use crate::{Hlc, NodeId, NodeIdentity};
+
+/// Whom a sealed bundle is for, and the randomness that seals it
+/// ([`BundleWriter::sealed`]).
+#[derive(Clone, Copy)]
+pub struct SealTo {
+    /// The one node that can open the bundle (its recipient).
+    pub recipient: NodeId,
+    /// The ephemeral X25519 secret: 32 bytes of fresh randomness, never
+    /// used for another bundle.
+    pub ephemeral: [u8; 32],
+}
+
+impl std::fmt::Debug for SealTo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SealTo")
+            .field("recipient", &self.recipient)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a writer encrypts its frames.
+enum Keying<'a> {
+    /// Under the mesh key, or not at all.
+    Mesh(Option<&'a MeshKey>),
+    /// Sealed to one node, with what a sealed header carries.
+    Sealed(SealTo, Option<Postmark>),
+}
 
 /// Streams a bundle: header on creation, one frame per [`write_frame`]
 /// (or per [`FRAME_FACTS`] facts with [`push_fact`]), trailer on [`finish`].
@@ -102,7 +129,38 @@ impl<W: Write> BundleWriter<W> {
             recipient,
             created,
             scopes,
-            key,
+            Keying::Mesh(key),
+            nonce_seed,
+            pairing,
+            Some(compressor),
+        )
+    }
+
+    /// A bundle sealed to `seal.recipient` (format 7,
+    /// [`SEALED_FORMAT_VERSION`]): frames encrypted under a key that only
+    /// the recipient's identity can derive, no mesh key involved. It may
+    /// carry a joiner's [`PairingProof`] and a mailbox [`Postmark`], both
+    /// signed with the header. `nonce_seed` must be fresh randomness.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sealed(
+        out: W,
+        identity: &NodeIdentity,
+        seal: SealTo,
+        created: Hlc,
+        scopes: Vec<String>,
+        nonce_seed: [u8; 16],
+        pairing: Option<PairingProof>,
+        postmark: Option<Postmark>,
+    ) -> Result<Self, BundleError> {
+        let compressor = zstd::bulk::Compressor::new(COMPRESSION_LEVEL)
+            .map_err(|e| io::Error::other(format!("frame compressor: {e}")))?;
+        Self::start(
+            out,
+            identity,
+            Recipient::Node(seal.recipient),
+            created,
+            scopes,
+            Keying::Sealed(seal, postmark),
             nonce_seed,
             pairing,
             Some(compressor),
@@ -124,7 +182,15 @@ impl<W: Write> BundleWriter<W> {
         pairing: Option<PairingProof>,
     ) -> Result<Self, BundleError> {
         Self::start(
-            out, identity, recipient, created, scopes, key, nonce_seed, pairing, None,
+            out,
+            identity,
+            recipient,
+            created,
+            scopes,
+            Keying::Mesh(key),
+            nonce_seed,
+            pairing,
+            None,
         )
     }
 
@@ -135,29 +201,47 @@ impl<W: Write> BundleWriter<W> {
         recipient: Recipient,
         created: Hlc,
         scopes: Vec<String>,
-        key: Option<&MeshKey>,
+        keying: Keying<'_>,
         nonce_seed: [u8; 16],
         pairing: Option<PairingProof>,
         compressor: Option<zstd::bulk::Compressor<'static>>,
     ) -> Result<Self, BundleError> {
+        let (cipher, check, ext) = match keying {
+            Keying::Mesh(key) => (key.map(frame_cipher), key.map(key_check), None),
+            Keying::Sealed(seal, postmark) => {
+                let sealed = seal_to(&seal.recipient, seal.ephemeral)?;
+                let ext = SealedExt {
+                    ephemeral: sealed.ephemeral,
+                    pairing,
+                    postmark,
+                };
+                (Some(sealed.cipher), Some(sealed.key_check), Some(ext))
+            }
+        };
         let header = BundleHeader {
             sender: identity.node_id(),
             recipient,
             created,
             scopes,
-            encrypted: key.is_some(),
+            encrypted: cipher.is_some(),
             nonce_seed,
-            key_check: key.map(key_check).unwrap_or([0; 16]),
+            key_check: check.unwrap_or([0; 16]),
         };
         let mut body = codec::encode(&header);
-        let proof = match pairing {
-            Some(p) if !body.is_empty() => {
+        let sealed = ext.is_some();
+        let proof = match (&ext, pairing) {
+            (Some(ext), _) if !body.is_empty() => {
+                body.extend_from_slice(&codec::encode(ext));
+                false
+            }
+            (None, Some(p)) if !body.is_empty() => {
                 body.extend_from_slice(&codec::encode(&p));
                 true
             }
             _ => false,
         };
         let version = match (compressor.is_some(), proof) {
+            _ if sealed => SEALED_FORMAT_VERSION,
             (true, false) => FORMAT_VERSION,
             (true, true) => PAIRING_FORMAT_VERSION,
             (false, false) => UNCOMPRESSED_FORMAT_VERSION,
@@ -180,7 +264,7 @@ impl<W: Write> BundleWriter<W> {
         let mut w = BundleWriter {
             out,
             identity: NodeIdentity::from_secret(identity.secret()),
-            cipher: key.map(frame_cipher),
+            cipher,
             nonce_seed,
             header_hash: *blake3::hash(&head).as_bytes(),
             hasher: blake3::Hasher::new(),
