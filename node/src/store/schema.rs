@@ -401,6 +401,14 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE memories ADD COLUMN arrived_from BLOB;
     "#,
+    // v(n): mailboxes (docs/design.md §8.2): the directory a peer's sealed
+    // bundles are exchanged through, and the watermark of our log its last
+    // mailbox bundle acknowledged (where our next one starts).
+    r#"
+    ALTER TABLE peers ADD COLUMN mailbox TEXT;
+    ALTER TABLE peers ADD COLUMN mailbox_ack_epoch TEXT;
+    ALTER TABLE peers ADD COLUMN mailbox_ack_seq INTEGER NOT NULL DEFAULT 0;
+    "#,
     // v(n): legacy scope clashes (store::clashes, docs/design.md §6.2),
     // local-only: a legacy team or project id another node created too.
     // A store from before this table found them only as refusals: each
