@@ -516,6 +516,7 @@ impl TestReplica for Sql {
                         retractions: true,
                         skip_author: None,
                         echo: None,
+                        until: None,
                     },
                     4096,
                     |batch| {

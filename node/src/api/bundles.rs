@@ -10,7 +10,11 @@
 //!
 //! Every bundle names its recipient in its signed header: `--for PEER`
 //! addresses it to that peer alone; a `--scope` or full export is marked
-//! "any peer" (any node that has this node as a peer may import it).
+//! "any peer" (any node that has this node as a peer may import it). A
+//! bundle for one peer may be sealed to it (docs/design.md §8.1): only that
+//! node's identity opens it, no mesh key needed; `--for` without a mesh key
+//! seals by default. A sealed mailbox bundle's postmark moves the
+//! watermarks on import as a session's `Done` does (§8.2).
 //!
 //! Invariant: a bundle that fails verification, or is not for this node,
 //! changes nothing (not even the audit log: a whole-bundle refusal is the
@@ -24,8 +28,8 @@ use std::path::Path;
 use amos_acl::PeerPolicy;
 use amos_protocol::wire::Features;
 use amos_protocol::{
-    BUNDLE_FRAME_FACTS, BundleError, BundleWriter, Hlc, MeshKey, ReadError, Recipient,
-    read_verified, verify_bundle,
+    BUNDLE_FRAME_FACTS, BundleError, BundleWriter, Hlc, MeshKey, NodeId, OpenWith, ReadError,
+    Recipient, SealTo, VerifiedBundle, read_verified_with, verify_bundle_with,
 };
 use amos_sync::ApplyReport;
 use rand::RngExt;
@@ -49,8 +53,10 @@ pub struct ExportReport {
     pub policy: String,
     /// The node the bundle is for, or "any peer" (no `--for`).
     pub recipient: String,
-    /// Whether the frames are encrypted (a mesh key is set).
+    /// Whether the frames are encrypted (a mesh key is set, or sealed).
     pub encrypted: bool,
+    /// Whether the bundle is sealed to its recipient (docs/design.md §8.1).
+    pub sealed: bool,
     /// Facts written.
     pub facts: u64,
     /// Frames written.
@@ -71,6 +77,8 @@ pub struct ImportReport {
     pub sender: String,
     /// The bundle's recipient: this node, or "any peer".
     pub recipient: String,
+    /// Whether it was sealed to this node.
+    pub sealed: bool,
     /// Facts in the bundle.
     pub facts: u64,
     /// Facts applied.
@@ -85,6 +93,20 @@ pub struct ImportReport {
     pub verify_ms: u64,
     /// Time spent applying it (pass 2).
     pub apply_ms: u64,
+}
+
+/// Whether `amos bundle export --for PEER` seals the bundle to the peer
+/// (docs/design.md §8.1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Sealing {
+    /// Seal when the bundle is for one peer and no mesh key is set (it
+    /// would otherwise be written in the clear).
+    #[default]
+    Auto,
+    /// Seal (`--seal`): needs `--for`.
+    Seal,
+    /// Never seal (`--no-seal`): what the release before this one reads.
+    NoSeal,
 }
 
 fn bundle_err(file: &Path) -> impl Fn(BundleError) -> NodeError + '_ {
@@ -146,6 +168,24 @@ impl Node {
         for_peer: Option<&str>,
         feedback: Feedback,
     ) -> Result<ExportReport> {
+        self.bundle_export_sealing(file, scopes, for_peer, Sealing::Auto, feedback)
+    }
+
+    /// [`Node::bundle_export`], sealing the bundle to its recipient as
+    /// `sealing` says (docs/design.md §8.1).
+    pub fn bundle_export_sealing(
+        &mut self,
+        file: &Path,
+        scopes: &[String],
+        for_peer: Option<&str>,
+        sealing: Sealing,
+        feedback: Feedback,
+    ) -> Result<ExportReport> {
+        if sealing == Sealing::Seal && for_peer.is_none() {
+            return Err(NodeError::BadInput(
+                "--seal needs --for PEER: a sealed bundle opens on one node only".into(),
+            ));
+        }
         let mut pairing = None;
         let mut recipient = Recipient::AnyPeer;
         let mut decodes = Features::ALL;
@@ -193,6 +233,11 @@ impl Node {
             (None, true) => PeerPolicy::Full,
         };
         let key = self.mesh_key()?;
+        let seal_to = match (recipient, sealing) {
+            (Recipient::Node(to), Sealing::Seal) => Some(to),
+            (Recipient::Node(to), Sealing::Auto) if key.is_none() => Some(to),
+            _ => None,
+        };
         let dir = file
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
@@ -210,16 +255,32 @@ impl Node {
                 .try_clone()
                 .map_err(NodeError::io("bundle file"))?,
         );
-        let mut writer = BundleWriter::with_pairing(
-            out,
-            self.identity(),
-            recipient,
-            created,
-            policy.scopes().map(ToString::to_string).collect(),
-            key.as_ref(),
-            rand::rng().random(),
-            pairing,
-        )
+        let scopes = policy.scopes().map(ToString::to_string).collect();
+        let mut writer = match seal_to {
+            Some(to) => BundleWriter::sealed(
+                out,
+                self.identity(),
+                SealTo {
+                    recipient: to,
+                    ephemeral: rand::rng().random(),
+                },
+                created,
+                scopes,
+                rand::rng().random(),
+                pairing,
+                None,
+            ),
+            None => BundleWriter::with_pairing(
+                out,
+                self.identity(),
+                recipient,
+                created,
+                scopes,
+                key.as_ref(),
+                rand::rng().random(),
+                pairing,
+            ),
+        }
         .map_err(bundle_err(file))?;
         let pb = Progress::counter(feedback, "export", "facts");
         let mut held_back = 0u64;
@@ -244,7 +305,8 @@ impl Node {
             file: file.display().to_string(),
             policy: policy.to_string(),
             recipient: recipient.to_string(),
-            encrypted: key.is_some(),
+            encrypted: key.is_some() || seal_to.is_some(),
+            sealed: seal_to.is_some(),
             facts: summary.facts,
             frames: summary.frames,
             bytes: summary.bytes,
@@ -255,7 +317,33 @@ impl Node {
     /// Verify a bundle completely, then apply it through the import gate.
     /// `feedback`: a progress bar on stderr (only if it is a terminal).
     pub fn bundle_import(&mut self, file: &Path, feedback: Feedback) -> Result<ImportReport> {
+        self.bundle_import_from(file, None, feedback)
+            .map(|(report, _)| report)
+    }
+
+    /// [`Node::bundle_import`]; `from`: refuse a bundle another node signed
+    /// (a mailbox's, whose files are read for one peer). Also returns what
+    /// was verified. A sealed bundle's postmark moves our watermark of the
+    /// sender and records its acknowledgement of our log
+    /// ([`Node::apply_postmark`]) once every frame is applied.
+    pub(crate) fn bundle_import_from(
+        &mut self,
+        file: &Path,
+        from: Option<&NodeId>,
+        feedback: Feedback,
+    ) -> Result<(ImportReport, VerifiedBundle)> {
         let key = self.mesh_key()?;
+        let me = self.node_id();
+        let sealed_elsewhere = |to: NodeId| {
+            NodeError::refused(
+                Rule::WrongRecipient,
+                format!(
+                    "{}: bundle is sealed to node {to}, not to this node ({me}): only that node \
+                     can open it (docs/design.md §8.1)",
+                    file.display(),
+                ),
+            )
+        };
         let open = || -> Result<BufReader<File>> {
             File::open(file).map(BufReader::new).map_err(|e| {
                 if e.kind() == std::io::ErrorKind::NotFound {
@@ -266,9 +354,29 @@ impl Node {
             })
         };
         let t0 = std::time::Instant::now();
-        let verified = verify_bundle(open()?, key.as_ref()).map_err(bundle_err(file))?;
+        // The node's own identity opens a bundle sealed to it; a copy, so
+        // that applying (which takes the node) can go on beside it.
+        let identity = amos_protocol::NodeIdentity::from_secret(self.identity().secret());
+        let keys = OpenWith {
+            mesh: key.as_ref(),
+            identity: Some(&identity),
+        };
+        let verified = verify_bundle_with(open()?, keys).map_err(|e| match e {
+            BundleError::SealedTo(to) => sealed_elsewhere(to),
+            e => bundle_err(file)(e),
+        })?;
         let verify_ms = t0.elapsed().as_millis() as u64;
         let sender = verified.sender();
+        if let Some(from) = from
+            && sender != *from
+        {
+            return Err(NodeError::Failed(format!(
+                "{}: bundle was made by {}, not by {}",
+                file.display(),
+                sender.short(),
+                from.short()
+            )));
+        }
         if sender == self.node_id() {
             return Err(NodeError::Failed(format!(
                 "{}: bundle was made by this node",
@@ -325,9 +433,12 @@ impl Node {
         let t0 = std::time::Instant::now();
         let pb = Progress::bar(feedback, "import", "facts", summary.facts);
         let mut total = ApplyReport::default();
-        read_verified(open()?, key.as_ref(), &verified, |facts| {
+        // A mailbox bundle's facts are a session's batch: the rows they
+        // move that hold only the sender's facts become its echo ranges.
+        let epoch = verified.postmark().map(|p| p.epoch);
+        read_verified_with(open()?, keys, &verified, |facts| {
             let n = facts.len() as u64;
-            let r = self.apply_from(&sender, facts)?;
+            let (r, _) = self.apply_from_seqs(&sender, facts, epoch.as_ref())?;
             total.add(r);
             pb.inc(n);
             Ok::<(), NodeError>(())
@@ -337,11 +448,15 @@ impl Node {
             ReadError::Apply(n) => n,
         })?;
         drop(pb);
+        if let Some(postmark) = verified.postmark() {
+            self.apply_postmark(&sender, &postmark)?;
+        }
         let retried = self.retry_deferred()?;
-        Ok(ImportReport {
+        let report = ImportReport {
             file: file.display().to_string(),
             sender: sender.to_string(),
             recipient: recipient.to_string(),
+            sealed: verified.sealed(),
             facts: summary.facts,
             applied: total.applied + retried.applied,
             stale: total.stale,
@@ -349,6 +464,7 @@ impl Node {
             quarantined: self.quarantined()?.len() as u64,
             verify_ms,
             apply_ms: t0.elapsed().as_millis() as u64,
-        })
+        };
+        Ok((report, verified))
     }
 }

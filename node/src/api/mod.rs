@@ -9,7 +9,7 @@
 //! ([`provenance`]), profiles
 //! ([`profile`]), peers and replication ([`peers`]), range-based repair ([`repair`]),
 //! versioned sessions ([`compat`]), pairing
-//! ([`pairing`]), bundles ([`bundles`]), maintenance ([`maintenance`]), agent tokens ([`tokens`]) and
+//! ([`pairing`]), bundles ([`bundles`]), mailboxes ([`mailbox`]), maintenance ([`maintenance`]), agent tokens ([`tokens`]) and
 //! moving memories in and out ([`import`]: importers, per-agent export and
 //! erasure).
 //! The CLI, the MCP server and the mesh all call these; none re-implements
@@ -26,6 +26,7 @@ pub(crate) mod dashboard;
 pub(crate) mod edits;
 pub mod import;
 pub(crate) mod links;
+pub(crate) mod mailbox;
 pub(crate) mod maintenance;
 pub(crate) mod memories;
 pub(crate) mod node;
@@ -43,7 +44,7 @@ pub(crate) mod time;
 pub(crate) mod tokens;
 
 pub use crate::clock::{parse_expiry, parse_time};
-pub use bundles::{ExportReport, ImportReport};
+pub use bundles::{ExportReport, ImportReport, Sealing};
 pub use changes::{Change, ChangeKind, Changes};
 pub use context::{
     CONTEXT_DEFAULT_TTL_MS, CONTEXT_MAX_BYTES, CONTEXT_MAX_TTL_MS, CONTEXT_NAME_MAX, CONTEXT_TYPE,
@@ -52,6 +53,7 @@ pub use context::{
 pub use dashboard::{DASHBOARD_DAYS, Dashboard, DayActivity, NodeHealth, PeerHealth, Recalled};
 pub use edits::{DEFAULT_COMPACT_BYTES, HistoryLine};
 pub use links::LinkView;
+pub use mailbox::{MAILBOX_MAX_ROWS, MailboxOutcome, mailbox_line, mailbox_pass};
 pub use maintenance::{
     BackupReport, CheckReport, DanglingLink, EncoderCatchUpReport, HygieneAction, HygieneReport,
     RebuildReport, RetentionPolicy, Status,

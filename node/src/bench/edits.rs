@@ -67,6 +67,7 @@ fn facts_since(from: &Node, since: i64) -> Result<(Vec<amos_protocol::Verified<S
                 retractions: true,
                 skip_author: None,
                 echo: None,
+                until: None,
             },
             4096,
             |batch| {

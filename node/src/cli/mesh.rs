@@ -54,6 +54,11 @@ pub(super) enum PeersCmd {
         /// full, or a comma-separated list of global, team:ID, project:ID
         #[arg(long)]
         policy: String,
+        /// A directory to exchange sealed bundles with it through (a shared
+        /// folder, a USB stick, a synced directory): `amos sync now` and
+        /// `amos serve` post and import there
+        #[arg(long, value_name = "DIR")]
+        mailbox: Option<std::path::PathBuf>,
     },
     /// Forget a peer; its connections and bundles are refused from now on
     Remove { node_id: String },
@@ -61,6 +66,16 @@ pub(super) enum PeersCmd {
     List,
     /// Change the policy we give a peer
     Policy { node_id: String, policy: String },
+    /// Set a peer's mailbox directory, or stop using one (--off)
+    Mailbox {
+        node_id: String,
+        /// The directory (must exist)
+        #[arg(required_unless_present = "off", conflicts_with = "off")]
+        dir: Option<std::path::PathBuf>,
+        /// Stop exchanging bundles through a mailbox with this peer
+        #[arg(long)]
+        off: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -164,10 +179,31 @@ fn on_node(node: &mut Node, out: &Out, cmd: ReplicationCmd) -> Result<()> {
                 node_id,
                 addr,
                 policy,
+                mailbox,
             } => {
+                if let Some(dir) = &mailbox
+                    && !dir.is_dir()
+                {
+                    return Err(bad(format!("mailbox {}: not a directory", dir.display())));
+                }
                 node.peer_add(&node_id, addr.as_deref(), &policy)?;
-                out.emit(&json!({"peer": node_id, "policy": policy}), || {
-                    format!("peer {node_id} ({policy})")
+                if let Some(dir) = &mailbox {
+                    node.peer_set_mailbox(&node_id, Some(dir))?;
+                }
+                out.emit(
+                    &json!({"peer": node_id, "policy": policy, "mailbox": mailbox}),
+                    || match &mailbox {
+                        Some(d) => format!("peer {node_id} ({policy}), mailbox {}", d.display()),
+                        None => format!("peer {node_id} ({policy})"),
+                    },
+                );
+            }
+            PeersCmd::Mailbox { node_id, dir, off } => {
+                let dir = if off { None } else { dir };
+                node.peer_set_mailbox(&node_id, dir.as_deref())?;
+                out.emit(&json!({"peer": node_id, "mailbox": dir}), || match &dir {
+                    Some(d) => format!("peer {node_id}: mailbox {}", d.display()),
+                    None => format!("peer {node_id}: no mailbox"),
                 });
             }
             PeersCmd::Remove { node_id } => {
@@ -182,13 +218,17 @@ fn on_node(node: &mut Node, out: &Out, cmd: ReplicationCmd) -> Result<()> {
                     peers
                         .iter()
                         .map(|p| {
-                            format!(
+                            let mut line = format!(
                                 "{}  {:<22} {:<24} {}",
                                 p.node_id,
                                 p.addr.as_deref().unwrap_or("-"),
                                 p.policy,
                                 p.last_result.as_deref().unwrap_or("never synced")
-                            )
+                            );
+                            if let Some(m) = &p.mailbox {
+                                line.push_str(&format!("  mailbox {m}"));
+                            }
+                            line
                         })
                         .collect::<Vec<_>>()
                         .join("\n")
@@ -300,20 +340,42 @@ fn sync_cmd(home: &Home, out: &Out, cmd: SyncCmd) -> Result<()> {
         // Kept in the peer's row until a repair with it completes.
         node.ask_repair_of(only)?;
     }
+    // A peer named that has a mailbox and no address syncs through its
+    // mailbox only (docs/design.md §8.2).
+    let mailbox_only = match only {
+        Some(want) => {
+            let peers = node.peer_list()?;
+            let named = amos_node::store::peers_named(&peers, want);
+            matches!(named.as_slice(), [p] if p.addr.is_none() && p.mailbox.is_some())
+        }
+        None => false,
+    };
     drop(node);
-    let progress = amos_node::SyncProgress::new(out.feedback());
-    let outcomes = amos_node::net::sync_pass_blocking(home, only, progress.observer())?;
-    drop(progress);
-    out.emit(&json!({"peers": outcomes}), || {
-        if outcomes.is_empty() {
-            return "no peers with an address to sync with".into();
+    let outcomes = if mailbox_only {
+        Vec::new()
+    } else {
+        let progress = amos_node::SyncProgress::new(out.feedback());
+        let outcomes = amos_node::net::sync_pass_blocking(home, only, progress.observer())?;
+        drop(progress);
+        outcomes
+    };
+    // Then the mailboxes: what came in live goes out in the posted bundles.
+    let mailboxes = amos_node::api::mailbox_pass(home, only)?;
+    out.emit(&json!({"peers": outcomes, "mailboxes": mailboxes}), || {
+        if outcomes.is_empty() && mailboxes.is_empty() {
+            return "no peers with an address or a mailbox to sync with".into();
         }
         outcomes
             .iter()
             .map(amos_node::front::outcome_line)
+            .chain(mailboxes.iter().map(amos_node::api::mailbox_line))
             .collect::<Vec<_>>()
             .join("\n")
     });
+    let failed_mailboxes = mailboxes
+        .iter()
+        .filter(|m| m.error.is_some() || !m.left.is_empty())
+        .count();
     let failed = outcomes
         .iter()
         .filter(|o| match o.result {
@@ -327,6 +389,13 @@ fn sync_cmd(home: &Home, out: &Out, cmd: SyncCmd) -> Result<()> {
             "sync failed with {failed} of {} peer{}",
             outcomes.len(),
             if outcomes.len() == 1 { "" } else { "s" }
+        );
+    }
+    if failed_mailboxes > 0 {
+        anyhow::bail!(
+            "{failed_mailboxes} of {} mailbox{} did not complete (see above)",
+            mailboxes.len(),
+            if mailboxes.len() == 1 { "" } else { "es" }
         );
     }
     Ok(())

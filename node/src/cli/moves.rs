@@ -6,6 +6,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 
 use amos_node::Progress;
+use amos_node::api::Sealing;
 use amos_node::api::import::{self, ImportOptions, ImportReport};
 use amos_node::{Node, NodeError};
 use amos_protocol::{AgentId, Scope};
@@ -73,6 +74,15 @@ pub(super) enum BundleCmd {
         /// Export what this peer's policy admits
         #[arg(long = "for", value_name = "PEER")]
         for_peer: Option<String>,
+        /// Seal the bundle to the peer (--for): only its identity opens it,
+        /// no mesh key needed [default: sealed when --for is given and no
+        /// mesh key is set]
+        #[arg(long, conflicts_with = "no_seal")]
+        seal: bool,
+        /// Do not seal, even without a mesh key (a reader of the release
+        /// before sealing can read it)
+        #[arg(long)]
+        no_seal: bool,
     },
     /// Verify FILE completely, then apply it through the import gate
     Import { file: PathBuf },
@@ -189,15 +199,30 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: MovesCmd) -> Result<()> {
             file,
             scopes,
             for_peer,
+            seal,
+            no_seal,
         }) => {
-            let r = node.bundle_export(&file, &scopes, for_peer.as_deref(), out.feedback())?;
+            let sealing = match (seal, no_seal) {
+                (true, _) => Sealing::Seal,
+                (_, true) => Sealing::NoSeal,
+                _ => Sealing::Auto,
+            };
+            let r = node.bundle_export_sealing(
+                &file,
+                &scopes,
+                for_peer.as_deref(),
+                sealing,
+                out.feedback(),
+            )?;
             out.emit(&r, || {
                 format!(
                     "wrote {} facts in {} frames ({} bytes, {}) to {}, for {}",
                     r.facts,
                     r.frames,
                     r.bytes,
-                    if r.encrypted {
+                    if r.sealed {
+                        "sealed to its recipient"
+                    } else if r.encrypted {
                         "encrypted"
                     } else {
                         "NOT encrypted: no mesh key"

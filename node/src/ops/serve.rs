@@ -378,6 +378,23 @@ pub(crate) async fn serve_async(
                             }
                             Err(e) => warn!("periodic sync: {e}"),
                         }
+                        // Then the mailboxes (docs/design.md §8.2).
+                        let h = home.clone();
+                        match tokio::task::spawn_blocking(move || {
+                            crate::api::mailbox_pass(&h, None)
+                        })
+                        .await
+                        {
+                            Ok(Ok(outcomes)) => {
+                                for o in outcomes.iter().filter(|o| {
+                                    o.imported + o.posted > 0 || o.error.is_some() || !o.left.is_empty()
+                                }) {
+                                    info!("{}", crate::api::mailbox_line(o));
+                                }
+                            }
+                            Ok(Err(e)) => warn!("mailbox pass: {e}"),
+                            Err(e) => warn!("mailbox pass: {e}"),
+                        }
                         running.store(false, Ordering::SeqCst);
                     });
                 }

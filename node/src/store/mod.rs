@@ -72,7 +72,7 @@ pub use memory::MemoryRecord;
 pub use org::{AgentInfo, ProjectInfo, StoredOrg, TeamInfo};
 pub use peers::{DigestCheck, LastSession, RepairState};
 pub use reads::ReadRow;
-pub use replica::{AuditEntry, DeferredInfo, PeerInfo};
+pub use replica::{AuditEntry, DeferredInfo, PeerInfo, peers_named};
 pub use text_log::{HistoryEntry, TextState};
 
 /// An open store.

@@ -481,3 +481,43 @@ pub fn set_held_back(tx: &super::Tx<'_>, id: &NodeId, count: u64, features: u64)
     )?;
     Ok(())
 }
+
+/// Set (or, with `None`, clear) the mailbox directory of `id`. Returns
+/// whether it is registered.
+pub fn set_mailbox(tx: &super::Tx<'_>, id: &NodeId, dir: Option<&str>) -> Result<bool> {
+    Ok(super::sql(tx).execute(
+        "UPDATE peers SET mailbox = ?2 WHERE node_id = ?1",
+        params![&id.0[..], dir],
+    )? > 0)
+}
+
+/// The watermark of our log that `id`'s last imported mailbox bundle
+/// acknowledged: our epoch as it named it (hex) and the `seq` (`None`:
+/// none yet, or an unknown peer).
+pub fn mailbox_ack(
+    conn: &(impl super::Readable + ?Sized),
+    id: &NodeId,
+) -> Result<Option<(String, i64)>> {
+    let row = super::sql(conn)
+        .query_row(
+            "SELECT mailbox_ack_epoch, mailbox_ack_seq FROM peers WHERE node_id = ?1",
+            [&id.0[..]],
+            |r| Ok((r.get::<_, Option<String>>(0)?, r.get::<_, i64>(1)?)),
+        )
+        .optional()?;
+    Ok(row.and_then(|(e, seq)| e.map(|e| (e, seq))))
+}
+
+/// Record the watermark of our log that `id`'s mailbox bundle acknowledged.
+pub fn record_mailbox_ack(
+    tx: &super::Tx<'_>,
+    id: &NodeId,
+    epoch_hex: &str,
+    seq: i64,
+) -> Result<()> {
+    super::sql(tx).execute(
+        "UPDATE peers SET mailbox_ack_epoch = ?2, mailbox_ack_seq = ?3 WHERE node_id = ?1",
+        params![&id.0[..], epoch_hex, seq],
+    )?;
+    Ok(())
+}

@@ -28,6 +28,7 @@ fn spec(policy: &PeerPolicy) -> ExportSpec<'_> {
         retractions: true,
         skip_author: None,
         echo: None,
+        until: None,
     }
 }
 

@@ -630,6 +630,39 @@ pub struct ExportSpec<'a> {
     /// hold only what it has; [`amos_sync::EchoRanges`]), on the same terms as
     /// `skip_author`.
     pub echo: Option<&'a EchoRanges>,
+    /// Read no row past this `seq` (a mailbox bundle's cap, docs/design.md
+    /// §8.2): the export covers `since..=until` as if the store stood
+    /// there, and a row changed later goes with the next export. `None`:
+    /// up to the store's latest `seq`.
+    pub until: Option<i64>,
+}
+
+/// The `seq` that closes a window of at most `rows` rows changed after
+/// `since` (of every table an export reads rows of by `seq`), or `None`
+/// if fewer than that many changed: a mailbox bundle's cap
+/// ([`ExportSpec::until`]).
+pub fn window_end(
+    conn: &(impl super::Readable + ?Sized),
+    since: i64,
+    rows: usize,
+) -> Result<Option<i64>> {
+    let conn = super::sql(conn);
+    let offset = i64::try_from(rows.max(1) - 1).unwrap_or(i64::MAX);
+    Ok(conn
+        .prepare_cached(
+            "SELECT seq FROM (
+                SELECT seq FROM memories WHERE seq > ?1
+                UNION ALL SELECT seq FROM memory_text WHERE seq > ?1
+                UNION ALL SELECT seq FROM links WHERE seq > ?1
+                UNION ALL SELECT seq FROM teams WHERE seq > ?1
+                UNION ALL SELECT seq FROM projects WHERE seq > ?1
+                UNION ALL SELECT seq FROM memberships WHERE seq > ?1
+                UNION ALL SELECT seq FROM agents WHERE seq > ?1
+                UNION ALL SELECT seq FROM profiles WHERE seq > ?1
+             ) ORDER BY seq LIMIT 1 OFFSET ?2",
+        )?
+        .query_row(params![since, offset], |r| r.get(0))
+        .optional()?)
 }
 
 /// Read, in `seq` order, the wire bytes of every fact that `spec` lets out,
@@ -644,6 +677,7 @@ pub fn export_facts(
 ) -> Result<i64> {
     let conn = super::sql(conn);
     let high = crate::store::max_seq(conn)?;
+    let high = spec.until.map_or(high, |u| u.min(high));
     let gaps = match spec.echo {
         Some(echo) => echo.gaps(spec.since, high),
         None if spec.since < high => vec![(spec.since, high)],
@@ -899,6 +933,7 @@ fn compute_digest(conn: &Connection, policy: &PeerPolicy) -> Result<([u8; 32], u
             retractions: false,
             skip_author: None,
             echo: None,
+            until: None,
         },
         4096,
         |facts| {
@@ -979,6 +1014,7 @@ pub fn compute_set_digest(
             retractions: false,
             skip_author: None,
             echo: None,
+            until: None,
         },
         4096,
         |facts| {
@@ -1024,6 +1060,9 @@ pub struct PeerInfo {
     /// Facts held back for it: they need a feature it lacks, and go once it
     /// has it.
     pub held_back: u64,
+    /// The directory sealed bundles are exchanged with it through
+    /// (docs/design.md §8.2; `None`: no mailbox).
+    pub mailbox: Option<String>,
 }
 
 /// The peers `want` names (`amos sync now PEER`): exactly by NodeId or name,
@@ -1048,7 +1087,7 @@ pub fn list_peers(conn: &(impl super::Readable + ?Sized)) -> Result<Vec<PeerInfo
         "SELECT node_id, name, addr, policy, last_sync_ms, last_result, digest_agree, digest_ms,
             digest_scopes, digest_peer_facts, digest_my_facts, session_at_ms, session_ms,
             session_facts_in, session_facts_out, session_bytes_in, session_bytes_out,
-            protocol, held_back
+            protocol, held_back, mailbox
          FROM peers ORDER BY added_ms",
     )?;
     let rows = stmt.query_map([], |r| {
@@ -1068,6 +1107,7 @@ pub fn list_peers(conn: &(impl super::Readable + ?Sized)) -> Result<Vec<PeerInfo
                 .get::<_, Option<i64>>(17)?
                 .and_then(|v| u16::try_from(v).ok()),
             held_back: u64::try_from(r.get::<_, i64>(18)?).unwrap_or(0),
+            mailbox: r.get(19)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)

@@ -175,7 +175,24 @@ fn org(h: &Home) {
 
 // ------------------------------------------------------------- 1. full peers
 
-fn full_peers_exchange_both_ways(with_key: bool) {
+/// How the full peers' bundles are protected.
+#[derive(Clone, Copy, PartialEq)]
+enum Protect {
+    /// Encrypted under the shared mesh key.
+    MeshKey,
+    /// Neither (`--no-seal`, no mesh key).
+    Plain,
+    /// Sealed to the recipient: what `--for` does with no mesh key.
+    Sealed,
+}
+
+fn full_peers_exchange_both_ways(protect: Protect) {
+    let with_key = protect == Protect::MeshKey;
+    let flags: &[&str] = if protect == Protect::Plain {
+        &["--no-seal"]
+    } else {
+        &[]
+    };
     let a = Home::new();
     let b = Home::new();
     let tmp = tempfile::tempdir().unwrap();
@@ -192,16 +209,19 @@ fn full_peers_exchange_both_ways(with_key: bool) {
     a.add("alice", "orbitfullprivate diary of alice", &[]);
 
     let ab = tmp.path().join("a-to-b.amosb");
-    let rep = export(&a, &ab, &["--for", &node_id(&b)]);
-    assert_eq!(rep["encrypted"], json!(with_key), "{rep}");
+    let ib = node_id(&b);
+    let rep = export(&a, &ab, &[&["--for", ib.as_str()][..], flags].concat());
+    assert_eq!(rep["encrypted"], json!(protect != Protect::Plain), "{rep}");
+    assert_eq!(rep["sealed"], json!(protect == Protect::Sealed), "{rep}");
     assert_eq!(rep["policy"], json!("full"), "{rep}");
     // Encrypted frames hide the text. (A plaintext bundle's frames are
     // compressed: the text is there, but not necessarily byte for byte.)
     let bytes = std::fs::read(&ab).unwrap();
-    if with_key {
+    if protect != Protect::Plain {
         assert!(!contains(&bytes, b"orbitfullalpha"));
     }
     let r = import(&b, &ab);
+    assert_eq!(r["sealed"], json!(protect == Protect::Sealed), "{r}");
     assert!(u64_of(&r, "applied") > 0, "{r}");
     assert_eq!(u64_of(&r, "refused"), 0, "{r}");
     assert_eq!(r["sender"], json!(node_id(&a)));
@@ -213,8 +233,9 @@ fn full_peers_exchange_both_ways(with_key: bool) {
         &["team:apollo"],
     );
     let ba = tmp.path().join("b-to-a.amosb");
-    let rep = export(&b, &ba, &["--for", &node_id(&a)]);
-    assert_eq!(rep["encrypted"], json!(with_key), "{rep}");
+    let ia = node_id(&a);
+    let rep = export(&b, &ba, &[&["--for", ia.as_str()][..], flags].concat());
+    assert_eq!(rep["encrypted"], json!(protect != Protect::Plain), "{rep}");
     let r = import(&a, &ba);
     assert!(u64_of(&r, "applied") > 0, "{r}");
     assert_eq!(u64_of(&r, "refused"), 0, "{r}");
@@ -240,12 +261,17 @@ fn full_peers_exchange_both_ways(with_key: bool) {
 
 #[test]
 fn full_peers_converge_both_ways_with_mesh_key() {
-    full_peers_exchange_both_ways(true);
+    full_peers_exchange_both_ways(Protect::MeshKey);
 }
 
 #[test]
 fn full_peers_converge_both_ways_with_plaintext_bundles() {
-    full_peers_exchange_both_ways(false);
+    full_peers_exchange_both_ways(Protect::Plain);
+}
+
+#[test]
+fn full_peers_converge_both_ways_with_bundles_sealed_by_default() {
+    full_peers_exchange_both_ways(Protect::Sealed);
 }
 
 // ----------------------------------------------------------- 2. scoped peers
@@ -1382,4 +1408,139 @@ fn a_bundle_cannot_bring_a_team_record_or_member_its_origin_did_not_write() {
         search_texts(&ours, "bob", "dock code"),
         vec!["apollo dock code is 7311"]
     );
+
+// ------------------------------------------------- sealed bundles (§8.1)
+
+/// A bundle sealed to one node's identity (`--for B --seal`) opens only on
+/// B: a third node holding the same mesh key, even registered as a full
+/// peer of the sender, is refused in one line (exit 3) and changes
+/// nothing; so is a node that does not know the sender. Any byte of any
+/// region changed is refused and changes nothing on B; the intact file
+/// then imports. `--seal` without `--for` is bad input.
+#[test]
+fn a_sealed_bundle_opens_only_on_its_recipient_whatever_key_a_third_node_holds() {
+    let (a, b, c) = (Home::new(), Home::new(), Home::new());
+    let tmp = tempfile::tempdir().unwrap();
+    share_mesh_key(&a, &b);
+    let key = a.json(&["mesh", "key", "show"])["mesh_key"]
+        .as_str()
+        .expect("mesh_key")
+        .to_owned();
+    c.ok(&["mesh", "key", "set", &key]);
+    pair(&a, &b, "full");
+    pair(&a, &c, "full");
+    pair(&b, &c, "full");
+    org(&a);
+    a.add("alice", "sealedonly for bob's node", &["global"]);
+    let (bid, cid) = (node_id(&b), node_id(&c));
+
+    let for_b = tmp.path().join("for-b.amosb");
+    let rep = export(&a, &for_b, &["--for", &bid, "--seal"]);
+    assert_eq!(
+        (&rep["sealed"], &rep["encrypted"]),
+        (&json!(true), &json!(true)),
+        "{rep}"
+    );
+    let good = std::fs::read(&for_b).unwrap();
+    assert_eq!(
+        u16::from_le_bytes([good[8], good[9]]),
+        amos_protocol::BUNDLE_SEALED_VERSION
+    );
+    assert!(!contains(&good, b"sealedonly"));
+
+    // C holds the mesh key and has A as a full peer: still refused.
+    let line = refused_import(&c, &for_b, 3, &["is sealed to node"], "sealed for B at C");
+    assert!(line.contains(&bid), "names the recipient: {line}");
+    assert!(line.contains(&cid), "names this node: {line}");
+    assert_eq!(db_hits(&c, "sealedonly"), Vec::<String>::new());
+    // The mesh key alone opens nothing either (the library, no identity).
+    let key: MeshKey = key.parse().unwrap();
+    let err = verify_bundle(BufReader::new(File::open(&for_b).unwrap()), Some(&key))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("is sealed to node"), "{err}");
+    // A node that knows nobody: the same answer.
+    let d = Home::new();
+    refused_import(&d, &for_b, 3, &["is sealed to node"], "sealed for B at D");
+
+    // Every region of it, changed, is refused on B and changes nothing.
+    let h = u32::from_le_bytes(good[10..14].try_into().unwrap()) as usize;
+    let frame = 14 + h + 4 + 3;
+    let len = good.len();
+    for (at, region) in [
+        (9, "version"),
+        (14 + 40, "header: recipient"),
+        (14 + h - 20, "header: ephemeral key"),
+        (14 + h - 1, "header: postmark"),
+        (frame, "frame"),
+        (len - 70, "trailer: counts"),
+        (len - 5, "trailer: signature"),
+    ] {
+        let bad = tmp.path().join(format!("bad-{at}.amosb"));
+        let mut bytes = good.clone();
+        bytes[at] ^= 0x10;
+        std::fs::write(&bad, &bytes).unwrap();
+        refused_import(
+            &b,
+            &bad,
+            if at == 14 + 40 { 3 } else { 1 },
+            ANY_REASON_SEALED,
+            region,
+        );
+    }
+    let cut = tmp.path().join("cut.amosb");
+    std::fs::write(&cut, &good[..len / 2]).unwrap();
+    refused_import(&b, &cut, 1, &["truncated"], "truncated");
+
+    // B opens the intact one.
+    let r = import(&b, &for_b);
+    assert_eq!(r["sealed"], json!(true), "{r}");
+    assert!(u64_of(&r, "applied") > 0, "{r}");
+    assert_eq!(
+        search_texts(&b, "alice", "sealedonly"),
+        vec!["sealedonly for bob's node"]
+    );
+
+    // --seal needs one recipient.
+    let r = a.run(&["bundle", "export", p(&tmp.path().join("x.amosb")), "--seal"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("--seal needs --for"), "{r:?}");
+}
+
+/// What a refused sealed bundle's one line may say: a changed recipient
+/// byte makes it sealed to another node; anything else is damage.
+const ANY_REASON_SEALED: &[&str] = &[
+    "is sealed to node",
+    "not supported",
+    "corrupt or was tampered with",
+    "does not decode",
+    "truncated",
+    "too large",
+    "after its end",
+];
+
+/// A scoped peer is given no mesh key: a bundle `--for` it is sealed by
+/// default (without `--no-seal`), opens there, and carries only what its
+/// policy admits.
+#[test]
+fn a_scoped_peer_without_the_mesh_key_reads_a_bundle_sealed_to_it() {
+    let (a, b) = (Home::new(), Home::new());
+    let tmp = tempfile::tempdir().unwrap();
+    pair(&a, &b, "team:apollo");
+    org(&a);
+    for agent in ["alice", "bob"] {
+        b.ok(&["agent", "add", agent]);
+    }
+    a.add("alice", "sealscope apollo plan", &["team:apollo"]);
+    a.add("alice", "sealprivate diary", &[]);
+    let f = tmp.path().join("for-b.amosb");
+    let rep = export(&a, &f, &["--for", &node_id(&b)]);
+    assert_eq!(rep["sealed"], json!(true), "{rep}");
+    let r = import(&b, &f);
+    assert!(u64_of(&r, "applied") > 0, "{r}");
+    assert_eq!(
+        search_texts(&b, "bob", "sealscope"),
+        vec!["sealscope apollo plan"]
+    );
+    assert_eq!(db_hits(&b, "sealprivate"), Vec::<String>::new());
 }

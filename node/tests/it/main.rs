@@ -30,6 +30,7 @@ mod gate_and_recall;
 mod http;
 mod http_mcp;
 mod import;
+mod mailbox;
 mod mcp;
 mod mcp_describe;
 mod mesh;
