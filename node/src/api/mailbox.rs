@@ -497,3 +497,59 @@ pub fn mailbox_line(o: &MailboxOutcome) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A postmark moves our watermark of its sender only when the chain
+    /// holds (we held its log up to `since` in the same epoch, or `since`
+    /// is 0), never backwards; its acknowledgement is kept, the highest of
+    /// one epoch.
+    #[test]
+    fn a_postmark_moves_the_watermark_only_along_the_chain() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = Home::new(tmp.path().join("home"));
+        Node::init(&home, None).unwrap();
+        let mut node = Node::open(&home).unwrap();
+        let peer = NodeId([5; 32]);
+        node.peer_add(&peer.to_string(), None, "full").unwrap();
+        let pm = |epoch: u8, since: i64, upto: i64, have: Option<i64>| Postmark {
+            epoch: [epoch; 16],
+            since,
+            upto,
+            have: have.map(|seq| Watermark {
+                epoch: [9; 16],
+                seq,
+            }),
+        };
+        let wm = |node: &Node| {
+            node.watermark_of(&peer)
+                .unwrap()
+                .map(|w| (w.epoch[0], w.seq))
+        };
+        // Nothing held yet: a bundle from the middle of its log moves nothing.
+        node.apply_postmark(&peer, &pm(1, 10, 20, None)).unwrap();
+        assert_eq!(wm(&node), None);
+        // From the start: it does.
+        node.apply_postmark(&peer, &pm(1, 0, 10, Some(4))).unwrap();
+        assert_eq!(wm(&node), Some((1, 10)));
+        // The next one, and the one after it (reordered, put back): only forward.
+        node.apply_postmark(&peer, &pm(1, 10, 20, Some(7))).unwrap();
+        assert_eq!(wm(&node), Some((1, 20)));
+        node.apply_postmark(&peer, &pm(1, 0, 10, Some(4))).unwrap();
+        assert_eq!(wm(&node), Some((1, 20)));
+        // A gap: applied elsewhere, the watermark stays.
+        node.apply_postmark(&peer, &pm(1, 25, 30, None)).unwrap();
+        assert_eq!(wm(&node), Some((1, 20)));
+        // Its log restarted (a restore: a new epoch) from 0: taken.
+        node.apply_postmark(&peer, &pm(2, 0, 3, None)).unwrap();
+        assert_eq!(wm(&node), Some((2, 3)));
+        // …but not a new epoch from its middle.
+        node.apply_postmark(&peer, &pm(3, 5, 8, None)).unwrap();
+        assert_eq!(wm(&node), Some((2, 3)));
+        // The acknowledgement: the highest seen in one epoch.
+        let ack = node.store.read(|r| peers::mailbox_ack(r, &peer)).unwrap();
+        assert_eq!(ack, Some((data_encoding::HEXLOWER.encode(&[9; 16]), 7)));
+    }
+}
