@@ -9,8 +9,8 @@ use std::path::Path;
 use amos_protocol::wire::{SyncMessage, SyncV1, Watermark};
 use amos_protocol::{
     AgentId, BundleWriter, Fact, FactBody, Hlc, MemoryContent, MemoryFixed, MemoryId, MemoryText,
-    MemoryType, MeshKey, NodeId, NodeIdentity, OrgScope, PairingProof, Recipient, Scope, TeamFact,
-    TeamId,
+    MemoryType, MeshKey, NodeId, NodeIdentity, OrgScope, PairingProof, Postmark, Recipient, Scope,
+    SealTo, TeamFact, TeamId,
 };
 
 fn fact(id: &NodeIdentity, i: u64) -> Vec<u8> {
@@ -226,7 +226,10 @@ fn main() -> std::io::Result<()> {
         bundle(&id, to_other, None, &frames),
     )?;
     // Today's format with a pairing proof (version 6), plain and encrypted.
-    for (name, key) in [("seed-pairing", None), ("seed-pairing-encrypted", Some(&key))] {
+    for (name, key) in [
+        ("seed-pairing", None),
+        ("seed-pairing-encrypted", Some(&key)),
+    ] {
         let mut w = BundleWriter::with_pairing(
             Vec::new(),
             &id,
@@ -250,6 +253,63 @@ fn main() -> std::io::Result<()> {
         }
         fs::write(b.join(name), w.finish().expect("finish").0)?;
     }
+    // Sealed to `other` (format 7): plain, with a pairing proof, with a
+    // mailbox postmark; the sealed_bundle target opens them as `other`
+    // (RECIPIENT there), bundle_reader gets them too (it cannot open them).
+    let s = root.join("sealed_bundle");
+    fs::create_dir_all(&s)?;
+    let postmark = Postmark {
+        epoch: [4; 16],
+        since: 3,
+        upto: 17,
+        have: Some(Watermark {
+            epoch: [5; 16],
+            seq: 9,
+        }),
+    };
+    for (name, pairing, postmark, frames) in [
+        ("seed-sealed", None, None, &frames[..]),
+        ("seed-sealed-empty", None, None, &frames[..0]),
+        (
+            "seed-sealed-pairing",
+            Some(PairingProof {
+                invite: [3; 16],
+                proof: [4; 32],
+            }),
+            None,
+            &frames[..],
+        ),
+        ("seed-sealed-postmark", None, Some(postmark), &frames[1..]),
+    ] {
+        let mut w = BundleWriter::sealed(
+            Vec::new(),
+            &id,
+            SealTo {
+                recipient: other.node_id(),
+                ephemeral: [9; 32],
+            },
+            Hlc {
+                wall_ms: 1,
+                logical: 0,
+                node: id.node_id(),
+            },
+            vec!["global".into()],
+            [8; 16],
+            pairing,
+            postmark,
+        )
+        .expect("header");
+        for f in frames {
+            w.write_frame(f).expect("frame");
+        }
+        let bytes = w.finish().expect("finish").0;
+        fs::write(s.join(name), &bytes)?;
+        fs::write(b.join(name), &bytes)?;
+    }
+    // The other formats, as the sealed target sees them (refused or read).
+    for name in ["seed-plain", "seed-encrypted", "seed-pairing"] {
+        fs::copy(b.join(name), s.join(name))?;
+    }
     // The uncompressed formats amos wrote before (3, and 4 with a pairing
     // proof), still read: the protocol's committed fixtures.
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../protocol/tests/fixtures");
@@ -258,7 +318,10 @@ fn main() -> std::io::Result<()> {
         "bundle-v3-encrypted.bndl",
         "bundle-v4-pairing.bndl",
     ] {
-        fs::write(b.join(format!("seed-{name}")), fs::read(fixtures.join(name))?)?;
+        fs::write(
+            b.join(format!("seed-{name}")),
+            fs::read(fixtures.join(name))?,
+        )?;
     }
     // fact_batch: a mode byte, then u16 LE length-prefixed facts (see
     // fuzz_targets/fact_batch.rs); mode 1 repeats the batch past the
@@ -325,7 +388,9 @@ fn main() -> std::io::Result<()> {
     fs::create_dir_all(&v)?;
     let mut table = amos_node::index::vectors::VectorTable::new(20);
     for i in 0..12u8 {
-        let x: Vec<f32> = (0..20).map(|j| ((i as usize * 5 + j * 3) % 11) as f32 - 5.0).collect();
+        let x: Vec<f32> = (0..20)
+            .map(|j| ((i as usize * 5 + j * 3) % 11) as f32 - 5.0)
+            .collect();
         if let Some(q) = amos_node::index::vectors::quantize(&x) {
             let terms = [if i % 2 == 0 { "team:x" } else { "owner:bob" }.to_string()];
             table.upsert(amos_protocol::MemoryId([i; 16]), q, &terms);
