@@ -140,7 +140,21 @@ ok "old node: digests agree with the new node after an idle session"
 N3=$(NEW --json add --as alice "meteor bundle from the new node" --share global \
   --valid-to 2027-01-01 | jget "d['id']")
 O3=$(OLD --json add --as alice "aurora bundle from the old node" --share global | jget "d['id']")
-NEW bundle export "$T/new-to-old.amosb" --for "$OLD_ID" >/dev/null
+# No mesh key here: --for would seal the new node's bundle (format 7,
+# docs/design.md §8.1), which the old node does not read; --no-seal writes
+# what it reads. The sealed one is refused there in one line, nothing changed.
+NEW bundle export "$T/sealed.amosb" --for "$OLD_ID" --seal >/dev/null
+DO0=$(OLD --json digest | jget "d['digest'], d['facts']")
+if OLD bundle import "$T/sealed.amosb" >/dev/null 2>"$T/sealed.err"; then
+  fail "the old node imported a sealed bundle"
+fi
+grep -q "bundle format version 7 is not supported" "$T/sealed.err" \
+  || fail "the old node's refusal of a sealed bundle: $(cat "$T/sealed.err")"
+[ "$(wc -l <"$T/sealed.err")" -eq 1 ] || fail "the old node's refusal is not one line"
+[ "$(OLD --json digest | jget "d['digest'], d['facts']")" = "$DO0" ] \
+  || fail "the old node changed on refusing a sealed bundle"
+ok "old node refuses a sealed bundle in one line, unchanged"
+NEW bundle export "$T/new-to-old.amosb" --for "$OLD_ID" --no-seal >/dev/null
 OLD bundle export "$T/old-to-new.amosb" --for "$NEW_ID" >/dev/null
 OLD bundle import "$T/new-to-old.amosb" >/dev/null || fail "the old node cannot import the new node's bundle"
 NEW bundle import "$T/old-to-new.amosb" >/dev/null || fail "the new node cannot import the old node's bundle"
