@@ -320,3 +320,54 @@ fn a_truncated_bundle_waits_and_a_killed_sync_resumes() {
     assert!(n(&m, "imported") >= 1, "{m}");
     assert_eq!(n(&m, "facts_out"), 0, "{m}");
 }
+
+/// Poll `done` every 50 ms until it holds or `limit` passes.
+fn wait_until(limit: std::time::Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    false
+}
+
+/// `amos serve` runs the mailboxes on its sync timer: A serving alone
+/// posts for B; A stops; B serving alone takes it and answers; each side's
+/// log says so.
+#[test]
+fn serve_posts_and_takes_mailbox_bundles_on_its_sync_timer() {
+    use crate::common::server::Server;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("box");
+    std::fs::create_dir(&dir).unwrap();
+    let (a, b) = scoped_pair(&dir);
+    a.add("alice", "mbxserve plan for the team", &["team:apollo"]);
+    let every = ["--no-mdns", "--sync-every", "1s"];
+    let limit = std::time::Duration::from_secs(60);
+
+    let mut sa = Server::start_with(a.path(), None, "127.0.0.1:0", &every);
+    assert!(
+        wait_until(limit, || !bundles_in(&dir).is_empty()),
+        "A's serve posted nothing: {}",
+        sa.log()
+    );
+    sa.stop();
+    let posted = bundles_in(&dir);
+    assert_eq!(posted.len(), 1, "{posted:?}");
+    assert!(sa.log().contains("mailbox"), "{}", sa.log());
+
+    let mut sb = Server::start_with(b.path(), None, "127.0.0.1:0", &every);
+    assert!(
+        wait_until(limit, || !posted[0].exists()
+            && !bundles_in(&dir).is_empty()),
+        "B's serve did not take A's bundle and answer: {}",
+        sb.log()
+    );
+    sb.stop();
+    assert_eq!(
+        search_texts(&b, "bob", "mbxserve"),
+        vec!["mbxserve plan for the team"]
+    );
+}
