@@ -1408,6 +1408,7 @@ fn a_bundle_cannot_bring_a_team_record_or_member_its_origin_did_not_write() {
         search_texts(&ours, "bob", "dock code"),
         vec!["apollo dock code is 7311"]
     );
+}
 
 // ------------------------------------------------- sealed bundles (§8.1)
 
