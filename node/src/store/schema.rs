@@ -409,6 +409,13 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE peers ADD COLUMN mailbox_ack_epoch TEXT;
     ALTER TABLE peers ADD COLUMN mailbox_ack_seq INTEGER NOT NULL DEFAULT 0;
     "#,
+    // v(n): relay links (docs/design.md §7.11): whether a peer's link is a
+    // relay link (either side may forward the other's connections), and the
+    // relay a peer is reached through (`--via`), a registered peer's id.
+    r#"
+    ALTER TABLE peers ADD COLUMN relay INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE peers ADD COLUMN via BLOB;
+    "#,
     // v(n): legacy scope clashes (store::clashes, docs/design.md §6.2),
     // local-only: a legacy team or project id another node created too.
     // A store from before this table found them only as refusals: each
