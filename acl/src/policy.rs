@@ -1,6 +1,7 @@
 //! Peer policies: the local operator's statement of what a peer shares with
-//! us and we with it. `full` (a node of the same operator: everything flows)
-//! or a set of `global`, `team:ID`, `project:ID` scopes.
+//! us and we with it. `full` (a node of the same operator: everything flows),
+//! a set of `global`, `team:ID`, `project:ID` scopes, or `none` (no facts
+//! either way: a pure relay link, docs/design.md §7.11).
 //!
 //! Invariant: a policy is set by the local operator only; nothing a peer
 //! sends can change it.
@@ -18,7 +19,8 @@ pub enum PeerPolicy {
     /// `agent:` memories, agents and profiles.
     Full,
     /// Only memories shared with (and org records of) these scopes. Holds
-    /// only `Global`, `Team` and `Project` scopes, at least one.
+    /// only `Global`, `Team` and `Project` scopes; empty is `none` (nothing
+    /// flows, what a stranger is given).
     Scoped(BTreeSet<Scope>),
 }
 
@@ -28,7 +30,19 @@ impl PeerPolicy {
         matches!(self, PeerPolicy::Full)
     }
 
-    /// A scoped policy from scopes; refuses `private`, `agent:` and empty sets.
+    /// The `none` policy: no facts either way (a pure relay link). Admits
+    /// no grants, no org record, nothing: what a stranger is given.
+    pub fn none() -> Self {
+        PeerPolicy::Scoped(BTreeSet::new())
+    }
+
+    /// Whether this is the `none` policy (no facts either way).
+    pub fn is_none(&self) -> bool {
+        matches!(self, PeerPolicy::Scoped(s) if s.is_empty())
+    }
+
+    /// A scoped policy from scopes; refuses `private`, `agent:` and empty
+    /// sets (`none` is said with [`PeerPolicy::none`], never by accident).
     pub fn scoped(scopes: impl IntoIterator<Item = Scope>) -> Result<Self, ProtocolError> {
         let set: BTreeSet<Scope> = scopes.into_iter().collect();
         if set.is_empty() {
@@ -104,6 +118,9 @@ impl FromStr for PeerPolicy {
         if s == "full" {
             return Ok(PeerPolicy::Full);
         }
+        if s == "none" {
+            return Ok(PeerPolicy::none());
+        }
         let scopes = s
             .split(',')
             .map(|p| p.trim().parse::<Scope>())
@@ -117,6 +134,7 @@ impl fmt::Display for PeerPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PeerPolicy::Full => f.write_str("full"),
+            PeerPolicy::Scoped(s) if s.is_empty() => f.write_str("none"),
             PeerPolicy::Scoped(s) => {
                 let parts: Vec<String> = s.iter().map(ToString::to_string).collect();
                 f.write_str(&parts.join(","))
@@ -147,6 +165,24 @@ mod tests {
             "team:",
             "everything",
         ] {
+            assert!(bad.parse::<PeerPolicy>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn none_admits_nothing_and_round_trips() {
+        let none: PeerPolicy = "none".parse().unwrap();
+        assert!(none.is_none() && !none.is_full());
+        assert_eq!(none.to_string(), "none");
+        assert_eq!(none.to_string().parse::<PeerPolicy>().unwrap(), none);
+        assert!(!none.admits_grants(&g(&["global", "team:a"])));
+        assert!(!none.admits_grants(&Grants::private()));
+        assert!(none.effective(&g(&["global", "team:a"])).is_private());
+        assert!(!none.admits_org(&OrgScope::Team(TeamId::parse("a").unwrap())));
+        assert_eq!(none.scopes().count(), 0);
+        assert!(!"global".parse::<PeerPolicy>().unwrap().is_none());
+        assert!(!PeerPolicy::Full.is_none());
+        for bad in ["none,global", "global,none"] {
             assert!(bad.parse::<PeerPolicy>().is_err(), "{bad}");
         }
     }

@@ -91,6 +91,13 @@ fn judge<S: ReplicaStore>(
     sender: &Sender,
     fact: &Fact,
 ) -> Result<Judgement, S::Error> {
+    // A `none` link (a pure relay, docs/design.md §7.11) carries no facts
+    // either way: not even a memory stored invisibly.
+    if sender.policy.is_none() {
+        return Ok(Judgement::Refuse(Refusal::OutsidePolicy(
+            "the peer's policy is none: no facts either way".into(),
+        )));
+    }
     let full = sender.policy.is_full();
     let me = store.local_node();
     match &fact.body {
@@ -702,6 +709,48 @@ mod tests {
         let third = NodeIdentity::from_secret([3; 32]).node_id();
         assert!(!clash.may_mean_other(third, me));
         assert!(!clash.may_mean_other(me, me));
+    }
+
+    #[test]
+    fn a_none_peer_has_nothing_admitted_not_even_its_own_memory() {
+        let mut w = World::new("none");
+        let origin = w.peer.node_id();
+        let fixed = MemoryFixed {
+            owner: AgentId::parse("carol").unwrap(),
+            created_ms: NOW,
+            origin,
+        };
+        let id = MemoryId::new(NOW, [3; 10]);
+        let content = FactBody::MemoryContent(MemoryContent {
+            id,
+            fixed: fixed.clone(),
+            kind: MemoryType::default(),
+            text: MemoryText::Plain("its own".into()),
+            tags: vec![],
+            importance: 0.5,
+            confidence: 1.0,
+            pinned: false,
+            expires_ms: None,
+            supersedes: None,
+            validity: Default::default(),
+        });
+        assert_eq!(w.judge(content), Err("outside_policy".into()));
+        let acl = FactBody::MemoryAcl(MemoryAcl {
+            id,
+            fixed,
+            grants: "global"
+                .parse::<amos_protocol::Scope>()
+                .into_iter()
+                .collect(),
+        });
+        assert_eq!(w.judge(acl), Err("outside_policy".into()));
+        let team = FactBody::Team(TeamFact {
+            id: team("u"),
+            origin,
+            name: "u".into(),
+            present: true,
+        });
+        assert_eq!(w.judge(team), Err("outside_policy".into()));
     }
 
     #[test]
