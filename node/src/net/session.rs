@@ -308,16 +308,27 @@ pub(crate) async fn drive(
     };
     match result {
         Ok((facts_in, facts_out, digest_agree)) => {
-            // Our last frames out, and the peer's end of stream (it finished too).
+            // Our last frames out, and the peer's end of stream (it finished
+            // too). Without that end the peer may not have received our
+            // last frames: the session failed, however far it got (its
+            // watermarks moved only over what committed).
             match writer.await {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => debug!("after the session finished: {e}"),
-                Err(e) => debug!("writer task: {e}"),
+                Ok(Err(e)) => {
+                    return Err(MeshError::Closed(format!(
+                        "our last frames did not go out: {e}"
+                    )));
+                }
+                Err(e) => return Err(MeshError::Closed(format!("writer task: {e}"))),
             }
             match reader.await {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => debug!("after the session finished: {e}"),
-                Err(e) => debug!("reader task: {e}"),
+                Ok(Err(e)) => {
+                    return Err(MeshError::Closed(format!(
+                        "the peer never confirmed the end of the session: {e}"
+                    )));
+                }
+                Err(e) => return Err(MeshError::Closed(format!("reader task: {e}"))),
             }
             let stats = SessionStats {
                 facts_in,
