@@ -67,6 +67,59 @@ impl Node {
             .write(|tx| upsert_peer(tx, me, &id, addr, None, &policy, now))
     }
 
+    /// Register a peer (or update it) as `amos peers add` does: its address
+    /// (`None` keeps it), its policy, and its link's role as given — a relay
+    /// link or not, and the relay it is reached through (`None`: dialled
+    /// directly) — docs/design.md §7.11. `via` must be a registered peer
+    /// whose link is a relay link, and never the peer itself.
+    pub fn peer_add_link(
+        &mut self,
+        node_id: &str,
+        addr: Option<&str>,
+        policy: &str,
+        relay: bool,
+        via: Option<&str>,
+    ) -> Result<()> {
+        let id = parse_node_id(node_id)?;
+        let via = match via {
+            None => None,
+            Some(v) => {
+                let peers = self.peer_list()?;
+                let named = replica::peers_named(&peers, v);
+                let r = match named.as_slice() {
+                    [r] => parse_node_id(&r.node_id)?,
+                    [] => {
+                        return Err(NodeError::unknown_with(
+                            UnknownKind::Peer,
+                            v,
+                            format!(
+                                "unknown relay {v:?}: register it first with \
+                                 `amos peers add RELAY_ID ADDR --policy none --relay`"
+                            ),
+                        ));
+                    }
+                    _ => return Err(NodeError::BadInput(format!("ambiguous relay {v:?}"))),
+                };
+                if r == id {
+                    return Err(NodeError::BadInput(
+                        "a peer cannot be reached through itself".into(),
+                    ));
+                }
+                if !named[0].relay {
+                    return Err(NodeError::BadInput(format!(
+                        "peer {} is not a relay link: add it with `--relay` first",
+                        r.short()
+                    )));
+                }
+                Some(r)
+            }
+        };
+        self.peer_add(node_id, addr, policy)?;
+        self.store
+            .write(|tx| peers::set_link(tx, &id, relay, via.as_ref()))?;
+        Ok(())
+    }
+
     /// Forget a peer: its connections and bundles are refused from now on.
     pub fn peer_remove(&mut self, node_id: &str) -> Result<()> {
         let id = parse_node_id(node_id)?;

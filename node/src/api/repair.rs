@@ -143,7 +143,7 @@ impl Node {
         let peers = self.peer_list()?;
         let chosen: Vec<&crate::store::replica::PeerInfo> = match only {
             Some(want) => crate::store::replica::peers_named(&peers, want),
-            None => peers.iter().filter(|p| p.addr.is_some()).collect(),
+            None => peers.iter().filter(|p| p.dialable()).collect(),
         };
         if only.is_some() && chosen.len() != 1 {
             // The sync pass names the problem (unknown or ambiguous).

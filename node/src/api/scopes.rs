@@ -191,6 +191,9 @@ pub(crate) fn resolve_policy(
     if text == "full" {
         return Ok(amos_acl::PeerPolicy::Full);
     }
+    if text == "none" {
+        return Ok(amos_acl::PeerPolicy::none());
+    }
     // The parse first, for its one-line message on a malformed policy.
     let _: amos_acl::PeerPolicy = relaxed(text).parse()?;
     let scopes = text
@@ -208,6 +211,7 @@ pub(crate) fn policy_label(
 ) -> String {
     match policy {
         amos_acl::PeerPolicy::Full => "full".to_owned(),
+        none if none.is_none() => "none".to_owned(),
         amos_acl::PeerPolicy::Scoped(s) => s
             .iter()
             .map(|s| org::scope_label(conn, s))

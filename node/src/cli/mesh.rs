@@ -51,7 +51,8 @@ pub(super) enum PeersCmd {
         node_id: String,
         /// host:port, if it serves (omit for bundle-only peers)
         addr: Option<String>,
-        /// full, or a comma-separated list of global, team:ID, project:ID
+        /// full, none (no facts either way: a pure relay link), or a
+        /// comma-separated list of global, team:ID, project:ID
         #[arg(long)]
         policy: String,
         /// A directory to exchange sealed bundles with it through (a shared
@@ -59,6 +60,14 @@ pub(super) enum PeersCmd {
         /// `amos serve` post and import there
         #[arg(long, value_name = "DIR")]
         mailbox: Option<std::path::PathBuf>,
+        /// Make the link a relay link (on both sides): either side may
+        /// forward the other's connections end to end, and a side that
+        /// knows the other's address keeps a connection to it open
+        #[arg(long)]
+        relay: bool,
+        /// Reach this peer through RELAY_ID, a registered relay peer
+        #[arg(long, value_name = "RELAY_ID")]
+        via: Option<String>,
     },
     /// Forget a peer; its connections and bundles are refused from now on
     Remove { node_id: String },
@@ -180,22 +189,30 @@ fn on_node(node: &mut Node, out: &Out, cmd: ReplicationCmd) -> Result<()> {
                 addr,
                 policy,
                 mailbox,
+                relay,
+                via,
             } => {
                 if let Some(dir) = &mailbox
                     && !dir.is_dir()
                 {
                     return Err(bad(format!("mailbox {}: not a directory", dir.display())));
                 }
-                node.peer_add(&node_id, addr.as_deref(), &policy)?;
+                node.peer_add_link(&node_id, addr.as_deref(), &policy, relay, via.as_deref())?;
                 if let Some(dir) = &mailbox {
                     node.peer_set_mailbox(&node_id, Some(dir))?;
                 }
+                let mut link = match (relay, &via) {
+                    (true, Some(v)) => format!(", relay link, via {v}"),
+                    (true, None) => ", relay link".to_owned(),
+                    (false, Some(v)) => format!(", via {v}"),
+                    (false, None) => String::new(),
+                };
+                if let Some(d) = &mailbox {
+                    link.push_str(&format!(", mailbox {}", d.display()));
+                }
                 out.emit(
-                    &json!({"peer": node_id, "policy": policy, "mailbox": mailbox}),
-                    || match &mailbox {
-                        Some(d) => format!("peer {node_id} ({policy}), mailbox {}", d.display()),
-                        None => format!("peer {node_id} ({policy})"),
-                    },
+                    &json!({"peer": node_id, "policy": policy, "relay": relay, "via": via, "mailbox": mailbox}),
+                    || format!("peer {node_id} ({policy}{link})"),
                 );
             }
             PeersCmd::Mailbox { node_id, dir, off } => {
@@ -218,8 +235,15 @@ fn on_node(node: &mut Node, out: &Out, cmd: ReplicationCmd) -> Result<()> {
                     peers
                         .iter()
                         .map(|p| {
+                            let mut link = String::new();
+                            if p.relay {
+                                link.push_str("  relay");
+                            }
+                            if let Some(v) = &p.via {
+                                link.push_str(&format!("  via {}", v.get(..12).unwrap_or(v)));
+                            }
                             let mut line = format!(
-                                "{}  {:<22} {:<24} {}",
+                                "{}  {:<22} {:<24} {}{link}",
                                 p.node_id,
                                 p.addr.as_deref().unwrap_or("-"),
                                 p.policy,

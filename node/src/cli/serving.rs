@@ -37,6 +37,13 @@ pub(super) enum ServingCmd {
         /// Serve Prometheus /metrics and /healthz over HTTP on this TCP address
         #[arg(long, value_name = "ADDR")]
         metrics: Option<String>,
+        /// As a relay: bytes per second each relay peer may send (e.g. 8M)
+        #[arg(long, value_name = "BYTES", default_value = "32M")]
+        relay_rate: String,
+        /// As a relay: bytes each relay peer may send per hour; past them
+        /// its pipes are cut until the hour ends (e.g. 4G)
+        #[arg(long, value_name = "BYTES", default_value = "4G")]
+        relay_quota: String,
         /// Also serve the web console on this TCP address (loopback unless --allow-remote)
         #[arg(long, value_name = "ADDR")]
         console: Option<String>,
@@ -103,12 +110,28 @@ pub(super) fn run(home: &Home, home_flag: Option<&Path>, out: &Out, cmd: Serving
             push_debounce,
             push_sessions,
             metrics,
+            relay_rate,
+            relay_quota,
             console,
             http,
             allow_remote,
             dial,
         } => {
             dial.apply()?;
+            let size = |flag: &str, v: &str| {
+                amos_node::net::relay::parse_size(v)
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "malformed {flag} {v:?}: use bytes, e.g. 512K, 8M, 4G"
+                        ))
+                    })
+            };
+            let relay_limits = amos_node::net::relay::Limits {
+                rate: size("--relay-rate", &relay_rate)?,
+                quota: size("--relay-quota", &relay_quota)?,
+                ..Default::default()
+            };
             if allow_remote && console.is_none() && http.is_none() {
                 return Err(bad("--allow-remote goes with --console or --http"));
             }
@@ -183,6 +206,7 @@ pub(super) fn run(home: &Home, home_flag: Option<&Path>, out: &Out, cmd: Serving
                     mdns: !no_mdns,
                     metrics,
                     push,
+                    relay_limits,
                 },
                 |s| {
                     let console = console_at.map(|a| format!("http://{a}/"));

@@ -1,30 +1,72 @@
 //! Accepting: one incoming connection — handshake, then one sync session
-//! or one pairing — and the shutdown signal `amos serve` waits for.
+//! or one pairing, or a relay client's connection (handed to the relay
+//! hub) — the one connection a relay pipe carries, and the shutdown signal
+//! `amos serve` waits for.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
+use crate::net::transport::endpoint::accept_any;
 use crate::net::transport::{self, accept_incoming, read_frame, with_timeout, write_frame};
 use amos_protocol::wire::{SyncMessage, SyncV1};
 use tracing::{info, warn};
 
 use super::join::{JoinRequest, answer_join};
+use super::relay::Hub;
 use super::session::drive_accepted_session;
 use super::{CONNECT_TIMEOUT, MeshError, PEER_TIMEOUT};
 use crate::api::node::Node;
 use crate::events::{self, Role, SyncEvent, SyncResult};
 use crate::home::Home;
-/// One incoming connection: handshake, one session, close.
-pub(crate) async fn serve_connection(home: Home, incoming: quinn::Incoming) {
+/// One incoming connection: handshake, then a relay client's connection
+/// (served by `hub`, docs/design.md §7.11) or one session, close.
+pub(crate) async fn serve_incoming(home: Home, incoming: quinn::Incoming, hub: Arc<Hub>) {
     let remote = incoming.remote_address();
     let (conn, peer) =
-        match with_timeout(CONNECT_TIMEOUT, "the handshake", accept_incoming(incoming)).await {
+        match with_timeout(CONNECT_TIMEOUT, "the handshake", accept_any(incoming)).await {
             Ok(c) => c,
             Err(e) => {
                 info!("connection from {remote} not accepted: {e}");
                 return;
             }
         };
+    if transport::endpoint::is_relay(&conn) {
+        hub.serve(conn, peer, remote).await;
+        return;
+    }
+    if let Err(e) = transport::endpoint::check_alpn(&conn) {
+        info!("connection from {remote} not accepted: {e}");
+        return;
+    }
+    serve_connection(home, conn, peer, Some(remote)).await;
+}
+
+/// The one connection a relay pipe carries (its endpoint's `incoming`):
+/// the same handshake and session as a direct one, but nothing is learnt
+/// from its address.
+pub(crate) async fn serve_pipe(home: Home, incoming: quinn::Incoming) {
+    let (conn, peer) =
+        match with_timeout(CONNECT_TIMEOUT, "the handshake", accept_incoming(incoming)).await {
+            Ok(c) => c,
+            Err(e) => {
+                info!("connection through a relay not accepted: {e}");
+                return;
+            }
+        };
+    serve_connection(home, conn, peer, None).await;
+}
+
+/// One session (or pairing) on an accepted connection from `peer`, which
+/// came from `remote` (`None`: through a relay pipe).
+async fn serve_connection(
+    home: Home,
+    conn: quinn::Connection,
+    peer: amos_protocol::NodeId,
+    remote: Option<SocketAddr>,
+) {
+    let remote_text = remote.map_or_else(|| "a relay".to_owned(), |r| r.to_string());
+    let remote_text = remote_text.as_str();
     let stream = with_timeout(PEER_TIMEOUT, "waiting for a stream", async {
         conn.accept_bi()
             .await
@@ -34,7 +76,7 @@ pub(crate) async fn serve_connection(home: Home, incoming: quinn::Incoming) {
     let (mut send, mut recv) = match stream {
         Ok(s) => s,
         Err(e) => {
-            info!("{peer} at {remote} opened no session: {e}");
+            info!("{peer} at {remote_text} opened no session: {e}");
             conn.close(quinn::VarInt::from_u32(1), b"no session");
             return;
         }
@@ -48,7 +90,7 @@ pub(crate) async fn serve_connection(home: Home, incoming: quinn::Incoming) {
     {
         Ok(SyncMessage::V1(m)) => m,
         Err(e) => {
-            warn!("session with {peer} at {remote} failed: {e}");
+            warn!("session with {peer} at {remote_text} failed: {e}");
             conn.close(quinn::VarInt::from_u32(1), b"sync failed");
             return;
         }
@@ -65,7 +107,10 @@ pub(crate) async fn serve_connection(home: Home, incoming: quinn::Incoming) {
             invite,
             proof,
             name,
-            addr: listen_port.map(|p| SocketAddr::new(remote.ip(), p).to_string()),
+            // Through a relay: no address to dial it back at.
+            addr: remote
+                .zip(listen_port)
+                .map(|(r, p)| SocketAddr::new(r.ip(), p).to_string()),
             agent,
         };
         answer_join(home, &conn, peer, join, send).await;
@@ -76,12 +121,19 @@ pub(crate) async fn serve_connection(home: Home, incoming: quinn::Incoming) {
         move || Node::open(&home).and_then(|n| n.peer_policy(&peer))
     })
     .await;
-    if !matches!(registered, Ok(Ok(Some(_)))) {
-        info!("{peer} at {remote} is not a registered peer: no sync");
+    let refusal = match registered {
+        Ok(Ok(Some(policy))) if policy.is_none() => {
+            Some("the policy here is none: a relay link carries no facts")
+        }
+        Ok(Ok(Some(_))) => None,
+        _ => Some("not a registered peer"),
+    };
+    if let Some(reason) = refusal {
+        info!("{peer} at {remote_text}: no sync ({reason})");
         let _ = write_frame(
             &mut send,
             &SyncMessage::V1(SyncV1::Refused {
-                reason: "not a registered peer".into(),
+                reason: reason.into(),
             })
             .encode(),
         )
@@ -106,7 +158,7 @@ pub(crate) async fn serve_connection(home: Home, incoming: quinn::Incoming) {
     match session {
         Ok(s) => {
             info!(
-                "session with {peer} at {remote}: {} facts in, {} out, {} ms",
+                "session with {peer} at {remote_text}: {} facts in, {} out, {} ms",
                 s.facts_in,
                 s.facts_out,
                 started.elapsed().as_millis()
@@ -115,7 +167,7 @@ pub(crate) async fn serve_connection(home: Home, incoming: quinn::Incoming) {
             let _ = tokio::time::timeout(PEER_TIMEOUT, conn.closed()).await;
         }
         Err(e) => {
-            warn!("session with {peer} at {remote} failed: {e}");
+            warn!("session with {peer} at {remote_text} failed: {e}");
             conn.close(quinn::VarInt::from_u32(1), b"sync failed");
         }
     }

@@ -42,7 +42,14 @@ pub async fn sync_pass(
         Some(want) => {
             let matches = crate::store::replica::peers_named(&peers, want);
             match matches.as_slice() {
-                [p] if p.addr.is_some() => vec![(*p).clone()],
+                [p] if p.dialable() => vec![(*p).clone()],
+                [p] if !p.syncs() => {
+                    return Err(NodeError::BadInput(format!(
+                        "peer {} has policy none: a relay link carries no facts, so there is \
+                         nothing to sync with it",
+                        p.node_id
+                    )));
+                }
                 [p] => {
                     return Err(NodeError::BadInput(format!(
                         "peer {} has no address (add one with `amos peers add ID ADDR --policy P`)",
@@ -59,7 +66,7 @@ pub async fn sync_pass(
                 _ => return Err(NodeError::BadInput(format!("ambiguous peer {want:?}"))),
             }
         }
-        None => peers.into_iter().filter(|p| p.addr.is_some()).collect(),
+        None => peers.into_iter().filter(PeerInfo::dialable).collect(),
     };
     Ok(sync_peers(home, identity, chosen, observer).await)
 }
@@ -115,7 +122,7 @@ pub(crate) async fn periodic_pass(
         let p = pacing.lock().unwrap_or_else(|e| e.into_inner());
         peers
             .into_iter()
-            .filter(|x| x.addr.is_some() && p.due(&x.node_id, now))
+            .filter(|x| x.dialable() && p.due(&x.node_id, now))
             .collect()
     };
     let outcomes = sync_peers(home, identity, due, None).await;
@@ -217,24 +224,56 @@ pub(crate) async fn dial_and_sync(
     let failed = |e: &dyn std::fmt::Display| (SyncResult::Failed, e.to_string());
     let unreachable = |e: &dyn std::fmt::Display| (SyncResult::Unreachable, e.to_string());
     let expected: NodeId = peer.node_id.parse().map_err(|e| failed(&e))?;
-    let addr_text = peer
-        .addr
-        .as_deref()
-        .ok_or_else(|| failed(&"the peer has no address"))?;
-    let addr =
-        match tokio::time::timeout(connect_timeout(), tokio::net::lookup_host(addr_text)).await {
-            Ok(Ok(mut addrs)) => addrs
-                .next()
-                .ok_or_else(|| unreachable(&format!("{addr_text} resolves to no address")))?,
-            Ok(Err(e)) => return Err(unreachable(&format!("cannot resolve {addr_text}: {e}"))),
-            Err(_) => return Err(unreachable(&format!("resolving {addr_text} timed out"))),
-        };
-    let endpoint = transport::client_endpoint(
-        bind_for(addr),
-        identity,
-        Arc::new(move |id: &NodeId| *id == expected),
-    )
-    .map_err(|e| failed(&e))?;
+    // Through a relay (docs/design.md §7.11): an endpoint over a pipe,
+    // then the very same dial as a direct one.
+    let relayed = match &peer.via {
+        Some(via) => {
+            let relay: NodeId = via.parse().map_err(|e| failed(&e))?;
+            let relay_addr = peer.via_addr.as_deref().ok_or_else(|| {
+                unreachable(&format!(
+                    "its relay {} is not a registered peer with an address",
+                    relay.short()
+                ))
+            })?;
+            match super::relay::client::dial_via(identity, relay, relay_addr, expected).await {
+                Ok(r) => Some(r),
+                Err(e @ TransportError::Refused { .. }) => {
+                    return Err((SyncResult::Refused, e.to_string()));
+                }
+                Err(e @ TransportError::Config(_)) => return Err(failed(&e)),
+                Err(e) => return Err(unreachable(&e)),
+            }
+        }
+        None => None,
+    };
+    let (endpoint, addr) = match &relayed {
+        Some(r) => (r.endpoint.clone(), r.addr),
+        None => {
+            let addr_text = peer
+                .addr
+                .as_deref()
+                .ok_or_else(|| failed(&"the peer has no address"))?;
+            let addr =
+                match tokio::time::timeout(connect_timeout(), tokio::net::lookup_host(addr_text))
+                    .await
+                {
+                    Ok(Ok(mut addrs)) => addrs.next().ok_or_else(|| {
+                        unreachable(&format!("{addr_text} resolves to no address"))
+                    })?,
+                    Ok(Err(e)) => {
+                        return Err(unreachable(&format!("cannot resolve {addr_text}: {e}")));
+                    }
+                    Err(_) => return Err(unreachable(&format!("resolving {addr_text} timed out"))),
+                };
+            let endpoint = transport::client_endpoint(
+                bind_for(addr),
+                identity,
+                Arc::new(move |id: &NodeId| *id == expected),
+            )
+            .map_err(|e| failed(&e))?;
+            (endpoint, addr)
+        }
+    };
     let conn = match with_timeout(
         connect_timeout(),
         "the handshake",

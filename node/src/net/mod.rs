@@ -2,7 +2,8 @@
 //! QUIC — the session driver ([`session`]), dialling a pass ([`dial`]),
 //! accepting a connection ([`accept`]), pairing over the wire ([`join`]),
 //! when to push news to peers ([`push`], sans-IO),
-//! LAN discovery ([`discovery`]) and the transport itself ([`transport`]).
+//! LAN discovery ([`discovery`]), relays and relayed connections
+//! ([`relay`]) and the transport itself ([`transport`]).
 //! `amos serve` composes these with the operations around them in
 //! `crate::ops::serve`.
 //!
@@ -44,6 +45,7 @@ pub(crate) mod dial;
 pub(crate) mod discovery;
 pub(crate) mod join;
 pub(crate) mod push;
+pub mod relay;
 pub(crate) mod session;
 pub mod transport;
 

@@ -86,27 +86,18 @@ pub async fn drive_session(
 
 /// Like [`drive_session`], for a session the registered `peer` opened from
 /// `remote`: where it says it serves is recorded as its address
-/// ([`learned_addr`]).
+/// ([`learned_addr`]). `None`: it came through a relay pipe, and nothing
+/// is learnt (the pipe's address names no host).
 pub async fn drive_accepted_session(
     home: Home,
     peer: NodeId,
     version: u16,
-    remote: SocketAddr,
+    remote: Option<SocketAddr>,
     send: quinn::SendStream,
     recv: quinn::RecvStream,
     first: SyncV1,
 ) -> std::result::Result<SessionStats, MeshError> {
-    drive(
-        home,
-        peer,
-        version,
-        send,
-        recv,
-        Some(first),
-        None,
-        Some(remote),
-    )
-    .await
+    drive(home, peer, version, send, recv, Some(first), None, remote).await
 }
 
 /// Where to dial a peer that says it serves at `listen` and was seen

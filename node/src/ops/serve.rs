@@ -28,9 +28,10 @@ use crate::error::{NodeError, Result};
 use crate::events::{self, Listener, SyncEvent, SyncResult};
 use crate::home::Home;
 use crate::net::Pacing;
-use crate::net::accept::{serve_connection, shutdown_signal};
+use crate::net::accept::{serve_incoming, shutdown_signal};
 use crate::net::dial::{periodic_pass, sync_with};
 use crate::net::push::{PushConfig, PushScheduler};
+use crate::net::relay::Hub;
 use crate::net::runtime;
 use crate::store::Watch;
 use crate::store::replica::PeerInfo;
@@ -51,6 +52,9 @@ pub struct ServeOptions {
     pub metrics: Option<SocketAddr>,
     /// Push on change (docs/design.md §7.10); `None`: `--no-push`.
     pub push: Option<PushConfig>,
+    /// What this node allows each relay peer it relays for
+    /// (docs/design.md §7.11: `--relay-rate`, `--relay-quota`).
+    pub relay_limits: crate::net::relay::Limits,
 }
 
 pub use crate::store::SEQ_POLL;
@@ -134,7 +138,7 @@ fn watch_seq(
                 match crate::store::max_seq(&conn) {
                     Ok(seq) if last != Some(seq) => {
                         let peers = match replica::list_peers(&conn) {
-                            Ok(p) => p.into_iter().filter(|p| p.addr.is_some()).collect(),
+                            Ok(p) => p.into_iter().filter(PeerInfo::dialable).collect(),
                             Err(e) => {
                                 warn!("push: cannot read the peers table: {e}");
                                 Vec::new()
@@ -216,7 +220,13 @@ pub(crate) async fn serve_async(
         Some(addr) => Some(crate::ops::metrics::start(home, addr).await?),
         None => None,
     };
-    let endpoint = transport::server_endpoint(opts.listen, &identity, Arc::new(acceptor))
+    let acceptor: Arc<dyn transport::PeerAcceptor> = Arc::new(acceptor);
+    let hub = Arc::new(Hub::new(
+        home,
+        opts.relay_limits,
+        crate::net::relay::Fault::from_env(),
+    )?);
+    let endpoint = transport::server_endpoint(opts.listen, &identity, acceptor.clone())
         .map_err(|e| NodeError::Failed(format!("cannot listen on {}: {e}", opts.listen)))?;
     let local = endpoint
         .local_addr()
@@ -244,6 +254,13 @@ pub(crate) async fn serve_async(
         None
     };
 
+    // Standing connections to the relay peers with an address, serving
+    // the pipes they offer as connections here (docs/design.md §7.11).
+    let standing = tokio::spawn(crate::net::relay::client::keep_standing(
+        home.clone(),
+        identity.clone(),
+        acceptor.clone(),
+    ));
     let mut sessions = JoinSet::new();
     let pass_running = Arc::new(AtomicBool::new(false));
     if let Some(every) = opts.sync_every {
@@ -346,7 +363,7 @@ pub(crate) async fn serve_async(
             incoming = endpoint.accept() => {
                 let Some(incoming) = incoming else { break };
                 let home = home.clone();
-                sessions.spawn(serve_connection(home, incoming));
+                sessions.spawn(serve_incoming(home, incoming, hub.clone()));
             }
             _ = &mut next_pass, if opts.sync_every.is_some() => {
                 let every = opts.sync_every.unwrap_or(Duration::from_secs(30));
@@ -403,6 +420,7 @@ pub(crate) async fn serve_async(
         }
     }
     watch_stop.store(true, Ordering::Relaxed);
+    standing.abort();
     endpoint.close(quinn::VarInt::from_u32(0), b"shutting down");
     let drain = async { while sessions.join_next().await.is_some() {} };
     if tokio::time::timeout(STOP_GRACE, drain).await.is_err() {

@@ -28,6 +28,55 @@ pub fn upsert(
     Ok(())
 }
 
+/// Set the role of `id`'s link: a relay link or not, and the relay it is
+/// reached through (`None`: dialled directly). Returns whether it is
+/// registered.
+pub fn set_link(
+    tx: &super::Tx<'_>,
+    id: &NodeId,
+    relay: bool,
+    via: Option<&NodeId>,
+) -> Result<bool> {
+    let conn = super::sql(tx);
+    Ok(conn.execute(
+        "UPDATE peers SET relay = ?2, via = ?3 WHERE node_id = ?1",
+        params![&id.0[..], relay, via.map(|v| &v.0[..])],
+    )? > 0)
+}
+
+/// Whether `id` is registered with a relay link (`peers add --relay`):
+/// what a relay checks before it forwards for it.
+pub fn is_relay(conn: &(impl super::Readable + ?Sized), id: &NodeId) -> Result<bool> {
+    let conn = super::sql(conn);
+    Ok(conn
+        .query_row(
+            "SELECT relay FROM peers WHERE node_id = ?1",
+            [&id.0[..]],
+            |r| r.get::<_, i64>(0),
+        )
+        .optional()?
+        .is_some_and(|r| r != 0))
+}
+
+/// The peers whose link is a relay link and that have an address: those
+/// this node keeps a standing connection to, `(id, addr)`.
+pub fn relays_to_keep(conn: &(impl super::Readable + ?Sized)) -> Result<Vec<(NodeId, String)>> {
+    let conn = super::sql(conn);
+    let mut stmt =
+        conn.prepare("SELECT node_id, addr FROM peers WHERE relay != 0 AND addr IS NOT NULL")?;
+    let rows = stmt.query_map([], |r| {
+        Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, String>(1)?))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (id, addr) = row?;
+        if let Ok(id) = <[u8; 32]>::try_from(id.as_slice()) {
+            out.push((NodeId(id), addr));
+        }
+    }
+    Ok(out)
+}
+
 /// Forget `id`. Returns whether it was registered.
 pub fn remove(tx: &super::Tx<'_>, id: &NodeId) -> Result<bool> {
     let conn = super::sql(tx);

@@ -271,6 +271,10 @@ pub fn peer_policy_arriving(
     let PeerPolicy::Scoped(scopes) = &policy else {
         return Ok(Some(policy));
     };
+    if scopes.is_empty() {
+        // `none`: nothing to resolve.
+        return Ok(Some(policy));
+    }
     let mut resolved = Vec::with_capacity(scopes.len());
     for scope in scopes {
         resolved.push(match scope {
@@ -1063,6 +1067,29 @@ pub struct PeerInfo {
     /// The directory sealed bundles are exchanged with it through
     /// (docs/design.md §8.2; `None`: no mailbox).
     pub mailbox: Option<String>,
+    /// The link is a relay link (`peers add --relay`, docs/design.md
+    /// §7.11): either side may forward the other's connections, and a side
+    /// knowing the other's address keeps a standing connection to it.
+    pub relay: bool,
+    /// The relay it is reached through (`--via`), a registered peer's id.
+    pub via: Option<String>,
+    /// That relay's address, if it has one (what a dial through it uses).
+    #[serde(skip)]
+    pub via_addr: Option<String>,
+}
+
+impl PeerInfo {
+    /// Whether a sync session may run with it: its policy is not `none`
+    /// (a pure relay link carries no facts either way).
+    pub fn syncs(&self) -> bool {
+        self.policy != "none"
+    }
+
+    /// Whether a sync pass dials it: it syncs, and it has an address or a
+    /// relay to be reached through.
+    pub fn dialable(&self) -> bool {
+        self.syncs() && (self.addr.is_some() || self.via.is_some())
+    }
 }
 
 /// The peers `want` names (`amos sync now PEER`): exactly by NodeId or name,
@@ -1084,11 +1111,12 @@ pub fn peers_named<'p>(peers: &'p [PeerInfo], want: &str) -> Vec<&'p PeerInfo> {
 pub fn list_peers(conn: &(impl super::Readable + ?Sized)) -> Result<Vec<PeerInfo>> {
     let conn = super::sql(conn);
     let mut stmt = conn.prepare(
-        "SELECT node_id, name, addr, policy, last_sync_ms, last_result, digest_agree, digest_ms,
-            digest_scopes, digest_peer_facts, digest_my_facts, session_at_ms, session_ms,
-            session_facts_in, session_facts_out, session_bytes_in, session_bytes_out,
-            protocol, held_back, mailbox
-         FROM peers ORDER BY added_ms",
+        "SELECT p.node_id, p.name, p.addr, p.policy, p.last_sync_ms, p.last_result,
+            p.digest_agree, p.digest_ms, p.digest_scopes, p.digest_peer_facts,
+            p.digest_my_facts, p.session_at_ms, p.session_ms, p.session_facts_in,
+            p.session_facts_out, p.session_bytes_in, p.session_bytes_out,
+            p.protocol, p.held_back, p.relay, p.via, r.addr, p.mailbox
+         FROM peers p LEFT JOIN peers r ON r.node_id = p.via ORDER BY p.added_ms",
     )?;
     let rows = stmt.query_map([], |r| {
         let id: Vec<u8> = r.get(0)?;
@@ -1107,7 +1135,13 @@ pub fn list_peers(conn: &(impl super::Readable + ?Sized)) -> Result<Vec<PeerInfo
                 .get::<_, Option<i64>>(17)?
                 .and_then(|v| u16::try_from(v).ok()),
             held_back: u64::try_from(r.get::<_, i64>(18)?).unwrap_or(0),
-            mailbox: r.get(19)?,
+            relay: r.get::<_, i64>(19)? != 0,
+            via: r
+                .get::<_, Option<Vec<u8>>>(20)?
+                .and_then(|v| <[u8; 32]>::try_from(v.as_slice()).ok())
+                .map(|a| NodeId(a).to_string()),
+            via_addr: r.get(21)?,
+            mailbox: r.get(22)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)

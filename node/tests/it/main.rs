@@ -44,6 +44,7 @@ mod python;
 mod read_audit;
 mod readme;
 mod recall_engine;
+mod relay;
 mod repair;
 mod replication;
 mod revocation_mesh;

@@ -34,6 +34,30 @@ use crate::common::{Home, Run};
 /// Commands of the pages this test does not run, and why.
 const NOT_RUN: &[(&str, &str)] = &[
     (
+        "amos peers add A_ID --policy none --relay",
+        "three hosts, two of them behind NAT: node/tests/it/relay.rs runs this set-up with real processes, in network namespaces it makes (and on loopback)",
+    ),
+    (
+        "amos peers add B_ID --policy none --relay",
+        "three hosts, two of them behind NAT: node/tests/it/relay.rs runs this set-up with real processes, in network namespaces it makes (and on loopback)",
+    ),
+    (
+        "amos serve --relay-rate 32M --relay-quota 4G",
+        "three hosts, two of them behind NAT: node/tests/it/relay.rs runs this set-up with real processes, in network namespaces it makes (and on loopback)",
+    ),
+    (
+        "amos peers add R_ID r.example.org:4747 --policy none --relay",
+        "three hosts, two of them behind NAT: node/tests/it/relay.rs runs this set-up with real processes, in network namespaces it makes (and on loopback)",
+    ),
+    (
+        "amos peers add B_ID --policy team:apollo --via R_ID",
+        "three hosts, two of them behind NAT: node/tests/it/relay.rs runs this set-up with real processes, in network namespaces it makes (and on loopback)",
+    ),
+    (
+        "amos serve --sync-every 5m",
+        "three hosts, two of them behind NAT: node/tests/it/relay.rs runs this set-up with real processes, in network namespaces it makes (and on loopback)",
+    ),
+    (
         "cargo test --workspace --locked",
         "the whole test suite, this test included",
     ),

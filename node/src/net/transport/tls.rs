@@ -40,6 +40,18 @@ pub fn alpn_ids() -> Vec<Vec<u8>> {
     amos_protocol::wire::alpn_offer(super::version::speaks().version)
 }
 
+/// The ALPN id of the relay protocol (docs/design.md §7.11): a relay
+/// client's connection to its relay. Every server offers it after the
+/// session ids; a relay client offers only it, a session dialler never.
+pub const RELAY_ALPN: &[u8] = b"amos-relay/1";
+
+/// What a server offers: the session ids, then the relay protocol's.
+fn server_alpn_ids() -> Vec<Vec<u8>> {
+    let mut ids = alpn_ids();
+    ids.push(RELAY_ALPN.to_vec());
+    ids
+}
+
 /// Decides, on every handshake, whether a peer's key is acceptable (e.g. "is
 /// it in the current peers table, or the inviter of a pending pairing?").
 ///
@@ -338,7 +350,7 @@ pub fn server_config(
         .with_cert_resolver(Arc::new(AlwaysResolvesServerRawPublicKeys::new(
             certified_key(identity)?,
         )));
-    config.alpn_protocols = alpn_ids();
+    config.alpn_protocols = server_alpn_ids();
     config.session_storage = Arc::new(NoServerSessionStorage {});
     config.send_tls13_tickets = 0;
     config.max_early_data_size = 0;
@@ -352,6 +364,15 @@ pub fn client_config(
     identity: &NodeIdentity,
     acceptor: Arc<dyn PeerAcceptor>,
 ) -> Result<ClientConfig, TransportError> {
+    client_config_offering(identity, acceptor, alpn_ids())
+}
+
+/// [`client_config`] offering only `alpn` (the relay protocol's id).
+pub fn client_config_offering(
+    identity: &NodeIdentity,
+    acceptor: Arc<dyn PeerAcceptor>,
+    alpn: Vec<Vec<u8>>,
+) -> Result<ClientConfig, TransportError> {
     let provider = provider();
     let verifier = Arc::new(PeerVerifier::new(acceptor, &provider));
     let mut config = ClientConfig::builder_with_provider(provider)
@@ -362,7 +383,7 @@ pub fn client_config(
         .with_client_cert_resolver(Arc::new(AlwaysResolvesClientRawPublicKeys::new(
             certified_key(identity)?,
         )));
-    config.alpn_protocols = alpn_ids();
+    config.alpn_protocols = alpn;
     config.resumption = Resumption::disabled();
     config.enable_sni = false;
     config.enable_early_data = false;
@@ -421,7 +442,8 @@ mod tests {
         let acceptor: Arc<dyn PeerAcceptor> = Arc::new(|_: &NodeId| true);
         let server = server_config(&identity, acceptor.clone()).unwrap();
         let client = client_config(&identity, acceptor).unwrap();
-        assert_eq!(server.alpn_protocols, alpn_ids());
+        assert_eq!(server.alpn_protocols[..alpn_ids().len()], alpn_ids());
+        assert_eq!(server.alpn_protocols.last(), Some(&RELAY_ALPN.to_vec()));
         assert_eq!(client.alpn_protocols, alpn_ids());
         assert_eq!(alpn_ids().last(), Some(&b"amos/1".to_vec()), "545333a's id");
         assert!(!client.enable_sni);
