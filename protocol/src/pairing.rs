@@ -4,8 +4,14 @@
 //! copy-paste-safe lowercase base32 prefixed `amos1-`.
 //!
 //! ```text
-//! amos1-<base32( canonical bincode of PairingCodeV1 || blake3(body)[..4] )>
+//! amos1-<base32( canonical bincode of WireCode || blake3(body)[..4] )>
 //! ```
+//!
+//! `WireCode` is versioned: `V1` (the fields above) is what every release
+//! reads and what a code without a relay is still written as; `V2` adds a
+//! relay the joiner reaches the inviter through (`amos team invite --via`,
+//! docs/design.md §7.11). A release that knows only `V1` refuses a `V2`
+//! code in one line ("unknown version").
 //!
 //! The checksum catches typos (a mistyped code is refused before anything is
 //! dialled); it is not a signature — the inviter's identity is proved by its
@@ -23,8 +29,18 @@ pub const MAX_CODE_CHARS: usize = 2048;
 /// Most address hints in one code.
 pub const MAX_ADDRS: usize = 8;
 
-/// What a pairing code carries.
+/// Where a joiner reaches the inviter through: a relay (docs/design.md
+/// §7.11) and where the relay may be reached.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct RelayHint {
+    /// The relay's NodeId: the joiner accepts only this key when it dials it.
+    pub relay: NodeId,
+    /// Where the relay may be reached (`host:port`), most likely first.
+    pub addrs: Vec<String>,
+}
+
+/// What a pairing code carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PairingCode {
     /// The inviting node: the joiner accepts only this key when it dials.
     pub inviter: NodeId,
@@ -36,17 +52,61 @@ pub struct PairingCode {
     pub policy: String,
     /// Unix milliseconds after which the inviter refuses the code.
     pub expires_ms: u64,
+    /// The relay to reach the inviter through, if any (a `V2` code).
+    pub via: Option<RelayHint>,
+}
+
+/// The fields of every version, as `V1` encodes them.
+#[derive(Encode, Decode)]
+struct CodeV1 {
+    inviter: NodeId,
+    addrs: Vec<String>,
+    secret: [u8; 16],
+    policy: String,
+    expires_ms: u64,
 }
 
 #[derive(Encode, Decode)]
 enum WireCode {
-    V1(PairingCode),
+    V1(CodeV1),
+    /// `V1` and a relay.
+    V2(CodeV1, RelayHint),
+}
+
+impl PairingCode {
+    fn split(&self) -> (CodeV1, Option<RelayHint>) {
+        (
+            CodeV1 {
+                inviter: self.inviter,
+                addrs: self.addrs.clone(),
+                secret: self.secret,
+                policy: self.policy.clone(),
+                expires_ms: self.expires_ms,
+            },
+            self.via.clone(),
+        )
+    }
+
+    fn join(v1: CodeV1, via: Option<RelayHint>) -> PairingCode {
+        PairingCode {
+            inviter: v1.inviter,
+            addrs: v1.addrs,
+            secret: v1.secret,
+            policy: v1.policy,
+            expires_ms: v1.expires_ms,
+            via,
+        }
+    }
 }
 
 impl PairingCode {
     /// The `amos1-…` text.
     pub fn encode(&self) -> String {
-        let mut body = codec::encode(&WireCode::V1(self.clone()));
+        let wire = match self.split() {
+            (v1, None) => WireCode::V1(v1),
+            (v1, Some(via)) => WireCode::V2(v1, via),
+        };
+        let mut body = codec::encode(&wire);
         let sum = blake3::hash(&body);
         body.extend_from_slice(&sum.as_bytes()[..CHECKSUM_LEN]);
         format!("{PREFIX}{}", base32_encode(&body))
@@ -78,10 +138,20 @@ impl PairingCode {
         if blake3::hash(body).as_bytes()[..CHECKSUM_LEN] != *sum {
             return Err(bad("checksum mismatch (mistyped or truncated?)"));
         }
-        let WireCode::V1(code) = codec::decode_canonical::<WireCode>("pairing code", body)
-            .map_err(|_| bad("unknown version or non-canonical encoding"))?;
-        if code.addrs.len() > MAX_ADDRS
-            || code.addrs.iter().any(|a| a.is_empty() || a.len() > 255)
+        let code = match codec::decode_canonical::<WireCode>("pairing code", body)
+            .map_err(|_| bad("unknown version or non-canonical encoding"))?
+        {
+            WireCode::V1(v1) => PairingCode::join(v1, None),
+            WireCode::V2(v1, via) => PairingCode::join(v1, Some(via)),
+        };
+        let hints_ok = |addrs: &[String]| {
+            addrs.len() <= MAX_ADDRS && addrs.iter().all(|a| !a.is_empty() && a.len() <= 255)
+        };
+        if !hints_ok(&code.addrs)
+            || code
+                .via
+                .as_ref()
+                .is_some_and(|v| v.addrs.is_empty() || !hints_ok(&v.addrs))
             || code.policy.is_empty()
             || code.policy.len() > 1024
         {
@@ -176,7 +246,40 @@ mod tests {
             secret: [7; 16],
             policy: "team:apollo".into(),
             expires_ms: 1_800_000_000_000,
+            via: None,
         }
+    }
+
+    /// `sample()` as the release before this one encoded it (printed by
+    /// 8328c30's `PairingCode::encode`): this one writes the same text and
+    /// reads it back.
+    const OLD_CODE: &str = "amos1-aaeqscijbeeqscijbeeqscijbeeqscijbeeqscijbeeqscijbeeqsaqoge4telrqfyzc4mj2gq3tinyrnrqxa5dpoaxgy33dmfwdunbxgq3qobyha4dqobyha4dqobyha4dqoc3umvqw2otbobxwy3dp7uafaxayumaqaaemq3k2q";
+
+    #[test]
+    fn a_code_without_a_relay_is_still_v1_and_an_old_code_still_parses() {
+        let c = sample();
+        // The V1 encoding, byte for byte what the release before wrote.
+        assert_eq!(c.encode(), OLD_CODE);
+        assert_eq!(PairingCode::decode(OLD_CODE).unwrap(), c);
+    }
+
+    #[test]
+    fn a_code_through_a_relay_round_trips_as_v2() {
+        let mut c = sample();
+        c.via = Some(RelayHint {
+            relay: NodeId([4; 32]),
+            addrs: vec!["198.51.100.7:4747".into()],
+        });
+        let text = c.encode();
+        assert_ne!(text, sample().encode());
+        assert_eq!(PairingCode::decode(&text).unwrap(), c);
+        // A relay with no address reaches nothing: refused.
+        c.via = Some(RelayHint {
+            relay: NodeId([4; 32]),
+            addrs: vec![],
+        });
+        let e = PairingCode::decode(&c.encode()).unwrap_err().to_string();
+        assert!(e.contains("out of bounds"), "{e}");
     }
 
     #[test]

@@ -60,7 +60,7 @@ pub use maintenance::{
 };
 pub use memories::{Added, NewMemory, Similar};
 pub use node::{EncoderStatus, InitReport, Node};
-pub use pairing::{Invite, JoinReport, MeshKeyOutcome, Welcome, join_offline};
+pub use pairing::{Invite, JoinReport, JoinRoute, MeshKeyOutcome, Welcome, join_offline};
 pub use peers::{RETRY_EVERY, RetryReport, SET_DIGEST_SINCE};
 pub use profile::{ProfileWeights, parse_weight};
 pub use provenance::{

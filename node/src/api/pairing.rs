@@ -124,6 +124,31 @@ pub enum MeshKeyOutcome {
     None,
 }
 
+/// How a joiner reached its inviter: at one of the code's addresses, or
+/// through the code's relay at one of its addresses (docs/design.md §7.11).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JoinRoute {
+    /// Dialled directly at this address.
+    Direct(String),
+    /// Through `relay`, dialled at `addr`.
+    Via {
+        /// The relay.
+        relay: NodeId,
+        /// Where it answered.
+        addr: String,
+    },
+}
+
+impl JoinRoute {
+    /// As a join's report shows it.
+    pub fn describe(&self) -> String {
+        match self {
+            JoinRoute::Direct(a) => a.clone(),
+            JoinRoute::Via { relay, addr } => format!("relay {} at {addr}", relay.short()),
+        }
+    }
+}
+
 /// The refusal of a wrong secret or an unknown invite (one answer for both).
 const UNKNOWN_CODE: &str =
     "unknown pairing code: ask the inviter for a new one (`amos team invite TEAM`)";
@@ -144,6 +169,53 @@ impl Node {
         ttl: Duration,
         addrs: &[String],
     ) -> Result<Invite> {
+        self.team_invite_via(team, policy, ttl, addrs, None)
+    }
+
+    /// [`Node::team_invite`] whose code also names `via`, a relay peer
+    /// (NodeId, unique prefix or name) with an address, through which the
+    /// joiner reaches this node (`amos team invite --via`, docs/design.md
+    /// §7.11). The relay must serve the joiner too: its operator registers
+    /// the joiner as a relay link before it joins.
+    pub fn team_invite_via(
+        &mut self,
+        team: &str,
+        policy: Option<&str>,
+        ttl: Duration,
+        addrs: &[String],
+        via: Option<&str>,
+    ) -> Result<Invite> {
+        let via = match via {
+            None => None,
+            Some(v) => {
+                let peers = self.peer_list()?;
+                let named = crate::store::replica::peers_named(&peers, v);
+                match named.as_slice() {
+                    [r] if r.relay && r.addr.is_some() => Some(pairing::RelayHint {
+                        relay: r
+                            .node_id
+                            .parse()
+                            .map_err(|e| NodeError::Corrupt(format!("stored peer id: {e}")))?,
+                        addrs: r.addr.iter().cloned().collect(),
+                    }),
+                    [r] => {
+                        return Err(NodeError::BadInput(format!(
+                            "peer {} is not a relay link with an address: add it with \
+                             `amos peers add RELAY_ID ADDR --policy none --relay`",
+                            r.node_id
+                        )));
+                    }
+                    [] => {
+                        return Err(NodeError::unknown_with(
+                            UnknownKind::Peer,
+                            v,
+                            format!("unknown relay {v:?}"),
+                        ));
+                    }
+                    _ => return Err(NodeError::BadInput(format!("ambiguous relay {v:?}"))),
+                }
+            }
+        };
         let team_id = self.store().read(|r| {
             crate::api::scopes::resolve_team(r, team, crate::api::scopes::Unheld::AsTyped)
         })?;
@@ -174,7 +246,11 @@ impl Node {
                 humantime::format_duration(MAX_INVITE_TTL)
             )));
         }
-        let addrs = if addrs.is_empty() {
+        let addrs = if addrs.is_empty() && via.is_some() {
+            // Through a relay: where it listens may not be reachable, and
+            // the relay is tried first anyway.
+            listen_hints(self.home()).unwrap_or_default()
+        } else if addrs.is_empty() {
             listen_hints(self.home())?
         } else {
             for a in addrs {
@@ -197,6 +273,7 @@ impl Node {
             secret,
             policy: policy.to_string(),
             expires_ms: expires,
+            via,
         };
         self.store.write(|tx| {
             invites::insert(
@@ -314,7 +391,7 @@ impl Node {
     pub fn record_inviter(
         &mut self,
         code: &PairingCode,
-        addr: &str,
+        route: &JoinRoute,
         welcome: &Welcome,
         agent: Option<&AgentId>,
     ) -> Result<(MeshKeyOutcome, bool)> {
@@ -328,15 +405,38 @@ impl Node {
         let me = self.node_id();
         let name = clean_name(&welcome.name);
         let (_, registered) = self.commit(|tx| {
-            upsert_peer(
-                tx,
-                me,
-                &code.inviter,
-                Some(addr),
-                Some(&name),
-                &welcome.policy,
-                now,
-            )?;
+            match route {
+                JoinRoute::Direct(addr) => upsert_peer(
+                    tx,
+                    me,
+                    &code.inviter,
+                    Some(addr),
+                    Some(&name),
+                    &welcome.policy,
+                    now,
+                )?,
+                JoinRoute::Via { relay, addr } => {
+                    // The relay: kept as it is if registered (made a relay
+                    // link, given the address if it has none), else
+                    // registered as a pure relay.
+                    match crate::store::replica::peer_policy(&*tx, relay)? {
+                        Some(_) => {
+                            if peers::addr(&*tx, relay)?.flatten().is_none() {
+                                peers::set_addr(tx, relay, addr)?;
+                            }
+                            let via = peers::via(&*tx, relay)?;
+                            peers::set_link(tx, relay, true, via.as_ref())?;
+                        }
+                        None => {
+                            upsert_peer(tx, me, relay, Some(addr), None, &PeerPolicy::none(), now)?;
+                            peers::set_link(tx, relay, true, None)?;
+                        }
+                    }
+                    upsert_peer(tx, me, &code.inviter, None, Some(&name), &welcome.policy, now)?;
+                    let relay_link = peers::is_relay(&*tx, &code.inviter)?;
+                    peers::set_link(tx, &code.inviter, relay_link, Some(relay))?;
+                }
+            }
             joiner_agent(tx, agent)
         })?;
         let key = match (&welcome.mesh_key, self.mesh_key()?) {

@@ -103,6 +103,11 @@ pub(super) enum TeamCmd {
         /// `amos serve` listens
         #[arg(long = "addr", value_name = "HOST:PORT")]
         addrs: Vec<String>,
+        /// Put this relay peer in the code: the joiner reaches this node
+        /// through it (a relay link with an address; it must serve the
+        /// joiner too)
+        #[arg(long, value_name = "RELAY_ID")]
+        via: Option<String>,
     },
 }
 
@@ -200,10 +205,12 @@ pub(super) fn run(node: &mut Node, out: &Out, cmd: OrgCmd) -> Result<()> {
                 policy,
                 ttl,
                 addrs,
+                via,
             } => {
                 let ttl = humantime::parse_duration(&ttl)
                     .map_err(|_| bad(format!("malformed --ttl {ttl:?}: use e.g. 10m")))?;
-                let inv = node.team_invite(&team, policy.as_deref(), ttl, &addrs)?;
+                let inv =
+                    node.team_invite_via(&team, policy.as_deref(), ttl, &addrs, via.as_deref())?;
                 let expires = humantime::format_rfc3339_seconds(
                     std::time::UNIX_EPOCH + std::time::Duration::from_millis(inv.expires),
                 );

@@ -13,7 +13,7 @@ use tracing::{info, warn};
 use super::dial::{bind_for, sync_with};
 use super::{MeshError, PEER_TIMEOUT, connect_timeout, runtime};
 use crate::api::node::Node;
-use crate::api::pairing::{self, JoinReport, MeshKeyOutcome, Welcome};
+use crate::api::pairing::{self, JoinReport, JoinRoute, MeshKeyOutcome, Welcome};
 use crate::clock::{SystemClock, WallClock};
 use crate::error::{NodeError, Result};
 use crate::events::Observer;
@@ -247,16 +247,16 @@ pub fn join_blocking(
     let identity = Arc::new(home.load_identity()?);
     let code = pairing::read_code(code_text, &identity.node_id(), SystemClock.now_ms())?;
     runtime()?.block_on(async {
-        let (addr, welcome) = dial_inviter(home, &identity, &code, agent).await?;
+        let (route, welcome) = dial_inviter(home, &identity, &code, agent).await?;
         let member_of = welcome.member_of.clone();
         let ((outcome, registered), peer) = tokio::task::spawn_blocking({
             let home = home.clone();
             let code = code.clone();
-            let addr = addr.clone();
+            let route = route.clone();
             let named = named.clone();
             move || -> Result<((MeshKeyOutcome, bool), PeerInfo)> {
                 let mut node = Node::open(&home)?;
-                let outcome = node.record_inviter(&code, &addr, &welcome, named.as_ref())?;
+                let outcome = node.record_inviter(&code, &route, &welcome, named.as_ref())?;
                 let peer = node
                     .peer_list()?
                     .into_iter()
@@ -277,7 +277,7 @@ pub fn join_blocking(
             peer: peer.node_id.clone(),
             name: peer.name.clone(),
             policy: peer.policy.clone(),
-            addr: Some(addr),
+            addr: Some(route.describe()),
             mesh_key: outcome,
             agent: agent.map(ToString::to_string),
             member_of,
@@ -287,14 +287,15 @@ pub fn join_blocking(
     })
 }
 
-/// Try the code's addresses in order; the first inviter that answers
-/// decides. Refusals are bad input (exit 2), unreachable is a failure.
+/// Try the code's relay first, if it names one (docs/design.md §7.11),
+/// then its addresses in order; the first inviter that answers decides.
+/// Refusals are bad input (exit 2), unreachable is a failure.
 pub(crate) async fn dial_inviter(
     home: &Home,
     identity: &NodeIdentity,
     code: &amos_protocol::pairing::PairingCode,
     agent: Option<&amos_protocol::AgentId>,
-) -> Result<(String, Welcome)> {
+) -> Result<(JoinRoute, Welcome)> {
     let me = JoinerInfo {
         name: home.info()?.name,
         listen_port: pairing::recorded_listen(home).map(|a| a.port()),
@@ -302,38 +303,77 @@ pub(crate) async fn dial_inviter(
     };
     let inviter = code.inviter;
     let mut unreachable = Vec::new();
-    for hint in &code.addrs {
-        let addr =
-            match tokio::time::timeout(connect_timeout(), tokio::net::lookup_host(hint)).await {
-                Ok(Ok(mut a)) => match a.next() {
-                    Some(a) => a,
-                    None => {
-                        unreachable.push(format!("{hint}: resolves to no address"));
+    let through = code.via.iter().flat_map(|v| {
+        v.addrs.iter().map(move |a| JoinRoute::Via {
+            relay: v.relay,
+            addr: a.clone(),
+        })
+    });
+    let direct = code.addrs.iter().cloned().map(JoinRoute::Direct);
+    for route in through.chain(direct) {
+        let hint = route.describe();
+        let (endpoint, addr, relayed) = match &route {
+            JoinRoute::Direct(_) => (None, None, None),
+            JoinRoute::Via { relay, addr } => {
+                match super::relay::client::dial_via(identity, *relay, addr, inviter).await {
+                    Ok(r) => (Some(r.endpoint.clone()), Some(r.addr), Some(r)),
+                    Err(TransportError::Refused { reason, .. }) => {
+                        return Err(NodeError::BadInput(format!(
+                            "pairing refused by the relay: {reason} (its operator must add \
+                             this node with `amos peers add ID --policy none --relay`); nothing \
+                             was recorded"
+                        )));
+                    }
+                    Err(e) => {
+                        unreachable.push(format!("{hint}: {e}"));
                         continue;
                     }
-                },
-                Ok(Err(e)) => {
-                    unreachable.push(format!("{hint}: {e}"));
-                    continue;
                 }
-                Err(_) => {
-                    unreachable.push(format!("{hint}: resolving timed out"));
+            }
+        };
+        let (endpoint, addr) = match (endpoint, addr) {
+            (Some(e), Some(a)) => (e, a),
+            _ => {
+                let JoinRoute::Direct(hint) = &route else {
                     continue;
-                }
-            };
-        let endpoint = transport::client_endpoint(
-            bind_for(addr),
-            identity,
-            Arc::new(move |id: &NodeId| *id == inviter),
-        )
-        .map_err(|e| NodeError::Failed(e.to_string()))?;
+                };
+                let addr =
+                    match tokio::time::timeout(connect_timeout(), tokio::net::lookup_host(hint))
+                        .await
+                    {
+                        Ok(Ok(mut a)) => match a.next() {
+                            Some(a) => a,
+                            None => {
+                                unreachable.push(format!("{hint}: resolves to no address"));
+                                continue;
+                            }
+                        },
+                        Ok(Err(e)) => {
+                            unreachable.push(format!("{hint}: {e}"));
+                            continue;
+                        }
+                        Err(_) => {
+                            unreachable.push(format!("{hint}: resolving timed out"));
+                            continue;
+                        }
+                    };
+                let endpoint = transport::client_endpoint(
+                    bind_for(addr),
+                    identity,
+                    Arc::new(move |id: &NodeId| *id == inviter),
+                )
+                .map_err(|e| NodeError::Failed(e.to_string()))?;
+                (endpoint, addr)
+            }
+        };
         let r = join_at(&endpoint, addr, identity, code, &me).await;
         // A handshake that never completed leaves nothing to drain.
         if !matches!(r, Err(JoinFailure::Unreachable(_))) {
             let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
         }
+        drop(relayed);
         match r {
-            Ok(w) => return Ok((hint.clone(), w)),
+            Ok(w) => return Ok((route, w)),
             Err(JoinFailure::Unreachable(e)) => unreachable.push(format!("{hint}: {e}")),
             Err(JoinFailure::Refused(reason)) => {
                 return Err(NodeError::BadInput(format!(
@@ -476,6 +516,7 @@ mod tests {
                 secret: [1; 16],
                 policy: policy.into(),
                 expires_ms: u64::MAX / 4,
+                via: None,
             }
             .encode()
         };

@@ -44,6 +44,21 @@ pub fn set_link(
     )? > 0)
 }
 
+/// The relay `id` is reached through, if any.
+pub fn via(conn: &(impl super::Readable + ?Sized), id: &NodeId) -> Result<Option<NodeId>> {
+    let conn = super::sql(conn);
+    let v: Option<Option<Vec<u8>>> = conn
+        .query_row(
+            "SELECT via FROM peers WHERE node_id = ?1",
+            [&id.0[..]],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(v.flatten()
+        .and_then(|b| <[u8; 32]>::try_from(b.as_slice()).ok())
+        .map(NodeId))
+}
+
 /// Whether `id` is registered with a relay link (`peers add --relay`):
 /// what a relay checks before it forwards for it.
 pub fn is_relay(conn: &(impl super::Readable + ?Sized), id: &NodeId) -> Result<bool> {

@@ -613,3 +613,54 @@ fn a_relay_peer_over_its_quota_is_cut_off_and_the_others_go_on() {
     assert_eq!(texts(None, &trio.b, "tapir"), ["tapir within its quota"]);
     relay_holds_nothing(&trio.r, &["sloth", "tapir"]);
 }
+
+// ------------------------------------------------------------------ join
+
+#[test]
+fn a_node_joins_through_the_relay_its_pairing_code_names() {
+    let r = Home::new();
+    let b = Home::apollo();
+    let j = Home::new();
+    let (ir, ib, ij) = (id(&r), id(&b), id(&j));
+    let r_addr = format!("127.0.0.1:{}", free_port());
+    // The relay serves the inviter and, told beforehand, the joiner.
+    for x in [&ib, &ij] {
+        r.ok(&["peers", "add", x, "--policy", "none", "--relay"]);
+    }
+    b.ok(&["peers", "add", &ir, &r_addr, "--policy", "none", "--relay"]);
+    let sr = Server::start_with(r.path(), None, &r_addr, QUIET);
+    let _sb = Server::start_with(b.path(), None, &format!("127.0.0.1:{}", free_port()), QUIET);
+    listening(&sr, &b);
+    // Not a relay peer here: bad input, no code.
+    let bad = b.run(&["team", "invite", "apollo", "--via", &ij]);
+    assert_eq!(bad.code, 2, "{bad:?}");
+    let code = b.json(&["team", "invite", "apollo", "--via", &ir])["code"]
+        .as_str()
+        .expect("code")
+        .to_owned();
+
+    let joined = j.json(&["join", &code, "--as", "alice"]);
+    assert_eq!(joined["peer"], ib.as_str(), "{joined}");
+    let peers = j.json(&["peers", "list"]);
+    let row = |who: &str| {
+        peers["peers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["node_id"] == who)
+            .cloned()
+            .unwrap_or_else(|| panic!("{who} not in {peers}"))
+    };
+    assert_eq!(row(&ib)["via"], ir.as_str(), "{peers}");
+    assert!(row(&ib)["addr"].is_null(), "{peers}");
+    assert_eq!(row(&ir)["relay"], true, "{peers}");
+    assert_eq!(row(&ir)["policy"], "none", "{peers}");
+    assert_eq!(row(&ir)["addr"], r_addr.as_str(), "{peers}");
+
+    // And they sync through it from then on.
+    b.add("alice", "okapi shared with the joiner", &["team:apollo"]);
+    let (code, peer) = sync_now(None, &j, &ib);
+    assert_eq!(code, 0, "{peer}\n{}", sr.log());
+    assert_eq!(texts(None, &j, "okapi"), ["okapi shared with the joiner"]);
+    relay_holds_nothing(&r, &["okapi"]);
+}
