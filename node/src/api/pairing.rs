@@ -432,7 +432,15 @@ impl Node {
                             peers::set_link(tx, relay, true, None)?;
                         }
                     }
-                    upsert_peer(tx, me, &code.inviter, None, Some(&name), &welcome.policy, now)?;
+                    upsert_peer(
+                        tx,
+                        me,
+                        &code.inviter,
+                        None,
+                        Some(&name),
+                        &welcome.policy,
+                        now,
+                    )?;
                     let relay_link = peers::is_relay(&*tx, &code.inviter)?;
                     peers::set_link(tx, &code.inviter, relay_link, Some(relay))?;
                 }
