@@ -4,10 +4,10 @@
 //! reachability probes (`amos doctor`).
 
 use crate::error::UnknownKind;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::net::transport::endpoint::bind_for;
 use crate::net::transport::{self, TransportError, with_timeout};
 use amos_protocol::{NodeId, NodeIdentity};
 use tokio::task::JoinSet;
@@ -204,15 +204,6 @@ pub(crate) async fn record_result(home: &Home, peer: &str, result: SyncResult, s
         n.peer_record_result_since(&id, result.as_str(), started_ms)
     })
     .await;
-}
-
-/// The endpoint's bind address for dialling `addr`.
-pub(crate) fn bind_for(addr: SocketAddr) -> SocketAddr {
-    match addr {
-        SocketAddr::V4(a) if a.ip().is_loopback() => SocketAddr::from(([127, 0, 0, 1], 0)),
-        SocketAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
-        SocketAddr::V6(_) => SocketAddr::from(([0u16; 8], 0)),
-    }
 }
 
 pub(crate) async fn dial_and_sync(

@@ -10,7 +10,8 @@ use amos_protocol::wire::{SyncMessage, SyncV1};
 use amos_protocol::{NodeId, NodeIdentity};
 use tracing::{info, warn};
 
-use super::dial::{bind_for, sync_with};
+use super::dial::sync_with;
+use super::transport::endpoint::bind_for;
 use super::{MeshError, PEER_TIMEOUT, connect_timeout, runtime};
 use crate::api::node::Node;
 use crate::api::pairing::{self, JoinReport, JoinRoute, MeshKeyOutcome, Welcome};

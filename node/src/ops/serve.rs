@@ -260,6 +260,7 @@ pub(crate) async fn serve_async(
         home.clone(),
         identity.clone(),
         acceptor.clone(),
+        |home, incoming| Box::pin(crate::net::accept::serve_pipe(home, incoming)),
     ));
     let mut sessions = JoinSet::new();
     let pass_running = Arc::new(AtomicBool::new(false));

@@ -21,8 +21,9 @@ use tracing::{debug, info, warn};
 use super::socket::{PipeSocket, far_addr};
 use super::{Answer, HEADER, Request, decode_from};
 use crate::home::Home;
-use crate::net::dial::bind_for;
-use crate::net::transport::endpoint::{connect_relay, pipe_endpoint, relay_client_endpoint};
+use crate::net::transport::endpoint::{
+    bind_for, connect_relay, pipe_endpoint, relay_client_endpoint,
+};
 use crate::net::transport::{PeerAcceptor, TransportError, from_connection_error, with_timeout};
 use crate::net::{PEER_TIMEOUT, connect_timeout};
 use crate::store::Watch;
@@ -164,14 +165,23 @@ fn close_when_ended(endpoint: &Endpoint, ended: Arc<Notify>) {
     });
 }
 
+/// What serves a connection that arrived through a pipe (the accepting
+/// side's session or pairing: `net::accept::serve_pipe`), handed in by
+/// `serve` so that this module, which `net::dial` and `net::join` use to
+/// dial through a relay, does not depend on the acceptor that uses them.
+pub(crate) type ServePipe =
+    fn(Home, quinn::Incoming) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 /// Keep a standing connection to every relay peer with an address (the
 /// current peers table, re-read every [`RECHECK`]), and serve the pipes
-/// each relay offers as connections to this node, with `acceptor` deciding
-/// on the key inside as it does for direct ones. Runs until dropped.
+/// each relay offers as connections to this node with `serve_pipe`, with
+/// `acceptor` deciding on the key inside as it does for direct ones. Runs
+/// until dropped.
 pub(crate) async fn keep_standing(
     home: Home,
     identity: Arc<NodeIdentity>,
     acceptor: Arc<dyn PeerAcceptor>,
+    serve_pipe: ServePipe,
 ) {
     let store = match Watch::open(&home.db_path()) {
         Ok(s) => s,
@@ -207,6 +217,7 @@ pub(crate) async fn keep_standing(
                             home.clone(),
                             identity.clone(),
                             acceptor.clone(),
+                            serve_pipe,
                             id,
                             addr.clone(),
                         ));
@@ -227,6 +238,7 @@ async fn stand(
     home: Home,
     identity: Arc<NodeIdentity>,
     acceptor: Arc<dyn PeerAcceptor>,
+    serve_pipe: ServePipe,
     relay: NodeId,
     addr: String,
 ) {
@@ -236,7 +248,7 @@ async fn stand(
             Ok((endpoint, conn)) => {
                 info!("listening through relay {} at {addr}", relay.short());
                 backoff = Duration::from_secs(1);
-                serve_offers(&home, &identity, &acceptor, &conn).await;
+                serve_offers(&home, &identity, &acceptor, serve_pipe, &conn).await;
                 info!("the connection to relay {} ended", relay.short());
                 drop(endpoint);
             }
@@ -270,6 +282,7 @@ async fn serve_offers(
     home: &Home,
     identity: &Arc<NodeIdentity>,
     acceptor: &Arc<dyn PeerAcceptor>,
+    serve_pipe: ServePipe,
     conn: &Connection,
 ) {
     while let Ok((send, mut recv)) = conn.accept_bi().await {
@@ -298,7 +311,7 @@ async fn serve_offers(
             close_when_ended(&endpoint, ended.clone());
             debug!("a pipe from {} (the relay says)", from.short());
             match tokio::time::timeout(PEER_TIMEOUT, endpoint.accept()).await {
-                Ok(Some(incoming)) => crate::net::accept::serve_pipe(home, incoming).await,
+                Ok(Some(incoming)) => serve_pipe(home, incoming).await,
                 _ => info!("a pipe carried no connection"),
             }
             let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;

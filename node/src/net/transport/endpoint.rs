@@ -293,3 +293,12 @@ pub(crate) fn check_alpn(connection: &Connection) -> Result<(), TransportError> 
         }
     }
 }
+
+/// The endpoint's bind address for dialling `addr`.
+pub(crate) fn bind_for(addr: SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V4(a) if a.ip().is_loopback() => SocketAddr::from(([127, 0, 0, 1], 0)),
+        SocketAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
+        SocketAddr::V6(_) => SocketAddr::from(([0u16; 8], 0)),
+    }
+}
