@@ -98,19 +98,6 @@ fn u64_of(v: &Value, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("{field} in {v}"))
 }
 
-/// Contents of the hits of `amos search QUERY --as AGENT`, a word probe
-/// (lexical mode).
-fn search_texts(h: &Home, agent: &str, query: &str) -> Vec<String> {
-    h.json(&[
-        "search", query, "--as", agent, "-k", "50", "--mode", "lexical",
-    ])["hits"]
-        .as_array()
-        .expect("hits")
-        .iter()
-        .map(|x| x["content"].as_str().expect("content").to_owned())
-        .collect()
-}
-
 /// `amos get ID --as AGENT` must answer "no such memory" (exit 2).
 fn invisible(h: &Home, agent: &str, id: &str) {
     let r = h.run(&["get", id, "--as", agent]);
@@ -244,19 +231,19 @@ fn full_peers_exchange_both_ways(protect: Protect) {
     assert_eq!(da, db, "full peers did not converge");
     assert!(u64_of(&da, "facts") > 0);
     assert_eq!(
-        search_texts(&a, "alice", "orbitfullbeta"),
+        a.search_texts("alice", "orbitfullbeta"),
         vec!["orbitfullbeta telemetry from the other side"]
     );
     assert_eq!(
-        search_texts(&b, "bob", "orbitfullalpha"),
+        b.search_texts("bob", "orbitfullalpha"),
         vec!["orbitfullalpha checklist for the launch"]
     );
     // Full peers carry private memories too (the same operator's machines).
     assert_eq!(
-        search_texts(&b, "alice", "orbitfullprivate"),
+        b.search_texts("alice", "orbitfullprivate"),
         vec!["orbitfullprivate diary of alice"]
     );
-    assert!(search_texts(&b, "bob", "orbitfullprivate").is_empty());
+    assert!(b.search_texts("bob", "orbitfullprivate").is_empty());
 }
 
 #[test]
@@ -341,11 +328,11 @@ fn scoped_peers_exchange_nothing_outside_the_scope_either_way() {
         }
     }
     assert_eq!(
-        search_texts(&b, "bob", "wqateam"),
+        b.search_texts("bob", "wqateam"),
         vec!["wqateam shared with apollo"]
     );
     assert_eq!(
-        search_texts(&a, "alice", "wqbteam"),
+        a.search_texts("alice", "wqbteam"),
         vec!["wqbteam shared with apollo"]
     );
     // b's team zeus did not leak into a's team zeus, nor a's into b's.
@@ -767,7 +754,7 @@ fn importing_the_same_bundle_twice_is_a_no_op() {
         "{after_first:?}"
     );
     assert_eq!(
-        search_texts(&receiver, "bob", "twiceword"),
+        receiver.search_texts("bob", "twiceword"),
         vec!["twiceword apollo"]
     );
 
@@ -1040,23 +1027,23 @@ fn a_scoped_peer_cannot_escalate_through_a_bundle() {
     assert_eq!(view("alice"), before_alice);
     assert_eq!(view("bob"), before_bob);
     invisible(&ours, "carol", &mem);
-    assert!(search_texts(&ours, "bob", "mallorywashere").is_empty());
+    assert!(ours.search_texts("bob", "mallorywashere").is_empty());
     // Mallory's memories: nothing reaches carol, by name, ownership or global.
     for id in [x.to_string(), y.to_string()] {
         invisible(&ours, "carol", &id);
     }
-    assert!(search_texts(&ours, "carol", "carolbait").is_empty());
-    assert!(search_texts(&ours, "carol", "apollobait").is_empty());
+    assert!(ours.search_texts("carol", "carolbait").is_empty());
+    assert!(ours.search_texts("carol", "apollobait").is_empty());
     let carol_list = ours.json(&["list", "--as", "carol", "--limit", "100"]);
     assert!(!carol_list.to_string().contains("mallory"), "{carol_list}");
     // x has no team:apollo grant: nobody here sees it, global or not.
     invisible(&ours, "alice", &x.to_string());
-    assert!(search_texts(&ours, "bob", "carolbait").is_empty());
+    assert!(ours.search_texts("bob", "carolbait").is_empty());
     // y is visible through team:apollo only.
     let got = ours.json(&["get", &y.to_string(), "--as", "alice"]);
     assert_eq!(got["visibility"], json!(["team:apollo"]), "{got}");
     assert_eq!(
-        search_texts(&ours, "bob", "apollobait"),
+        ours.search_texts("bob", "apollobait"),
         vec!["apollobait mallory note for apollo"]
     );
     // Teams and agents are as they were.
@@ -1152,7 +1139,7 @@ fn export_for_a_scoped_peer_carries_only_its_scope_and_retractions() {
     import(&b, &first);
     // The linked second note comes along by resonance.
     assert_eq!(
-        search_texts(&b, "bob", "fvapolloone"),
+        b.search_texts("bob", "fvapolloone"),
         vec![
             "fvapolloone first apollo note",
             "fvapollotwo second apollo note"
@@ -1178,8 +1165,8 @@ fn export_for_a_scoped_peer_carries_only_its_scope_and_retractions() {
 
     let r = import(&b, &second);
     assert!(u64_of(&r, "applied") >= 1, "{r}");
-    assert!(search_texts(&b, "bob", "fvapolloone").is_empty());
-    assert!(search_texts(&b, "alice", "fvapolloone").is_empty());
+    assert!(b.search_texts("bob", "fvapolloone").is_empty());
+    assert!(b.search_texts("alice", "fvapolloone").is_empty());
     invisible(&b, "bob", &t1);
     invisible(&b, "alice", &t1);
     // No local agent may see it any longer: its content is purged.
@@ -1236,7 +1223,7 @@ fn a_bundle_made_for_another_node_is_refused_and_changes_nothing() {
     assert_eq!(u64_of(&r, "refused"), 0, "{r}");
     assert_eq!(digest(&a, &[]), digest(&c, &[]));
     assert_eq!(
-        search_texts(&c, "alice", "addressedonly"),
+        c.search_texts("alice", "addressedonly"),
         vec!["addressedonly for carol's node"]
     );
 
@@ -1405,7 +1392,7 @@ fn a_bundle_cannot_bring_a_team_record_or_member_its_origin_did_not_write() {
     assert_eq!((state(&ours), ours.json(&["team", "list"])), before);
     invisible(&ours, "eve", &mem);
     assert_eq!(
-        search_texts(&ours, "bob", "dock code"),
+        ours.search_texts("bob", "dock code"),
         vec!["apollo dock code is 7311"]
     );
 }
@@ -1498,7 +1485,7 @@ fn a_sealed_bundle_opens_only_on_its_recipient_whatever_key_a_third_node_holds()
     assert_eq!(r["sealed"], json!(true), "{r}");
     assert!(u64_of(&r, "applied") > 0, "{r}");
     assert_eq!(
-        search_texts(&b, "alice", "sealedonly"),
+        b.search_texts("alice", "sealedonly"),
         vec!["sealedonly for bob's node"]
     );
 
@@ -1540,7 +1527,7 @@ fn a_scoped_peer_without_the_mesh_key_reads_a_bundle_sealed_to_it() {
     let r = import(&b, &f);
     assert!(u64_of(&r, "applied") > 0, "{r}");
     assert_eq!(
-        search_texts(&b, "bob", "sealscope"),
+        b.search_texts("bob", "sealscope"),
         vec!["sealscope apollo plan"]
     );
     assert_eq!(db_hits(&b, "sealprivate"), Vec::<String>::new());

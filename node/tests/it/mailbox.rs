@@ -55,17 +55,6 @@ fn n(v: &Value, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("{field} in {v}"))
 }
 
-fn search_texts(h: &Home, agent: &str, query: &str) -> Vec<String> {
-    h.json(&[
-        "search", query, "--as", agent, "-k", "50", "--mode", "lexical",
-    ])["hits"]
-        .as_array()
-        .expect("hits")
-        .iter()
-        .map(|x| x["content"].as_str().expect("content").to_owned())
-        .collect()
-}
-
 /// A (team apollo: alice, bob; carol outside it) and B (its own agents),
 /// scoped peers of each other on `team:apollo` through one mailbox `dir`.
 fn scoped_pair(dir: &Path) -> (Home, Home) {
@@ -161,7 +150,7 @@ fn a_mailbox_round_trip_between_homes_that_never_run_together() {
         "C's is untouched"
     );
     assert_eq!(
-        search_texts(&b, "bob", "mbxteam"),
+        b.search_texts("bob", "mbxteam"),
         vec!["mbxteam launch checklist"]
     );
     for word in ["mbxprivate", "mbxglobal"] {
@@ -185,7 +174,7 @@ fn a_mailbox_round_trip_between_homes_that_never_run_together() {
     assert!(n(&m, "applied") > 0, "{m}");
     assert_eq!(n(&m, "refused"), 0, "{m}");
     assert_eq!(
-        search_texts(&a, "alice", "mbxback"),
+        a.search_texts("alice", "mbxback"),
         vec!["mbxback reply from b"]
     );
     assert_eq!(db_hits(&a, "mbxbprivate"), Vec::<String>::new());
@@ -202,7 +191,7 @@ fn a_mailbox_round_trip_between_homes_that_never_run_together() {
     assert_eq!(n(&m, "imported"), 2, "{m}");
     assert_eq!(n(&m, "refused"), 0, "{m}");
     assert_eq!(
-        search_texts(&b, "bob", "mbxnext"),
+        b.search_texts("bob", "mbxnext"),
         vec!["mbxnext second plan"]
     );
     // …and nothing goes back but the acknowledgement.
@@ -311,7 +300,7 @@ fn a_truncated_bundle_waits_and_a_killed_sync_resumes() {
     assert!(m["left"].as_array().unwrap().is_empty(), "{m}");
     assert_eq!(a.digest("team:apollo"), b.digest("team:apollo"));
     assert_eq!(
-        search_texts(&b, "bob", "mbxlater").len(),
+        b.search_texts("bob", "mbxlater").len(),
         40,
         "every later note arrived"
     );
@@ -367,7 +356,7 @@ fn serve_posts_and_takes_mailbox_bundles_on_its_sync_timer() {
     );
     sb.stop();
     assert_eq!(
-        search_texts(&b, "bob", "mbxserve"),
+        b.search_texts("bob", "mbxserve"),
         vec!["mbxserve plan for the team"]
     );
 }

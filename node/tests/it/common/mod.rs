@@ -104,6 +104,19 @@ impl Home {
     /// lexical mode — which memories carrying these words the agent gets.
     /// (Hybrid and semantic recall, which also find memories by meaning,
     /// are tested in `semantic.rs`.)
+    /// Contents of the hits of `amos search QUERY --as AGENT` (lexical, k
+    /// 50): a word probe of what the agent can see.
+    pub fn search_texts(&self, agent: &str, query: &str) -> Vec<String> {
+        self.json(&[
+            "search", query, "--as", agent, "-k", "50", "--mode", "lexical",
+        ])["hits"]
+            .as_array()
+            .expect("hits")
+            .iter()
+            .map(|x| x["content"].as_str().expect("content").to_owned())
+            .collect()
+    }
+
     pub fn search_ids(&self, agent: &str, query: &str, k: usize) -> Vec<String> {
         let k = k.to_string();
         self.search_ids_with(agent, query, &["-k", &k])
