@@ -146,10 +146,11 @@ fn grants(pick: u64) -> Grants {
         .collect()
 }
 
-/// Random memories: `per_node` at every node.
+/// Random memories: `per_node` at every node (relays write none).
 pub fn write_workload(mesh: &mut Mesh, per_node: usize, rng: &mut Rng) -> usize {
     let mut n = 0;
-    for node in 0..mesh.len() {
+    let members: Vec<usize> = (0..mesh.len()).filter(|&i| !mesh.is_relay(i)).collect();
+    for node in members {
         for _ in 0..per_node {
             let owner = rng.below(4) as usize;
             let g = grants(rng.next_u64());

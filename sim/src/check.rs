@@ -17,14 +17,19 @@
 //! nodes, joined by the links among them, over what a node decoding given
 //! features can hold (docs/design.md §13).
 //!
+//! Two invariants beside it hold at every moment, converged or not:
+//! [`stores_authentic`] (every fact a node holds is one a node wrote, byte
+//! for byte) and [`watermarks_hold`] (a watermark covers only what
+//! committed) — what no link, relay or fault may break.
+//!
 //! Boundary: reads replicas; changes nothing.
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use amos_acl::{AuthorizedScopes, Gated, PeerPolicy};
 use amos_protocol::wire::Features;
-use amos_protocol::{AgentId, Grants, MemoryId, Register, SignedFact};
+use amos_protocol::{AgentId, Grants, Hlc, MemoryId, Register, SignedFact};
 use amos_sync::{MemMeta, MemStore};
 
 use crate::mesh::{AGENTS, Mesh, agent};
@@ -194,4 +199,93 @@ pub fn convergence_among(
         full_pieces: pieces.iter().map(Vec::len).collect(),
         differences: diffs,
     }
+}
+
+/// Every fact every node holds (and every one it has deferred) is, byte
+/// for byte, a fact some node wrote ([`Mesh::is_written`]): nothing on
+/// the way changed one. The problems found (at most 8).
+pub fn stores_authentic(mesh: &Mesh) -> Vec<String> {
+    let mut out = Vec::new();
+    for (n, node) in mesh.nodes.iter().enumerate() {
+        let store = &node.replica.store;
+        let held = store.facts.values().map(|f| f.to_bytes());
+        let deferred = store.deferred.iter().map(|(f, _, _)| f.to_bytes());
+        for bytes in held.chain(deferred) {
+            if !mesh.is_written(&bytes) && out.len() < 8 {
+                out.push(format!("node {n} holds a fact no node wrote"));
+            }
+        }
+    }
+    out
+}
+
+/// Every watermark a node X holds of a peer P (in P's epoch now, set
+/// after P's policy for X last changed, nothing held back for X) covers
+/// only what X committed (docs/design.md §7.2): it is at most P's `seq`,
+/// and every fact P's export to X up to it carries (P's own policy, X's
+/// own facts left out) X holds at that clock or a later one, or has
+/// deferred. The problems found (at most 8). Assumes X's gate refused
+/// none of them (`Stats::facts_refused` is 0).
+pub fn watermarks_hold(mesh: &Mesh) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut note = |d: String| {
+        if out.len() < 8 {
+            out.push(d);
+        }
+    };
+    for (x, node) in mesh.nodes.iter().enumerate() {
+        let me = mesh.node_id(x);
+        for (peer, w) in &node.replica.watermarks {
+            let Some(p) = mesh.index_of(peer) else {
+                continue;
+            };
+            let theirs = &mesh.nodes[p].replica;
+            if w.epoch != theirs.epoch
+                || w.seq < theirs.policy_changed_at(&me)
+                || theirs.held_back_for(&me).facts > 0
+            {
+                continue;
+            }
+            if w.seq > theirs.seq() {
+                note(format!(
+                    "node {x}: watermark {} of node {p} above its seq {}",
+                    w.seq,
+                    theirs.seq()
+                ));
+                continue;
+            }
+            // P's facts by their wire bytes: the register and clock of
+            // each (its export is read from them).
+            let of: BTreeMap<Vec<u8>, (Register, Hlc)> = theirs
+                .store
+                .facts
+                .values()
+                .map(|f| (f.to_bytes(), (f.fact.body.register(), f.fact.clock)))
+                .collect();
+            let after: BTreeSet<Vec<u8>> =
+                theirs.export_for(&me, w.seq, false).0.into_iter().collect();
+            let store = &node.replica.store;
+            for bytes in theirs.export_for(&me, 0, false).0 {
+                if after.contains(&bytes) {
+                    continue;
+                }
+                let Some((reg, clock)) = of.get(&bytes) else {
+                    note(format!("node {p} exports a fact it does not hold"));
+                    continue;
+                };
+                let held = store.facts.get(reg).is_some_and(|h| h.fact.clock >= *clock)
+                    || store
+                        .deferred
+                        .iter()
+                        .any(|(d, _, _)| d.fact.body.register() == *reg);
+                if !held {
+                    note(format!(
+                        "node {x}: its watermark {} of node {p} covers {reg:?}, which it lacks",
+                        w.seq
+                    ));
+                }
+            }
+        }
+    }
+    out
 }

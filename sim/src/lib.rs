@@ -16,8 +16,18 @@
 //! sessions negotiate, pick their digest kind and hold back what a peer
 //! cannot decode by the product's rules (docs/design.md §13,
 //! `amos_sync::session::HeldBack`), so a mesh can be upgraded node by node.
+//! A mesh may have relays and members behind NAT ([`mesh::RelayConfig`],
+//! docs/design.md §7.11): a **relayed link** between A and B exists only
+//! through a relay node R — R online, A–R and B–R reachable, B listening
+//! at R — and R, a pure relay (policy `none` with both, no sync link),
+//! holds nothing of theirs; a relayed session's frames are checked end to
+//! end and may be corrupted, dropped or reordered as the product's
+//! `AMOS_RELAY_FAULT` does ([`mesh::RelayFault`]), which fails sessions or
+//! delays them, never changes a store; a member behind NAT is dialled
+//! only through its relay, or dials out itself ([`mesh::Reach`]).
 //! [`check::convergence`] judges a mesh ([`check::convergence_among`] a
-//! part of a mixed one); [`bench`] runs the scenarios
+//! part of a mixed one), [`check::stores_authentic`] and
+//! [`check::watermarks_hold`] the invariants no fault may break; [`bench`] runs the scenarios
 //! `amos --json bench --mesh N` reports.
 //!
 //! Invariant: same configuration and seed, same run (no real clock, no

@@ -176,6 +176,12 @@ impl SimReplica {
         self.policy_seq.insert(node, self.seq);
     }
 
+    /// The `seq` that `node`'s policy last changed at (0: never since it
+    /// was set): a watermark below it counts as 0.
+    pub fn policy_changed_at(&self, node: &NodeId) -> i64 {
+        self.policy_seq.get(node).copied().unwrap_or(0)
+    }
+
     pub fn policy_of(&self, node: &NodeId) -> Option<&PeerPolicy> {
         self.store.peers.get(node)
     }

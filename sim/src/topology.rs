@@ -71,6 +71,12 @@ impl Graph {
         g
     }
 
+    /// Add `k` nodes without an edge (a mesh's relays: they sync with no
+    /// one).
+    pub fn add_isolated(&mut self, k: usize) {
+        self.adj.extend(std::iter::repeat_n(BTreeSet::new(), k));
+    }
+
     fn add(&mut self, a: usize, b: usize) {
         self.adj[a].insert(b);
         self.adj[b].insert(a);

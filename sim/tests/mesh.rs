@@ -1,16 +1,19 @@
 //! The simulator's properties on small meshes (20–30 nodes, virtual time):
 //! convergence after partitions heal (with loss and churn), repair after a
 //! restore from backup, push staying bounded when a peer flaps,
-//! determinism, and a mesh of mixed versions converging before and after
-//! its upgrades.
+//! determinism, a mesh of mixed versions converging before and after
+//! its upgrades, and relayed links (docs/design.md §7.11): a link that
+//! exists only through its relay, the NAT direction rule, faulty relays
+//! failing sessions but never a store, a random mesh with relays and NAT
+//! converging through outages and faults.
 
 use std::collections::BTreeMap;
 
 use amos_protocol::wire::Features;
 use amos_protocol::{Grants, MemoryId, Register, Scope, Validity};
 use amos_sim::bench::{periods_to_converge, write_workload};
-use amos_sim::check::{convergence, convergence_among};
-use amos_sim::mesh::{Speaks, session_versions};
+use amos_sim::check::{convergence, convergence_among, stores_authentic, watermarks_hold};
+use amos_sim::mesh::{FaultKind, Reach, RelayConfig, RelayFault, Speaks, session_versions};
 use amos_sim::rng::Rng;
 use amos_sim::{MS, Mesh, MeshConfig, Micros, PushConfig, SECOND};
 use proptest::prelude::*;
@@ -494,4 +497,285 @@ fn a_session_runs_at_the_newest_version_both_speak() {
     assert!(m.run_until_quiet(PERIOD));
     assert!(m.stats.sessions_refused > 0);
     assert_eq!(m.stats.facts_applied, 0);
+}
+
+// ------------------------------------------------------------ relays
+
+/// Whether node `n` holds memory `id`'s content.
+fn holds(m: &Mesh, n: usize, id: MemoryId) -> bool {
+    m.nodes[n]
+        .replica
+        .store
+        .facts
+        .contains_key(&Register::MemoryContent(id))
+}
+
+/// The invariants no link, relay or fault may break, at any moment:
+/// every fact held is one a node wrote, every watermark covers only what
+/// committed, and every relay holds nothing (it writes none, and syncs
+/// with no one: its policy with every member is `none`).
+fn relay_invariants(m: &Mesh) -> Result<(), String> {
+    let authentic = stores_authentic(m);
+    let watermarks = watermarks_hold(m);
+    if !authentic.is_empty() || !watermarks.is_empty() {
+        return Err(format!("{authentic:?} {watermarks:?}"));
+    }
+    for r in (0..m.len()).filter(|&r| m.is_relay(r)) {
+        let replica = &m.nodes[r].replica;
+        if !replica.store.facts.is_empty() || !replica.watermarks.is_empty() {
+            return Err(format!("relay {r} holds facts or watermarks"));
+        }
+        for n in (0..m.len()).filter(|&n| !m.is_relay(n)) {
+            let none = replica
+                .policy_of(&m.node_id(n))
+                .is_some_and(|p| p.is_none());
+            if !none {
+                return Err(format!("relay {r}: member {n}'s policy is not none"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Two members behind NAT and one relay: their link exists only through
+/// the relay. With the relay down, back but its clients' standing
+/// connections not yet re-made, or one of them cut off from it, no
+/// session gets through; once both reach it and listen there, they
+/// converge through it, and it holds nothing.
+#[test]
+fn a_relayed_link_exists_only_through_its_relay() {
+    let mut cfg = MeshConfig::new(2, 1, 7);
+    cfg.relay = RelayConfig {
+        relays: 1,
+        nat: 1.0,
+        relayed: 0.0,
+    };
+    let mut m = Mesh::new(cfg);
+    m.set_schedule(Some(PERIOD), None);
+    let r = 2;
+    assert!(m.is_relay(r) && m.behind_nat(0) && m.behind_nat(1));
+    assert_eq!(m.reach(0, 1), Reach::Via(r));
+    assert_eq!(m.reach(1, 0), Reach::Via(r));
+    let (id, _) = m.write_memory(0, 0, grants(&["global"]));
+    m.set_online(r, false);
+    m.run_for(3 * PERIOD);
+    assert!(!holds(&m, 1, id));
+    assert!(!m.records.is_empty() && m.records.iter().all(|x| !x.ok));
+    // The relay back: its clients re-make their standing connections at
+    // their next retry (1 s doubling to 30 s since it dropped: 1 s from
+    // now), not at once; until then it answers that node 1 does not
+    // listen.
+    m.set_online(r, true);
+    let from = m.records.len();
+    m.pass(0);
+    assert!(m.run_until_quiet(SECOND / 2));
+    assert!(
+        m.records[from..]
+            .iter()
+            .all(|x| !x.ok && x.ended - x.started < SECOND)
+    );
+    assert!(m.records.len() > from);
+    m.run_for(2 * SECOND);
+    let from = m.records.len();
+    m.pass(0);
+    assert!(m.run_until_quiet(PERIOD));
+    assert!(m.records[from..].iter().any(|x| x.ok));
+    assert!(holds(&m, 1, id));
+    let (id, _) = m.write_memory(0, 0, grants(&["global"]));
+    // The relay with node 0, node 1 cut off from both.
+    m.partition(Some(vec![0, 1, 0]));
+    let from = m.records.len();
+    m.run_for(3 * PERIOD);
+    assert!(!holds(&m, 1, id));
+    assert!(m.records.len() > from);
+    assert!(m.records[from..].iter().all(|x| !x.ok));
+    m.partition(None);
+    assert!(periods_to_converge(&mut m, PERIOD, 40).is_some());
+    assert!(holds(&m, 1, id));
+    assert!(m.records.iter().any(|x| x.ok));
+    assert!(m.records.iter().all(|x| x.via == Some(r)));
+    relay_invariants(&m).unwrap();
+}
+
+/// A member behind NAT whose link is not relayed is dialled by no one: it
+/// dials (the direction rule), and its news crosses on its own sessions.
+#[test]
+fn a_member_behind_nat_dials_out_on_a_direct_link() {
+    let found = (0..200u64).find_map(|seed| {
+        let mut cfg = MeshConfig::new(2, 1, seed);
+        cfg.relay = RelayConfig {
+            relays: 1,
+            nat: 0.5,
+            relayed: 0.0,
+        };
+        let m = Mesh::new(cfg);
+        (m.behind_nat(1) && !m.behind_nat(0)).then_some(m)
+    });
+    let mut m = found.expect("a seed with node 1 alone behind NAT");
+    assert_eq!(m.reach(0, 1), Reach::Never);
+    assert_eq!(m.reach(1, 0), Reach::Direct);
+    assert!(m.dials(0).is_empty());
+    m.set_schedule(Some(PERIOD), Some(push_cfg()));
+    let (from_nat, _) = m.write_memory(1, 0, grants(&["global"]));
+    let (to_nat, _) = m.write_memory(0, 0, grants(&["global"]));
+    assert!(periods_to_converge(&mut m, PERIOD, 10).is_some());
+    assert!(holds(&m, 0, from_nat) && holds(&m, 1, to_nat));
+    assert!(!m.records.is_empty());
+    assert!(m.records.iter().all(|x| x.dialler == 1 && x.via.is_none()));
+}
+
+/// A relay that corrupts, drops or reorders frames after the first
+/// `after` each way (the product's `AMOS_RELAY_FAULT`), between two
+/// members behind NAT that converged through it and keep writing — one
+/// of them a burst of several batches: corrupted frames fail the ends'
+/// check (every one); corrupted or dropped ones fail every session, which
+/// keeps only whole batches that committed (some do get through: partial
+/// progress) and moves no watermark over what did not commit; reordered
+/// ones are put back in order and every session succeeds. At every period
+/// no store holds a changed fact and every watermark holds; once the
+/// relay behaves, the two converge.
+#[test]
+fn a_faulty_relay_fails_sessions_never_a_store() {
+    for kind in [FaultKind::Corrupt, FaultKind::Drop, FaultKind::Reorder] {
+        for after in 0..8 {
+            let mut cfg = MeshConfig::new(2, 1, 100 + after);
+            cfg.relay = RelayConfig {
+                relays: 1,
+                nat: 1.0,
+                relayed: 0.0,
+            };
+            let mut m = Mesh::new(cfg);
+            m.set_schedule(Some(PERIOD), Some(push_cfg()));
+            let mut rng = Rng::new(after).fork(11);
+            write_workload(&mut m, 3, &mut rng);
+            assert!(periods_to_converge(&mut m, PERIOD, 10).is_some());
+            m.set_relay_fault(2, Some(RelayFault { kind, after }));
+            let (from, applied) = (m.records.len(), m.stats.facts_applied);
+            // A burst of 400 facts (7 batches), then a few each period.
+            for _ in 0..200 {
+                m.write_memory(0, 1, grants(&["global"]));
+            }
+            for _ in 0..4 {
+                write_workload(&mut m, 1, &mut rng);
+                m.run_for(PERIOD);
+                let ok = relay_invariants(&m);
+                assert!(ok.is_ok(), "{kind:?} after {after}: {ok:?}");
+            }
+            let faulty = &m.records[from..];
+            assert!(!faulty.is_empty());
+            let (altered, rejected) = (m.stats.relay_frames_altered, m.stats.relay_frames_rejected);
+            assert_eq!(
+                altered, rejected,
+                "{kind:?} after {after}: every altered frame is refused"
+            );
+            if kind == FaultKind::Reorder {
+                assert!(faulty.iter().all(|x| x.ok), "{kind:?} after {after}");
+                assert!(convergence(&m).converged);
+            } else {
+                assert!(faulty.iter().all(|x| !x.ok), "{kind:?} after {after}");
+                assert!(!convergence(&m).converged);
+                if after >= 4 {
+                    // A batch got through before the frames after it were lost.
+                    assert!(m.stats.facts_applied > applied, "{kind:?} after {after}");
+                }
+                if kind == FaultKind::Corrupt && after >= 2 {
+                    assert!(rejected > 0);
+                }
+            }
+            m.set_relay_fault(2, None);
+            let took = periods_to_converge(&mut m, PERIOD, 40);
+            assert!(
+                took.is_some(),
+                "{kind:?} after {after}: {:?}",
+                convergence(&m).differences
+            );
+            relay_invariants(&m).unwrap();
+            assert_eq!(m.stats.facts_refused, 0);
+        }
+    }
+}
+
+/// A random mesh of 24 members and 3 relays: some members behind NAT
+/// (reached only through the relay they listen at), some links relayed,
+/// with 1 % of frames lost. Writes throughout; one relay corrupts, one
+/// drops, one reorders (each after a random number of frames), then a
+/// relay goes down for two periods and a partition splits the mesh; then
+/// the relays behave, the partition heals. The invariants hold at every
+/// period, and the mesh converges within the failure backoff.
+fn relayed_mesh(seed: u64, push: bool) -> Result<(), TestCaseError> {
+    let nodes = 24;
+    let mut cfg = MeshConfig::new(nodes, 4, seed);
+    cfg.loss = 0.01;
+    cfg.relay = RelayConfig {
+        relays: 3,
+        nat: 0.3,
+        relayed: 0.3,
+    };
+    let mut m = Mesh::new(cfg);
+    let relays: Vec<usize> = (nodes..m.len()).collect();
+    prop_assert!(relays.iter().all(|&r| m.is_relay(r)));
+    let relayed = m
+        .graph
+        .edges()
+        .iter()
+        .filter(|(a, b)| matches!(m.reach(*a, *b), Reach::Via(_)))
+        .count();
+    let nat = (0..nodes).filter(|&n| m.behind_nat(n)).count();
+    prop_assert!(
+        relayed > 0 && nat > 0,
+        "seed {seed}: no relayed link or no NAT"
+    );
+    m.set_schedule(Some(PERIOD), push.then(push_cfg));
+    let mut rng = Rng::new(seed).fork(13);
+    write_workload(&mut m, 1, &mut rng);
+    m.run_for(PERIOD);
+    let kinds = [FaultKind::Corrupt, FaultKind::Drop, FaultKind::Reorder];
+    for (&r, kind) in relays.iter().zip(kinds) {
+        let after = rng.below(8);
+        m.set_relay_fault(r, Some(RelayFault { kind, after }));
+    }
+    let check = |m: &Mesh| relay_invariants(m).map_err(TestCaseError::fail);
+    for _ in 0..2 {
+        write_workload(&mut m, 1, &mut rng);
+        m.run_for(PERIOD);
+        check(&m)?;
+    }
+    let down = relays[rng.below(3) as usize];
+    let now = m.now();
+    m.schedule_offline(down, now, now + 2 * PERIOD);
+    let groups: Vec<u32> = (0..m.len()).map(|_| rng.below(2) as u32).collect();
+    m.partition(Some(groups));
+    for _ in 0..3 {
+        write_workload(&mut m, 1, &mut rng);
+        m.run_for(PERIOD);
+        check(&m)?;
+    }
+    for &r in &relays {
+        m.set_relay_fault(r, None);
+    }
+    m.partition(None);
+    let took = periods_to_converge(&mut m, PERIOD, 40);
+    prop_assert!(
+        took.is_some(),
+        "seed {seed}: not converged: {:?}",
+        convergence(&m).differences
+    );
+    check(&m)?;
+    prop_assert!(m.stats.relayed_sessions > 0);
+    prop_assert!(m.records.iter().any(|x| x.ok && x.via.is_some()));
+    prop_assert!(m.records.iter().any(|x| !x.ok && x.via.is_some()));
+    prop_assert!(m.stats.relay_frames_rejected <= m.stats.relay_frames_altered);
+    prop_assert!(m.stats.relay_frames_rejected > 0 || m.stats.relay_frames_altered == 0);
+    prop_assert_eq!(m.stats.facts_refused, 0);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config(4))]
+
+    /// [`relayed_mesh`], periodic passes with or without push.
+    #[test]
+    fn a_mesh_with_relayed_links_and_nat_converges(seed in any::<u64>(), push in any::<bool>()) {
+        relayed_mesh(seed, push)?;
+    }
 }

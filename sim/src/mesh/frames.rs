@@ -254,6 +254,10 @@ impl Mesh {
         let wire = size * MS / self.cfg.bytes_per_ms.max(1);
         let at = (now + l.latency + wire).max(l.last[from]);
         l.last[from] = at;
+        if l.pipe.is_some() {
+            self.pipe_send(sid, from, bytes, false, at, depth);
+            return;
+        }
         self.clock.at(
             at,
             Ev::Deliver {
@@ -274,6 +278,10 @@ impl Mesh {
         let at = (now + l.latency).max(l.last[from]);
         l.last[from] = at;
         l.depth = l.depth.max(depth);
+        if l.pipe.is_some() {
+            self.pipe_send(sid, from, Vec::new(), true, at, depth);
+            return;
+        }
         self.clock.at(
             at,
             Ev::Ended {
@@ -285,26 +293,31 @@ impl Mesh {
     }
 
     pub(super) fn ended(&mut self, sid: u64, to: usize, depth: u32) {
-        let Some(l) = self.sessions.get(&sid) else {
-            return;
-        };
-        if !self.reachable(l.a, l.b) {
+        if !self.path_up(sid) {
             self.finish(sid, false);
             return;
         }
+        self.receive_end(sid, to, depth);
+    }
+
+    /// Side `to` reads the other's end of stream.
+    pub(super) fn receive_end(&mut self, sid: u64, to: usize, depth: u32) {
         if let Some(acts) = self.session_event(sid, to, Event::PeerEnded) {
             self.run_actions(sid, to, acts, depth);
         }
     }
 
     pub(super) fn deliver(&mut self, sid: u64, to: usize, bytes: &[u8], depth: u32) {
-        let Some(l) = self.sessions.get(&sid) else {
-            return;
-        };
-        if !self.reachable(l.a, l.b) {
+        if !self.path_up(sid) {
             self.finish(sid, false);
             return;
         }
+        self.receive(sid, to, bytes, depth);
+    }
+
+    /// Side `to` reads a frame: the message it decodes to goes to its
+    /// session; one that does not decode breaks the session.
+    pub(super) fn receive(&mut self, sid: u64, to: usize, bytes: &[u8], depth: u32) {
         let Ok(SyncMessage::V1(msg)) = SyncMessage::decode(bytes) else {
             self.finish(sid, false);
             return;
@@ -338,6 +351,7 @@ impl Mesh {
             facts_sent: l.facts,
             repaired: ok && l.sides.iter().flatten().any(Session::repaired),
             version: l.versions[0],
+            via: l.via,
         });
         self.after_session(l.a, l.b, l.started, ok, l.push);
     }

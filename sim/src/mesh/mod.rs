@@ -17,6 +17,21 @@
 //! and nodes going offline (dials fail after the handshake timeout, live
 //! sessions across break); restores from backup (old state, new epoch).
 //!
+//! Relayed links and NAT (docs/design.md §7.11, [`RelayConfig`]): a mesh
+//! may have pure relay nodes (after its members, policy `none` with every
+//! member, syncing with no one, so holding no fact of anyone's) and
+//! members behind NAT (accepting nothing inbound). A **relayed link**
+//! between A and B exists only through a relay: A reaches B through the
+//! relay B listens at (B's standing connection to it, dropped when either
+//! goes offline or a partition cuts them, re-made with `serve`'s backoff),
+//! so it needs that relay online and both A–R and B–R reachable; a link
+//! to a member behind NAT that is not relayed is dialled only by that
+//! member (the direction rule, [`Reach`]). A relayed session's frames go
+//! through a pipe that checks them end to end and may be faulted as the
+//! product's `AMOS_RELAY_FAULT` faults them ([`RelayFault`]): corrupted or
+//! dropped frames stall the session until the node's peer timeout fails
+//! it, reordered ones are put back in order (`relays`).
+//!
 //! Versions (docs/design.md §13): each node speaks a protocol version and
 //! decodes a set of features ([`Speaks`]: this release by default, or an
 //! older one, as a node's `AMOS_PROTOCOL` narrows it); a session runs at
@@ -36,9 +51,11 @@
 //!
 //! Boundary: decides no merge, gate, export or scheduling rule (the
 //! replica and the schedulers are the product's); no sockets, no files, no
-//! real time. One simplification of its own: a pair has one session at a
+//! real time. Simplifications of its own: a pair has one session at a
 //! time, so a push due to a peer already in a session with this node
-//! starts when that session ends.
+//! starts when that session ends; a pipe's frame is one `SyncV1` message
+//! (the product's are QUIC packets), the handshake
+//! [`relays::HANDSHAKE_FRAMES`] of them.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
@@ -61,8 +78,11 @@ use crate::rng::Rng;
 use crate::topology::Graph;
 
 mod frames;
+pub mod relays;
 mod versions;
 
+pub use relays::{FaultKind, Reach, RelayConfig, RelayFault};
+use relays::{Frame, Pipe, Relays};
 pub use versions::{Speaks, session_versions};
 
 /// Facts per `Facts` message (the node's `EXPORT_BATCH`).
@@ -95,6 +115,8 @@ pub struct MeshConfig {
     pub push: Option<PushConfig>,
     /// A dial to a peer that cannot be reached fails after this.
     pub handshake_timeout: Micros,
+    /// Relay nodes, NAT and relayed links (none by default).
+    pub relay: RelayConfig,
 }
 
 impl MeshConfig {
@@ -114,6 +136,7 @@ impl MeshConfig {
             period: Some(60 * SECOND),
             push: None,
             handshake_timeout: 5 * SECOND,
+            relay: RelayConfig::default(),
         }
     }
 }
@@ -148,6 +171,23 @@ enum Ev {
     },
     DialFailed(u64),
     SetOnline(usize, bool),
+    /// A frame of a relayed session reaches side `to` (`relays`).
+    Piped {
+        sid: u64,
+        to: usize,
+        frame: Frame,
+    },
+    /// A reordering relay's hold on frame `index` from side `from` ends.
+    PipeProbe {
+        sid: u64,
+        from: usize,
+        index: u64,
+    },
+    /// A relayed session waited for a frame that never comes: it fails.
+    Stalled(u64),
+    /// A member retries its standing connection to its relay (of the
+    /// generation of its retries then).
+    Standing(usize, u64),
 }
 
 /// One node of the mesh.
@@ -193,6 +233,13 @@ pub struct Stats {
     /// at different versions, a message out of turn). Never, if both
     /// follow it.
     pub protocol_errors: u64,
+    /// Sessions through a relay (`relays`).
+    pub relayed_sessions: u64,
+    /// Frames a faulty relay altered, dropped; frames an end refused: their
+    /// end-to-end check failed (every altered one).
+    pub relay_frames_altered: u64,
+    pub relay_frames_dropped: u64,
+    pub relay_frames_rejected: u64,
 }
 
 /// One finished (or failed) session.
@@ -215,6 +262,8 @@ pub struct SessionRecord {
     /// The protocol version it ran at, the dialler's side (1 if it never
     /// connected).
     pub version: u16,
+    /// The relay it went through, if relayed.
+    pub via: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -233,6 +282,9 @@ struct Live {
     facts: u64,
     /// The protocol version each side runs at (set on connecting).
     versions: [u16; 2],
+    /// Through a relay: the relay and its pipe's state.
+    via: Option<usize>,
+    pipe: Option<Pipe>,
 }
 
 fn pair(a: usize, b: usize) -> (usize, usize) {
@@ -261,17 +313,25 @@ pub struct Mesh {
     watch: Option<(Register, Hlc, Vec<Option<Micros>>)>,
     next_mem: u64,
     schedule_gen: u64,
+    relays: Relays,
+    relay_rng: Rng,
+    /// BLAKE3 of every fact written, as written ([`Mesh::is_written`]).
+    written: BTreeSet<[u8; 32]>,
 }
 
 impl Mesh {
     /// Build the topology, identities, operators and policies (every node
     /// registers every other: a fleet whose operators name their peers
     /// ahead; only neighbours sync), and node 0's team `t` with `a0`, `a1`.
+    /// Relays come after the members, with the policy `none` both ways
+    /// and no link to sync over.
     pub fn new(cfg: MeshConfig) -> Mesh {
         let root = Rng::new(cfg.seed);
-        let graph = Graph::random_regular(cfg.nodes, cfg.degree, &mut root.fork(1));
+        let mut graph = Graph::random_regular(cfg.nodes, cfg.degree, &mut root.fork(1));
+        let relays = Relays::new(&cfg, &graph, &mut root.fork(5));
+        graph.add_isolated(cfg.relay.relays);
         let mut r = root.fork(2);
-        let mut nodes: Vec<SimNode> = (0..cfg.nodes)
+        let mut nodes: Vec<SimNode> = (0..cfg.nodes + cfg.relay.relays)
             .map(|i| {
                 let mut secret = r.bytes::<32>();
                 secret[..8].copy_from_slice(&(i as u64).to_le_bytes());
@@ -293,7 +353,9 @@ impl Mesh {
         for i in 0..nodes.len() {
             for (j, id) in ids.iter().enumerate() {
                 if i != j {
-                    let p = if nodes[i].operator == nodes[j].operator {
+                    let p = if relays.is_relay(i) || relays.is_relay(j) {
+                        PeerPolicy::none()
+                    } else if nodes[i].operator == nodes[j].operator {
                         PeerPolicy::Full
                     } else {
                         cfg.scoped.clone()
@@ -326,6 +388,9 @@ impl Mesh {
             watch: None,
             next_mem: 0,
             schedule_gen: 0,
+            relays,
+            relay_rng: root.fork(6),
+            written: BTreeSet::new(),
             cfg,
         };
         mesh.set_schedule(mesh.cfg.period, mesh.cfg.push);
@@ -361,6 +426,7 @@ impl Mesh {
         let now = self.now_ms();
         let node = &mut self.nodes[n];
         let f = node.replica.write(&node.identity, body, now);
+        self.written.insert(*blake3::hash(&f.to_bytes()).as_bytes());
         self.note_change(n);
         self.observe_seq(n);
         f.fact.clock
@@ -449,6 +515,12 @@ impl Mesh {
         self.local_write(n, FactBody::MemoryAcl(MemoryAcl { id, fixed, grants }))
     }
 
+    /// Whether `fact` (wire bytes) is, byte for byte, a fact some node of
+    /// the mesh wrote.
+    pub fn is_written(&self, fact: &[u8]) -> bool {
+        self.written.contains(blake3::hash(fact).as_bytes())
+    }
+
     /// The fixed fields of a memory node `n` holds.
     pub fn fixed_of(&self, n: usize, id: &MemoryId) -> Option<MemoryFixed> {
         self.nodes[n]
@@ -513,13 +585,14 @@ impl Mesh {
         self.partition = groups;
         let broken: Vec<u64> = self
             .sessions
-            .iter()
-            .filter(|(_, l)| !self.reachable(l.a, l.b))
-            .map(|(s, _)| *s)
+            .keys()
+            .copied()
+            .filter(|s| !self.path_up(*s))
             .collect();
         for sid in broken {
             self.finish(sid, false);
         }
+        self.check_standing();
     }
 
     /// Node `n` restarts speaking `speaks` — an upgrade, or, before any
@@ -533,12 +606,13 @@ impl Mesh {
         self.start_pusher(n);
     }
 
-    /// Every live session with node `n` breaks (its process stops).
+    /// Every live session with node `n` — or through it, a relay —
+    /// breaks (its process stops).
     fn break_sessions_of(&mut self, n: usize) {
         let live: Vec<u64> = self
             .sessions
             .iter()
-            .filter(|(_, l)| l.a == n || l.b == n)
+            .filter(|(_, l)| l.a == n || l.b == n || l.via == Some(n))
             .map(|(s, _)| *s)
             .collect();
         for sid in live {
@@ -563,7 +637,19 @@ impl Mesh {
     fn reachable(&self, a: usize, b: usize) -> bool {
         self.nodes[a].online
             && self.nodes[b].online
-            && self.partition.as_ref().is_none_or(|g| g[a] == g[b])
+            && self
+                .partition
+                .as_ref()
+                .is_none_or(|g| g.get(a).copied().unwrap_or(0) == g.get(b).copied().unwrap_or(0))
+    }
+
+    /// The neighbours node `n` dials: those it can reach, directly or
+    /// through a relay ([`Reach`]).
+    pub fn dials(&self, n: usize) -> Vec<usize> {
+        self.graph
+            .neighbours(n)
+            .filter(|&j| self.reach(n, j) != Reach::Never)
+            .collect()
     }
 
     // ------------------------------------------------------------ running
@@ -638,7 +724,7 @@ impl Mesh {
 
     /// Node `n` dials every neighbour now (a `sync now`).
     pub fn pass(&mut self, n: usize) {
-        let ns: Vec<usize> = self.graph.neighbours(n).collect();
+        let ns = self.dials(n);
         for j in ns {
             self.dial(n, j, false);
         }
@@ -658,7 +744,7 @@ impl Mesh {
                     self.clock.after(next, Ev::Tick(n, generation));
                     if self.nodes[n].online {
                         let now_ms = self.sched_ms();
-                        let ns: Vec<usize> = self.graph.neighbours(n).collect();
+                        let ns = self.dials(n);
                         for j in ns {
                             if self.nodes[n].pacing.due(&j, now_ms) {
                                 self.dial(n, j, false);
@@ -681,7 +767,10 @@ impl Mesh {
                 depth,
             } => self.deliver(sid, to, &bytes, depth),
             Ev::Ended { sid, to, depth } => self.ended(sid, to, depth),
-            Ev::DialFailed(sid) => self.finish(sid, false),
+            Ev::DialFailed(sid) | Ev::Stalled(sid) => self.finish(sid, false),
+            Ev::Piped { sid, to, frame } => self.piped(sid, to, frame),
+            Ev::PipeProbe { sid, from, index } => self.pipe_probe(sid, from, index),
+            Ev::Standing(c, generation) => self.standing_retry(c, generation),
             Ev::SetOnline(n, online) => {
                 if self.nodes[n].online == online {
                     return;
@@ -693,6 +782,7 @@ impl Mesh {
                     // next period.
                     self.nodes[n].pacing = Pacing::default();
                     self.start_pusher(n);
+                    self.standing_restart(n);
                 } else {
                     // The process is down: its news dies with it.
                     self.nodes[n].pusher = None;
@@ -700,6 +790,7 @@ impl Mesh {
                     self.queued.retain(|&(a, _)| a != n);
                     self.break_sessions_of(n);
                 }
+                self.check_standing();
             }
         }
     }
@@ -714,11 +805,12 @@ impl Mesh {
     /// `serve` starts one; none if push is off.
     fn start_pusher(&mut self, n: usize) {
         let now_ms = self.sched_ms();
+        let dials = self.dials(n);
         let node = &mut self.nodes[n];
         node.wake = None;
         node.pusher = self.cfg.push.filter(|_| node.online).map(|cfg| {
             let mut s = PushScheduler::new(cfg);
-            s.set_peers(self.graph.neighbours(n));
+            s.set_peers(dials);
             s.observe_seq(node.replica.seq(), now_ms);
             s
         });
@@ -812,11 +904,19 @@ impl Mesh {
         if push {
             self.stats.push_sessions += 1;
         }
-        let latency = self
-            .latency
-            .get(&key)
-            .copied()
-            .unwrap_or(self.cfg.latency.0);
+        let reach = self.reach(a, b);
+        let latency = match reach {
+            Reach::Via(r) => self.relays.latency(a, r) + self.relays.latency(b, r),
+            _ => self
+                .latency
+                .get(&key)
+                .copied()
+                .unwrap_or(self.cfg.latency.0),
+        };
+        let via = match reach {
+            Reach::Via(r) => Some(r),
+            _ => None,
+        };
         self.sessions.insert(
             sid,
             Live {
@@ -833,9 +933,13 @@ impl Mesh {
                 push,
                 facts: 0,
                 versions: [1; 2],
+                via,
+                pipe: None,
             },
         );
-        if self.reachable(a, b) {
+        if let Some(r) = via {
+            self.dial_via(sid, a, b, r);
+        } else if self.reachable(a, b) && !self.behind_nat(b) {
             self.clock.after(2 * latency, Ev::Connect(sid));
         } else {
             self.clock
@@ -848,7 +952,7 @@ impl Mesh {
             return;
         };
         let (a, b) = (l.a, l.b);
-        if !self.reachable(a, b) {
+        if !self.path_up(sid) {
             self.finish(sid, false);
             return;
         }
