@@ -724,3 +724,73 @@ fn console_reads_are_audited_as_console() {
         "{rows:?}"
     );
 }
+
+/// The peers page's link column (docs/design.md §7.11, §8.2): a relay
+/// link says so, a peer reached through it names the relay it goes
+/// `--via` (its id in full on hover), a mailbox directory shows, a peer
+/// dialled at its address is direct — in English and in Japanese.
+#[test]
+fn the_peers_page_shows_relay_links_vias_and_mailboxes() {
+    let a = Home::new();
+    let (relay, far, near) = (Home::new(), Home::new(), Home::new());
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("box");
+    std::fs::create_dir(&dir).unwrap();
+    let dir = std::fs::canonicalize(&dir).unwrap();
+    let (ir, ifar, inear) = (id(&relay), id(&far), id(&near));
+    a.ok(&[
+        "peers",
+        "add",
+        &ir,
+        "127.0.0.1:9",
+        "--policy",
+        "none",
+        "--relay",
+    ]);
+    a.ok(&["peers", "add", &ifar, "--policy", "full", "--via", &ir]);
+    a.ok(&["peers", "mailbox", &ifar, dir.to_str().unwrap()]);
+    a.ok(&["peers", "add", &inear, "127.0.0.1:10", "--policy", "full"]);
+    let c = Console::start(a.path());
+    // The link cell of the peer's row.
+    let cell = |body: &str, peer: &str| -> String {
+        let row = body
+            .split(&format!("<tr data-peer=\"{peer}\">"))
+            .nth(1)
+            .expect("the peer's row");
+        let row = &row[..row.find("</tr>").unwrap()];
+        let cell = row
+            .split("<td class=\"link\">")
+            .nth(1)
+            .expect("the link column");
+        cell[..cell.find("</td>").unwrap()].to_owned()
+    };
+    let en = c.get("/peers");
+    assert_eq!(en.status, 200);
+    assert!(en.body.contains("<th>Link</th>"));
+    let r = cell(&en.body, &ir);
+    assert!(
+        r.contains("class=\"relay\"") && r.contains("relay link"),
+        "{r}"
+    );
+    assert!(!r.contains("class=\"via\"") && !r.contains("class=\"direct\""));
+    let f = cell(&en.body, &ifar);
+    let via = format!("via <code title=\"{ir}\">{}</code>", &ir[..12]);
+    assert!(f.contains("class=\"via\"") && f.contains(&via), "{f}");
+    assert!(
+        f.contains(&format!("mailbox <code>{}</code>", dir.display())),
+        "{f}"
+    );
+    assert!(!f.contains("class=\"relay\"") && !f.contains("class=\"direct\""));
+    let n = cell(&en.body, &inear);
+    assert!(
+        n.contains("class=\"direct\"") && n.contains("direct"),
+        "{n}"
+    );
+    assert!(!n.contains("class=\"via\"") && !n.contains("mailbox"));
+    let ja = c.get("/peers?lang=ja");
+    assert!(ja.body.contains("<th>リンク</th>"));
+    assert!(cell(&ja.body, &ir).contains("中継リンク"));
+    let f = cell(&ja.body, &ifar);
+    assert!(f.contains("経由") && f.contains("メールボックス"), "{f}");
+    assert!(cell(&ja.body, &inear).contains("直接"));
+}

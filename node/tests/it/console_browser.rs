@@ -4,7 +4,8 @@
 //! as two agents and checks each sees exactly what the CLI lists, opens a
 //! memory with HTML in it and finds it shown as text (no element made, no
 //! script run), runs "sync now" against a second real node and sees the
-//! peer row turn `ok`, creates an invite and reads its code, reads the
+//! peer row turn `ok`, reads the peers' link column (direct, a relay
+//! link, a peer reached via it), creates an invite and reads its code, reads the
 //! dashboard and the pack preview, switches the language with the page's
 //! link, reads the timeline, draws the relation graph and follows a
 //! memory in it to its page (why it is believed: the signatures verified,
@@ -155,6 +156,34 @@ fn the_console_in_a_real_browser() {
             .contains("from the other node")
     );
     browser.shot(&shots, "4-peers-synced");
+
+    // The link column: B is dialled at its address; a relay link, and a
+    // peer reached through it, say so (docs/design.md §7.11).
+    assert_eq!(browser.text(&format!("{row} .link")), "direct");
+    let (relay, far) = (id(&Home::new()), id(&Home::new()));
+    a.ok(&[
+        "peers",
+        "add",
+        &relay,
+        "127.0.0.1:9",
+        "--policy",
+        "none",
+        "--relay",
+    ]);
+    a.ok(&["peers", "add", &far, "--policy", "full", "--via", &relay]);
+    browser.goto(&format!("{}/peers", console.base));
+    assert_eq!(
+        browser.text(&format!("tr[data-peer=\"{relay}\"] .link .relay")),
+        "relay link"
+    );
+    assert_eq!(
+        browser.text(&format!("tr[data-peer=\"{far}\"] .link .via")),
+        format!("via {}", &relay[..12])
+    );
+    browser.shot(&shots, "4-peers-relay");
+    a.ok(&["peers", "remove", &far]);
+    a.ok(&["peers", "remove", &relay]);
+    browser.goto(&format!("{}/peers", console.base));
 
     // An invite: the code is on the page.
     browser.type_into("#invite-form input[name=addrs]", "127.0.0.1:4747");

@@ -1,5 +1,6 @@
 //! `/peers`: one row per peer as Syncthing shows remote devices — policy,
-//! address, last sync and its result, facts and bytes each way of the last
+//! address, its link (a relay link, `peers add --relay`; the relay it is
+//! reached `--via`; its mailbox directory, `--mailbox`), last sync and its result, facts and bytes each way of the last
 //! session that completed (run by any process on this home: `amos serve`,
 //! `amos sync`, this console), whether the scoped digests agreed at the end
 //! of the last session that compared them, one that moved no fact (the
@@ -55,6 +56,15 @@ struct PeerRow {
     protocol: String,
     /// What that means.
     protocol_note: String,
+    /// A relay link (`peers add --relay`, docs/design.md §7.11).
+    relay: bool,
+    /// The relay it is reached through (`--via`): its name here if it has
+    /// one, else its short id; and its id.
+    via: Option<(String, String)>,
+    /// Its mailbox directory (`--mailbox`, docs/design.md §8.2).
+    mailbox: Option<String>,
+    /// Dialled directly: neither of those, an address known.
+    direct: bool,
 }
 
 /// An invite just made.
@@ -85,10 +95,25 @@ fn page(
     let mut chrome = Chrome::new(app, node, "peers", "", loc)?;
     chrome.flash = flash;
     let lang = loc.lang;
-    let rows = node
-        .peer_list()?
+    let peers = node.peer_list()?;
+    let named: std::collections::HashMap<String, String> = peers
+        .iter()
+        .filter(|p| !p.name.is_empty())
+        .map(|p| (p.node_id.clone(), p.name.clone()))
+        .collect();
+    let rows = peers
         .into_iter()
         .map(|p| PeerRow {
+            direct: !p.relay && p.via.is_none() && p.mailbox.is_none() && p.addr.is_some(),
+            relay: p.relay,
+            via: p.via.map(|id| {
+                let shown = named
+                    .get(&id)
+                    .cloned()
+                    .unwrap_or_else(|| id.chars().take(12).collect());
+                (shown, id)
+            }),
+            mailbox: p.mailbox,
             protocol: match (p.protocol, p.held_back) {
                 (None, _) => "–".into(),
                 (Some(v), 0) => format!("v{v}"),
