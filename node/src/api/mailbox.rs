@@ -1,8 +1,11 @@
 //! Mailboxes (docs/design.md §8.2): a directory through which a peer and
 //! this node exchange sealed bundles, for two nodes that are never online
 //! at the same time. `amos peers add ID --policy P --mailbox DIR` names
-//! it; each `amos sync now` and each of `amos serve`'s sync passes runs
-//! [`Node::mailbox_sync`] for every peer that has one: import the sealed
+//! it (or `amos peers mailbox ID --relay RELAY_ID`: a relay holds it, and
+//! `net::relay::mailbox` mirrors what the relay holds into a spool
+//! directory in this home, [`MailboxPlace`]); each `amos sync now|auto`
+//! and each of `amos serve`'s sync passes runs [`Node::mailbox_sync`] for
+//! every peer that has one (`net::relay::mailbox::mailbox_pass`): import the sealed
 //! bundles in DIR that the peer addressed to this node (each verified
 //! completely, applied through the import gate, its postmark moving our
 //! watermark of the peer, then removed), then post one or more sealed
@@ -49,7 +52,8 @@ const EXTENSION: &str = "amosb";
 pub struct MailboxOutcome {
     /// The peer (node id).
     pub peer: String,
-    /// Its mailbox directory.
+    /// Where its mailbox lives: a directory, or `relay:ID`
+    /// ([`MailboxPlace::to_row`]).
     pub dir: String,
     /// Bundles imported from the peer (then removed).
     pub imported: u64,
@@ -175,6 +179,55 @@ impl Node {
             return Err(NodeError::unknown(UnknownKind::Peer, id.short()));
         }
         Ok(())
+    }
+
+    /// Make `relay` — a registered peer with a relay link — hold the
+    /// mailbox of the registered peer `node_id` (docs/design.md §8.2): both
+    /// must use the same relay, each naming it for the other.
+    pub fn peer_set_mailbox_relay(&mut self, node_id: &str, relay: &str) -> Result<()> {
+        let parse = |s: &str| {
+            s.parse::<NodeId>()
+                .map_err(|e: amos_protocol::ProtocolError| NodeError::BadInput(e.to_string()))
+        };
+        let (id, relay) = (parse(node_id)?, parse(relay)?);
+        if id == relay {
+            return Err(NodeError::BadInput(
+                "a peer's mailbox cannot be held by the peer itself".into(),
+            ));
+        }
+        if !self.store.read(|r| peers::is_relay(r, &relay))? {
+            return Err(NodeError::BadInput(format!(
+                "{} is not a relay peer here: add it with `amos peers add {relay} ADDR --policy none --relay`",
+                relay.short()
+            )));
+        }
+        let place = MailboxPlace::Relay(relay).to_row();
+        if !self
+            .store
+            .write(|tx| peers::set_mailbox(tx, &id, Some(&place)))?
+        {
+            return Err(NodeError::unknown(UnknownKind::Peer, id.short()));
+        }
+        Ok(())
+    }
+
+    /// The address to reach `relay`, which holds a mailbox: it must still
+    /// be a relay peer here with an address.
+    pub(crate) fn mailbox_relay_addr(&self, relay: &NodeId) -> Result<String> {
+        let (is_relay, addr) = self
+            .store
+            .read(|r| Ok((peers::is_relay(r, relay)?, peers::addr(r, relay)?.flatten())))?;
+        match (is_relay, addr) {
+            (true, Some(a)) => Ok(a),
+            (true, None) => Err(NodeError::BadInput(format!(
+                "relay {} has no address here (`amos peers add {relay} ADDR --policy none --relay`)",
+                relay.short()
+            ))),
+            (false, _) => Err(NodeError::BadInput(format!(
+                "{} holds a mailbox but is no longer a relay peer here",
+                relay.short()
+            ))),
+        }
     }
 
     /// A sealed mailbox bundle from `peer` was applied completely: like a
@@ -436,12 +489,45 @@ fn max_rows() -> usize {
         .unwrap_or(MAILBOX_MAX_ROWS)
 }
 
-/// One mailbox pass over every peer with a mailbox (or only the one `only`
-/// names, as `amos sync now PEER` names one): [`Node::mailbox_sync`] for
-/// each. A peer whose mailbox fails is reported in its outcome; the others
-/// go on.
-pub fn mailbox_pass(home: &Home, only: Option<&str>) -> Result<Vec<MailboxOutcome>> {
-    let mut node = Node::open(home)?;
+/// Where a peer's mailbox lives (the peer row's `mailbox`, docs/design.md
+/// §8.2): a directory, or a relay both have a relay link with, which holds
+/// the sealed bundles over QUIC (`net::relay::mailbox`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MailboxPlace {
+    /// A directory (absolute).
+    Dir(PathBuf),
+    /// A relay peer of ours, by id.
+    Relay(NodeId),
+}
+
+/// How a relay place is written in the peer row (a directory is kept as
+/// an absolute path, which never starts so).
+const RELAY_PREFIX: &str = "relay:";
+
+impl MailboxPlace {
+    /// The place a peer row's `mailbox` names (`None`: a relay whose id
+    /// does not read).
+    pub fn from_row(text: &str) -> Option<MailboxPlace> {
+        match text.strip_prefix(RELAY_PREFIX) {
+            Some(id) => id.parse().ok().map(MailboxPlace::Relay),
+            None => Some(MailboxPlace::Dir(PathBuf::from(text))),
+        }
+    }
+
+    /// As the peer row keeps it.
+    pub fn to_row(&self) -> String {
+        match self {
+            MailboxPlace::Dir(d) => d.display().to_string(),
+            MailboxPlace::Relay(id) => format!("{RELAY_PREFIX}{id}"),
+        }
+    }
+}
+
+/// Every peer with a mailbox (or only the one `only` names, as `amos sync
+/// now PEER` names one) and where it lives: what a mailbox pass goes over
+/// (`net::relay::mailbox::mailbox_pass`, which every front end runs).
+pub fn mailbox_places(home: &Home, only: Option<&str>) -> Result<Vec<(NodeId, MailboxPlace)>> {
+    let node = Node::open(home)?;
     let peers = node.peer_list()?;
     let chosen: Vec<_> = match only {
         Some(want) => replica::peers_named(&peers, want)
@@ -450,27 +536,23 @@ pub fn mailbox_pass(home: &Home, only: Option<&str>) -> Result<Vec<MailboxOutcom
             .collect(),
         None => peers,
     };
-    let mut outcomes = Vec::new();
-    for p in chosen {
-        let Some(dir) = p.mailbox.clone() else {
-            continue;
-        };
-        let Ok(id) = p.node_id.parse::<NodeId>() else {
-            continue;
-        };
-        let dir = PathBuf::from(dir);
-        let outcome = match node.mailbox_sync(&id, &dir) {
-            Ok(o) => o,
-            Err(e) => MailboxOutcome {
-                peer: p.node_id.clone(),
-                dir: dir.display().to_string(),
-                error: Some(e.to_string()),
-                ..MailboxOutcome::default()
-            },
-        };
-        outcomes.push(outcome);
+    Ok(chosen
+        .into_iter()
+        .filter_map(|p| {
+            let place = MailboxPlace::from_row(p.mailbox.as_deref()?)?;
+            Some((p.node_id.parse::<NodeId>().ok()?, place))
+        })
+        .collect())
+}
+
+/// The outcome of a mailbox exchange that failed as a whole.
+pub fn mailbox_failed(peer: &NodeId, place: &MailboxPlace, e: &NodeError) -> MailboxOutcome {
+    MailboxOutcome {
+        peer: peer.to_string(),
+        dir: place.to_row(),
+        error: Some(e.to_string()),
+        ..MailboxOutcome::default()
     }
-    Ok(outcomes)
 }
 
 /// One line for `amos sync now` about a mailbox pass.

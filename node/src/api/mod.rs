@@ -53,7 +53,9 @@ pub use context::{
 pub use dashboard::{DASHBOARD_DAYS, Dashboard, DayActivity, NodeHealth, PeerHealth, Recalled};
 pub use edits::{DEFAULT_COMPACT_BYTES, HistoryLine};
 pub use links::LinkView;
-pub use mailbox::{MAILBOX_MAX_ROWS, MailboxOutcome, mailbox_line, mailbox_pass};
+pub use mailbox::{
+    MAILBOX_MAX_ROWS, MailboxOutcome, MailboxPlace, mailbox_failed, mailbox_line, mailbox_places,
+};
 pub use maintenance::{
     BackupReport, CheckReport, DanglingLink, EncoderCatchUpReport, HygieneAction, HygieneReport,
     RebuildReport, RetentionPolicy, Status,

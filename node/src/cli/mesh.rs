@@ -75,12 +75,18 @@ pub(super) enum PeersCmd {
     List,
     /// Change the policy we give a peer
     Policy { node_id: String, policy: String },
-    /// Set a peer's mailbox directory, or stop using one (--off)
+    /// Set a peer's mailbox directory, or a relay to hold it (--relay), or
+    /// stop using one (--off)
     Mailbox {
         node_id: String,
         /// The directory (must exist)
-        #[arg(required_unless_present = "off", conflicts_with = "off")]
+        #[arg(required_unless_present_any = ["off", "relay"], conflicts_with_all = ["off", "relay"])]
         dir: Option<std::path::PathBuf>,
+        /// Let RELAY_ID, a relay peer of this node and of the peer
+        /// (`--relay` links), hold the sealed bundles: each side names it
+        /// for the other, and `amos sync` posts and fetches there
+        #[arg(long, value_name = "RELAY_ID", conflicts_with = "off")]
+        relay: Option<String>,
         /// Stop exchanging bundles through a mailbox with this peer
         #[arg(long)]
         off: bool,
@@ -106,7 +112,7 @@ pub(super) enum MeshKeyCmd {
 
 #[derive(Subcommand, Debug)]
 pub(super) enum SyncCmd {
-    /// Sync with one peer (NodeId, prefix or name) or every peer with an address now
+    /// Sync with one peer (NodeId, prefix or name) or every peer with an address now, then the mailboxes
     Now {
         peer: Option<String>,
         /// Reconcile the whole set of facts each side may send the other
@@ -116,7 +122,7 @@ pub(super) enum SyncCmd {
         #[command(flatten)]
         dial: DialArgs,
     },
-    /// Sync once with every peer with an address; unreachable peers are not fatal
+    /// Sync once with every peer with an address, then every mailbox; unreachable peers are not fatal
     Auto {
         #[command(flatten)]
         dial: DialArgs,
@@ -215,7 +221,19 @@ fn on_node(node: &mut Node, out: &Out, cmd: ReplicationCmd) -> Result<()> {
                     || format!("peer {node_id} ({policy}{link})"),
                 );
             }
-            PeersCmd::Mailbox { node_id, dir, off } => {
+            PeersCmd::Mailbox {
+                node_id,
+                relay: Some(relay),
+                ..
+            } => {
+                node.peer_set_mailbox_relay(&node_id, &relay)?;
+                out.emit(&json!({"peer": node_id, "mailbox_relay": relay}), || {
+                    format!("peer {node_id}: mailbox held by relay {relay}")
+                });
+            }
+            PeersCmd::Mailbox {
+                node_id, dir, off, ..
+            } => {
                 let dir = if off { None } else { dir };
                 node.peer_set_mailbox(&node_id, dir.as_deref())?;
                 out.emit(&json!({"peer": node_id, "mailbox": dir}), || match &dir {
@@ -383,8 +401,9 @@ fn sync_cmd(home: &Home, out: &Out, cmd: SyncCmd) -> Result<()> {
         drop(progress);
         outcomes
     };
-    // Then the mailboxes: what came in live goes out in the posted bundles.
-    let mailboxes = amos_node::api::mailbox_pass(home, only)?;
+    // Then the mailboxes, in directories and on relays: what came in live
+    // goes out in the posted bundles.
+    let mailboxes = amos_node::net::relay::mailbox::mailbox_pass_blocking(home, only)?;
     out.emit(&json!({"peers": outcomes, "mailboxes": mailboxes}), || {
         if outcomes.is_empty() && mailboxes.is_empty() {
             return "no peers with an address or a mailbox to sync with".into();

@@ -37,13 +37,8 @@ pub(super) enum ServingCmd {
         /// Serve Prometheus /metrics and /healthz over HTTP on this TCP address
         #[arg(long, value_name = "ADDR")]
         metrics: Option<String>,
-        /// As a relay: bytes per second each relay peer may send (e.g. 8M)
-        #[arg(long, value_name = "BYTES", default_value = "32M")]
-        relay_rate: String,
-        /// As a relay: bytes each relay peer may send per hour; past them
-        /// its pipes are cut until the hour ends (e.g. 4G)
-        #[arg(long, value_name = "BYTES", default_value = "4G")]
-        relay_quota: String,
+        #[command(flatten)]
+        relay: Box<RelayArgs>,
         /// Also serve the web console on this TCP address (loopback unless --allow-remote)
         #[arg(long, value_name = "ADDR")]
         console: Option<String>,
@@ -78,6 +73,30 @@ pub(super) enum ServingCmd {
     Service(ServiceCmd),
 }
 
+/// What `amos serve` allows as a relay (docs/design.md §7.11, §8.2).
+#[derive(clap::Args, Debug)]
+pub(super) struct RelayArgs {
+    /// As a relay: bytes per second each relay peer may send (e.g. 8M)
+    #[arg(long, value_name = "BYTES", default_value = "32M")]
+    relay_rate: String,
+    /// As a relay: bytes each relay peer may send per hour; past them
+    /// its pipes are cut until the hour ends (e.g. 4G)
+    #[arg(long, value_name = "BYTES", default_value = "4G")]
+    relay_quota: String,
+    /// As a relay: bytes of sealed mailbox bundles held for each relay
+    /// peer (from all its senders); a post past them is refused
+    #[arg(long, value_name = "BYTES", default_value = "256M")]
+    mailbox_quota: String,
+    /// As a relay: bytes of sealed mailbox bundles held from each relay
+    /// peer (for all its recipients); a post past them is refused
+    #[arg(long, value_name = "BYTES", default_value = "256M")]
+    mailbox_sender_quota: String,
+    /// As a relay: a held mailbox bundle not taken by then is deleted
+    /// (e.g. 14d, 12h; 0s deletes everything held at start)
+    #[arg(long, value_name = "DUR", default_value = "14d")]
+    mailbox_expiry: String,
+}
+
 #[derive(Subcommand, Debug)]
 pub(super) enum ServiceCmd {
     /// Write the units and enable amos.service (or, with --timer, amos-sync.timer)
@@ -110,8 +129,7 @@ pub(super) fn run(home: &Home, home_flag: Option<&Path>, out: &Out, cmd: Serving
             push_debounce,
             push_sessions,
             metrics,
-            relay_rate,
-            relay_quota,
+            relay,
             console,
             http,
             allow_remote,
@@ -127,9 +145,25 @@ pub(super) fn run(home: &Home, home_flag: Option<&Path>, out: &Out, cmd: Serving
                         ))
                     })
             };
+            let RelayArgs {
+                relay_rate,
+                relay_quota,
+                mailbox_quota,
+                mailbox_sender_quota,
+                mailbox_expiry,
+            } = *relay;
             let relay_limits = amos_node::net::relay::Limits {
                 rate: size("--relay-rate", &relay_rate)?,
                 quota: size("--relay-quota", &relay_quota)?,
+                held: amos_node::net::relay::HeldLimits {
+                    per_recipient: size("--mailbox-quota", &mailbox_quota)?,
+                    per_sender: size("--mailbox-sender-quota", &mailbox_sender_quota)?,
+                    expiry: humantime::parse_duration(&mailbox_expiry).map_err(|_| {
+                        bad(format!(
+                            "malformed --mailbox-expiry {mailbox_expiry:?}: use e.g. 14d, 12h"
+                        ))
+                    })?,
+                },
                 ..Default::default()
             };
             if allow_remote && console.is_none() && http.is_none() {

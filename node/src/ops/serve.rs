@@ -374,6 +374,7 @@ pub(crate) async fn serve_async(
                 if !pass_running.swap(true, Ordering::SeqCst) {
                     let home = home.clone();
                     let identity = identity.clone();
+                    let identity_m = identity.clone();
                     let running = pass_running.clone();
                     let pacing = pacing.clone();
                     sessions.spawn(async move {
@@ -396,21 +397,18 @@ pub(crate) async fn serve_async(
                             }
                             Err(e) => warn!("periodic sync: {e}"),
                         }
-                        // Then the mailboxes (docs/design.md §8.2).
-                        let h = home.clone();
-                        match tokio::task::spawn_blocking(move || {
-                            crate::api::mailbox_pass(&h, None)
-                        })
-                        .await
+                        // Then the mailboxes (docs/design.md §8.2): in
+                        // directories and on relays.
+                        match crate::net::relay::mailbox::mailbox_pass(&home, identity_m, None)
+                            .await
                         {
-                            Ok(Ok(outcomes)) => {
+                            Ok(outcomes) => {
                                 for o in outcomes.iter().filter(|o| {
                                     o.imported + o.posted > 0 || o.error.is_some() || !o.left.is_empty()
                                 }) {
                                     info!("{}", crate::api::mailbox_line(o));
                                 }
                             }
-                            Ok(Err(e)) => warn!("mailbox pass: {e}"),
                             Err(e) => warn!("mailbox pass: {e}"),
                         }
                         running.store(false, Ordering::SeqCst);

@@ -45,6 +45,7 @@ mod read_audit;
 mod readme;
 mod recall_engine;
 mod relay;
+mod relay_mailbox;
 mod repair;
 mod replication;
 mod revocation_mesh;

@@ -58,6 +58,22 @@ const NOT_RUN: &[(&str, &str)] = &[
         "three hosts, two of them behind NAT: node/tests/it/relay.rs runs this set-up with real processes, in network namespaces it makes (and on loopback)",
     ),
     (
+        "amos peers add B_ID --policy global",
+        "three hosts that never run together but for the relay: node/tests/it/relay_mailbox.rs runs this set-up with real processes on loopback",
+    ),
+    (
+        "amos peers mailbox B_ID --relay R_ID",
+        "three hosts that never run together but for the relay: node/tests/it/relay_mailbox.rs runs this set-up with real processes on loopback",
+    ),
+    (
+        "amos sync now B_ID",
+        "three hosts that never run together but for the relay: node/tests/it/relay_mailbox.rs runs this set-up with real processes on loopback",
+    ),
+    (
+        "amos serve --mailbox-quota 256M --mailbox-sender-quota 256M --mailbox-expiry 14d",
+        "three hosts that never run together but for the relay: node/tests/it/relay_mailbox.rs runs this set-up with real processes on loopback",
+    ),
+    (
         "cargo test --workspace --locked",
         "the whole test suite, this test included",
     ),

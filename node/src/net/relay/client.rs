@@ -68,7 +68,7 @@ async fn resolve(addr_text: &str) -> Result<SocketAddr, TransportError> {
 }
 
 /// Open a relay connection to `relay` at `addr_text`.
-async fn relay_connection(
+pub(super) async fn relay_connection(
     identity: &NodeIdentity,
     relay: NodeId,
     addr_text: &str,

@@ -8,6 +8,11 @@
 //! how many bytes each way, for how long. It never decrypts, stores or
 //! interprets the bytes; only [`Fault`], a test hook, reads the pipe's frame
 //! lengths, to misbehave precisely.
+//!
+//! On a relay protocol 2 connection it also serves the mailbox requests
+//! (`Hold`, `List`, `Fetch`, `Drop`) over [`Held`]: the sealed bundles it
+//! keeps for its peers, counted against the same per-peer rate and quota
+//! as pipes, and against the mailbox quotas.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -20,11 +25,17 @@ use quinn::{Connection, RecvStream, SendStream};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::{Answer, HEADER, Request, encode_from};
+use super::held::{Held, HeldLimits};
+use super::{Answer, HEADER, Request, encode_from, encode_listing};
+use crate::clock::{SystemClock, WallClock};
 use crate::error::Result;
 use crate::home::Home;
 use crate::net::PEER_TIMEOUT;
 use crate::store::Watch;
+
+/// How long a relay waits for each MiB of a bundle being posted (beyond
+/// [`PEER_TIMEOUT`]).
+const PER_MIB: Duration = Duration::from_secs(2);
 
 /// Per-peer limits of a relay (`amos serve --relay-rate`, `--relay-quota`).
 /// A peer's bytes are what it sends into its pipes.
@@ -37,6 +48,8 @@ pub struct Limits {
     pub quota: u64,
     /// The quota's window.
     pub window: Duration,
+    /// What it holds for mailboxes (docs/design.md §8.2).
+    pub held: HeldLimits,
 }
 
 impl Default for Limits {
@@ -45,6 +58,7 @@ impl Default for Limits {
             rate: 32 << 20,
             quota: 4 << 30,
             window: Duration::from_secs(3600),
+            held: HeldLimits::default(),
         }
     }
 }
@@ -115,6 +129,7 @@ pub(crate) struct Hub {
     meters: Mutex<HashMap<NodeId, Meter>>,
     limits: Limits,
     fault: Option<Fault>,
+    held: Held,
 }
 
 /// Why a chunk may not go on.
@@ -122,7 +137,10 @@ struct OverQuota;
 
 impl Hub {
     /// A relay over `home`'s peers table.
+    /// What it held past the expiry is deleted now.
     pub(crate) fn new(home: &Home, limits: Limits, fault: Option<Fault>) -> Result<Hub> {
+        let held = Held::new(home.root(), limits.held);
+        held.expire(SystemClock.now_ms())?;
         Ok(Hub {
             store: Mutex::new(Watch::open(&home.db_path())?),
             listeners: Mutex::new(HashMap::new()),
@@ -130,6 +148,7 @@ impl Hub {
             meters: Mutex::new(HashMap::new()),
             limits,
             fault,
+            held,
         })
     }
 
@@ -162,10 +181,15 @@ impl Hub {
             conn.close(quinn::VarInt::from_u32(2), b"not a relay peer");
             return;
         }
-        info!("relay: {peer} connected from {remote}");
+        let version = crate::net::transport::endpoint::relay_version(&conn).unwrap_or(1);
+        info!("relay: {peer} connected from {remote} (relay protocol {version})");
         let mut mine = None;
         while let Ok((send, recv)) = conn.accept_bi().await {
             match read_header(recv).await {
+                Some((r, recv)) if r.needs_v2() && version >= 2 => {
+                    let hub = self.clone();
+                    tokio::spawn(async move { hub.mailbox(peer, r, send, recv).await });
+                }
                 Some((Request::Listen, _)) => {
                     let generation = self.next.fetch_add(1, Ordering::Relaxed);
                     self.listeners
@@ -180,7 +204,7 @@ impl Hub {
                     let hub = self.clone();
                     tokio::spawn(async move { hub.connect(peer, target, send, recv).await });
                 }
-                None => {
+                Some(_) | None => {
                     info!("relay: {peer} sent a malformed request: connection closed");
                     conn.close(quinn::VarInt::from_u32(2), b"malformed relay request");
                     break;
@@ -239,6 +263,142 @@ impl Hub {
             to.short(),
             started.elapsed().as_millis()
         );
+    }
+
+    /// A mailbox request from `peer` (relay protocol 2): hold, list, fetch
+    /// or drop sealed bundles, opaque bytes all of them.
+    async fn mailbox(
+        self: Arc<Self>,
+        peer: NodeId,
+        request: Request,
+        mut send: SendStream,
+        mut recv: RecvStream,
+    ) {
+        let now = SystemClock.now_ms();
+        let hub = self.clone();
+        // The expiry first: nothing past it is listed, fetched or counted.
+        if let Err(e) = run_blocking(move || hub.held.expire(now)).await {
+            warn!("relay: expiring held bundles: {e}");
+        }
+        match request {
+            Request::Hold(to) => {
+                let mut len = [0u8; 8];
+                if tokio::time::timeout(PEER_TIMEOUT, recv.read_exact(&mut len))
+                    .await
+                    .ok()
+                    .and_then(|r| r.ok())
+                    .is_none()
+                {
+                    return;
+                }
+                let len = u64::from_be_bytes(len);
+                if !self.serves(&to) || to == peer {
+                    return answer(send, Answer::NotRelayPeer).await;
+                }
+                if let Err(a) = self.held.fits(len) {
+                    info!(
+                        "relay: {} posted {len} bytes for {}: {a:?}",
+                        peer.short(),
+                        to.short()
+                    );
+                    return answer(send, a).await;
+                }
+                let Ok(n) = usize::try_from(len) else {
+                    return answer(send, Answer::SenderFull).await;
+                };
+                match self.spend(&peer, n) {
+                    Ok(wait) if !wait.is_zero() => tokio::time::sleep(wait).await,
+                    Ok(_) => {}
+                    Err(OverQuota) => return answer(send, Answer::OverLimit).await,
+                }
+                let mut bytes = vec![0u8; n];
+                let limit = PEER_TIMEOUT + PER_MIB * u32::try_from(len >> 20).unwrap_or(u32::MAX);
+                if tokio::time::timeout(limit, recv.read_exact(&mut bytes))
+                    .await
+                    .ok()
+                    .and_then(|r| r.ok())
+                    .is_none()
+                {
+                    info!(
+                        "relay: {} did not send the bundle it announced",
+                        peer.short()
+                    );
+                    return;
+                }
+                let hub = self.clone();
+                let held =
+                    run_blocking(move || hub.held.hold(peer, to, &bytes, SystemClock.now_ms()))
+                        .await;
+                match held {
+                    Ok(Ok(id)) => {
+                        info!(
+                            "relay: holds {len} bytes from {} for {}",
+                            peer.short(),
+                            to.short()
+                        );
+                        let mut b = vec![Answer::Ok.encode()];
+                        b.extend_from_slice(&id);
+                        let _ = send.write_all(&b).await;
+                        let _ = send.finish();
+                    }
+                    Ok(Err(a)) => {
+                        info!(
+                            "relay: refused {len} bytes from {} for {}: {a:?}",
+                            peer.short(),
+                            to.short()
+                        );
+                        answer(send, a).await;
+                    }
+                    Err(e) => warn!("relay: cannot hold a bundle: {e}"),
+                }
+            }
+            Request::List(other) => {
+                let hub = self.clone();
+                match run_blocking(move || hub.held.list(peer, other)).await {
+                    Ok(entries) => {
+                        let mut b = vec![Answer::Ok.encode()];
+                        b.extend(encode_listing(&entries));
+                        let _ = send.write_all(&b).await;
+                        let _ = send.finish();
+                    }
+                    Err(e) => warn!("relay: cannot list held bundles: {e}"),
+                }
+            }
+            Request::Fetch(id) => {
+                let hub = self.clone();
+                match run_blocking(move || hub.held.fetch(peer, &id)).await {
+                    Ok(Some(bytes)) => {
+                        if self.spend(&peer, bytes.len()).is_err() {
+                            return answer(send, Answer::OverLimit).await;
+                        }
+                        info!("relay: {} took {} bytes", peer.short(), bytes.len());
+                        let mut b = vec![Answer::Ok.encode()];
+                        b.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
+                        let _ = send.write_all(&b).await;
+                        let _ = send.write_all(&bytes).await;
+                        let _ = send.finish();
+                    }
+                    Ok(None) => answer(send, Answer::NotHeld).await,
+                    Err(e) => warn!("relay: cannot read a held bundle: {e}"),
+                }
+            }
+            Request::Drop(id) => {
+                let hub = self.clone();
+                match run_blocking(move || hub.held.drop_for(peer, &id)).await {
+                    Ok(was) => {
+                        if was {
+                            info!(
+                                "relay: {} acknowledged a held bundle: deleted",
+                                peer.short()
+                            );
+                        }
+                        answer(send, Answer::Ok).await;
+                    }
+                    Err(e) => warn!("relay: cannot delete a held bundle: {e}"),
+                }
+            }
+            Request::Listen | Request::Connect(_) => {}
+        }
     }
 
     fn cut_signal(&self, peer: &NodeId) -> watch::Receiver<bool> {
@@ -361,6 +521,15 @@ async fn cut_changed(cuts: &mut [watch::Receiver<bool>; 2]) {
         r = a.changed() => if r.is_err() { std::future::pending::<()>().await },
         r = b.changed() => if r.is_err() { std::future::pending::<()>().await },
     }
+}
+
+/// Run `f` on the blocking pool (file IO of held bundles).
+async fn run_blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| crate::error::NodeError::Failed(format!("relay: {e}")))?
 }
 
 /// Read a request's header from a new stream.

@@ -76,7 +76,7 @@ pub(crate) fn relay_client_endpoint(
     identity: &NodeIdentity,
     acceptor: Arc<dyn PeerAcceptor>,
 ) -> Result<Endpoint, TransportError> {
-    let tls = tls::client_config_offering(identity, acceptor, vec![tls::RELAY_ALPN.to_vec()])?;
+    let tls = tls::client_config_offering(identity, acceptor, tls::relay_alpn_ids())?;
     // A standing connection must outlive quiet hours, and keep a NAT's
     // mapping open: a keep-alive well inside both timeouts.
     let mut transport = quinn::TransportConfig::default();
@@ -226,13 +226,19 @@ pub(crate) async fn accept_any(incoming: Incoming) -> Result<(Connection, NodeId
 }
 
 /// Whether a connection's handshake chose the relay protocol
-/// ([`tls::RELAY_ALPN`]).
+/// ([`tls::RELAY_ALPN`] or a later version).
 pub(crate) fn is_relay(connection: &Connection) -> bool {
+    relay_version(connection).is_some()
+}
+
+/// The relay protocol version a connection's handshake chose, if it chose
+/// the relay protocol ([`tls::relay_version`]).
+pub(crate) fn relay_version(connection: &Connection) -> Option<u8> {
     connection
         .handshake_data()
         .and_then(|data| data.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
         .and_then(|data| data.protocol)
-        .is_some_and(|p| p == tls::RELAY_ALPN)
+        .and_then(|p| tls::relay_version(&p))
 }
 
 /// Dial a relay `expected` at `addr` over `endpoint` (from

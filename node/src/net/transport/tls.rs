@@ -40,15 +40,38 @@ pub fn alpn_ids() -> Vec<Vec<u8>> {
     amos_protocol::wire::alpn_offer(super::version::speaks().version)
 }
 
-/// The ALPN id of the relay protocol (docs/design.md §7.11): a relay
-/// client's connection to its relay. Every server offers it after the
-/// session ids; a relay client offers only it, a session dialler never.
+/// The ALPN id of the relay protocol's first version (docs/design.md
+/// §7.11): a relay client's connection to its relay, carrying pipes.
+/// Every server offers it after the session ids; a relay client offers
+/// only relay ids, a session dialler never.
 pub const RELAY_ALPN: &[u8] = b"amos-relay/1";
+
+/// The relay protocol's second version: the first's requests, and the
+/// relay-held mailbox's (`Hold`, `List`, `Fetch`, `Drop`; docs/design.md
+/// §8.2). Offered before [`RELAY_ALPN`]: a server picks it when both ends
+/// speak it, and an older end is still reached on version 1.
+pub const RELAY_ALPN_2: &[u8] = b"amos-relay/2";
+
+/// The relay protocol's ids this node speaks, newest first.
+pub fn relay_alpn_ids() -> Vec<Vec<u8>> {
+    vec![RELAY_ALPN_2.to_vec(), RELAY_ALPN.to_vec()]
+}
+
+/// The relay protocol version an ALPN id names (`None`: not a relay id).
+pub fn relay_version(alpn: &[u8]) -> Option<u8> {
+    if alpn == RELAY_ALPN_2 {
+        Some(2)
+    } else if alpn == RELAY_ALPN {
+        Some(1)
+    } else {
+        None
+    }
+}
 
 /// What a server offers: the session ids, then the relay protocol's.
 fn server_alpn_ids() -> Vec<Vec<u8>> {
     let mut ids = alpn_ids();
-    ids.push(RELAY_ALPN.to_vec());
+    ids.extend(relay_alpn_ids());
     ids
 }
 
@@ -443,7 +466,14 @@ mod tests {
         let server = server_config(&identity, acceptor.clone()).unwrap();
         let client = client_config(&identity, acceptor).unwrap();
         assert_eq!(server.alpn_protocols[..alpn_ids().len()], alpn_ids());
-        assert_eq!(server.alpn_protocols.last(), Some(&RELAY_ALPN.to_vec()));
+        assert_eq!(
+            server.alpn_protocols[alpn_ids().len()..],
+            [RELAY_ALPN_2.to_vec(), RELAY_ALPN.to_vec()],
+            "the relay ids after the session ids, newest first"
+        );
+        assert_eq!(relay_version(RELAY_ALPN), Some(1));
+        assert_eq!(relay_version(RELAY_ALPN_2), Some(2));
+        assert_eq!(relay_version(b"amos/1"), None);
         assert_eq!(client.alpn_protocols, alpn_ids());
         assert_eq!(alpn_ids().last(), Some(&b"amos/1".to_vec()), "545333a's id");
         assert!(!client.enable_sni);
