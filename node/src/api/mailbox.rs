@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 
 use amos_protocol::wire::{Features, Watermark};
 use amos_protocol::{BundleWriter, Hlc, NodeId, Postmark, Recipient, SealTo, peek_header};
+use amos_sync::session::HeldBack;
 use rand::RngExt;
 use serde::Serialize;
 
@@ -382,6 +383,13 @@ impl Node {
             .store
             .read(|r| peers::protocol(r, peer))?
             .map_or(Features::ALL, |(_, f)| Features(f));
+        // Facts the peer cannot decode are held back and counted, as for a
+        // live peer (docs/design.md §13): once it decodes them (its last
+        // hello said so), the next bundle starts from the beginning.
+        let (facts, needs) = self.peer_held_back(peer)?;
+        let held_before = HeldBack { facts, needs };
+        let since = held_before.export_from(since, decodes);
+        let (mut held, mut held_needs) = (0u64, Features::NONE);
         let epoch = self.epoch_bytes()?;
         let state = self.store.hlc_state()?;
         let created = Hlc {
@@ -451,7 +459,9 @@ impl Node {
                 },
                 amos_protocol::BUNDLE_FRAME_FACTS,
                 |facts| {
-                    let (facts, _) = decodes.split_decodable(facts);
+                    let (facts, withheld) = decodes.split_decodable(facts);
+                    held += withheld.len() as u64;
+                    held_needs = withheld.iter().fold(held_needs, |a, f| a.union(*f));
                     if facts.is_empty() {
                         return Ok(());
                     }
@@ -475,6 +485,8 @@ impl Node {
         tmp.persist_noclobber(dir.join(&name))
             .map_err(|e| NodeError::io(format!("posting {name}"))(e.error))?;
         sync_dir(dir)?;
+        let now = held_before.after_export(since, held, held_needs);
+        self.peer_set_held_back(peer, now.facts, now.needs)?;
         Ok((upto, summary.facts, summary.bytes))
     }
 }

@@ -251,3 +251,49 @@ fn a_peer_older_than_the_minimum_is_refused_in_one_line_naming_both_versions() {
     // Nothing crossed either way.
     assert!(old.search_ids("alice", "never old node", 5).is_empty());
 }
+
+/// A peer reached through a mailbox that lacks a feature has what is held
+/// back for it counted too, as a live peer does (docs/design.md §8.2,
+/// "Held back"); `amos sync auto` runs the mailbox (B is offline: its live
+/// sync is unreachable, which `auto` does not count as a failure).
+#[test]
+fn a_mailbox_peer_that_lacks_a_feature_has_what_is_held_back_counted() {
+    let a = Home::new();
+    let b = Home::new();
+    for h in [&a, &b] {
+        h.ok(&["agent", "add", "alice"]);
+    }
+    let sa = serve(&a, None);
+    let sb = serve(&b, Some("2:0"));
+    pair_serving(&a, &b, &sa, &sb, "full");
+    // One live session: A learns that B decodes no valid-time fact.
+    sync_as(&b, Some("2:0"));
+    assert_eq!(row(&a, &b)["protocol"], 2);
+    assert_eq!(row(&a, &b)["held_back"], 0);
+    drop(sb);
+    drop(sa);
+
+    // B is offline from now on: A reaches it through a mailbox.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_str().expect("utf-8 path");
+    a.ok(&["peers", "mailbox", &id(&b), dir]);
+    a.ok(&[
+        "add",
+        "the audit runs in the first week",
+        "--as",
+        "alice",
+        "--share",
+        "global",
+        "--valid-from",
+        "2026-01-01",
+    ]);
+    a.add("alice", "the audit report goes to finance", &["global"]);
+    let r = a.run(&["--json", "sync", "auto"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let v = r.json();
+    assert_eq!(v["peers"][0]["result"], "unreachable", "{v}");
+    let m = &v["mailboxes"][0];
+    assert!(m["posted"].as_u64().unwrap() >= 1, "{v}");
+    let held = row(&a, &b);
+    assert_eq!(held["held_back"], 1, "the timed memory's content: {held}");
+}
