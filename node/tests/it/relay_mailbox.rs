@@ -224,11 +224,14 @@ fn a_relay_mailbox_refuses_past_its_quota_and_deletes_what_expires() {
     // Room for one bundle and a half, for B (from all) or from A (for all).
     let quota = format!("{}", size + size / 2);
     t.a.add("alice", "quokka is the second", &["global"]);
-    for (flag, word) in [
-        ("--mailbox-quota", "for the recipient"),
-        ("--mailbox-sender-quota", "from this node"),
+    // (A quota smaller than the bundle itself is refused before its bytes
+    // are read.)
+    for (flag, quota, word) in [
+        ("--mailbox-quota", quota.as_str(), "for the recipient"),
+        ("--mailbox-sender-quota", quota.as_str(), "from this node"),
+        ("--mailbox-quota", "100", "for the recipient"),
     ] {
-        let mut sr = t.relay(&[flag, &quota]);
+        let mut sr = t.relay(&[flag, quota]);
         let (code, out) = mailbox_sync(&t.a, "now");
         assert_ne!(code, 0, "{out}");
         let error = out["error"].as_str().unwrap_or_default();

@@ -88,15 +88,18 @@ async fn call(
 ) -> std::result::Result<(Answer, RecvStream), TransportError> {
     with_timeout(bound(body.len() as u64), "the relay's answer", async {
         let (mut send, mut recv) = conn.open_bi().await.map_err(from_connection_error)?;
-        let closed =
-            |e: quinn::WriteError| TransportError::Closed(format!("asking the relay: {e}"));
-        send.write_all(&request.encode()).await.map_err(closed)?;
-        send.write_all(body).await.map_err(closed)?;
+        // A relay that refuses a bundle answers before reading it, and
+        // stops the stream: its answer is still read.
+        let written = match send.write_all(&request.encode()).await {
+            Ok(()) => send.write_all(body).await,
+            Err(e) => Err(e),
+        };
         let _ = send.finish();
         let mut b = [0u8; 1];
-        recv.read_exact(&mut b)
-            .await
-            .map_err(|e| TransportError::Closed(format!("the relay did not answer: {e}")))?;
+        recv.read_exact(&mut b).await.map_err(|e| match &written {
+            Err(w) => TransportError::Closed(format!("asking the relay: {w}")),
+            Ok(()) => TransportError::Closed(format!("the relay did not answer: {e}")),
+        })?;
         let answer = Answer::decode(b[0])
             .ok_or_else(|| TransportError::Protocol(format!("the relay answered {}", b[0])))?;
         Ok((answer, recv))
