@@ -87,7 +87,7 @@ fn held(r: &Home) -> Vec<(PathBuf, String, u64)> {
     let Ok(dirs) = std::fs::read_dir(&root) else {
         return out;
     };
-    for d in dirs.flatten() {
+    for d in dirs.flatten().filter(|d| d.path().is_dir()) {
         for f in std::fs::read_dir(d.path()).expect("read_dir").flatten() {
             let name = f.file_name().to_string_lossy().into_owned();
             if name.starts_with('.') {

@@ -2,9 +2,11 @@
 //! §7.11): sealed bundles one peer posted for another, as opaque bytes,
 //! one file each under `HOME/relay-held/RECIPIENT/`, named
 //! `SENDER-RECEIVED-ID.held` (NodeIds as amos writes them, the time it
-//! arrived in Unix ms in hex, the BLAKE3 of its bytes in hex): the relay's own bookkeeping, never shown to
-//! anyone as a fact. Each is written atomically (a hidden temporary name,
-//! fsync, rename, fsync of the directory), so a relay that restarts holds
+//! arrived in Unix ms in hex, the BLAKE3 of its bytes in hex): the relay's
+//! own bookkeeping, never shown to anyone as a fact. A posted bundle is
+//! received into a hidden file (`.incoming-*`: never whole in memory; what
+//! a killed relay left of one is deleted at start), then held atomically
+//! (fsync, rename, fsync of the directory), so a relay that restarts holds
 //! exactly what it acknowledged.
 //!
 //! Owns the quotas (bytes held for each recipient, bytes held from each
@@ -62,6 +64,30 @@ struct Item {
     received_ms: u64,
     id: HeldId,
     len: u64,
+}
+
+/// A bundle being received: its bytes so far, in a hidden file.
+pub(crate) struct Incoming {
+    file: tempfile::NamedTempFile,
+    hasher: blake3::Hasher,
+    len: u64,
+}
+
+impl Incoming {
+    /// Append `bytes`.
+    pub(crate) fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.file
+            .write_all(bytes)
+            .map_err(io("receiving a bundle".into()))?;
+        self.hasher.update(bytes);
+        self.len += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Bytes received so far.
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
 }
 
 /// The relay's held bundles.
@@ -123,6 +149,22 @@ impl Held {
             limits,
             lock: Mutex::new(()),
         }
+    }
+
+    /// Delete what a relay killed while receiving left (hidden
+    /// `.incoming-*` files): run at start, before any bundle arrives.
+    pub(crate) fn clean(&self) -> Result<()> {
+        let entries = match fs::read_dir(&self.root) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io(format!("reading {}", self.root.display()))(e)),
+        };
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with(".incoming-") {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+        Ok(())
     }
 
     /// Every held bundle (files that are not ours are left out, and alone).
@@ -190,9 +232,26 @@ impl Held {
         Ok(())
     }
 
-    /// Hold `bytes` from `from` for `to`, received at `now_ms`: its id, or
-    /// the quota it would break (nothing is written then). Holding the
-    /// same bytes again holds nothing more.
+    /// A file to receive a posted bundle into, before it is held
+    /// ([`Incoming::hold`]): hidden, in the relay's directory, deleted if
+    /// it is dropped. A bundle is never held whole in memory.
+    pub(crate) fn incoming(&self) -> Result<Incoming> {
+        fs::create_dir_all(&self.root).map_err(io(format!("creating {}", self.root.display())))?;
+        let file = tempfile::Builder::new()
+            .prefix(".incoming-")
+            .suffix(".tmp")
+            .tempfile_in(&self.root)
+            .map_err(io(format!("writing in {}", self.root.display())))?;
+        Ok(Incoming {
+            file,
+            hasher: blake3::Hasher::new(),
+            len: 0,
+        })
+    }
+
+    /// Hold `bytes` from `from` for `to`, received at `now_ms`
+    /// ([`Held::incoming`], then [`Held::hold_incoming`]).
+    #[cfg(test)]
     pub(crate) fn hold(
         &self,
         from: NodeId,
@@ -200,8 +259,28 @@ impl Held {
         bytes: &[u8],
         now_ms: u64,
     ) -> Result<std::result::Result<HeldId, Answer>> {
+        let mut incoming = self.incoming()?;
+        incoming.write(bytes)?;
+        self.hold_incoming(from, to, incoming, now_ms)
+    }
+
+    /// Hold what `incoming` received from `from` for `to`, at `now_ms`: its
+    /// id, or the quota it would break (nothing is kept then). Holding the
+    /// same bytes again holds nothing more.
+    pub(crate) fn hold_incoming(
+        &self,
+        from: NodeId,
+        to: NodeId,
+        incoming: Incoming,
+        now_ms: u64,
+    ) -> Result<std::result::Result<HeldId, Answer>> {
         let _one = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        let id: HeldId = *blake3::hash(bytes).as_bytes();
+        let Incoming {
+            file: tmp,
+            hasher,
+            len,
+        } = incoming;
+        let id: HeldId = *hasher.finalize().as_bytes();
         let items = self.items()?;
         if items
             .iter()
@@ -209,7 +288,6 @@ impl Held {
         {
             return Ok(Ok(id));
         }
-        let len = bytes.len() as u64;
         let for_to: u64 = items.iter().filter(|i| i.to == to).map(|i| i.len).sum();
         if for_to.saturating_add(len) > self.limits.per_recipient {
             return Ok(Err(Answer::RecipientFull));
@@ -221,14 +299,9 @@ impl Held {
         let dir = self.root.join(to.to_string());
         fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
         let name = format!("{from}-{now_ms:016x}-{}.{EXTENSION}", hex(&id));
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".held-")
-            .suffix(".tmp")
-            .tempfile_in(&dir)
-            .map_err(io(format!("writing in {}", dir.display())))?;
-        tmp.write_all(bytes)
-            .and_then(|()| tmp.as_file().sync_all())
-            .map_err(io(format!("writing in {}", dir.display())))?;
+        tmp.as_file()
+            .sync_all()
+            .map_err(io(format!("writing in {}", self.root.display())))?;
         tmp.persist(dir.join(&name))
             .map_err(|e| io(format!("holding {name}"))(e.error))?;
         sync_dir(&dir)?;
@@ -328,6 +401,23 @@ mod tests {
         assert!(!h.drop_for(A, &id).unwrap(), "nor to delete");
         assert!(h.drop_for(B, &id).unwrap());
         assert!(h.list(B, A).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_bundle_being_received_leaves_nothing_when_dropped_or_killed() {
+        let (t, h) = held(HeldLimits::default());
+        let mut incoming = h.incoming().unwrap();
+        incoming.write(b"half a bund").unwrap();
+        assert_eq!(incoming.len(), 11);
+        drop(incoming);
+        let root = t.path().join(DIR);
+        assert_eq!(fs::read_dir(&root).unwrap().count(), 0, "a dropped one");
+        fs::write(root.join(".incoming-killed.tmp"), b"half").unwrap();
+        h.hold(A, B, b"whole", 1).unwrap().unwrap();
+        h.clean().unwrap();
+        let left: Vec<_> = fs::read_dir(&root).unwrap().flatten().collect();
+        assert_eq!(left.len(), 1, "only B's directory: {left:?}");
+        assert_eq!(h.list(B, A).unwrap().len(), 1, "what is held stays");
     }
 
     #[test]

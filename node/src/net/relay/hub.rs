@@ -140,6 +140,7 @@ impl Hub {
     /// What it held past the expiry is deleted now.
     pub(crate) fn new(home: &Home, limits: Limits, fault: Option<Fault>) -> Result<Hub> {
         let held = Held::new(home.root(), limits.held);
+        held.clean()?;
         held.expire(SystemClock.now_ms())?;
         Ok(Hub {
             store: Mutex::new(Watch::open(&home.db_path())?),
@@ -311,14 +312,21 @@ impl Hub {
                     Ok(_) => {}
                     Err(OverQuota) => return answer(send, Answer::OverLimit).await,
                 }
-                let mut bytes = vec![0u8; n];
+                let Ok(mut incoming) = self.held.incoming().inspect_err(|e| warn!("relay: {e}"))
+                else {
+                    return;
+                };
                 let limit = PEER_TIMEOUT + PER_MIB * u32::try_from(len >> 20).unwrap_or(u32::MAX);
-                if tokio::time::timeout(limit, recv.read_exact(&mut bytes))
-                    .await
-                    .ok()
-                    .and_then(|r| r.ok())
-                    .is_none()
-                {
+                let received = tokio::time::timeout(limit, async {
+                    while incoming.len() < len {
+                        let want = usize::try_from(len - incoming.len()).unwrap_or(usize::MAX);
+                        let chunk = recv.read_chunk(want.min(64 * 1024), true).await.ok()??;
+                        incoming.write(&chunk.bytes).ok()?;
+                    }
+                    Some(())
+                })
+                .await;
+                if !matches!(received, Ok(Some(()))) {
                     info!(
                         "relay: {} did not send the bundle it announced",
                         peer.short()
@@ -326,9 +334,11 @@ impl Hub {
                     return;
                 }
                 let hub = self.clone();
-                let held =
-                    run_blocking(move || hub.held.hold(peer, to, &bytes, SystemClock.now_ms()))
-                        .await;
+                let held = run_blocking(move || {
+                    hub.held
+                        .hold_incoming(peer, to, incoming, SystemClock.now_ms())
+                })
+                .await;
                 match held {
                     Ok(Ok(id)) => {
                         info!(
