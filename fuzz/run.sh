@@ -13,7 +13,7 @@ secs="${1:-60}"
 [[ "$secs" =~ ^[0-9]+$ ]] || { echo "usage: $0 [seconds-per-target] [target...]" >&2; exit 2; }
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(bundle_reader sealed_bundle fact_batch fact_decoder import_files pairing_code sync_message repair_round text_change model_loader vector_snapshot time_parsers)
+[ ${#targets[@]} -gt 0 ] || targets=(bundle_reader sealed_bundle fact_batch fact_decoder import_files pairing_code sync_message relay_frames repair_round text_change model_loader vector_snapshot time_parsers)
 
 if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
     echo "cargo-fuzz not found; installing it" >&2
