@@ -794,3 +794,31 @@ fn the_peers_page_shows_relay_links_vias_and_mailboxes() {
     assert!(f.contains("経由") && f.contains("メールボックス"), "{f}");
     assert!(cell(&ja.body, &inear).contains("直接"));
 }
+
+/// The console's "sync now" runs the mailboxes too, as `amos sync now`
+/// does: a peer with only a mailbox directory gets its sealed bundle posted
+/// and the page says so.
+#[test]
+fn sync_now_in_the_console_posts_to_a_mailbox() {
+    let a = Home::apollo();
+    let b = Home::new();
+    let dir = tempfile::tempdir().expect("mailbox dir");
+    let d = dir.path().to_str().expect("utf-8 path");
+    a.ok(&["peers", "add", &id(&b), "--policy", "full", "--mailbox", d]);
+    a.ok(&["add", "a memory for the mailbox", "--as", "alice"]);
+    let c = Console::start(a.path());
+    let synced = c.post("/peers/sync", &[]);
+    assert_eq!(synced.status, 200);
+    let posted: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("read the mailbox")
+        .filter_map(|e| e.ok())
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .collect();
+    assert_eq!(posted.len(), 1, "one bundle posted for B");
+    assert!(
+        synced.body.contains(&format!("mailbox {d}: 0 bundles in"))
+            && synced.body.contains("1 posted"),
+        "{}",
+        synced.body
+    );
+}

@@ -192,15 +192,24 @@ pub(crate) struct SyncForm {
     peer: Option<String>,
 }
 
-/// `amos sync now [PEER]`: one pass, a line per peer.
+/// `amos sync now [PEER]`: one pass, a line per peer, then one per
+/// mailbox (directory or relay).
 pub(crate) async fn sync(
     State(app): State<Arc<App>>,
     Extension(loc): Extension<Locale>,
     FormIn(f): FormIn<SyncForm>,
 ) -> Result<Response, PageError> {
     let identity = Arc::new(app.home.load_identity()?);
-    let outcomes = crate::net::sync_pass(&app.home, identity, given(&f.peer), None).await?;
-    let mut flash: Vec<String> = outcomes.iter().map(outcome_line).collect();
+    let outcomes = crate::net::sync_pass(&app.home, identity.clone(), given(&f.peer), None).await?;
+    // Then the mailboxes (directories and relays), as `amos sync now` does:
+    // what came in live goes out in the posted bundles.
+    let mailboxes =
+        crate::net::relay::mailbox::mailbox_pass(&app.home, identity, given(&f.peer)).await?;
+    let mut flash: Vec<String> = outcomes
+        .iter()
+        .map(outcome_line)
+        .chain(mailboxes.iter().map(crate::api::mailbox_line))
+        .collect();
     if flash.is_empty() {
         flash.push(loc.lang.t("peers.nothing_to_sync").into());
     }
