@@ -349,3 +349,259 @@ mod tests {
         assert!(node.dashboard(&bob, 0).is_err());
     }
 }
+
+#[cfg(test)]
+mod kept_figure_tests {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+
+    use amos_acl::PeerPolicy;
+    use amos_protocol::{MemoryType, SignedFact, Validity};
+
+    use crate::clock::MovingClock;
+    use crate::store::dashboard::{self, DAY_MS, scan};
+    use crate::store::{figures, status};
+    use crate::{Home, NewMemory, Node};
+
+    /// A small deterministic generator (xorshift): the test's choices.
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
+    }
+
+    const AGENTS: [&str; 3] = ["carol", "dave", "erin"];
+
+    /// The kept figures against the full scan, after `step`: the kept
+    /// tables equal a recount of every row, `amos status`'s tally equals
+    /// its scan, and every agent's counts and writes per day (over 60
+    /// days) equal the aggregate over every row the gate admits.
+    fn check(a: &Node, step: &str) {
+        let now = a.now_ms();
+        let (kept, recounted) = a.store.read(|r| figures::kept_and_recounted(r)).unwrap();
+        assert_eq!(kept, recounted, "{step}: the kept tables");
+        let (tally, scanned) = a
+            .store
+            .read(|r| Ok((status::memory_counts(r)?, status::memory_counts_scanned(r)?)))
+            .unwrap();
+        assert_eq!(tally, scanned, "{step}: the tally");
+        for agent in AGENTS {
+            let who = a.requester(agent).unwrap();
+            let first = now / DAY_MS - 59;
+            let (counts, full, days, full_writes, full_recalls) = a
+                .store
+                .read(|r| {
+                    Ok((
+                        dashboard::visible_counts(r, &who, now)?,
+                        scan::visible_counts(r, &who, now)?,
+                        dashboard::per_day(r, &who, now, 60)?,
+                        scan::writes_per_day(r, &who, now, first)?,
+                        scan::recalls_per_day(r, &who, now, first)?,
+                    ))
+                })
+                .unwrap();
+            assert_eq!(counts, full, "{step}: {agent}'s counts");
+            let writes: Vec<(u64, u64)> = days
+                .iter()
+                .filter(|(_, w, _)| *w > 0)
+                .map(|(d, w, _)| (*d, *w))
+                .collect();
+            assert_eq!(writes, full_writes, "{step}: {agent}'s writes per day");
+            let recalls: Vec<(u64, u64)> = days
+                .iter()
+                .filter(|(_, _, n)| *n > 0)
+                .map(|(d, _, n)| (*d, *n))
+                .collect();
+            assert_eq!(recalls, full_recalls, "{step}: {agent}'s recalls per day");
+        }
+    }
+
+    /// The figures kept on write equal the full scan after every kind of
+    /// change: local adds of every type, with and without an expiry,
+    /// shares and revocations, tombstones, archiving and restoring, edits,
+    /// supersessions, memberships (which move who sees what, not the kept
+    /// rows), facts applied from a peer (new rows and changed ones), the
+    /// peer's policy changing (its memories' standing re-judged), searches
+    /// (recalls noted per day) and time passing expiries and days (old
+    /// recall days dropped).
+    #[test]
+    fn kept_figures_equal_the_full_scan() {
+        for seed in [11u64, 2026, 0x5eed_cafe] {
+            one_run(seed, 80);
+        }
+    }
+
+    fn one_run(seed: u64, steps: usize) {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::new(dir.path().join("a"));
+        Node::init(&home, Some("a")).unwrap();
+        let start = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let clock = Arc::new(MovingClock(start.into()));
+        let mut a = Node::open_with_clock(&home, clock.clone()).unwrap();
+        let home_b = Home::new(dir.path().join("b"));
+        Node::init(&home_b, Some("b")).unwrap();
+        let mut b = Node::open(&home_b).unwrap();
+        for t in ["apollo", "zeus"] {
+            a.team_create(t, None).unwrap();
+        }
+        a.agent_add("carol", "agent", &["apollo".into(), "zeus".into()])
+            .unwrap();
+        a.agent_add("dave", "agent", &["apollo".into()]).unwrap();
+        a.agent_add("erin", "agent", &[]).unwrap();
+        a.project_create("moon", "apollo", None).unwrap();
+        a.project_member("moon", "carol", true).unwrap();
+        b.agent_add("bob", "agent", &[]).unwrap();
+        a.peer_add(&b.node_id().to_string(), None, "full").unwrap();
+        b.peer_add(&a.node_id().to_string(), None, "full").unwrap();
+        let shares: [&[&str]; 7] = [
+            &[],
+            &["team:apollo"],
+            &["team:zeus"],
+            &["global"],
+            &["project:moon"],
+            &["team:apollo", "team:zeus"],
+            &["agent:erin"],
+        ];
+        let kinds = ["note", "fact", "decision", "procedure"];
+        let scopes = ["team:apollo", "team:zeus", "global", "project:moon"];
+        let mut rng = Rng(seed);
+        let mut mine: Vec<(String, String)> = Vec::new();
+        let mut from_b: Vec<String> = Vec::new();
+        let mut b_since = 0;
+        check(&a, "the set-up");
+        for step in 0..steps {
+            let agent = AGENTS[rng.below(AGENTS.len())];
+            let who = a.requester(agent).unwrap();
+            let pick =
+                |rng: &mut Rng, v: &[(String, String)]| v.get(rng.below(v.len().max(1))).cloned();
+            let what = match rng.below(14) {
+                12 => {
+                    let opts = crate::recall::RecallOptions::top(6);
+                    let words = ["note", "replaces", "edited", "from"];
+                    a.search_with(&who, words[rng.below(words.len())], &opts)
+                        .unwrap();
+                    "a search (recalls noted)"
+                }
+                13 => {
+                    // Far enough now and then to drop old recall days.
+                    clock
+                        .0
+                        .fetch_add((20 + rng.below(30) as u64) * DAY_MS, Ordering::Relaxed);
+                    "days passing"
+                }
+                0..=2 => {
+                    let mut m = NewMemory::new(format!("note {step} of seed {seed}"));
+                    m.share = shares[rng.below(shares.len())]
+                        .iter()
+                        .map(|s| s.parse().unwrap())
+                        .collect();
+                    m.kind = MemoryType::parse(kinds[rng.below(kinds.len())]).unwrap();
+                    if rng.below(4) == 0 {
+                        m.expires_ms = Some(a.now_ms() + 1 + rng.below(3) as u64 * DAY_MS / 2);
+                    }
+                    if let Ok(id) = a.add(&who, m) {
+                        mine.push((agent.to_owned(), id.to_string()));
+                    }
+                    "an add"
+                }
+                3 => {
+                    if let Some((owner, id)) = pick(&mut rng, &mine) {
+                        let owner = a.requester(&owner).unwrap();
+                        let scope = scopes[rng.below(scopes.len())];
+                        let _ = a.set_grant(&owner, &id, scope, rng.below(2) == 0);
+                    }
+                    "a share or revocation"
+                }
+                4 => {
+                    if let Some((owner, id)) = pick(&mut rng, &mine) {
+                        let _ = a.forget(&a.requester(&owner).unwrap(), &id);
+                    }
+                    "a tombstone"
+                }
+                5 => {
+                    if let Some((owner, id)) = pick(&mut rng, &mine) {
+                        let owner = a.requester(&owner).unwrap();
+                        let _ = a.set_archived(&owner, &id, rng.below(2) == 0);
+                    }
+                    "an archive or restore"
+                }
+                6 => {
+                    if let Some((owner, id)) = pick(&mut rng, &mine) {
+                        let _ = a.update(&a.requester(&owner).unwrap(), &id, "edited");
+                    }
+                    "an edit"
+                }
+                7 => {
+                    if let Some((owner, id)) = pick(&mut rng, &mine) {
+                        let o = a.requester(&owner).unwrap();
+                        if let Ok(new) = a.supersede(
+                            &o,
+                            &id,
+                            format!("replaces at {step}"),
+                            None,
+                            Validity::default(),
+                        ) {
+                            mine.push((owner, new.to_string()));
+                        }
+                    }
+                    "a supersession"
+                }
+                8 => {
+                    let agent = ["dave", "erin"][rng.below(2)];
+                    let team = ["apollo", "zeus"][rng.below(2)];
+                    let _ = a.team_member(team, agent, rng.below(3) != 0);
+                    "a team membership"
+                }
+                9 => {
+                    let bob = b.requester("bob").unwrap();
+                    let mut m = NewMemory::new(format!("from b at step {step}"));
+                    m.share = shares[rng.below(shares.len() - 1)]
+                        .iter()
+                        .map(|s| s.parse().unwrap())
+                        .collect();
+                    if let Ok(id) = b.add(&bob, m) {
+                        from_b.push(id.to_string());
+                    }
+                    if rng.below(2) == 0
+                        && let Some(id) = from_b.get(rng.below(from_b.len().max(1)))
+                    {
+                        let _ = b.forget(&bob, id);
+                    }
+                    let mut facts = Vec::new();
+                    b_since = b
+                        .export(&PeerPolicy::Full, b_since, 64, |f| {
+                            facts.extend(f);
+                            Ok(())
+                        })
+                        .unwrap();
+                    let v = facts
+                        .iter()
+                        .map(|f| SignedFact::decode_verified(f).unwrap())
+                        .collect();
+                    a.apply_from(&b.node_id(), v).unwrap();
+                    "facts from b"
+                }
+                10 => {
+                    let policy =
+                        ["full", "team:apollo", "global", "team:zeus,global"][rng.below(4)];
+                    a.peer_set_policy(&b.node_id().to_string(), policy).unwrap();
+                    "b's policy changing"
+                }
+                _ => {
+                    clock
+                        .0
+                        .fetch_add(1 + rng.below(3) as u64 * DAY_MS / 3, Ordering::Relaxed);
+                    "time passing"
+                }
+            };
+            check(&a, &format!("seed {seed}, step {step}: {what}"));
+        }
+    }
+}

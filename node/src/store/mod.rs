@@ -34,6 +34,7 @@ mod connect;
 pub(crate) mod dashboard;
 pub(crate) mod digest;
 pub(crate) mod echo;
+pub(crate) mod figures;
 pub(crate) mod foreign;
 pub(crate) mod history;
 pub(crate) mod hygiene;
@@ -73,6 +74,7 @@ pub use org::{AgentInfo, ProjectInfo, StoredOrg, TeamInfo};
 pub use peers::{DigestCheck, LastSession, RepairState};
 pub use reads::ReadRow;
 pub use replica::{AuditEntry, DeferredInfo, PeerInfo, peers_named};
+pub use schema::version_creating;
 pub use text_log::{HistoryEntry, TextState};
 
 /// An open store.

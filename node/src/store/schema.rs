@@ -441,10 +441,224 @@ const MIGRATIONS: &[&str] = &[
           AND (register LIKE 'team:%' OR register LIKE 'project:%')
         GROUP BY register, author;
     "#,
+    // v(n): figures kept on write (store::figures), local-only, never a
+    // fact: the console dashboard's and `amos status`'s counts without a
+    // scan. Memories are counted per standing — effective grants, owner
+    // and owner rule, what the read gate decides by — and type
+    // (`figure_kinds`), per standing and UTC creation day (`figure_days`),
+    // and per state (`memory_tally`: live, archived, forgotten). Triggers
+    // on `memories` keep them in the transaction that changes a row,
+    // whichever path writes it (local writes, applied facts, bundle
+    // imports, tombstones, re-judged standings). A memory with an expiry
+    // is not in the first two (it leaves a count by time, not by a write;
+    // the dashboard counts those live, by `memories_expiring`). The
+    // recalls noted per standing and day (`figure_recalls`) follow
+    // `recall_days` and the standing of the memory recalled. Filled here
+    // from the rows held; idempotent.
+    r#"
+    CREATE TABLE IF NOT EXISTS figure_kinds (
+        effective TEXT NOT NULL,
+        owner     TEXT NOT NULL,
+        trusted   INTEGER NOT NULL,
+        kind      TEXT NOT NULL,
+        n         INTEGER NOT NULL,
+        PRIMARY KEY (effective, owner, trusted, kind)
+    ) STRICT, WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS figure_days (
+        day       INTEGER NOT NULL,     -- created_ms / 86400000
+        effective TEXT NOT NULL,
+        owner     TEXT NOT NULL,
+        trusted   INTEGER NOT NULL,
+        n         INTEGER NOT NULL,
+        PRIMARY KEY (day, effective, owner, trusted)
+    ) STRICT, WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS figure_recalls (
+        day       INTEGER NOT NULL,     -- recall_days.day
+        effective TEXT NOT NULL,
+        owner     TEXT NOT NULL,
+        trusted   INTEGER NOT NULL,
+        n         INTEGER NOT NULL,
+        PRIMARY KEY (day, effective, owner, trusted)
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX IF NOT EXISTS recall_days_memory ON recall_days(memory, day);
+    CREATE TABLE IF NOT EXISTS memory_tally (
+        state TEXT PRIMARY KEY,         -- live | archived | forgotten
+        n     INTEGER NOT NULL
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX IF NOT EXISTS memories_expiring ON memories(expires_ms)
+        WHERE expires_ms IS NOT NULL;
+
+    DELETE FROM figure_kinds;
+    INSERT INTO figure_kinds(effective, owner, trusted, kind, n)
+        SELECT effective, owner, owner_trusted, COALESCE(kind, 'note'), COUNT(*) FROM memories
+        WHERE content_fact IS NOT NULL AND tombstone_fact IS NULL AND expires_ms IS NULL
+        GROUP BY 1, 2, 3, 4;
+    DELETE FROM figure_days;
+    INSERT INTO figure_days(day, effective, owner, trusted, n)
+        SELECT created_ms / 86400000, effective, owner, owner_trusted, COUNT(*) FROM memories
+        WHERE content_fact IS NOT NULL AND tombstone_fact IS NULL AND expires_ms IS NULL
+        GROUP BY 1, 2, 3, 4;
+    DELETE FROM figure_recalls;
+    INSERT INTO figure_recalls(day, effective, owner, trusted, n)
+        SELECT d.day, m.effective, m.owner, m.owner_trusted, SUM(d.recalls)
+        FROM recall_days d JOIN memories m ON m.id = d.memory
+        WHERE m.content_fact IS NOT NULL AND m.tombstone_fact IS NULL AND m.expires_ms IS NULL
+        GROUP BY 1, 2, 3, 4;
+    DELETE FROM memory_tally;
+    INSERT INTO memory_tally(state, n) VALUES ('live', 0), ('archived', 0), ('forgotten', 0);
+    UPDATE memory_tally SET n = (SELECT COUNT(*) FROM memories m WHERE
+        CASE WHEN m.tombstone_fact IS NOT NULL THEN 'forgotten'
+                 WHEN m.content_fact IS NULL THEN NULL
+                 WHEN m.archived != 0 THEN 'archived' ELSE 'live' END = memory_tally.state);
+
+    CREATE TRIGGER IF NOT EXISTS figures_insert AFTER INSERT ON memories
+    WHEN new.content_fact IS NOT NULL AND new.tombstone_fact IS NULL AND new.expires_ms IS NULL
+    BEGIN
+        INSERT INTO figure_kinds(effective, owner, trusted, kind, n)
+            VALUES (new.effective, new.owner, new.owner_trusted, COALESCE(new.kind, 'note'), 1)
+            ON CONFLICT(effective, owner, trusted, kind) DO UPDATE SET n = n + 1;
+        INSERT INTO figure_days(day, effective, owner, trusted, n)
+            VALUES (new.created_ms / 86400000, new.effective, new.owner, new.owner_trusted, 1)
+            ON CONFLICT(day, effective, owner, trusted) DO UPDATE SET n = n + 1;
+        INSERT INTO figure_recalls(day, effective, owner, trusted, n)
+            SELECT d.day, new.effective, new.owner, new.owner_trusted, d.recalls
+            FROM recall_days d WHERE d.memory = new.id
+            ON CONFLICT(day, effective, owner, trusted) DO UPDATE SET n = n + excluded.n;
+    END;
+    CREATE TRIGGER IF NOT EXISTS figures_delete AFTER DELETE ON memories
+    WHEN old.content_fact IS NOT NULL AND old.tombstone_fact IS NULL AND old.expires_ms IS NULL
+    BEGIN
+        UPDATE figure_kinds SET n = n - 1 WHERE effective = old.effective AND owner = old.owner
+            AND trusted = old.owner_trusted AND kind = COALESCE(old.kind, 'note');
+        DELETE FROM figure_kinds WHERE effective = old.effective AND owner = old.owner
+            AND trusted = old.owner_trusted AND kind = COALESCE(old.kind, 'note') AND n <= 0;
+        UPDATE figure_days SET n = n - 1 WHERE day = old.created_ms / 86400000
+            AND effective = old.effective AND owner = old.owner AND trusted = old.owner_trusted;
+        DELETE FROM figure_days WHERE day = old.created_ms / 86400000
+            AND effective = old.effective AND owner = old.owner AND trusted = old.owner_trusted
+            AND n <= 0;
+        UPDATE figure_recalls SET n = n - (SELECT d.recalls FROM recall_days d
+                WHERE d.memory = old.id AND d.day = figure_recalls.day)
+            WHERE effective = old.effective AND owner = old.owner AND trusted = old.owner_trusted
+              AND day IN (SELECT d.day FROM recall_days d WHERE d.memory = old.id);
+        DELETE FROM figure_recalls WHERE effective = old.effective AND owner = old.owner
+            AND trusted = old.owner_trusted AND n <= 0;
+    END;
+    CREATE TRIGGER IF NOT EXISTS figures_update_out
+    AFTER UPDATE OF content_fact, tombstone_fact, expires_ms, effective, owner, owner_trusted,
+        kind, created_ms ON memories
+    WHEN old.content_fact IS NOT NULL AND old.tombstone_fact IS NULL AND old.expires_ms IS NULL
+        AND NOT (new.content_fact IS NOT NULL AND new.tombstone_fact IS NULL AND new.expires_ms IS NULL
+            AND new.effective = old.effective
+            AND new.owner = old.owner AND new.owner_trusted = old.owner_trusted
+            AND COALESCE(new.kind, 'note') = COALESCE(old.kind, 'note')
+            AND new.created_ms / 86400000 = old.created_ms / 86400000)
+    BEGIN
+        UPDATE figure_kinds SET n = n - 1 WHERE effective = old.effective AND owner = old.owner
+            AND trusted = old.owner_trusted AND kind = COALESCE(old.kind, 'note');
+        DELETE FROM figure_kinds WHERE effective = old.effective AND owner = old.owner
+            AND trusted = old.owner_trusted AND kind = COALESCE(old.kind, 'note') AND n <= 0;
+        UPDATE figure_days SET n = n - 1 WHERE day = old.created_ms / 86400000
+            AND effective = old.effective AND owner = old.owner AND trusted = old.owner_trusted;
+        DELETE FROM figure_days WHERE day = old.created_ms / 86400000
+            AND effective = old.effective AND owner = old.owner AND trusted = old.owner_trusted
+            AND n <= 0;
+        UPDATE figure_recalls SET n = n - (SELECT d.recalls FROM recall_days d
+                WHERE d.memory = old.id AND d.day = figure_recalls.day)
+            WHERE effective = old.effective AND owner = old.owner AND trusted = old.owner_trusted
+              AND day IN (SELECT d.day FROM recall_days d WHERE d.memory = old.id);
+        DELETE FROM figure_recalls WHERE effective = old.effective AND owner = old.owner
+            AND trusted = old.owner_trusted AND n <= 0;
+    END;
+    CREATE TRIGGER IF NOT EXISTS figures_update_in
+    AFTER UPDATE OF content_fact, tombstone_fact, expires_ms, effective, owner, owner_trusted,
+        kind, created_ms ON memories
+    WHEN new.content_fact IS NOT NULL AND new.tombstone_fact IS NULL AND new.expires_ms IS NULL
+        AND NOT (old.content_fact IS NOT NULL AND old.tombstone_fact IS NULL AND old.expires_ms IS NULL
+            AND new.effective = old.effective
+            AND new.owner = old.owner AND new.owner_trusted = old.owner_trusted
+            AND COALESCE(new.kind, 'note') = COALESCE(old.kind, 'note')
+            AND new.created_ms / 86400000 = old.created_ms / 86400000)
+    BEGIN
+        INSERT INTO figure_kinds(effective, owner, trusted, kind, n)
+            VALUES (new.effective, new.owner, new.owner_trusted, COALESCE(new.kind, 'note'), 1)
+            ON CONFLICT(effective, owner, trusted, kind) DO UPDATE SET n = n + 1;
+        INSERT INTO figure_days(day, effective, owner, trusted, n)
+            VALUES (new.created_ms / 86400000, new.effective, new.owner, new.owner_trusted, 1)
+            ON CONFLICT(day, effective, owner, trusted) DO UPDATE SET n = n + 1;
+        INSERT INTO figure_recalls(day, effective, owner, trusted, n)
+            SELECT d.day, new.effective, new.owner, new.owner_trusted, d.recalls
+            FROM recall_days d WHERE d.memory = new.id
+            ON CONFLICT(day, effective, owner, trusted) DO UPDATE SET n = n + excluded.n;
+    END;
+    CREATE TRIGGER IF NOT EXISTS figure_recalls_insert AFTER INSERT ON recall_days
+    BEGIN
+        INSERT INTO figure_recalls(day, effective, owner, trusted, n)
+            SELECT new.day, m.effective, m.owner, m.owner_trusted, new.recalls
+            FROM memories m WHERE m.id = new.memory AND m.content_fact IS NOT NULL AND m.tombstone_fact IS NULL AND m.expires_ms IS NULL
+            ON CONFLICT(day, effective, owner, trusted) DO UPDATE SET n = n + excluded.n;
+    END;
+    CREATE TRIGGER IF NOT EXISTS figure_recalls_update AFTER UPDATE OF recalls ON recall_days
+    BEGIN
+        UPDATE figure_recalls SET n = n + new.recalls - old.recalls
+            WHERE day = new.day AND (effective, owner, trusted) IN
+                (SELECT m.effective, m.owner, m.owner_trusted FROM memories m
+                 WHERE m.id = new.memory AND m.content_fact IS NOT NULL AND m.tombstone_fact IS NULL AND m.expires_ms IS NULL);
+    END;
+    CREATE TRIGGER IF NOT EXISTS figure_recalls_delete AFTER DELETE ON recall_days
+    BEGIN
+        UPDATE figure_recalls SET n = n - old.recalls
+            WHERE day = old.day AND (effective, owner, trusted) IN
+                (SELECT m.effective, m.owner, m.owner_trusted FROM memories m
+                 WHERE m.id = old.memory AND m.content_fact IS NOT NULL AND m.tombstone_fact IS NULL AND m.expires_ms IS NULL);
+        DELETE FROM figure_recalls WHERE day = old.day AND n <= 0;
+    END;
+    CREATE TRIGGER IF NOT EXISTS tally_insert AFTER INSERT ON memories
+    BEGIN
+        UPDATE memory_tally SET n = n + 1 WHERE state =
+            CASE WHEN new.tombstone_fact IS NOT NULL THEN 'forgotten'
+                 WHEN new.content_fact IS NULL THEN NULL
+                 WHEN new.archived != 0 THEN 'archived' ELSE 'live' END;
+    END;
+    CREATE TRIGGER IF NOT EXISTS tally_delete AFTER DELETE ON memories
+    BEGIN
+        UPDATE memory_tally SET n = n - 1 WHERE state =
+            CASE WHEN old.tombstone_fact IS NOT NULL THEN 'forgotten'
+                 WHEN old.content_fact IS NULL THEN NULL
+                 WHEN old.archived != 0 THEN 'archived' ELSE 'live' END;
+    END;
+    CREATE TRIGGER IF NOT EXISTS tally_update
+    AFTER UPDATE OF content_fact, tombstone_fact, archived ON memories
+    WHEN (old.tombstone_fact IS NULL) != (new.tombstone_fact IS NULL)
+        OR (old.content_fact IS NULL) != (new.content_fact IS NULL)
+        OR old.archived != new.archived
+    BEGIN
+        UPDATE memory_tally SET n = n - 1 WHERE state =
+            CASE WHEN old.tombstone_fact IS NOT NULL THEN 'forgotten'
+                 WHEN old.content_fact IS NULL THEN NULL
+                 WHEN old.archived != 0 THEN 'archived' ELSE 'live' END;
+        UPDATE memory_tally SET n = n + 1 WHERE state =
+            CASE WHEN new.tombstone_fact IS NOT NULL THEN 'forgotten'
+                 WHEN new.content_fact IS NULL THEN NULL
+                 WHEN new.archived != 0 THEN 'archived' ELSE 'live' END;
+    END;
+    "#,
 ];
 
 /// The schema version this binary writes.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// The schema version just before the migration that creates `table`
+/// (`None`: no migration creates it): where a test that drops the table
+/// sets `user_version` to have that migration run again.
+pub fn version_creating(table: &str) -> Option<u32> {
+    let plain = format!("CREATE TABLE {table} (");
+    let guarded = format!("CREATE TABLE IF NOT EXISTS {table} (");
+    MIGRATIONS
+        .iter()
+        .position(|sql| sql.contains(&plain) || sql.contains(&guarded))
+        .map(|i| i as u32)
+}
 
 /// Bring the database to [`SCHEMA_VERSION`]. Safe to call from many processes
 /// at once: the check and the migration run under one write lock.

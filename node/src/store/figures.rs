@@ -1,0 +1,287 @@
+//! Figures kept on write: how many memories this node holds per
+//! *standing* — the effective grants, owner and owner rule the read gate
+//! decides by — and type (`figure_kinds`), per standing and UTC creation
+//! day (`figure_days`), the recalls noted per standing and day
+//! (`figure_recalls`, from `recall_days`), and the memories per state
+//! (`memory_tally`: live, archived, forgotten). Triggers on `memories` and
+//! `recall_days` keep the tables in the transaction that changes a row,
+//! whichever path writes it (local writes, applied facts, bundle imports,
+//! tombstones, re-judged standings, recalls noted, old days dropped);
+//! their migration (schema.rs) fills them from the rows a store already
+//! holds. This module only reads them.
+//!
+//! A standing is judged by the gate itself: [`Standing`] is
+//! [`Gated`], and a requester's figures (`store::dashboard`) add up the
+//! standings `AuthorizedScopes::may_see` admits, so a kept figure counts
+//! exactly the memories the gate lets through. A memory with an expiry is
+//! not kept (time, not a write, takes it out of a count): [`expiring`]
+//! reads those live, by index, each with its expiry for the gate.
+//!
+//! Must never: hand out a memory (only counts per standing), or write the
+//! tables but through their triggers.
+
+use std::collections::HashMap;
+
+use amos_acl::Gated;
+use amos_protocol::{AgentId, Grants};
+
+use super::memory::LIVE;
+use super::{Readable, split_grants, sql};
+use crate::error::Result;
+
+/// What the read gate decides a memory's visibility by, for a count of
+/// memories that share it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Standing {
+    owner: AgentId,
+    effective: Grants,
+    trusted: bool,
+    expires_ms: Option<u64>,
+}
+
+impl Standing {
+    /// The grants in force.
+    pub(crate) fn effective(&self) -> &Grants {
+        &self.effective
+    }
+}
+
+impl Gated for Standing {
+    fn owner(&self) -> &AgentId {
+        &self.owner
+    }
+    fn effective_grants(&self) -> &Grants {
+        &self.effective
+    }
+    fn is_tombstoned(&self) -> bool {
+        // Only live memories are counted.
+        false
+    }
+    fn expires_ms(&self) -> Option<u64> {
+        self.expires_ms
+    }
+    fn owner_is_authoritative(&self) -> bool {
+        self.trusted
+    }
+}
+
+/// Standings decoded once per distinct stored (effective, owner, rule):
+/// the kept tables repeat them per type and day. A row whose owner does
+/// not parse (only a damaged store holds one) decodes to `None` and is
+/// counted for no one, as the row decoder leaves it invisible.
+#[derive(Default)]
+struct Decoder(HashMap<(String, String, bool), Option<Standing>>);
+
+impl Decoder {
+    fn standing(&mut self, effective: String, owner: String, trusted: bool) -> Option<Standing> {
+        self.0
+            .entry((effective, owner, trusted))
+            .or_insert_with_key(|(effective, owner, trusted)| {
+                AgentId::parse(owner).ok().map(|owner| Standing {
+                    owner,
+                    effective: split_grants(effective),
+                    trusted: *trusted,
+                    expires_ms: None,
+                })
+            })
+            .clone()
+    }
+}
+
+/// Every kept count of live memories without an expiry: (standing, type,
+/// how many).
+pub(crate) fn by_kind(r: &(impl Readable + ?Sized)) -> Result<Vec<(Standing, String, u64)>> {
+    let mut stmt =
+        sql(r).prepare_cached("SELECT effective, owner, trusted, kind, n FROM figure_kinds")?;
+    let mut rows = stmt.query([])?;
+    let mut decode = Decoder::default();
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        let n: i64 = row.get(4)?;
+        if let Some(s) = decode.standing(row.get(0)?, row.get(1)?, row.get(2)?) {
+            out.push((s, row.get(3)?, n.max(0) as u64));
+        }
+    }
+    Ok(out)
+}
+
+/// The kept counts of live memories without an expiry created on day
+/// `first_day` (days since the epoch) or later: (standing, day, how many).
+pub(crate) fn by_day(
+    r: &(impl Readable + ?Sized),
+    first_day: u64,
+) -> Result<Vec<(Standing, u64, u64)>> {
+    let mut stmt = sql(r).prepare_cached(
+        "SELECT effective, owner, trusted, day, n FROM figure_days WHERE day >= ?1",
+    )?;
+    let mut rows = stmt.query([first_day as i64])?;
+    let mut decode = Decoder::default();
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        let (day, n): (i64, i64) = (row.get(3)?, row.get(4)?);
+        if let Some(s) = decode.standing(row.get(0)?, row.get(1)?, row.get(2)?) {
+            out.push((s, day.max(0) as u64, n.max(0) as u64));
+        }
+    }
+    Ok(out)
+}
+
+/// The kept recalls per day (`recall_days`, from `first_day` on) of live
+/// memories without an expiry: (standing, day, how many).
+pub(crate) fn recalls_by_day(
+    r: &(impl Readable + ?Sized),
+    first_day: u64,
+) -> Result<Vec<(Standing, u64, u64)>> {
+    let mut stmt = sql(r).prepare_cached(
+        "SELECT effective, owner, trusted, day, n FROM figure_recalls WHERE day >= ?1",
+    )?;
+    let mut rows = stmt.query([first_day as i64])?;
+    let mut decode = Decoder::default();
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        let (day, n): (i64, i64) = (row.get(3)?, row.get(4)?);
+        if let Some(s) = decode.standing(row.get(0)?, row.get(1)?, row.get(2)?) {
+            out.push((s, day.max(0) as u64, n.max(0) as u64));
+        }
+    }
+    Ok(out)
+}
+
+/// The recalls per day (from `first_day` on) of the live memories with an
+/// expiry after `now_ms`, read live: (standing with that expiry, day, how
+/// many).
+pub(crate) fn expiring_recalls(
+    r: &(impl Readable + ?Sized),
+    now_ms: u64,
+    first_day: u64,
+) -> Result<Vec<(Standing, u64, u64)>> {
+    let mut stmt = sql(r).prepare_cached(&format!(
+        "SELECT m.effective, m.owner, m.owner_trusted, m.expires_ms, d.day, d.recalls
+         FROM memories m JOIN recall_days d ON d.memory = m.id
+         WHERE m.expires_ms IS NOT NULL AND m.expires_ms > ?1 AND d.day >= ?2
+           AND {LIVE}"
+    ))?;
+    let mut rows = stmt.query([now_ms as i64, first_day as i64])?;
+    let mut decode = Decoder::default();
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        let (expires, day, n): (i64, i64, i64) = (row.get(3)?, row.get(4)?, row.get(5)?);
+        if let Some(mut s) = decode.standing(row.get(0)?, row.get(1)?, row.get(2)?) {
+            s.expires_ms = Some(expires.max(0) as u64);
+            out.push((s, day.max(0) as u64, n.max(0) as u64));
+        }
+    }
+    Ok(out)
+}
+
+/// The live memories with an expiry after `now_ms` (the ones the kept
+/// counts leave out that anyone may still see), each as its standing with
+/// that expiry, its type and its creation day.
+pub(crate) fn expiring(
+    r: &(impl Readable + ?Sized),
+    now_ms: u64,
+) -> Result<Vec<(Standing, String, u64)>> {
+    let mut stmt = sql(r).prepare_cached(&format!(
+        "SELECT effective, owner, owner_trusted, COALESCE(kind, 'note'), created_ms / {DAY},
+                expires_ms
+         FROM memories WHERE expires_ms IS NOT NULL AND expires_ms > ?1 AND {LIVE}",
+        DAY = super::dashboard::DAY_MS,
+    ))?;
+    let mut rows = stmt.query([now_ms as i64])?;
+    let mut decode = Decoder::default();
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        let (day, expires): (i64, i64) = (row.get(4)?, row.get(5)?);
+        if let Some(mut s) = decode.standing(row.get(0)?, row.get(1)?, row.get(2)?) {
+            s.expires_ms = Some(expires.max(0) as u64);
+            out.push((s, row.get(3)?, day.max(0) as u64));
+        }
+    }
+    Ok(out)
+}
+
+/// The node's memories by state, as `amos status` shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Tally {
+    /// Live and not archived.
+    pub live: i64,
+    /// Live and archived (local-only).
+    pub archived: i64,
+    /// Tombstoned.
+    pub forgotten: i64,
+}
+
+/// The kept [`Tally`].
+pub(crate) fn tally(r: &(impl Readable + ?Sized)) -> Result<Tally> {
+    let mut stmt = sql(r).prepare_cached("SELECT state, n FROM memory_tally")?;
+    let mut rows = stmt.query([])?;
+    let mut t = Tally::default();
+    while let Some(row) = rows.next()? {
+        let (state, n): (String, i64) = (row.get(0)?, row.get(1)?);
+        match state.as_str() {
+            "live" => t.live = n,
+            "archived" => t.archived = n,
+            "forgotten" => t.forgotten = n,
+            _ => {}
+        }
+    }
+    Ok(t)
+}
+
+/// The kept tables as they stand, and as a count over every row would make
+/// them now (the migration's fill): equal unless a write path escaped the
+/// triggers. Each list sorted.
+#[cfg(test)]
+pub(crate) fn kept_and_recounted(
+    r: &(impl Readable + ?Sized),
+) -> Result<(Vec<String>, Vec<String>)> {
+    let rows = |q: &str| -> Result<Vec<String>> {
+        let mut stmt = sql(r).prepare(q)?;
+        let out = stmt.query_map([], |row| {
+            let cols = row.as_ref().column_count();
+            (0..cols)
+                .map(|i| {
+                    Ok(match row.get_ref(i)? {
+                        rusqlite::types::ValueRef::Integer(n) => n.to_string(),
+                        v => v.as_str().unwrap_or("?").to_owned(),
+                    })
+                })
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map(|v| v.join("|"))
+        })?;
+        let mut out = out.collect::<rusqlite::Result<Vec<_>>>()?;
+        out.sort();
+        Ok(out)
+    };
+    const KEPT: &str = "content_fact IS NOT NULL AND tombstone_fact IS NULL AND expires_ms IS NULL";
+    let mut kept = rows("SELECT 'k', effective, owner, trusted, kind, n FROM figure_kinds")?;
+    kept.extend(rows(
+        "SELECT 'd', day, effective, owner, trusted, n FROM figure_days",
+    )?);
+    kept.extend(rows(
+        "SELECT 'r', day, effective, owner, trusted, n FROM figure_recalls",
+    )?);
+    kept.extend(rows("SELECT 't', state, n FROM memory_tally WHERE n != 0")?);
+    let mut recounted = rows(&format!(
+        "SELECT 'k', effective, owner, owner_trusted, COALESCE(kind, 'note'), COUNT(*)
+         FROM memories WHERE {KEPT} GROUP BY 2, 3, 4, 5"
+    ))?;
+    recounted.extend(rows(&format!(
+        "SELECT 'd', created_ms / 86400000, effective, owner, owner_trusted, COUNT(*)
+         FROM memories WHERE {KEPT} GROUP BY 2, 3, 4, 5"
+    ))?);
+    recounted.extend(rows(
+        "SELECT 'r', d.day, m.effective, m.owner, m.owner_trusted, SUM(d.recalls)
+         FROM recall_days d JOIN memories m ON m.id = d.memory
+         WHERE m.content_fact IS NOT NULL AND m.tombstone_fact IS NULL AND m.expires_ms IS NULL
+         GROUP BY 2, 3, 4, 5",
+    )?);
+    recounted.extend(rows(
+        "SELECT 't', s, COUNT(*) FROM (SELECT CASE WHEN tombstone_fact IS NOT NULL THEN 'forgotten'
+             WHEN content_fact IS NULL THEN NULL WHEN archived != 0 THEN 'archived'
+             ELSE 'live' END AS s FROM memories) WHERE s IS NOT NULL GROUP BY s",
+    )?);
+    kept.sort();
+    recounted.sort();
+    Ok((kept, recounted))
+}
