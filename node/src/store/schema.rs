@@ -643,6 +643,22 @@ const MIGRATIONS: &[&str] = &[
                  WHEN new.archived != 0 THEN 'archived' ELSE 'live' END;
     END;
     "#,
+    // v(n): indexes of ordered walks that stop after a page. Newest first
+    // (`amos list`, the console's list) by created_ms then id: no sort is
+    // left, so the planner no longer prefers a scan of every row and a sort
+    // when a page selects wide rows (it replaces memories_created); the
+    // order valid time starts (the timeline, store::memory::
+    // visible_by_valid_start); the most recalled by count then id (it
+    // replaces memories_recalled). Idempotent.
+    r#"
+    CREATE INDEX IF NOT EXISTS memories_created_id ON memories(created_ms, id);
+    DROP INDEX IF EXISTS memories_created;
+    CREATE INDEX IF NOT EXISTS memories_valid_start
+        ON memories(COALESCE(valid_from_ms, created_ms), id);
+    CREATE INDEX IF NOT EXISTS memories_recalled_id ON memories(recall_count, id)
+        WHERE recall_count > 0;
+    DROP INDEX IF EXISTS memories_recalled;
+    "#,
 ];
 
 /// The schema version this binary writes.
