@@ -9,7 +9,7 @@
 //! ([`provenance`]), profiles
 //! ([`profile`]), peers and replication ([`peers`]), range-based repair ([`repair`]),
 //! versioned sessions ([`compat`]), pairing
-//! ([`pairing`]), bundles ([`bundles`]), mailboxes ([`mailbox`]), maintenance ([`maintenance`]), agent tokens ([`tokens`]) and
+//! ([`pairing`]), bundles ([`bundles`]), mailboxes ([`mailbox`]), maintenance ([`maintenance`]), agent tokens ([`tokens`]), the gates kept for the next requests ([`gates`]) and
 //! moving memories in and out ([`import`]: importers, per-agent export and
 //! erasure).
 //! The CLI, the MCP server and the mesh all call these; none re-implements
@@ -24,6 +24,7 @@ pub(crate) mod compat;
 pub(crate) mod context;
 pub(crate) mod dashboard;
 pub(crate) mod edits;
+pub(crate) mod gates;
 pub mod import;
 pub(crate) mod links;
 pub(crate) mod mailbox;

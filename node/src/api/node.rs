@@ -16,6 +16,7 @@
 
 use crate::error::UnknownKind;
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use amos_acl::{AuthorizedScopes, Visible};
@@ -38,6 +39,7 @@ use crate::store::org::{self, StoredOrg};
 use crate::store::{Readable, Store, Tx};
 use amos_embed::{Encoder, StaticModel};
 
+use crate::api::gates::Gates;
 use crate::api::signing::{admit_local, sign_all};
 
 /// What `amos init` reports.
@@ -115,6 +117,9 @@ pub struct Node {
     pub(crate) clock: Arc<dyn WallClock>,
     /// The front end reads come through, for the read audit (`api::reads`).
     pub(crate) front: &'static str,
+    /// The requesters' gates and the tokens accepted, kept under the
+    /// store's gate stamp ([`Gates`]).
+    pub(crate) gates: RefCell<Gates>,
 }
 
 /// The one-thread pool a recall's vector walk runs on, where there is a
@@ -176,6 +181,7 @@ impl Node {
             walked: false,
             clock,
             front: "cli",
+            gates: RefCell::default(),
         };
         node.settle_clashes()?;
         Ok(node)
@@ -479,17 +485,38 @@ impl Node {
 
     // ---------------------------------------------------------------- requesters
 
-    /// The gate for `agent`, built from the org graph as stored now. An
-    /// unknown agent is bad input (there is no implicit requester).
+    /// The gate for `agent`, as the org graph stored now makes it (the one
+    /// kept from an earlier call while the gate stamp is unchanged,
+    /// [`Gates`]). An unknown agent is bad input (there is no implicit
+    /// requester).
     pub fn requester(&self, agent: &str) -> Result<AuthorizedScopes> {
         let agent = AgentId::parse(agent)?;
-        let node_id = self.node_id();
-        self.store.read(|r| {
-            if !org::agent_present(r, &agent)? {
-                return Err(unknown_agent(r, node_id, &agent));
+        let (stamp, who, kept) = self.store.read(|r| {
+            let stamp = org::gate_stamp(r)?;
+            if let Some(who) = self.gates.borrow().agent(stamp, &agent) {
+                return Ok((stamp, who, true));
             }
-            Ok(AuthorizedScopes::for_agent(agent, &StoredOrg(r)))
-        })
+            Ok((stamp, self.gate_in(r, &agent)?, false))
+        })?;
+        if !kept {
+            self.gates
+                .borrow_mut()
+                .keep_agent(stamp, agent, who.clone());
+        }
+        Ok(who)
+    }
+
+    /// `agent`'s gate built from the org graph `r` reads (an unknown agent
+    /// is [`NodeError::Unknown`]).
+    pub(crate) fn gate_in(
+        &self,
+        r: &(impl Readable + ?Sized),
+        agent: &AgentId,
+    ) -> Result<AuthorizedScopes> {
+        if !org::agent_present(r, agent)? {
+            return Err(unknown_agent(r, self.node_id(), agent));
+        }
+        Ok(AuthorizedScopes::for_agent(agent.clone(), &StoredOrg(r)))
     }
 
     /// Read a memory for `who`: missing and invisible are the same answer.

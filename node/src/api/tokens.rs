@@ -206,38 +206,61 @@ impl Node {
 
     /// Check a bearer token: its agent's gate, or [`Rule::BadToken`] when
     /// it is malformed, unknown, wrong, revoked or expired, or its agent is
-    /// no longer registered. Unknown and wrong read the same.
+    /// no longer registered. Unknown and wrong read the same. A token
+    /// accepted before, under the same gate stamp, is not read again
+    /// ([`crate::api::gates`]); its expiry is checked every time.
     pub fn authenticate(&self, token: &str) -> Result<Authenticated> {
         let unknown = || refused("unknown token: not one this node issued");
         let (id, secret) = split(token.trim()).ok_or_else(unknown)?;
-        let row = self
-            .store
-            .read(|r| tokens::get(r, id))?
-            .ok_or_else(unknown)?;
-        let stored: [u8; 32] = row.hash.as_slice().try_into().map_err(|_| unknown())?;
-        if blake3::Hash::from_bytes(stored) != hash(id, secret.as_bytes()) {
-            return Err(unknown());
-        }
-        match state(&row, self.now_ms()) {
-            "revoked" => return Err(refused("token revoked")),
-            "expired" => return Err(refused("token expired")),
-            _ => {}
-        }
-        let who = self.requester(&row.agent).map_err(|e| match e {
-            NodeError::Unknown { .. } | NodeError::BadInput(_) => NodeError::refused(
-                Rule::BadToken,
-                format!(
-                    "the token's agent {} is no longer registered on this node",
-                    row.agent
-                ),
-            ),
-            e => e,
+        let presented = hash(id, secret.as_bytes());
+        let now = self.now_ms();
+        let (stamp, row, who, kept) = self.store.read(|r| {
+            let stamp = org::gate_stamp(r)?;
+            if let Some((row, who)) = self.gates.borrow().token(stamp, id, &presented) {
+                return Ok((stamp, row.clone(), who.clone(), true));
+            }
+            let row = tokens::get(r, id)?.ok_or_else(unknown)?;
+            let stored: [u8; 32] = row.hash.as_slice().try_into().map_err(|_| unknown())?;
+            if blake3::Hash::from_bytes(stored) != presented {
+                return Err(unknown());
+            }
+            usable(&row, now)?;
+            let gone = || {
+                NodeError::refused(
+                    Rule::BadToken,
+                    format!(
+                        "the token's agent {} is no longer registered on this node",
+                        row.agent
+                    ),
+                )
+            };
+            let agent = AgentId::parse(&row.agent).map_err(|_| gone())?;
+            let who = self.gate_in(r, &agent).map_err(|e| match e {
+                NodeError::Unknown { .. } | NodeError::BadInput(_) => gone(),
+                e => e,
+            })?;
+            Ok((stamp, row, who, false))
         })?;
+        usable(&row, now)?;
+        if !kept {
+            self.gates
+                .borrow_mut()
+                .keep_token(stamp, presented, row.clone(), who.clone());
+        }
         Ok(Authenticated {
             who,
             agent: row.agent,
             token: row.id,
         })
+    }
+}
+
+/// Refuse a revoked or expired token.
+fn usable(row: &StoredToken, now_ms: u64) -> Result<()> {
+    match state(row, now_ms) {
+        "revoked" => Err(refused("token revoked")),
+        "expired" => Err(refused("token expired")),
+        _ => Ok(()),
     }
 }
 
@@ -311,6 +334,85 @@ mod tests {
         // Made in the same millisecond, they list in the order of their ids.
         states.sort();
         assert_eq!(states, [("alice", "active"), ("bob", "revoked")]);
+    }
+
+    /// The scopes a gate gives, as text.
+    fn scopes(who: &AuthorizedScopes) -> Vec<String> {
+        who.scopes().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn a_kept_gate_gives_way_to_the_next_change_from_this_process_or_another() {
+        let (_d, home, mut node, _) = test_node("alice");
+        node.agent_add("bob", "test", &[]).unwrap();
+        let team = node.team_create("apollo", None).unwrap().to_string();
+        let t = node.token_create("alice", None, None).unwrap();
+        let b = node.token_create("bob", None, None).unwrap();
+        let solo = scopes(&node.authenticate(&t.token).unwrap().who);
+        let in_team = |s: &[String]| s.iter().any(|x| x.starts_with("team:"));
+        assert!(!in_team(&solo), "{solo:?}");
+        // Kept: the second check answers the same from the cache.
+        assert_eq!(scopes(&node.authenticate(&t.token).unwrap().who), solo);
+        assert_eq!(scopes(&node.requester("alice").unwrap()), solo);
+        assert!(
+            node.gates
+                .borrow()
+                .token(stamp(&node), &t.info.id, &hash_of(&t.token))
+                .is_some()
+        );
+        // Another process (another connection to the store) adds alice to
+        // the team: her very next check carries it, by token and by name.
+        let mut other = Node::open(&home).unwrap();
+        // (Each asked first by name, then by token: one kept gate read
+        // under a new stamp empties the cache of both.)
+        other.team_member(&team, "alice", true).unwrap();
+        let joined = scopes(&node.requester("alice").unwrap());
+        assert!(in_team(&joined), "{joined:?}");
+        assert_eq!(scopes(&node.requester("alice").unwrap()), joined);
+        other.team_member(&team, "alice", false).unwrap();
+        assert_eq!(scopes(&node.authenticate(&t.token).unwrap().who), solo);
+        other.team_member(&team, "alice", true).unwrap();
+        assert_eq!(scopes(&node.authenticate(&t.token).unwrap().who), joined);
+        // ...and removes her again.
+        other.team_member(&team, "alice", false).unwrap();
+        assert_eq!(scopes(&node.requester("alice").unwrap()), solo);
+        assert_eq!(scopes(&node.authenticate(&t.token).unwrap().who), solo);
+        // Revoked by the other: refused on the next check; bob's, kept
+        // too, still works.
+        assert!(node.authenticate(&b.token).is_ok());
+        other.token_revoke("alice", None).unwrap();
+        assert_eq!(
+            rule(node.authenticate(&t.token).unwrap_err()),
+            (Some(Rule::BadToken), "refused: token revoked".into())
+        );
+        assert_eq!(node.authenticate(&b.token).unwrap().agent, "bob");
+        // Revoked by this node itself: the same.
+        node.token_revoke("bob", None).unwrap();
+        assert_eq!(
+            rule(node.authenticate(&b.token).unwrap_err()),
+            (Some(Rule::BadToken), "refused: token revoked".into())
+        );
+        // A wrong secret for a kept token's id is refused as unknown.
+        let c = node.token_create("alice", None, None).unwrap();
+        assert!(node.authenticate(&c.token).is_ok());
+        let last = if c.token.ends_with('0') { '1' } else { '0' };
+        let wrong = format!("{}{last}", &c.token[..c.token.len() - 1]);
+        assert_eq!(
+            rule(node.authenticate(&wrong).unwrap_err()),
+            (
+                Some(Rule::BadToken),
+                "refused: unknown token: not one this node issued".into()
+            )
+        );
+    }
+
+    fn stamp(node: &Node) -> i64 {
+        node.store.read(|r| org::gate_stamp(r)).unwrap()
+    }
+
+    fn hash_of(token: &str) -> blake3::Hash {
+        let (id, secret) = split(token).unwrap();
+        hash(id, secret.as_bytes())
     }
 
     #[test]

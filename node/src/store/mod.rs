@@ -990,6 +990,9 @@ impl Store {
                 "UPDATE meta SET value = ?1 WHERE key = 'epoch'",
                 params![data_encoding::HEXLOWER.encode(&epoch)],
             )?;
+            // The backup's org and tokens replaced ours without a trigger.
+            tx.tx
+                .execute("UPDATE gate_stamp SET stamp = random() WHERE id = 1", [])?;
             Ok(())
         })
     }

@@ -243,6 +243,19 @@ pub struct ProjectInfo {
     pub members: Vec<String>,
 }
 
+/// The gate's stamp: a random value the schema's triggers draw afresh on
+/// every insert, update or delete of an agent, team, project, membership or
+/// agent token, from any connection (and a restore draws one too). Equal
+/// stamps read in two snapshots mean no requester's gate and no token's
+/// check could read differently in them (`api::gates` keeps what it built
+/// under one).
+pub fn gate_stamp(conn: &(impl super::Readable + ?Sized)) -> Result<i64> {
+    let conn = super::sql(conn);
+    Ok(conn
+        .prepare_cached("SELECT stamp FROM gate_stamp WHERE id = 1")?
+        .query_row([], |r| r.get(0))?)
+}
+
 pub fn agent_present(conn: &(impl super::Readable + ?Sized), id: &AgentId) -> Result<bool> {
     let conn = super::sql(conn);
     Ok(conn

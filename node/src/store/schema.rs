@@ -659,6 +659,48 @@ const MIGRATIONS: &[&str] = &[
         WHERE recall_count > 0;
     DROP INDEX IF EXISTS memories_recalled;
     "#,
+    // v(n): the gate's stamp (store::org::gate_stamp), local-only: a random
+    // value drawn afresh by every write, from any connection, to what a
+    // requester's gate or a token's check reads (agents, teams, projects,
+    // memberships, agent tokens), so a process may keep the gates it built
+    // while the stamp is the one it built them under (api::gates).
+    r#"
+    CREATE TABLE IF NOT EXISTS gate_stamp (
+        id    INTEGER PRIMARY KEY CHECK (id = 1),
+        stamp INTEGER NOT NULL
+    ) STRICT;
+    INSERT OR IGNORE INTO gate_stamp(id, stamp) VALUES (1, random());
+    CREATE TRIGGER IF NOT EXISTS gate_stamp_agents_i AFTER INSERT ON agents
+        BEGIN UPDATE gate_stamp SET stamp = random() WHERE id = 1; END;
+    CREATE TRIGGER IF NOT EXISTS gate_stamp_agents_u AFTER UPDATE ON agents
+        BEGIN UPDATE gate_stamp SET stamp = random() WHERE id = 1; END;
+    CREATE TRIGGER IF NOT EXISTS gate_stamp_agents_d AFTER DELETE ON agents
+        BEGIN UPDATE gate_stamp SET stamp = random() WHERE id = 1; END;
+    CREATE TRIGGER IF NOT EXISTS gate_stamp_teams_i AFTER INSERT ON teams
+        BEGIN UPDATE gate_stamp SET stamp = random() WHERE id = 1; END;
+    CREATE TRIGGER IF NOT EXISTS gate_stamp_teams_u AFTER UPDATE ON teams
+        BEGIN UPDATE gate_stamp SET stamp = random() WHERE id = 1; END;
+    CREATE TRIGGER IF NOT EXISTS gate_stamp_teams_d AFTER DELETE ON teams
+        BEGIN UPDATE gate_stamp SET stamp = random() WHERE id = 1; END;
+    CREATE TRIGGER IF NOT EXISTS gate_stamp_projects_i AFTER INSERT ON projects
+        BEGIN UPDATE gate_stamp SET stamp = random() WHERE id = 1; END;
+    CREATE TRIGGER IF NOT EXISTS gate_stamp_projects_u AFTER UPDATE ON projects
+        BEGIN UPDATE gate_stamp SET stamp = random() WHERE id = 1; END;
+    CREATE TRIGGER IF NOT EXISTS gate_stamp_projects_d AFTER DELETE ON projects
+        BEGIN UPDATE gate_stamp SET stamp = random() WHERE id = 1; END;
+    CREATE TRIGGER IF NOT EXISTS gate_stamp_memberships_i AFTER INSERT ON memberships
+        BEGIN UPDATE gate_stamp SET stamp = random() WHERE id = 1; END;
+    CREATE TRIGGER IF NOT EXISTS gate_stamp_memberships_u AFTER UPDATE ON memberships
+        BEGIN UPDATE gate_stamp SET stamp = random() WHERE id = 1; END;
+    CREATE TRIGGER IF NOT EXISTS gate_stamp_memberships_d AFTER DELETE ON memberships
+        BEGIN UPDATE gate_stamp SET stamp = random() WHERE id = 1; END;
+    CREATE TRIGGER IF NOT EXISTS gate_stamp_agent_tokens_i AFTER INSERT ON agent_tokens
+        BEGIN UPDATE gate_stamp SET stamp = random() WHERE id = 1; END;
+    CREATE TRIGGER IF NOT EXISTS gate_stamp_agent_tokens_u AFTER UPDATE ON agent_tokens
+        BEGIN UPDATE gate_stamp SET stamp = random() WHERE id = 1; END;
+    CREATE TRIGGER IF NOT EXISTS gate_stamp_agent_tokens_d AFTER DELETE ON agent_tokens
+        BEGIN UPDATE gate_stamp SET stamp = random() WHERE id = 1; END;
+    "#,
 ];
 
 /// The schema version this binary writes.

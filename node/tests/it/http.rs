@@ -297,6 +297,73 @@ fn a_token_from_the_cli_is_its_agent_until_revoked_or_expired() {
     );
 }
 
+/// The ids of `GET /v1/search?q=Q&mode=lexical` for `token`.
+fn found(s: &HttpServe, q: &str, token: &str) -> Vec<String> {
+    let a = s.get(&format!("/v1/search?q={q}&mode=lexical"), token);
+    assert_eq!(a.status, 200, "{a:?}");
+    a.json["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A server keeps the tokens it accepted and their agents' gates; every
+/// change another process makes to what they were built from is in force
+/// on the very next request: a membership granted and taken back, a token
+/// revoked, a token's row deleted, the agent gone. Each step's first
+/// request comes after the same token's request was answered from the
+/// kept gate.
+#[test]
+fn a_servers_kept_tokens_and_gates_follow_every_change_on_the_next_request() {
+    let h = org();
+    let team = h.add("alice", "zebra plans of team apollo", &["team:apollo"]);
+    let (carol, bob, alice) = (
+        token(&h, "carol", &[]),
+        token(&h, "bob", &[]),
+        token(&h, "alice", &[]),
+    );
+    let s = HttpServe::start(&h);
+    for _ in 0..2 {
+        assert!(found(&s, "zebra", &carol).is_empty());
+    }
+    // Granted from the CLI: carol sees the team's memory at once...
+    h.ok(&["team", "add", "apollo", "carol"]);
+    assert_eq!(found(&s, "zebra", &carol), vec![team.clone()]);
+    assert_eq!(found(&s, "zebra", &carol), vec![team.clone()]);
+    // ...and no longer once taken back.
+    h.ok(&["team", "remove", "apollo", "carol"]);
+    assert!(found(&s, "zebra", &carol).is_empty());
+    // Revoked from the CLI: refused at once.
+    h.ok(&["agent", "token", "revoke", "--agent", "carol", "--all"]);
+    s.get("/v1/status", &carol).problem(401, "bad_token");
+    // Another process deletes bob's token row, and marks alice no longer
+    // registered (as an agent record from the mesh can): both refused.
+    assert_eq!(found(&s, "zebra", &bob), vec![team.clone()]);
+    assert_eq!(found(&s, "zebra", &alice), vec![team.clone()]);
+    let db = rusqlite::Connection::open(h.path().join("amos.db")).expect("db");
+    db.busy_timeout(Duration::from_secs(30)).expect("busy");
+    assert_eq!(
+        db.execute("DELETE FROM agent_tokens WHERE agent = 'bob'", [])
+            .expect("delete"),
+        1
+    );
+    s.get("/v1/status", &bob).problem(401, "bad_token");
+    assert_eq!(found(&s, "zebra", &alice), vec![team.clone()]);
+    db.execute("UPDATE agents SET present = 0 WHERE id = 'alice'", [])
+        .expect("alice gone");
+    let gone = s.get("/v1/status", &alice);
+    gone.problem(401, "bad_token");
+    assert!(
+        gone.json["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no longer registered"),
+        "{gone:?}"
+    );
+}
+
 #[test]
 fn every_documented_route_needs_a_token_and_the_document_does_not() {
     let h = org();
