@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use amos_node::front::{AddRequest, TimeRequest};
+use amos_node::front::{AddRequest, HitView, TimeRequest};
 use amos_node::recall::{DEFAULT_BUDGET, DEFAULT_K, PackOptions, RecallOptions};
 use amos_node::{Home, Node, NodeError, Result};
 use amos_protocol::MemoryType;
@@ -181,7 +181,7 @@ impl PyNode {
             valid_at,
             known_at,
         };
-        self.json(py, move |n| {
+        let hits = self.with(py, move |n| {
             let who = n.requester(&as_)?;
             let opts = RecallOptions {
                 k,
@@ -189,11 +189,11 @@ impl PyNode {
                 mode: amos_node::front::recall_mode(mode.as_deref())?,
                 ..RecallOptions::default()
             };
-            let hits = n.search_with(&who, &query, &opts)?;
-            Ok(Value::Array(
-                hits.iter().map(amos_node::front::hit_json).collect(),
-            ))
-        })
+            n.search_with(&who, &query, &opts)
+        })?;
+        // The dicts `hit_json` stands for, made without its `Value`s.
+        let views: Vec<HitView<'_>> = hits.iter().map(HitView).collect();
+        to_py(py, &views)
     }
 
     /// A context pack of `query` for `as_` within `budget` tokens: the dict

@@ -15,6 +15,6 @@ pub(crate) mod view;
 
 pub use request::{AddRequest, TimeRequest, recall_mode, validity};
 pub use view::{
-    change_line, changes_json, context_json, context_summary_json, hit_json, memory_json, one_line,
-    outcome_line, pack_json, timed_json, timeline_line,
+    HitView, MemoryView, change_line, changes_json, context_json, context_summary_json, hit_json,
+    memory_json, one_line, outcome_line, pack_json, timed_json, timeline_line,
 };

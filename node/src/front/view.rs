@@ -7,6 +7,7 @@
 //! which hold only `Visible` memories); never reads the store.
 
 use amos_acl::Visible;
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Value, json};
 
 use crate::api::{Changes, ContextSummary, ParkedContext, TimelineEntry, TimelineEvent};
@@ -45,25 +46,78 @@ pub fn outcome_line(o: &crate::events::PeerOutcome) -> String {
 /// A memory object: `id, content, owner, type, visibility, tags, importance,
 /// confidence, pinned, created, updated, expires, origin`.
 pub fn memory_json(m: &Visible<MemoryRecord>) -> Value {
-    json!({
-        "id": m.id.to_string(),
-        "content": m.content,
-        "owner": m.owner.as_str(),
-        "type": m.kind.as_str(),
-        "visibility": m.visibility(),
-        "tags": m.tags,
-        "importance": m.importance,
-        "confidence": m.confidence,
-        "pinned": m.pinned,
-        "created": rfc3339(m.created_ms),
-        "updated": rfc3339(m.updated_ms),
-        "expires": m.expires_ms.map(rfc3339),
-        "origin": m.origin.to_string(),
-        "archived": m.archived,
-        "valid_from": rfc3339(m.valid_from_ms()),
-        "valid_to": m.validity.to_ms.map(rfc3339),
-        "supersedes": m.supersedes.map(|s| s.to_string()),
-    })
+    as_value(&MemoryView(m))
+}
+
+/// A memory object ([`memory_json`]) to serialize straight into a body or
+/// another front end's values, without building its [`Value`] first: the
+/// same fields, in the same (sorted) order, with the same numbers.
+pub struct MemoryView<'a>(pub &'a Visible<MemoryRecord>);
+
+/// A search hit ([`hit_json`]) to serialize straight, as [`MemoryView`].
+pub struct HitView<'a>(pub &'a Hit);
+
+impl Serialize for MemoryView<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        entries(s, self.0, None)
+    }
+}
+
+impl Serialize for HitView<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        entries(s, &self.0.memory, Some(self.0))
+    }
+}
+
+/// The one list of a memory object's fields (and a hit's), in the order a
+/// [`Value`]'s object keeps them (sorted), each number as the `f64` a
+/// [`Value`] holds it as, so a view writes the bytes its [`Value`] would.
+fn entries<S: Serializer>(
+    s: S,
+    m: &Visible<MemoryRecord>,
+    hit: Option<&Hit>,
+) -> Result<S::Ok, S::Error> {
+    let mut map = s.serialize_map(Some(if hit.is_some() { 20 } else { 17 }))?;
+    map.serialize_entry("archived", &m.archived)?;
+    map.serialize_entry("confidence", &f64::from(m.confidence))?;
+    map.serialize_entry("content", &m.content)?;
+    map.serialize_entry("created", &rfc3339(m.created_ms))?;
+    map.serialize_entry("expires", &m.expires_ms.map(rfc3339))?;
+    if let Some(h) = hit {
+        // Its own sorted keys and f64 numbers, as `json!` gives them.
+        map.serialize_entry("explain", &json!(h.explain))?;
+    }
+    map.serialize_entry("id", &Shown(&m.id))?;
+    map.serialize_entry("importance", &f64::from(m.importance))?;
+    map.serialize_entry("origin", &Shown(&m.origin))?;
+    map.serialize_entry("owner", m.owner.as_str())?;
+    map.serialize_entry("pinned", &m.pinned)?;
+    if let Some(h) = hit {
+        map.serialize_entry("relevance", &f64::from(h.relevance))?;
+        map.serialize_entry("score", &f64::from(h.score))?;
+    }
+    map.serialize_entry("supersedes", &m.supersedes.as_ref().map(Shown))?;
+    map.serialize_entry("tags", &m.tags)?;
+    map.serialize_entry("type", m.kind.as_str())?;
+    map.serialize_entry("updated", &rfc3339(m.updated_ms))?;
+    map.serialize_entry("valid_from", &rfc3339(m.valid_from_ms()))?;
+    map.serialize_entry("valid_to", &m.validity.to_ms.map(rfc3339))?;
+    map.serialize_entry("visibility", m.visibility())?;
+    map.end()
+}
+
+/// A value serialized as its `Display` text.
+struct Shown<'a, T>(&'a T);
+
+impl<T: std::fmt::Display> Serialize for Shown<'_, T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self.0)
+    }
+}
+
+/// A view as a [`Value`] (a view of maps with string keys always is one).
+fn as_value(v: &impl Serialize) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
 /// A memory with its effective valid time (`amos list` under time filters):
@@ -109,11 +163,7 @@ pub fn one_line(s: &str, max: usize) -> String {
 /// A search hit: the memory object plus `score`, `relevance` and `explain`
 /// (every factor of the score).
 pub fn hit_json(h: &Hit) -> Value {
-    let mut v = memory_json(&h.memory);
-    v["score"] = json!(h.score);
-    v["relevance"] = json!(h.relevance);
-    v["explain"] = json!(h.explain);
-    v
+    as_value(&HitView(h))
 }
 
 /// A context pack: `{"items": [...], "tokens", "budget", "reserved",
@@ -208,4 +258,74 @@ pub fn change_line(ch: &crate::api::Change) -> String {
     };
     let by = ch.by.map(|b| format!(" (by {b})")).unwrap_or_default();
     format!("{}  {kind}  {}{what}{by}", rfc3339(ch.at_ms), ch.id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::NewMemory;
+    use crate::api::node::test_node;
+
+    /// The fields of a memory object and a hit as they were written when
+    /// the views built their `Value`s with `json!` (the reference).
+    fn reference(h: &Hit) -> Value {
+        let m = &h.memory;
+        let mut v = json!({
+            "id": m.id.to_string(),
+            "content": m.content,
+            "owner": m.owner.as_str(),
+            "type": m.kind.as_str(),
+            "visibility": m.visibility(),
+            "tags": m.tags,
+            "importance": m.importance,
+            "confidence": m.confidence,
+            "pinned": m.pinned,
+            "created": rfc3339(m.created_ms),
+            "updated": rfc3339(m.updated_ms),
+            "expires": m.expires_ms.map(rfc3339),
+            "origin": m.origin.to_string(),
+            "archived": m.archived,
+            "valid_from": rfc3339(m.valid_from_ms()),
+            "valid_to": m.validity.to_ms.map(rfc3339),
+            "supersedes": m.supersedes.map(|s| s.to_string()),
+        });
+        v["score"] = json!(h.score);
+        v["relevance"] = json!(h.relevance);
+        v["explain"] = json!(h.explain);
+        v
+    }
+
+    #[test]
+    fn a_view_writes_the_bytes_and_the_value_of_the_json_it_stands_for() {
+        let (_d, _h, mut node, who) = test_node("alice");
+        let old = node
+            .add(&who, NewMemory::new("zebra crossing at noon"))
+            .unwrap();
+        let mut new = NewMemory::new("a zebra with 0.1 stripes, tagged");
+        new.tags = vec!["zoo".into(), "b".into()];
+        new.importance = 0.1;
+        new.pinned = true;
+        new.expires_ms = Some(4_000_000_000_000);
+        new.supersedes = Some(old);
+        node.add(&who, new).unwrap();
+        let hits = node.search(&who, "zebra", 10).unwrap();
+        assert_eq!(hits.len(), 2);
+        for h in &hits {
+            let want = reference(h);
+            assert_eq!(hit_json(h), want);
+            assert_eq!(
+                serde_json::to_string(&HitView(h)).unwrap(),
+                want.to_string()
+            );
+            let mut memory = want.clone();
+            for k in ["score", "relevance", "explain"] {
+                memory.as_object_mut().unwrap().remove(k);
+            }
+            assert_eq!(memory_json(&h.memory), memory);
+            assert_eq!(
+                serde_json::to_string(&MemoryView(&h.memory)).unwrap(),
+                memory.to_string()
+            );
+        }
+    }
 }

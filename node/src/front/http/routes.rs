@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use super::guard::Caller;
 use super::problem::Problem;
 use super::{App, MAX_BODY, run};
+use crate::error::NodeError;
 use crate::front::request::{self, AddRequest, TimeRequest};
 use crate::front::view;
 use crate::recall::{DEFAULT_BUDGET, DEFAULT_K, PackOptions, RecallOptions};
@@ -109,7 +110,12 @@ fn id_of(p: Result<Path<String>, PathRejection>) -> Result<String, Problem> {
 }
 
 fn json_answer(status: StatusCode, v: Value) -> Response {
-    let mut r = (status, v.to_string()).into_response();
+    json_body(status, v.to_string().into_bytes())
+}
+
+/// An answer of `body`, serialized JSON.
+fn json_body(status: StatusCode, body: Vec<u8>) -> Response {
+    let mut r = (status, body).into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -429,7 +435,17 @@ pub(crate) async fn search(
         n.search_with(&c.0.who, &q.q, &opts)
     })
     .await?;
-    ok(json!({"hits": hits.iter().map(view::hit_json).collect::<Vec<_>>()}))
+    // Serialized straight from the hits (no `Value` in between): the bytes
+    // `{"hits": [hit_json, ...]}` would be.
+    #[derive(serde::Serialize)]
+    struct Hits<'a> {
+        hits: Vec<view::HitView<'a>>,
+    }
+    let hits = Hits {
+        hits: hits.iter().map(view::HitView).collect(),
+    };
+    let body = serde_json::to_vec(&hits).map_err(|e| NodeError::Failed(format!("JSON: {e}")))?;
+    Ok(json_body(StatusCode::OK, body))
 }
 
 #[derive(Deserialize)]
