@@ -49,7 +49,7 @@ pub struct HttpOptions {
 /// Shared by every request.
 pub(crate) struct App {
     /// One node for the API and MCP (a store connection is not `Sync`:
-    /// requests take turns, on blocking threads).
+    /// requests take turns, each on its own thread, [`run`]).
     pub node: Arc<Mutex<Node>>,
     /// The bound address.
     pub addr: SocketAddr,
@@ -170,18 +170,17 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-/// Run `f` on the node on a blocking thread (requests take turns).
+/// Run `f` on the node (requests take turns), on the request's own thread:
+/// `block_in_place` hands this worker's other tasks to another thread
+/// meanwhile, as MCP's tools do, and the answer needs no hop back from a
+/// blocking thread.
 pub(crate) async fn run<T, F>(app: &Arc<App>, f: F) -> std::result::Result<T, Problem>
 where
-    F: FnOnce(&mut Node) -> Result<T> + Send + 'static,
-    T: Send + 'static,
+    F: FnOnce(&mut Node) -> Result<T>,
 {
-    let node = app.node.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut node = node.lock().unwrap_or_else(|e| e.into_inner());
+    tokio::task::block_in_place(|| {
+        let mut node = app.node.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut node)
     })
-    .await
-    .map_err(|e| NodeError::Failed(format!("HTTP task: {e}")))?
     .map_err(Problem::from)
 }
