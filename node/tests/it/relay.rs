@@ -569,6 +569,46 @@ fn behind_filters_that_let_nothing_in_two_nodes_converge_only_through_the_relay(
     relay_holds_nothing(&trio.r, &["narwhal", "pangolin"]);
 }
 
+/// The hostile relay of [`relayed_session_with_fault`], in the namespaces
+/// behind filters: a relay that alters every byte it forwards (from the
+/// first packet of each pipe) lets no session through and changes no store,
+/// and keeps nothing of what it saw.
+#[test]
+fn behind_filters_a_relay_that_alters_bytes_fails_the_session_and_changes_no_store() {
+    let Some(ns) = namespaces("f") else { return };
+    let [nr, na, nb] = ns.names.clone();
+    let trio = Trio::new([Some(nr.clone()), Some(na.clone()), Some(nb.clone())]);
+    let ib = id(&trio.b);
+    trio.link(["10.78.1.1:4747", "10.78.2.1:4747"], "global");
+    let sr = Server::start_env(
+        trio.r.path(),
+        Some(&nr),
+        "0.0.0.0:4747",
+        QUIET,
+        &[("AMOS_RELAY_FAULT", "corrupt:0")],
+    );
+    let _sb = Server::start_with(trio.b.path(), Some(&nb), "10.78.2.2:4747", QUIET);
+    listening(&sr, &trio.b);
+    let (walrus, bison) = (
+        "walrus behind a hostile relay",
+        "bison kept behind a filter",
+    );
+    trio.a.add("alice", walrus, &["global"]);
+    trio.b.add("alice", bison, &["global"]);
+    let (a0, b0) = (trio.a.fingerprint(), trio.b.fingerprint());
+    let (code, peer) = sync_now(Some(&na), &trio.a, &ib);
+    assert_ne!(
+        code, 0,
+        "a session through a relay altering every byte: {peer}"
+    );
+    assert_eq!(trio.a.fingerprint(), a0, "a changed");
+    assert_eq!(trio.b.fingerprint(), b0, "b changed");
+    assert!(texts(Some(&na), &trio.a, "bison").is_empty());
+    assert!(texts(Some(&nb), &trio.b, "walrus").is_empty());
+    assert!(sr.log().contains("misbehaves on purpose"), "{}", sr.log());
+    relay_holds_nothing(&trio.r, &["walrus", "bison"]);
+}
+
 // ---------------------------------------------------------------- limits
 
 #[test]
