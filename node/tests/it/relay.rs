@@ -15,12 +15,11 @@
 //!   the session then delivers exactly what was written);
 //! * a relay peer over its quota is cut off while others go on.
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::server::{Server, amos_in, free_port, id};
-use crate::common::{Home, Run, db_hits};
+use crate::common::{Home, Run, relay_holds_nothing};
 use serde_json::Value;
 
 /// Periodic sync far beyond any test: what moves was dialled or pushed.
@@ -62,26 +61,6 @@ fn sync_now(netns: Option<&str>, h: &Home, peer: &str) -> (i32, Value) {
     let r = run_in(netns, h, &["--json", "sync", "now", peer]);
     let v: Value = serde_json::from_str(r.stdout.trim()).unwrap_or(Value::Null);
     (r.code, v["peers"][0].clone())
-}
-
-/// Whether `word` occurs in any file under `dir` (the store, its WAL, the
-/// index, anything).
-fn anywhere_under(dir: &Path, word: &str) -> Vec<String> {
-    let mut hits = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).expect("read_dir").flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if let Ok(bytes) = std::fs::read(&p)
-                && crate::common::contains(&bytes, word.as_bytes())
-            {
-                hits.push(p.display().to_string());
-            }
-        }
-    }
-    hits
 }
 
 /// Where the relay is and who uses it; `ns` names each node's namespace
@@ -167,17 +146,6 @@ fn texts(netns: Option<&str>, h: &Home, word: &str) -> Vec<String> {
         .iter()
         .map(|h| h["content"].as_str().unwrap_or_default().to_owned())
         .collect()
-}
-
-/// The relay's home holds nothing of what a and b wrote.
-fn relay_holds_nothing(r: &Home, words: &[&str]) {
-    let status = r.json(&["status"]);
-    assert_eq!(status["memories"], 0, "{status}");
-    for w in words {
-        assert!(db_hits(r, w).is_empty(), "{w} in the relay's store");
-        let hits = anywhere_under(r.path(), w);
-        assert!(hits.is_empty(), "{w} in the relay's home: {hits:?}");
-    }
 }
 
 #[test]

@@ -15,10 +15,10 @@
 //!   drives it: the relay restarted with a shorter one), and the sender
 //!   posts it again.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::common::server::{Server, free_port, id};
-use crate::common::{Home, contains, db_hits};
+use crate::common::{Home, relay_holds_nothing};
 use serde_json::Value;
 
 /// Periodic sync far beyond any test.
@@ -104,36 +104,6 @@ fn held(r: &Home) -> Vec<(PathBuf, String, u64)> {
 fn held_from(r: &Home, sender: &Home) -> Vec<(PathBuf, String, u64)> {
     let who = id(sender);
     held(r).into_iter().filter(|(_, f, _)| *f == who).collect()
-}
-
-/// Every file under `dir` holding `word`.
-fn anywhere_under(dir: &Path, word: &str) -> Vec<String> {
-    let mut hits = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).expect("read_dir").flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if let Ok(bytes) = std::fs::read(&p)
-                && contains(&bytes, word.as_bytes())
-            {
-                hits.push(p.display().to_string());
-            }
-        }
-    }
-    hits
-}
-
-/// The relay's home holds no fact and no plaintext of theirs.
-fn relay_holds_nothing(r: &Home, words: &[&str]) {
-    let status = r.json(&["status"]);
-    assert_eq!(status["memories"], 0, "{status}");
-    for w in words {
-        assert!(db_hits(r, w).is_empty(), "{w} in the relay's store");
-        let hits = anywhere_under(r.path(), w);
-        assert!(hits.is_empty(), "{w} in the relay's home: {hits:?}");
-    }
 }
 
 #[test]

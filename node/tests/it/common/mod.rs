@@ -179,6 +179,38 @@ pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 
+/// Every file under `dir` holding `word` (the store, its WAL, the index,
+/// anything).
+pub fn anywhere_under(dir: &std::path::Path, word: &str) -> Vec<String> {
+    let mut hits = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read_dir").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(bytes) = std::fs::read(&p)
+                && contains(&bytes, word.as_bytes())
+            {
+                hits.push(p.display().to_string());
+            }
+        }
+    }
+    hits
+}
+
+/// A relay's home holds no memory, and none of `words` in its store or in
+/// any file: no fact and no plaintext of the nodes it served.
+pub fn relay_holds_nothing(r: &Home, words: &[&str]) {
+    let status = r.json(&["status"]);
+    assert_eq!(status["memories"], 0, "{status}");
+    for w in words {
+        assert!(db_hits(r, w).is_empty(), "{w} in the relay's store");
+        let hits = anywhere_under(r.path(), w);
+        assert!(hits.is_empty(), "{w} in the relay's home: {hits:?}");
+    }
+}
+
 /// Delete the memory row holding `text` from `h`'s store behind its back:
 /// a loss no watermark shows (the epoch and every `seq` stay). Its digest
 /// cache goes too, since that cache is valid while `seq` stays, and so do
