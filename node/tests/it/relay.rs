@@ -577,6 +577,69 @@ fn behind_filters_a_relay_that_alters_bytes_fails_the_session_and_changes_no_sto
     relay_holds_nothing(&trio.r, &["walrus", "bison"]);
 }
 
+/// A mailbox the relay holds (docs/design.md §8.2), in the namespaces
+/// behind filters: A posts to the relay and stops; B, which A can never
+/// dial and which never runs with it, fetches from the relay, converges and
+/// replies; A fetches the reply. Only the relay serves; its home keeps no
+/// fact and no plaintext of theirs.
+#[test]
+fn behind_filters_two_nodes_that_never_run_together_meet_in_the_relays_mailbox() {
+    let Some(ns) = namespaces("m") else { return };
+    let [nr, na, nb] = ns.names.clone();
+    let trio = Trio::new([Some(nr.clone()), Some(na.clone()), Some(nb.clone())]);
+    let (ir, ia, ib) = (id(&trio.r), id(&trio.a), id(&trio.b));
+    for x in [&ia, &ib] {
+        ok_in(
+            Some(&nr),
+            &trio.r,
+            &["peers", "add", x, "--policy", "none", "--relay"],
+        );
+    }
+    for (n, h, other, r_addr) in [
+        (&na, &trio.a, &ib, "10.78.1.1:4747"),
+        (&nb, &trio.b, &ia, "10.78.2.1:4747"),
+    ] {
+        ok_in(
+            Some(n),
+            h,
+            &["peers", "add", &ir, r_addr, "--policy", "none", "--relay"],
+        );
+        // No address and no relay link to the other: a mailbox only.
+        ok_in(Some(n), h, &["peers", "add", other, "--policy", "global"]);
+        ok_in(Some(n), h, &["peers", "mailbox", other, "--relay", &ir]);
+    }
+    let sr = Server::start_with(trio.r.path(), Some(&nr), "0.0.0.0:4747", QUIET);
+    let mailbox = |n: &str, h: &Home, peer: &str| -> Value {
+        let r = run_in(Some(n), h, &["--json", "sync", "now", peer]);
+        assert_eq!(r.code, 0, "{r:?}\n{}", sr.log());
+        let v: Value = serde_json::from_str(r.stdout.trim()).expect("json");
+        v["mailboxes"][0].clone()
+    };
+
+    trio.a
+        .add("alice", "zanzibar waits behind two filters", &["global"]);
+    let posted = mailbox(&na, &trio.a, &ib);
+    assert!(posted["posted"].as_u64() >= Some(1), "{posted}");
+    trio.b.add(
+        "alice",
+        "quokka answers from behind its filter",
+        &["global"],
+    );
+    let fetched = mailbox(&nb, &trio.b, &ia);
+    assert!(fetched["applied"].as_u64() >= Some(1), "{fetched}");
+    assert_eq!(
+        texts(Some(&nb), &trio.b, "zanzibar"),
+        ["zanzibar waits behind two filters"]
+    );
+    let back = mailbox(&na, &trio.a, &ib);
+    assert!(back["applied"].as_u64() >= Some(1), "{back}");
+    assert_eq!(
+        texts(Some(&na), &trio.a, "quokka"),
+        ["quokka answers from behind its filter"]
+    );
+    relay_holds_nothing(&trio.r, &["zanzibar", "quokka"]);
+}
+
 // ---------------------------------------------------------------- limits
 
 #[test]
