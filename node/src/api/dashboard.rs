@@ -363,16 +363,7 @@ mod kept_figure_tests {
     use crate::store::{figures, status};
     use crate::{Home, NewMemory, Node};
 
-    /// A small deterministic generator (xorshift): the test's choices.
-    struct Rng(u64);
-    impl Rng {
-        fn below(&mut self, n: usize) -> usize {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            (self.0 % n as u64) as usize
-        }
-    }
+    use crate::api::node::TestRng;
 
     const AGENTS: [&str; 3] = ["carol", "dave", "erin"];
 
@@ -471,7 +462,7 @@ mod kept_figure_tests {
         ];
         let kinds = ["note", "fact", "decision", "procedure"];
         let scopes = ["team:apollo", "team:zeus", "global", "project:moon"];
-        let mut rng = Rng(seed);
+        let mut rng = TestRng::new(seed);
         let mut mine: Vec<(String, String)> = Vec::new();
         let mut from_b: Vec<String> = Vec::new();
         let mut b_since = 0;
@@ -479,8 +470,9 @@ mod kept_figure_tests {
         for step in 0..steps {
             let agent = AGENTS[rng.below(AGENTS.len())];
             let who = a.requester(agent).unwrap();
-            let pick =
-                |rng: &mut Rng, v: &[(String, String)]| v.get(rng.below(v.len().max(1))).cloned();
+            let pick = |rng: &mut TestRng, v: &[(String, String)]| {
+                v.get(rng.below(v.len().max(1))).cloned()
+            };
             let what = match rng.below(14) {
                 12 => {
                     let opts = crate::recall::RecallOptions::top(6);

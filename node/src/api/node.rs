@@ -633,6 +633,43 @@ pub(crate) fn test_node(agent: &str) -> (tempfile::TempDir, Home, Node, Authoriz
     (dir, home, node, who)
 }
 
+/// The crate's tests' seeded random choices: ChaCha8 (the generator the
+/// bench's workload uses), or the xorshift sequence some tests were first
+/// written with. The same seed, the same run.
+#[cfg(test)]
+pub(crate) enum TestRng {
+    ChaCha(Box<rand::rngs::ChaCha8Rng>),
+    XorShift(u64),
+}
+
+#[cfg(test)]
+impl TestRng {
+    pub(crate) fn new(seed: u64) -> TestRng {
+        use rand::SeedableRng;
+        TestRng::ChaCha(Box::new(rand::rngs::ChaCha8Rng::seed_from_u64(seed)))
+    }
+
+    pub(crate) fn xorshift(seed: u64) -> TestRng {
+        TestRng::XorShift(seed)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    pub(crate) fn below(&mut self, n: usize) -> usize {
+        match self {
+            TestRng::ChaCha(r) => {
+                use rand::Rng;
+                ((u128::from(r.next_u64()) * n as u128) >> 64) as usize
+            }
+            TestRng::XorShift(x) => {
+                *x ^= *x << 13;
+                *x ^= *x >> 7;
+                *x ^= *x << 17;
+                (*x % n as u64) as usize
+            }
+        }
+    }
+}
+
 /// Why `agent` cannot act here: it is not registered on this node. Agents
 /// are local (docs/design.md §1): a team's roster, which arrives from the
 /// team's origin, may name an agent of another node, and that names no

@@ -905,16 +905,7 @@ mod running_digest_tests {
     use crate::home::Home;
     use crate::store::replica::compute_set_digest;
 
-    /// A small deterministic generator (xorshift): the test's choices.
-    struct Rng(u64);
-    impl Rng {
-        fn below(&mut self, n: usize) -> usize {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            (self.0 % n as u64) as usize
-        }
-    }
+    use crate::api::node::TestRng;
 
     /// The running set digest of every policy a session asked for equals
     /// the full scan after every change: local adds with any grants,
@@ -925,11 +916,24 @@ mod running_digest_tests {
     #[test]
     fn running_digests_equal_the_full_scan() {
         for seed in [7u64, 2026, 0x9e37_79b9] {
-            one_run(seed, 70);
+            one_run(TestRng::xorshift(seed), seed, 70);
         }
     }
 
-    fn one_run(seed: u64, steps: usize) {
+    /// Counterexamples the ChaCha generator found: after b's policy
+    /// changes (seed 7: step 29; seed 0x9e37_79b9: step 21) the running
+    /// digest of `global` lacks the MemoryAcl facts of b's memories that the
+    /// scan (and `export`) count (0 facts against 3). A known bug of the
+    /// digest kept on write (issue 40), not fixed yet: run with `--ignored`.
+    #[test]
+    #[ignore = "known bug (issue 40): the running digest misses facts after a policy change"]
+    fn running_digests_after_policy_changes_chacha() {
+        for seed in [7u64, 0x9e37_79b9] {
+            one_run(TestRng::new(seed), seed, 70);
+        }
+    }
+
+    fn one_run(mut rng: TestRng, seed: u64, steps: usize) {
         let (_dir, _home, mut a, _) = test_node("carol");
         let dir_b = tempfile::tempdir().unwrap();
         let home_b = Home::new(dir_b.path().join("b"));
@@ -986,13 +990,12 @@ mod running_digest_tests {
             &["team:apollo", "team:zeus"],
         ];
         let scopes = ["team:apollo", "team:zeus", "global", "project:moon"];
-        let mut rng = Rng(seed);
         let mut mine: Vec<String> = Vec::new();
         let mut from_b: Vec<String> = Vec::new();
         let mut b_since = 0;
         for step in 0..steps {
             let who = a.requester("carol").unwrap();
-            let pick = |rng: &mut Rng, v: &[String]| v.get(rng.below(v.len().max(1))).cloned();
+            let pick = |rng: &mut TestRng, v: &[String]| v.get(rng.below(v.len().max(1))).cloned();
             let op = rng.below(10);
             let what = match op {
                 0 | 1 => {

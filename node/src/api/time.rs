@@ -238,16 +238,7 @@ mod walk_tests {
     use crate::recall::time::{self, TimeQuery};
     use crate::{Node, api::TimelineEvent};
 
-    /// A small deterministic generator (xorshift): the test's choices.
-    struct Rng(u64);
-    impl Rng {
-        fn below(&mut self, n: usize) -> usize {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            (self.0 % n as u64) as usize
-        }
-    }
+    use crate::api::node::TestRng;
 
     type Line = (u64, TimelineEvent, MemoryId, Option<String>);
 
@@ -320,7 +311,7 @@ mod walk_tests {
         let base = now - 40 * day;
         let _ = &alice;
         let shares: [&[&str]; 4] = [&[], &["team:apollo"], &["global"], &["agent:bob"]];
-        let mut rng = Rng(0x7151_e11e);
+        let mut rng = TestRng::new(0x7151_e11e);
         let mut made: Vec<(String, MemoryId)> = Vec::new();
         // Starts on whole days (many memories share one: pages end inside
         // a tie); superseders often start before what they replace.

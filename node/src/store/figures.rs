@@ -111,19 +111,11 @@ pub(crate) fn by_day(
     r: &(impl Readable + ?Sized),
     first_day: u64,
 ) -> Result<Vec<(Standing, u64, u64)>> {
-    let mut stmt = sql(r).prepare_cached(
+    per_standing_and_day(
+        r,
         "SELECT effective, owner, trusted, day, n FROM figure_days WHERE day >= ?1",
-    )?;
-    let mut rows = stmt.query([first_day as i64])?;
-    let mut decode = Decoder::default();
-    let mut out = Vec::new();
-    while let Some(row) = rows.next()? {
-        let (day, n): (i64, i64) = (row.get(3)?, row.get(4)?);
-        if let Some(s) = decode.standing(row.get(0)?, row.get(1)?, row.get(2)?) {
-            out.push((s, day.max(0) as u64, n.max(0) as u64));
-        }
-    }
-    Ok(out)
+        first_day,
+    )
 }
 
 /// The kept recalls per day (`recall_days`, from `first_day` on) of live
@@ -132,9 +124,21 @@ pub(crate) fn recalls_by_day(
     r: &(impl Readable + ?Sized),
     first_day: u64,
 ) -> Result<Vec<(Standing, u64, u64)>> {
-    let mut stmt = sql(r).prepare_cached(
+    per_standing_and_day(
+        r,
         "SELECT effective, owner, trusted, day, n FROM figure_recalls WHERE day >= ?1",
-    )?;
+        first_day,
+    )
+}
+
+/// The rows of a kept per-standing-and-day table (`query` selects
+/// effective, owner, trusted, day, n from `first_day` on).
+fn per_standing_and_day(
+    r: &(impl Readable + ?Sized),
+    query: &str,
+    first_day: u64,
+) -> Result<Vec<(Standing, u64, u64)>> {
+    let mut stmt = sql(r).prepare_cached(query)?;
     let mut rows = stmt.query([first_day as i64])?;
     let mut decode = Decoder::default();
     let mut out = Vec::new();
