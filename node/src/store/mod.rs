@@ -386,6 +386,14 @@ impl Tx<'_> {
     /// Persist the advanced counter and clock (inside the transaction).
     fn flush(&mut self) -> Result<()> {
         self.digests.flush(&self.tx)?;
+        self.write_counters()
+    }
+
+    /// Write the counter and clock as advanced so far into `meta` (again
+    /// when the transaction commits): a scan inside the transaction
+    /// (`replica::keep_running`) reads up to the stored counter, and must
+    /// see this transaction's writes.
+    pub(crate) fn write_counters(&mut self) -> Result<()> {
         let mut stmt = self.tx.prepare_cached(
             "INSERT INTO meta(key, value) VALUES (?1, ?2)
              ON CONFLICT(key) DO UPDATE SET value = excluded.value",

@@ -992,8 +992,11 @@ pub fn set_digest_bytes(store: &super::Store, policy: &PeerPolicy) -> Result<([u
 /// first idle session after. Call it after the transaction's other writes:
 /// the scan covers them, and the transaction's own notes do not know the
 /// policy.
-pub fn keep_running(tx: &super::Tx<'_>, policy: &PeerPolicy) -> Result<()> {
-    let conn = super::sql(tx);
+pub fn keep_running(tx: &mut super::Tx<'_>, policy: &PeerPolicy) -> Result<()> {
+    // The scan exports up to the stored counter: store this transaction's
+    // first, or the rows it gave a fresh `seq` are left out of the scan.
+    tx.write_counters()?;
+    let conn = super::sql(&*tx);
     let key = policy.to_string();
     if super::digest::running(conn, &key)?.is_some() {
         return Ok(());
