@@ -426,6 +426,35 @@ mod kept_figure_tests {
         }
     }
 
+    /// A recall noted in the transaction that also changes the memory
+    /// (before the change, or after it) counts once, under the standing
+    /// the memory ends with; no front end does both in one transaction
+    /// today, the keeper must not depend on it.
+    #[test]
+    fn a_recall_and_a_change_in_one_transaction_count_once() {
+        let (_dir, _home, mut a, _) = crate::api::node::test_node("carol");
+        for agent in ["dave", "erin"] {
+            a.agent_add(agent, "agent", &[]).unwrap();
+        }
+        let who = a.requester("carol").unwrap();
+        let ids: Vec<amos_protocol::MemoryId> = (0..2)
+            .map(|i| a.add(&who, NewMemory::new(format!("note {i}"))).unwrap())
+            .collect();
+        let now = a.now_ms();
+        a.store
+            .write(|tx| {
+                crate::store::memory::note_recalled(tx, &ids[..1], now)?;
+                tx.set_archived(&ids[0], true)?;
+                tx.set_archived(&ids[1], true)?;
+                crate::store::memory::note_recalled(tx, &ids[1..], now)?;
+                Ok(())
+            })
+            .unwrap();
+        check(&a, "a recall and an archive in one transaction");
+        let (kept, _) = a.store.read(|r| figures::kept_and_recounted(r)).unwrap();
+        assert!(kept.iter().any(|k| k.starts_with("r|")), "{kept:?}");
+    }
+
     fn one_run(seed: u64, steps: usize) {
         let dir = tempfile::tempdir().unwrap();
         let home = Home::new(dir.path().join("a"));
@@ -464,6 +493,7 @@ mod kept_figure_tests {
         let scopes = ["team:apollo", "team:zeus", "global", "project:moon"];
         let mut rng = TestRng::new(seed);
         let mut mine: Vec<(String, String)> = Vec::new();
+        let mut recalled: Vec<(String, String)> = Vec::new();
         let mut from_b: Vec<String> = Vec::new();
         let mut b_since = 0;
         check(&a, "the set-up");
@@ -471,14 +501,27 @@ mod kept_figure_tests {
             let agent = AGENTS[rng.below(AGENTS.len())];
             let who = a.requester(agent).unwrap();
             let pick = |rng: &mut TestRng, v: &[(String, String)]| {
+                let v = match rng.below(2) {
+                    0 if !recalled.is_empty() => &recalled,
+                    _ => v,
+                };
                 v.get(rng.below(v.len().max(1))).cloned()
             };
             let what = match rng.below(14) {
                 12 => {
                     let opts = crate::recall::RecallOptions::top(6);
                     let words = ["note", "replaces", "edited", "from"];
-                    a.search_with(&who, words[rng.below(words.len())], &opts)
+                    let hits = a
+                        .search_with(&who, words[rng.below(words.len())], &opts)
                         .unwrap();
+                    // The next changes pick these often: a recalled
+                    // memory's recalls move with its standing.
+                    for h in hits {
+                        let id = h.memory.id.to_string();
+                        if let Some(m) = mine.iter().find(|(_, m)| *m == id) {
+                            recalled.push(m.clone());
+                        }
+                    }
                     "a search (recalls noted)"
                 }
                 13 => {

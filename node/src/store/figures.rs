@@ -3,12 +3,13 @@
 //! decides by — and type (`figure_kinds`), per standing and UTC creation
 //! day (`figure_days`), the recalls noted per standing and day
 //! (`figure_recalls`, from `recall_days`), and the memories per state
-//! (`memory_tally`: live, archived, forgotten). Triggers on `memories` and
-//! `recall_days` keep the tables in the transaction that changes a row,
-//! whichever path writes it (local writes, applied facts, bundle imports,
-//! tombstones, re-judged standings, recalls noted, old days dropped);
-//! their migration (schema.rs) fills them from the rows a store already
-//! holds. This module only reads them.
+//! (`memory_tally`: live, archived, forgotten). The write transaction
+//! keeps them ([`Keeper`]): every write of a memory row's counted columns
+//! in `store/` notes the row first, and the transaction adds up what moved
+//! and writes each table once, when it commits (local writes, applied
+//! facts, bundle imports, tombstones, re-judged standings, archiving,
+//! recalls noted, old days dropped); their migration (schema.rs) fills
+//! them from the rows a store already holds.
 //!
 //! A standing is judged by the gate itself: [`Standing`] is
 //! [`Gated`], and a requester's figures (`store::dashboard`) add up the
@@ -18,12 +19,13 @@
 //! reads those live, by index, each with its expiry for the gate.
 //!
 //! Must never: hand out a memory (only counts per standing), or write the
-//! tables but through their triggers.
+//! tables but through a [`Keeper`] (and the migration's fill).
 
 use std::collections::HashMap;
 
 use amos_acl::Gated;
 use amos_protocol::{AgentId, Grants};
+use rusqlite::{OptionalExtension, params};
 
 use super::memory::LIVE;
 use super::{Readable, split_grants, sql};
@@ -288,4 +290,248 @@ pub(crate) fn kept_and_recounted(
     kept.sort();
     recounted.sort();
     Ok((kept, recounted))
+}
+
+// ------------------------------------------------------------ keeping them
+
+const DAY_MS: i64 = super::dashboard::DAY_MS as i64;
+
+/// The standing a kept table keys a count by, as stored: effective
+/// grants, owner, owner rule.
+type StoredStanding = (String, String, bool);
+
+/// A memory row's part in the kept figures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Part {
+    /// Counted per standing (content, no tombstone, no expiry): the
+    /// standing, its type and its UTC creation day.
+    counted: Option<(StoredStanding, String, i64)>,
+    /// Its state in `memory_tally` (`None`: not counted there).
+    state: Option<State>,
+    /// Its recalls per day (`recall_days`), when counted.
+    recalls: Vec<(i64, i64)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Live,
+    Archived,
+    Forgotten,
+}
+
+impl State {
+    fn name(self) -> &'static str {
+        match self {
+            State::Live => "live",
+            State::Archived => "archived",
+            State::Forgotten => "forgotten",
+        }
+    }
+}
+
+/// What one write transaction changes in the kept figures: the tables are
+/// written once, when it commits ([`Keeper::flush`]), one upsert per
+/// standing, type and day it moved — not once per row (a trigger per row
+/// cost a bulk sync about a second per 100,000 memories).
+///
+/// Every write of a memory row's counted columns (content and tombstone
+/// facts, expiry, grants in force, owner, owner rule, type, creation day,
+/// the archived flag) notes the row first ([`Keeper::touch`]); a row
+/// written whole where none was is added as it is ([`Keeper::new_live`]);
+/// a recall noted adds itself ([`Keeper::recalled`]). The property test
+/// `kept_figures_equal_the_full_scan` holds the tables to a recount after
+/// every kind of write.
+#[derive(Default)]
+pub(crate) struct Keeper {
+    /// Each noted row's part when first noted.
+    before: HashMap<Vec<u8>, Part>,
+    kinds: HashMap<(StoredStanding, String), i64>,
+    days: HashMap<(i64, StoredStanding), i64>,
+    recalls: HashMap<(i64, StoredStanding), i64>,
+    tally: HashMap<&'static str, i64>,
+    /// Recall days before this one were dropped.
+    pruned_below: Option<i64>,
+}
+
+impl Keeper {
+    /// Note memory `id` before its row changes (or is written where none
+    /// was).
+    pub(crate) fn touch(&mut self, conn: &rusqlite::Connection, id: &[u8]) -> Result<()> {
+        if self.before.contains_key(id) {
+            return Ok(());
+        }
+        let part = part(conn, id)?;
+        self.before.insert(id.to_vec(), part);
+        Ok(())
+    }
+
+    /// A live memory row was just written where there was none, from facts
+    /// in hand: counted as it is, no row read.
+    pub(crate) fn new_live(
+        &mut self,
+        id: &[u8],
+        standing: StoredStanding,
+        kind: &str,
+        created_ms: u64,
+        expires: bool,
+    ) {
+        if self.before.contains_key(id) {
+            // Noted already: the flush reads what the row holds then.
+            return;
+        }
+        let part = Part {
+            counted: (!expires).then(|| (standing, kind.to_owned(), created_ms as i64 / DAY_MS)),
+            state: Some(State::Live),
+            recalls: Vec::new(),
+        };
+        self.add(&part, 1);
+    }
+
+    /// Memory `id` was recalled once more on `day`; `counted` is its
+    /// standing if it is counted. A row noted before is left to the flush
+    /// (it reads the row's recalls then).
+    pub(crate) fn recalled(&mut self, id: &[u8], day: i64, counted: Option<StoredStanding>) {
+        if self.before.contains_key(id) {
+            return;
+        }
+        if let Some(s) = counted {
+            *self.recalls.entry((day, s)).or_default() += 1;
+        }
+    }
+
+    /// The recalls of the days before `day` were dropped.
+    pub(crate) fn pruned_below(&mut self, day: i64) {
+        self.pruned_below = Some(self.pruned_below.map_or(day, |d| d.max(day)));
+    }
+
+    fn add(&mut self, part: &Part, sign: i64) {
+        if let Some((standing, kind, day)) = &part.counted {
+            *self
+                .kinds
+                .entry((standing.clone(), kind.clone()))
+                .or_default() += sign;
+            *self.days.entry((*day, standing.clone())).or_default() += sign;
+            for &(d, n) in &part.recalls {
+                *self.recalls.entry((d, standing.clone())).or_default() += sign * n;
+            }
+        }
+        if let Some(s) = part.state {
+            *self.tally.entry(s.name()).or_default() += sign;
+        }
+    }
+
+    /// Write what the transaction changed into the kept tables, inside it,
+    /// before it commits.
+    pub(crate) fn flush(&mut self, conn: &rusqlite::Connection) -> Result<()> {
+        for (id, was) in std::mem::take(&mut self.before) {
+            let now = part(conn, &id)?;
+            if now != was {
+                self.add(&was, -1);
+                self.add(&now, 1);
+            }
+        }
+        let pruned = self.pruned_below.take();
+        if let Some(day) = pruned {
+            self.recalls.retain(|(d, _), _| *d >= day);
+            conn.prepare_cached("DELETE FROM figure_recalls WHERE day < ?1")?
+                .execute([day])?;
+        }
+        let upsert = |table: &str, key: &str, cols: &str| {
+            conn.prepare_cached(&format!(
+                "INSERT INTO {table}({cols}, n) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT({key}) DO UPDATE SET n = n + excluded.n"
+            ))
+        };
+        let gone = |table: &str, cols: &str| {
+            conn.prepare_cached(&format!(
+                "DELETE FROM {table} WHERE ({cols}) = (?1, ?2, ?3, ?4) AND n <= 0"
+            ))
+        };
+        const KIND: &str = "effective, owner, trusted, kind";
+        const DAY: &str = "day, effective, owner, trusted";
+        for (((e, o, t), kind), n) in std::mem::take(&mut self.kinds) {
+            if n != 0 {
+                upsert("figure_kinds", KIND, KIND)?.execute(params![e, o, t, kind, n])?;
+                if n < 0 {
+                    gone("figure_kinds", KIND)?.execute(params![e, o, t, kind])?;
+                }
+            }
+        }
+        for (table, map) in [
+            ("figure_days", std::mem::take(&mut self.days)),
+            ("figure_recalls", std::mem::take(&mut self.recalls)),
+        ] {
+            for ((day, (e, o, t)), n) in map {
+                if n != 0 {
+                    upsert(table, DAY, DAY)?.execute(params![day, e, o, t, n])?;
+                    if n < 0 {
+                        gone(table, DAY)?.execute(params![day, e, o, t])?;
+                    }
+                }
+            }
+        }
+        let mut tally =
+            conn.prepare_cached("UPDATE memory_tally SET n = n + ?2 WHERE state = ?1")?;
+        for (state, n) in std::mem::take(&mut self.tally) {
+            if n != 0 {
+                tally.execute(params![state, n])?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Memory `id`'s part in the kept figures, from its row (none: no part).
+fn part(conn: &rusqlite::Connection, id: &[u8]) -> Result<Part> {
+    type Row = (String, String, bool, String, i64, bool, bool, bool, bool);
+    let row: Option<Row> = conn
+        .prepare_cached(
+            "SELECT effective, owner, owner_trusted, COALESCE(kind, 'note'), created_ms,
+                    content_fact IS NOT NULL, tombstone_fact IS NOT NULL, expires_ms IS NULL,
+                    archived != 0
+             FROM memories WHERE id = ?1",
+        )?
+        .query_row([id], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+                r.get(7)?,
+                r.get(8)?,
+            ))
+        })
+        .optional()?;
+    let Some((effective, owner, trusted, kind, created_ms, content, tomb, no_expiry, archived)) =
+        row
+    else {
+        return Ok(Part {
+            counted: None,
+            state: None,
+            recalls: Vec::new(),
+        });
+    };
+    let state = match (tomb, content, archived) {
+        (true, _, _) => Some(State::Forgotten),
+        (false, false, _) => None,
+        (false, true, true) => Some(State::Archived),
+        (false, true, false) => Some(State::Live),
+    };
+    let counted = (content && !tomb && no_expiry)
+        .then(|| ((effective, owner, trusted), kind, created_ms / DAY_MS));
+    let recalls = match counted {
+        Some(_) => conn
+            .prepare_cached("SELECT day, recalls FROM recall_days WHERE memory = ?1")?
+            .query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?,
+        None => Vec::new(),
+    };
+    Ok(Part {
+        counted,
+        state,
+        recalls,
+    })
 }

@@ -390,22 +390,36 @@ pub(crate) const RECALL_DAYS_KEPT: i64 = 60;
 /// `recall_days` (the dashboard's recalls per day; days older than
 /// [`RECALL_DAYS_KEPT`] dropped). Never a fact, never `seq`, never in a
 /// digest.
-pub(crate) fn note_recalled(tx: &super::Tx<'_>, ids: &[MemoryId], now_ms: u64) -> Result<()> {
-    let conn = super::sql(tx);
-    let mut stmt = conn.prepare_cached(
-        "UPDATE memories SET recall_count = recall_count + 1, last_access_ms = ?2 WHERE id = ?1",
-    )?;
+pub(crate) fn note_recalled(tx: &mut super::Tx<'_>, ids: &[MemoryId], now_ms: u64) -> Result<()> {
     let day = (now_ms / 86_400_000) as i64;
-    let mut daily = conn.prepare_cached(
-        "INSERT INTO recall_days(day, memory, recalls) VALUES (?1, ?2, 1)
-         ON CONFLICT(day, memory) DO UPDATE SET recalls = recalls + 1",
-    )?;
     for id in ids {
-        stmt.execute(params![&id.0[..], now_ms as i64])?;
-        daily.execute(params![day, &id.0[..]])?;
+        // The standing the kept figures count its recall by, if counted.
+        let counted: Option<(String, String, bool, bool)> = super::sql(&*tx)
+            .prepare_cached(
+                "UPDATE memories SET recall_count = recall_count + 1, last_access_ms = ?2
+                 WHERE id = ?1
+                 RETURNING effective, owner, owner_trusted, content_fact IS NOT NULL
+                    AND tombstone_fact IS NULL AND expires_ms IS NULL",
+            )?
+            .query_row(params![&id.0[..], now_ms as i64], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .optional()?;
+        let Some((effective, owner, trusted, kept)) = counted else {
+            continue;
+        };
+        super::sql(&*tx)
+            .prepare_cached(
+                "INSERT INTO recall_days(day, memory, recalls) VALUES (?1, ?2, 1)
+                 ON CONFLICT(day, memory) DO UPDATE SET recalls = recalls + 1",
+            )?
+            .execute(params![day, &id.0[..]])?;
+        tx.figures_recalled(id, day, kept.then_some((effective, owner, trusted)));
     }
-    conn.prepare_cached("DELETE FROM recall_days WHERE day < ?1")?
+    super::sql(&*tx)
+        .prepare_cached("DELETE FROM recall_days WHERE day < ?1")?
         .execute([day - RECALL_DAYS_KEPT])?;
+    tx.figures_pruned_below(day - RECALL_DAYS_KEPT);
     Ok(())
 }
 

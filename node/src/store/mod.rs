@@ -172,6 +172,7 @@ impl Store {
             seq: None,
             hlc: None,
             digests: Default::default(),
+            figures: Default::default(),
         };
         let out = f(&mut w)?;
         w.flush()?;
@@ -331,6 +332,8 @@ pub struct Tx<'c> {
     hlc: Option<HlcState>,
     /// The rows this transaction changes, for the running digests.
     digests: digest::Tracker,
+    /// What this transaction moves in the kept figures (`store::figures`).
+    figures: figures::Keeper,
 }
 
 impl Tx<'_> {
@@ -386,6 +389,7 @@ impl Tx<'_> {
     /// Persist the advanced counter and clock (inside the transaction).
     fn flush(&mut self) -> Result<()> {
         self.digests.flush(&self.tx)?;
+        self.figures.flush(&self.tx)?;
         self.write_counters()
     }
 
@@ -408,14 +412,38 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Note memory `id`'s row before it changes, for the running digests
+    /// (`store::digest`) and the kept figures (`store::figures`).
+    pub(in crate::store) fn touch_memory(&mut self, id: &MemoryId) -> Result<()> {
+        self.digests
+            .touch(&self.tx, digest::RowKey::Memory(id.0.to_vec()))?;
+        self.figures.touch(&self.tx, &id.0)
+    }
+
+    /// Memory `id` was recalled once more on `day` (`store::memory::
+    /// note_recalled`); `counted`: its standing if the figures count it.
+    pub(in crate::store) fn figures_recalled(
+        &mut self,
+        id: &MemoryId,
+        day: i64,
+        counted: Option<(String, String, bool)>,
+    ) {
+        self.figures.recalled(&id.0, day, counted);
+    }
+
+    /// The recalls of the days before `day` were dropped.
+    pub(in crate::store) fn figures_pruned_below(&mut self, day: i64) {
+        self.figures.pruned_below(day);
+    }
+
     /// Note the row `body` writes, before it changes, for the running
-    /// digests (`store::digest`).
+    /// digests (`store::digest`) and the kept figures (`store::figures`).
     fn note_row(&mut self, body: &FactBody) -> Result<()> {
         use digest::RowKey;
         let key = match body {
-            FactBody::MemoryContent(m) => RowKey::Memory(m.id.0.to_vec()),
-            FactBody::MemoryAcl(m) => RowKey::Memory(m.id.0.to_vec()),
-            FactBody::MemoryTombstone(m) => RowKey::Memory(m.id.0.to_vec()),
+            FactBody::MemoryContent(m) => return self.touch_memory(&m.id),
+            FactBody::MemoryAcl(m) => return self.touch_memory(&m.id),
+            FactBody::MemoryTombstone(m) => return self.touch_memory(&m.id),
             FactBody::Link(l) => RowKey::Link(
                 l.from.0.to_vec(),
                 l.to.0.to_vec(),
@@ -743,8 +771,7 @@ impl Tx<'_> {
         owner_trusted: bool,
         purge: bool,
     ) -> Result<()> {
-        self.digests
-            .touch(&self.tx, digest::RowKey::Memory(id.0.to_vec()))?;
+        self.touch_memory(id)?;
         let seq = self.next_seq()?;
         let ever = self.grants_ever_with(id, effective)?;
         // No fact stamps a re-judged standing: it ends now, by this
@@ -944,12 +971,24 @@ impl Tx<'_> {
             &effective_text,
             [&content_bytes, &acl_bytes],
         )?;
+        self.figures.new_live(
+            &m.id.0,
+            (
+                effective_text,
+                m.fixed.owner.as_str().to_owned(),
+                owner_trusted,
+            ),
+            m.kind.as_str(),
+            m.fixed.created_ms,
+            m.expires_ms.is_some(),
+        );
         self.insert_memory_grants(&m.id, effective)
     }
 
     /// Set local-only memory state (archived flag); moves `touched` so the
     /// index notices, never `seq`, `v` or `acl_v`.
     pub fn set_archived(&mut self, id: &amos_protocol::MemoryId, archived: bool) -> Result<bool> {
+        self.figures.touch(&self.tx, &id.0)?;
         let touched = self.next_seq()?;
         let n = self.tx.execute(
             "UPDATE memories SET archived = ?2, touched = ?3 WHERE id = ?1 AND archived != ?2",

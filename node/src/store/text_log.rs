@@ -304,8 +304,7 @@ impl Tx<'_> {
             return Ok(false);
         };
         // Its text log is part of the row's share of the running digests.
-        self.digests
-            .touch(&self.tx, super::digest::RowKey::Memory(m.id.0.to_vec()))?;
+        self.touch_memory(&m.id)?;
         let TextState {
             mut log,
             mut doc,
