@@ -6,7 +6,7 @@
 //! [`Store::visible_by_valid_start`] and [`Store::visible_superseded_before`],
 //! which hand out memories only as [`Visible`] values admitted by the
 //! requester's [`AuthorizedScopes`]. The ordered ones walk an index in the
-//! order they answer in (`memories_created_id`, `memories_valid_start`)
+//! order they answer in (`memories_created_id`, `memories_valid_from`)
 //! and stop after a page.
 //!
 //! Invariant: the row readers here are private to the crate; whatever
@@ -210,13 +210,14 @@ const COLUMNS: &str = "id, owner, origin, created_ms, v, kind, content, tags, im
      archived, reinforcement, seq, owner_trusted, valid_from_ms, valid_to_ms, last_access_ms";
 
 /// Where a memory's valid time starts: its signed `valid_from`, else its
-/// creation (`MemoryRecord::valid_from_ms`); `memories_valid_start` indexes
-/// it.
+/// creation (`MemoryRecord::valid_from_ms`).
 const VALID_START: &str = "COALESCE(valid_from_ms, created_ms)";
 
-/// [`Store::visible_by_valid_start`]'s statement and its parameters:
-/// `memories_valid_start` walked from just after `after`, stopping at
-/// `limit`.
+/// [`Store::visible_by_valid_start`]'s statement and its parameters: two
+/// ordered walks merged — the memories without a signed `valid_from` by
+/// `memories_created_id`, the ones with it by `memories_valid_from` (a
+/// partial index: a write of a memory without one pays no index for it) —
+/// each from just after `after`, stopping at `limit`.
 fn valid_start_sql(
     who: &AuthorizedScopes,
     after: Option<(u64, MemoryId)>,
@@ -231,11 +232,17 @@ fn valid_start_sql(
         (limit as i64).into(),
     ];
     let access = access_clause(who, &mut args);
+    let arm = |start: &str, which: &str| {
+        format!(
+            "SELECT {COLUMNS}, {start}, id FROM memories m
+             WHERE {which} AND {LIVE} AND archived = 0 AND (expires_ms IS NULL OR expires_ms > ?1)
+               AND {start} >= ?2 AND ({start} > ?2 OR id > ?3) AND {access}"
+        )
+    };
     let sql = format!(
-        "SELECT {COLUMNS}, {VALID_START}, id FROM memories m
-         WHERE {LIVE} AND archived = 0 AND (expires_ms IS NULL OR expires_ms > ?1)
-           AND {VALID_START} >= ?2 AND ({VALID_START} > ?2 OR id > ?3) AND {access}
-         ORDER BY {VALID_START}, id LIMIT ?4"
+        "{} UNION ALL {} ORDER BY 24, 25 LIMIT ?4",
+        arm("created_ms", "valid_from_ms IS NULL"),
+        arm("valid_from_ms", "valid_from_ms IS NOT NULL"),
     );
     (sql, args)
 }
@@ -585,9 +592,9 @@ impl Store {
     /// Up to `limit` rows of the live, unarchived memories `who` may see at
     /// `now_ms`, in the order their valid time starts (the signed
     /// `valid_from`, else the creation; ties by id), after the row `after`
-    /// (its start and id; `None`: from the first): `memories_valid_start`
-    /// walked in order, the gate's pre-filter on each row, stopping at
-    /// `limit`. Each row read then passes the gate itself. With the key of
+    /// (its start and id; `None`: from the first): two index walks merged
+    /// in order (`valid_start_sql`), the gate's pre-filter on each row,
+    /// stopping at `limit`. Each row read then passes the gate itself. With the key of
     /// the last row read (`None`: none was) and whether the walk reached
     /// the end.
     pub fn visible_by_valid_start(
@@ -749,9 +756,14 @@ mod plan_tests {
             let (sql, args) = super::valid_start_sql(&who_now, after, 64, node.now_ms());
             let p = plan(&node, &sql, args);
             assert!(
-                p.contains("SEARCH m USING INDEX memories_valid_start"),
+                p.contains("SEARCH m USING INDEX memories_created_id"),
                 "{p}"
             );
+            assert!(
+                p.contains("SEARCH m USING INDEX memories_valid_from"),
+                "{p}"
+            );
+            assert!(p.contains("MERGE"), "{p}");
             assert!(!p.contains("TEMP B-TREE"), "{p}");
         }
     }

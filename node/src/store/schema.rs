@@ -718,6 +718,17 @@ const MIGRATIONS: &[&str] = &[
     DROP TRIGGER IF EXISTS tally_delete;
     DROP TRIGGER IF EXISTS tally_update;
     "#,
+    // v(n): the timeline's walk in valid-time order merges two ordered
+    // walks (store::memory::valid_start_sql): the memories without a signed
+    // valid_from by memories_created_id, the others by a partial index,
+    // which a write of a memory without one does not pay for (an index on
+    // every row cost a bulk sync about a tenth of a second per 100,000).
+    // Idempotent.
+    r#"
+    DROP INDEX IF EXISTS memories_valid_start;
+    CREATE INDEX IF NOT EXISTS memories_valid_from ON memories(valid_from_ms, id)
+        WHERE valid_from_ms IS NOT NULL;
+    "#,
 ];
 
 /// The schema version this binary writes.
