@@ -312,6 +312,15 @@ struct Part {
     recalls: Vec<(i64, i64)>,
 }
 
+/// What a transaction moves in the counts of one standing: per type, per
+/// creation day, per recall day.
+#[derive(Default)]
+struct Moves {
+    kinds: HashMap<String, i64>,
+    days: HashMap<i64, i64>,
+    recalls: HashMap<i64, i64>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Live,
@@ -345,9 +354,9 @@ impl State {
 pub(crate) struct Keeper {
     /// Each noted row's part when first noted.
     before: HashMap<Vec<u8>, Part>,
-    kinds: HashMap<(StoredStanding, String), i64>,
-    days: HashMap<(i64, StoredStanding), i64>,
-    recalls: HashMap<(i64, StoredStanding), i64>,
+    /// The moves of the counts, per standing: one hash of a standing per
+    /// row, copied only the first time the transaction meets it.
+    moves: HashMap<StoredStanding, Moves>,
     tally: HashMap<&'static str, i64>,
     /// Recall days before this one were dropped.
     pruned_below: Option<i64>,
@@ -395,7 +404,13 @@ impl Keeper {
             return;
         }
         if let Some(s) = counted {
-            *self.recalls.entry((day, s)).or_default() += 1;
+            *self
+                .moves
+                .entry(s)
+                .or_default()
+                .recalls
+                .entry(day)
+                .or_default() += 1;
         }
     }
 
@@ -406,13 +421,19 @@ impl Keeper {
 
     fn add(&mut self, part: &Part, sign: i64) {
         if let Some((standing, kind, day)) = &part.counted {
-            *self
-                .kinds
-                .entry((standing.clone(), kind.clone()))
-                .or_default() += sign;
-            *self.days.entry((*day, standing.clone())).or_default() += sign;
+            let moves = match self.moves.get_mut(standing) {
+                Some(m) => m,
+                None => self.moves.entry(standing.clone()).or_default(),
+            };
+            match moves.kinds.get_mut(kind.as_str()) {
+                Some(n) => *n += sign,
+                None => {
+                    moves.kinds.insert(kind.clone(), sign);
+                }
+            }
+            *moves.days.entry(*day).or_default() += sign;
             for &(d, n) in &part.recalls {
-                *self.recalls.entry((d, standing.clone())).or_default() += sign * n;
+                *moves.recalls.entry(d).or_default() += sign * n;
             }
         }
         if let Some(s) = part.state {
@@ -432,41 +453,59 @@ impl Keeper {
         }
         let pruned = self.pruned_below.take();
         if let Some(day) = pruned {
-            self.recalls.retain(|(d, _), _| *d >= day);
+            for m in self.moves.values_mut() {
+                m.recalls.retain(|d, _| *d >= day);
+            }
             conn.prepare_cached("DELETE FROM figure_recalls WHERE day < ?1")?
                 .execute([day])?;
         }
-        let upsert = |table: &str, key: &str, cols: &str| {
-            conn.prepare_cached(&format!(
-                "INSERT INTO {table}({cols}, n) VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT({key}) DO UPDATE SET n = n + excluded.n"
-            ))
-        };
-        let gone = |table: &str, cols: &str| {
-            conn.prepare_cached(&format!(
-                "DELETE FROM {table} WHERE ({cols}) = (?1, ?2, ?3, ?4) AND n <= 0"
-            ))
-        };
+        // One prepared statement per table, its moves in key order (the
+        // primary key's b-tree walked forward, not at random).
         const KIND: &str = "effective, owner, trusted, kind";
         const DAY: &str = "day, effective, owner, trusted";
-        for (((e, o, t), kind), n) in std::mem::take(&mut self.kinds) {
-            if n != 0 {
-                upsert("figure_kinds", KIND, KIND)?.execute(params![e, o, t, kind, n])?;
-                if n < 0 {
-                    gone("figure_kinds", KIND)?.execute(params![e, o, t, kind])?;
-                }
+        let statements = |table: &str, key: &str| -> Result<_> {
+            Ok((
+                conn.prepare_cached(&format!(
+                    "INSERT INTO {table}({key}, n) VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT({key}) DO UPDATE SET n = n + excluded.n"
+                ))?,
+                conn.prepare_cached(&format!(
+                    "DELETE FROM {table} WHERE ({key}) = (?1, ?2, ?3, ?4) AND n <= 0"
+                ))?,
+            ))
+        };
+        let mut kinds = Vec::new();
+        let mut days = Vec::new();
+        let mut recalls = Vec::new();
+        for ((e, o, t), m) in std::mem::take(&mut self.moves) {
+            let standing = (e, o, t);
+            for (kind, n) in m.kinds {
+                kinds.push(((standing.clone(), kind), n));
+            }
+            for (day, n) in m.days {
+                days.push(((day, standing.clone()), n));
+            }
+            for (day, n) in m.recalls {
+                recalls.push(((day, standing.clone()), n));
             }
         }
-        for (table, map) in [
-            ("figure_days", std::mem::take(&mut self.days)),
-            ("figure_recalls", std::mem::take(&mut self.recalls)),
-        ] {
-            for ((day, (e, o, t)), n) in map {
-                if n != 0 {
-                    upsert(table, DAY, DAY)?.execute(params![day, e, o, t, n])?;
-                    if n < 0 {
-                        gone(table, DAY)?.execute(params![day, e, o, t])?;
-                    }
+        kinds.retain(|(_, n)| *n != 0);
+        kinds.sort_unstable();
+        let (mut upsert, mut gone) = statements("figure_kinds", KIND)?;
+        for (((e, o, t), kind), n) in kinds {
+            upsert.execute(params![e, o, t, kind, n])?;
+            if n < 0 {
+                gone.execute(params![e, o, t, kind])?;
+            }
+        }
+        for (table, mut moves) in [("figure_days", days), ("figure_recalls", recalls)] {
+            moves.retain(|(_, n)| *n != 0);
+            moves.sort_unstable();
+            let (mut upsert, mut gone) = statements(table, DAY)?;
+            for ((day, (e, o, t)), n) in moves {
+                upsert.execute(params![day, e, o, t, n])?;
+                if n < 0 {
+                    gone.execute(params![day, e, o, t])?;
                 }
             }
         }
@@ -520,8 +559,11 @@ fn part(conn: &rusqlite::Connection, id: &[u8]) -> Result<Part> {
         (false, true, true) => Some(State::Archived),
         (false, true, false) => Some(State::Live),
     };
-    let counted = (content && !tomb && no_expiry)
-        .then(|| ((effective, owner, trusted), kind, created_ms / DAY_MS));
+    let counted = (content && !tomb && no_expiry).then_some((
+        (effective, owner, trusted),
+        kind,
+        created_ms / DAY_MS,
+    ));
     let recalls = match counted {
         Some(_) => conn
             .prepare_cached("SELECT day, recalls FROM recall_days WHERE memory = ?1")?
