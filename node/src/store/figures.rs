@@ -530,19 +530,7 @@ fn part(conn: &rusqlite::Connection, id: &[u8]) -> Result<Part> {
                     archived != 0
              FROM memories WHERE id = ?1",
         )?
-        .query_row([id], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-                r.get(7)?,
-                r.get(8)?,
-            ))
-        })
+        .query_row([id], |r| Row::try_from(r))
         .optional()?;
     let Some((effective, owner, trusted, kind, created_ms, content, tomb, no_expiry, archived)) =
         row

@@ -160,20 +160,7 @@ impl<'t, 'c> SqlReplica<'t, 'c> {
                         tombstone_fact, effective, edited, owner_trusted
                  FROM memories WHERE id = ?1",
             )?
-            .query_row([&id.0[..]], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get(6)?,
-                    r.get(7)?,
-                    r.get(8)?,
-                    r.get(9)?,
-                ))
-            })
+            .query_row([&id.0[..]], |r| Row::try_from(r))
             .optional()?;
         let Some((
             owner,
