@@ -355,8 +355,7 @@ mod kept_figure_tests {
     use std::sync::Arc;
     use std::sync::atomic::Ordering;
 
-    use amos_acl::PeerPolicy;
-    use amos_protocol::{MemoryType, SignedFact, Validity};
+    use amos_protocol::{MemoryType, Validity};
 
     use crate::clock::MovingClock;
     use crate::store::dashboard::{self, DAY_MS, scan};
@@ -609,18 +608,7 @@ mod kept_figure_tests {
                     {
                         let _ = b.forget(&bob, id);
                     }
-                    let mut facts = Vec::new();
-                    b_since = b
-                        .export(&PeerPolicy::Full, b_since, 64, |f| {
-                            facts.extend(f);
-                            Ok(())
-                        })
-                        .unwrap();
-                    let v = facts
-                        .iter()
-                        .map(|f| SignedFact::decode_verified(f).unwrap())
-                        .collect();
-                    a.apply_from(&b.node_id(), v).unwrap();
+                    b_since = crate::api::node::pass_facts(&b, &mut a, b_since);
                     "facts from b"
                 }
                 10 => {

@@ -633,6 +633,27 @@ pub(crate) fn test_node(agent: &str) -> (tempfile::TempDir, Home, Node, Authoriz
     (dir, home, node, who)
 }
 
+/// Hand `to` everything `from` logged after `since` (a full export, as
+/// to a `full` peer), verified and applied in one batch; returns where the
+/// export ended, the `since` of the next call. The crate's tests' stand-in
+/// for a session's fact transfer.
+#[cfg(test)]
+pub(crate) fn pass_facts(from: &Node, to: &mut Node, since: i64) -> i64 {
+    let mut facts = Vec::new();
+    let upto = from
+        .export(&amos_acl::PeerPolicy::Full, since, 64, |f| {
+            facts.extend(f);
+            Ok(())
+        })
+        .unwrap();
+    let verified = facts
+        .iter()
+        .map(|f| amos_protocol::SignedFact::decode_verified(f).unwrap())
+        .collect();
+    to.apply_from(&from.node_id(), verified).unwrap();
+    upto
+}
+
 /// The crate's tests' seeded random choices: ChaCha8 (the generator the
 /// bench's workload uses), or the xorshift sequence some tests were first
 /// written with. The same seed, the same run.

@@ -1062,18 +1062,7 @@ mod running_digest_tests {
                     {
                         let _ = b.update(&bob, &id, &format!("b edited at {step}"));
                     }
-                    let mut facts = Vec::new();
-                    b_since = b
-                        .export(&PeerPolicy::Full, b_since, 64, |f| {
-                            facts.extend(f);
-                            Ok(())
-                        })
-                        .unwrap();
-                    let v = facts
-                        .iter()
-                        .map(|f| SignedFact::decode_verified(f).unwrap())
-                        .collect();
-                    a.apply_from(&b.node_id(), v).unwrap();
+                    b_since = crate::api::node::pass_facts(&b, &mut a, b_since);
                     "facts from b"
                 }
                 _ => {

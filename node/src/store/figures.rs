@@ -451,11 +451,11 @@ impl Keeper {
                 self.add(&now, 1);
             }
         }
-        let pruned = self.pruned_below.take();
-        if let Some(day) = pruned {
-            for m in self.moves.values_mut() {
-                m.recalls.retain(|d, _| *d >= day);
-            }
+        // The recall days dropped go from the kept table too. A move of a
+        // dropped day left in `moves` can only take a count out (the rows
+        // read now hold none of those days), and a row it takes below one
+        // is deleted with the others.
+        if let Some(day) = self.pruned_below.take() {
             conn.prepare_cached("DELETE FROM figure_recalls WHERE day < ?1")?
                 .execute([day])?;
         }

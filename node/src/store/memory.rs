@@ -421,12 +421,13 @@ pub(crate) fn note_recalled(tx: &mut super::Tx<'_>, ids: &[MemoryId], now_ms: u6
                  ON CONFLICT(day, memory) DO UPDATE SET recalls = recalls + 1",
             )?
             .execute(params![day, &id.0[..]])?;
-        tx.figures_recalled(id, day, kept.then_some((effective, owner, trusted)));
+        tx.figures
+            .recalled(&id.0, day, kept.then_some((effective, owner, trusted)));
     }
     super::sql(&*tx)
         .prepare_cached("DELETE FROM recall_days WHERE day < ?1")?
         .execute([day - RECALL_DAYS_KEPT])?;
-    tx.figures_pruned_below(day - RECALL_DAYS_KEPT);
+    tx.figures.pruned_below(day - RECALL_DAYS_KEPT);
     Ok(())
 }
 

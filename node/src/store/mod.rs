@@ -420,22 +420,6 @@ impl Tx<'_> {
         self.figures.touch(&self.tx, &id.0)
     }
 
-    /// Memory `id` was recalled once more on `day` (`store::memory::
-    /// note_recalled`); `counted`: its standing if the figures count it.
-    pub(in crate::store) fn figures_recalled(
-        &mut self,
-        id: &MemoryId,
-        day: i64,
-        counted: Option<(String, String, bool)>,
-    ) {
-        self.figures.recalled(&id.0, day, counted);
-    }
-
-    /// The recalls of the days before `day` were dropped.
-    pub(in crate::store) fn figures_pruned_below(&mut self, day: i64) {
-        self.figures.pruned_below(day);
-    }
-
     /// Note the row `body` writes, before it changes, for the running
     /// digests (`store::digest`) and the kept figures (`store::figures`).
     fn note_row(&mut self, body: &FactBody) -> Result<()> {
