@@ -308,6 +308,7 @@ impl Node {
                 policy,
             };
             let before = crate::store::max_seq(tx)?;
+            crate::store::provenance::arriving_from(tx, from, &me);
             let mut r = SqlReplica::new(tx, me, now);
             for (fact, why) in &out_of_bounds {
                 use amos_sync::ReplicaStore;
@@ -323,7 +324,7 @@ impl Node {
                 echo::record_run(tx, from, &data_encoding::HEXLOWER.encode(epoch), run, sent)?;
             }
             if let Some((first, last)) = seqs {
-                crate::store::provenance::note_arrivals(tx, from, &me, first, last)?;
+                crate::store::provenance::note_arrivals(tx, first, last)?;
             }
             Ok((report, seqs))
         })
@@ -370,6 +371,7 @@ impl Node {
                     Some(s) => s,
                     None => crate::store::max_seq(tx)?,
                 };
+                crate::store::provenance::arriving_from(tx, &peer, &me);
                 let mut r = SqlReplica::new(tx, me, now);
                 match policy {
                     Some(policy) => {
@@ -390,7 +392,7 @@ impl Node {
                 }
                 r.finish()?;
                 if let Some(last) = tx.last_seq().filter(|l| *l > before) {
-                    crate::store::provenance::note_arrivals(tx, &peer, &me, before + 1, last)?;
+                    crate::store::provenance::note_arrivals(tx, before + 1, last)?;
                 }
             }
             Ok(RetryReport {
@@ -779,7 +781,8 @@ mod tests {
         b.peer_add(&a.node_id().to_string(), None, "full").unwrap();
         b.agent_add("bob", "agent", &[]).unwrap();
         let who = b.requester("bob").unwrap();
-        b.add(&who, NewMemory::new("theta from the future"))
+        let theta = b
+            .add(&who, NewMemory::new("theta from the future"))
             .unwrap();
 
         let (first, retry) = session(&b, &mut a);
@@ -810,8 +813,69 @@ mod tests {
         assert_eq!((retry.applied, retry.still_deferred), (n, 0), "{retry:?}");
         assert!(a.quarantined().unwrap().is_empty());
         assert_eq!(a.digest(&[]).unwrap(), b.digest(&[]).unwrap());
+        // It arrived from b, though by the retry.
+        assert_eq!(arrived_from(&a, theta), Some(b.node_id()));
         // Nothing deferred: a retry does nothing.
         assert_eq!(a.retry().unwrap(), RetryReport::default());
+    }
+
+    fn arrived_from(node: &Node, id: amos_protocol::MemoryId) -> Option<NodeId> {
+        node.store
+            .read(|r| crate::store::provenance::signed_registers(r, &id))
+            .unwrap()
+            .expect("a live memory")
+            .arrived_from
+    }
+
+    /// A memory a session brings names the peer it arrived from, whether
+    /// its row is new here or one held changed (an edit arriving); a
+    /// later arrival of it from another peer leaves the first named; a
+    /// memory of this node's, sent back to it, names nobody.
+    #[test]
+    fn a_session_names_where_each_memory_arrived_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = || Arc::new(MovingClock(AtomicU64::new(NOW)));
+        let mut a = node_at(dir.path(), "a", clock());
+        let mut b = node_at(dir.path(), "b", clock());
+        let mut c = node_at(dir.path(), "c", clock());
+        let ids = [a.node_id(), b.node_id(), c.node_id()];
+        for (i, x) in [&mut a, &mut b, &mut c].into_iter().enumerate() {
+            for (j, id) in ids.iter().enumerate() {
+                if i != j {
+                    x.peer_add(&id.to_string(), None, "full").unwrap();
+                }
+            }
+        }
+        a.agent_add("alice", "agent", &[]).unwrap();
+        let alice = a.requester("alice").unwrap();
+        let shared = |text: &str| {
+            let mut m = NewMemory::new(text);
+            m.share = vec![amos_protocol::Scope::Global];
+            m
+        };
+        let plain = a.add(&alice, shared("plain")).unwrap();
+        let edited = a.add(&alice, shared("edited")).unwrap();
+        session(&a, &mut b);
+        assert_eq!(arrived_from(&b, plain), Some(a.node_id()));
+        a.update(&alice, &edited.to_string(), "edited again")
+            .unwrap();
+        session(&a, &mut b);
+        b.agent_add("bob", "agent", &[]).unwrap();
+        let bob = b.requester("bob").unwrap();
+        let mine = b.add(&bob, shared("bob's")).unwrap();
+        // c gets a's memories from b first, then from a itself.
+        session(&b, &mut c);
+        session(&a, &mut c);
+        session(&c, &mut b);
+        for (node, id, from) in [
+            (&b, edited, Some(a.node_id())),
+            (&c, plain, Some(b.node_id())),
+            (&c, edited, Some(b.node_id())),
+            (&c, mine, Some(b.node_id())),
+            (&b, mine, None),
+        ] {
+            assert_eq!(arrived_from(node, id), from, "{id} on {}", node.name());
+        }
     }
 }
 

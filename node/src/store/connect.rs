@@ -18,6 +18,12 @@ use crate::error::Result;
 /// SQLite's page cache per connection, in KiB.
 const PAGE_CACHE_KIB: i64 = 32 * 1024;
 
+/// Prepared statements kept per connection. rusqlite keeps 16 by default,
+/// fewer than one sync batch's write transaction runs in turn (the apply,
+/// the figures' flush, the echo ranges, the arrivals, the counters): each
+/// transaction then prepared again what the last one had evicted.
+const STATEMENT_CACHE: usize = 256;
+
 /// How long a writer waits for another process's write lock.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -80,6 +86,7 @@ pub(in crate::store) fn connect(path: &Path, how: Connect) -> rusqlite::Result<C
     } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags)?;
     conn.busy_timeout(how.wait)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     // NORMAL in WAL mode: a committed write survives a crash of the
     // process; a power cut may lose the last commits but never corrupts.
     conn.pragma_update(None, "synchronous", "NORMAL")?;

@@ -173,6 +173,7 @@ impl Store {
             hlc: None,
             digests: Default::default(),
             figures: Default::default(),
+            arrival: None,
         };
         let out = f(&mut w)?;
         w.flush()?;
@@ -334,6 +335,8 @@ pub struct Tx<'c> {
     digests: digest::Tracker,
     /// What this transaction moves in the kept figures (`store::figures`).
     figures: figures::Keeper,
+    /// The peer whose facts this transaction applies (`store::provenance`).
+    arrival: Option<provenance::Arrival>,
 }
 
 impl Tx<'_> {
@@ -415,6 +418,9 @@ impl Tx<'_> {
     /// Note memory `id`'s row before it changes, for the running digests
     /// (`store::digest`) and the kept figures (`store::figures`).
     pub(in crate::store) fn touch_memory(&mut self, id: &MemoryId) -> Result<()> {
+        if let Some(a) = &mut self.arrival {
+            a.row_changed();
+        }
         self.digests
             .touch(&self.tx, digest::RowKey::Memory(id.0.to_vec()))?;
         self.figures.touch(&self.tx, &id.0)
@@ -889,7 +895,9 @@ impl Tx<'_> {
     /// of the acl fact (with `effective` in force, never purging) then of
     /// the content fact (with `owner_trusted`) would leave, in one insert
     /// instead of an insert and an update. Two `seq`s are taken; the row
-    /// carries the second. Fails if a row for the id exists.
+    /// carries the second. Fails if a row for the id exists. In a
+    /// transaction applying a peer's facts, the row names the peer as where
+    /// it arrived from at once (`provenance::arriving_from`).
     pub(crate) fn put_new_memory(&mut self, content: &Admission, acl: &Admission) -> Result<()> {
         let owner_trusted = content.effect().owner_trusted();
         let (content, acl_effect, acl) = (content.fact(), acl.effect(), acl.fact());
@@ -916,14 +924,19 @@ impl Tx<'_> {
         let tags = serde_json::to_string(&m.tags).unwrap_or_else(|_| "[]".into());
         let effective_text = join_grants(effective);
         let (content_bytes, acl_bytes) = (content.to_bytes(), acl.to_bytes());
+        let arrived_from = self
+            .arrival
+            .as_ref()
+            .and_then(|a| a.names(&m.fixed.origin))
+            .map(|from| from.0);
         let tx = &self.tx;
         tx.prepare_cached(
             "INSERT INTO memories(id, owner, origin, created_ms, kind, content, tags,
                 importance, confidence, pinned, expires_ms, supersedes, v, content_fact,
                 grants, effective, acl_v, acl_fact, seq, touched, owner_trusted, grants_ever,
-                valid_from_ms, valid_to_ms)
+                valid_from_ms, valid_to_ms, arrived_from)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
-                ?15, ?16, ?17, ?18, ?19, ?19, ?20, ?16, ?21, ?22)",
+                ?15, ?16, ?17, ?18, ?19, ?19, ?20, ?16, ?21, ?22, ?23)",
         )?
         .execute(params![
             &m.id.0[..],
@@ -948,6 +961,7 @@ impl Tx<'_> {
             owner_trusted,
             m.validity.from_ms.map(|t| t as i64),
             m.validity.to_ms.map(|t| t as i64),
+            arrived_from.as_ref().map(|b| &b[..]),
         ])?;
         self.digests.new_memory(
             &self.tx,
@@ -1164,6 +1178,37 @@ mod tests {
                 })
                 .unwrap();
             assert_eq!(dump(&three), dump(&two));
+            // Applied from a peer: either way the row names the peer it
+            // arrived from (as it is inserted, or by `note_arrivals`), unless
+            // it is a memory of the node applying it.
+            let peer = NodeIdentity::from_secret([9; 32]).node_id();
+            for here in [me, NodeIdentity::from_secret([10; 32]).node_id()] {
+                let arrived = |name: &str, put: &dyn Fn(&mut Tx<'_>) -> Result<()>| {
+                    let file = format!("{name}{owner_trusted}{}", here == me);
+                    let mut store = Store::create(&dir.path().join(file), [1; 16]).unwrap();
+                    store
+                        .write(|tx| {
+                            provenance::arriving_from(tx, &peer, &here);
+                            let before = max_seq(&*tx)?;
+                            put(tx)?;
+                            provenance::note_arrivals(tx, before + 1, tx.last_seq().unwrap())
+                        })
+                        .unwrap();
+                    store
+                };
+                let one = arrived("d", &|tx| {
+                    tx.put(&acl_admission)?;
+                    tx.put(&content_admission)
+                });
+                let two = arrived("e", &|tx| {
+                    tx.put_new_memory(&content_admission, &acl_admission)
+                });
+                assert_eq!(dump(&one), dump(&two));
+                let held = provenance::signed_registers(two.conn(), &id)
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(held.arrived_from, (here != me).then_some(peer));
+            }
         }
     }
 }

@@ -4,7 +4,8 @@
 //! `Tx::put` takes only an `Admission`, which only a `Verified` fact
 //! makes), its local-only recall count, and the local-only `arrived_from`:
 //! the peer whose applied batch first moved the row here
-//! ([`note_arrivals`], in the transaction that applied it).
+//! ([`arriving_from`] and [`note_arrivals`], in the transaction that
+//! applied it).
 //!
 //! Must never: be read for a memory the caller has not passed through the
 //! read gate first (nothing here gates), or be taken as a replacement for
@@ -55,16 +56,54 @@ pub fn signed_registers(
         .optional()?)
 }
 
-/// Note that the rows a batch from peer `from` moved (`seq`s
-/// `first..=last`, taken in this transaction) arrived from it, unless an
-/// arrival is noted already or the memory originates at `me`.
-pub(crate) fn note_arrivals(
-    tx: &super::Tx<'_>,
-    from: &NodeId,
-    me: &NodeId,
-    first: i64,
-    last: i64,
-) -> Result<()> {
+/// The peer whose facts a write transaction applies, from
+/// [`arriving_from`] to [`note_arrivals`].
+#[derive(Debug, Clone, Copy)]
+pub(in crate::store) struct Arrival {
+    from: NodeId,
+    me: NodeId,
+    /// A memory row was written other than whole and new (which names
+    /// `from` as it is inserted: `Tx::put_new_memory`).
+    rows_changed: bool,
+}
+
+impl Arrival {
+    /// The peer a new row of a memory from `origin` arrived from: none for
+    /// a memory of this node's.
+    pub(in crate::store) fn names(&self, origin: &NodeId) -> Option<NodeId> {
+        (*origin != self.me).then_some(self.from)
+    }
+
+    /// A memory row is about to change in place (`Tx::touch_memory`).
+    pub(in crate::store) fn row_changed(&mut self) {
+        self.rows_changed = true;
+    }
+}
+
+/// The facts `tx` applies from now on come from peer `from` (this node is
+/// `me`): a memory row it writes new names `from` as it is inserted, and
+/// [`note_arrivals`] names it in the rest.
+pub(crate) fn arriving_from(tx: &mut super::Tx<'_>, from: &NodeId, me: &NodeId) {
+    tx.arrival = Some(Arrival {
+        from: *from,
+        me: *me,
+        rows_changed: false,
+    });
+}
+
+/// Note that the rows the facts from the peer [`arriving_from`] named
+/// moved (`seq`s `first..=last`, taken in this transaction) arrived from
+/// it, unless an arrival is noted already or the memory originates here. A
+/// row written new is named already: when every memory row moved was, no
+/// row is read.
+pub(crate) fn note_arrivals(tx: &mut super::Tx<'_>, first: i64, last: i64) -> Result<()> {
+    let Some(a) = tx.arrival.as_mut() else {
+        return Ok(());
+    };
+    if !std::mem::take(&mut a.rows_changed) {
+        return Ok(());
+    }
+    let (from, me) = (a.from, a.me);
     super::sql(tx)
         .prepare_cached(
             "UPDATE memories SET arrived_from = ?1
