@@ -502,6 +502,48 @@ mod tests {
         (0..n).map(|i| agent_fact(&ids[i % 3], i)).collect()
     }
 
+    /// The batch equation's inputs for wire facts: messages, signatures, keys.
+    fn equation_terms(facts: &[Vec<u8>]) -> (Vec<Vec<u8>>, Vec<Signature>, Vec<VerifyingKey>) {
+        let mut terms = (Vec::new(), Vec::new(), Vec::new());
+        for bytes in facts {
+            let f = SignedFact::decode_verified(bytes).unwrap();
+            terms.0.push(signing_bytes(&f.fact));
+            terms.1.push(Signature::from_bytes(&f.signature));
+            terms
+                .2
+                .push(VerifyingKey::from_bytes(&f.fact.author().0).unwrap());
+        }
+        terms
+    }
+
+    /// `cargo test --release -p amos-protocol --lib bench_grouped -- --ignored --nocapture`:
+    /// the batch equation of one author's 1,850 facts (half of a full sync
+    /// batch, on one of two threads), ed25519-dalek's and the grouped one,
+    /// medians of 15.
+    #[test]
+    #[ignore]
+    fn bench_grouped_against_dalek() {
+        let n = 1850;
+        let facts: Vec<Vec<u8>> = (0..n).map(|i| agent_fact(&ident(1), i)).collect();
+        let (msgs, sigs, keys) = equation_terms(&facts);
+        let batch: Vec<&[u8]> = msgs.iter().map(Vec::as_slice).collect();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..15 {
+            let t = std::time::Instant::now();
+            assert!(ed25519_dalek::verify_batch(&batch, &sigs, &keys).is_ok());
+            a.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = std::time::Instant::now();
+            assert!(batch_equation_holds(&batch, &sigs, &keys));
+            b.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        a.sort_by(f64::total_cmp);
+        b.sort_by(f64::total_cmp);
+        println!(
+            "{{\"n\": {n}, \"dalek_ms\": {:.2}, \"grouped_ms\": {:.2}}}",
+            a[7], b[7]
+        );
+    }
+
     fn flip_last(f: &mut [u8]) {
         let n = f.len();
         f[n - 1] ^= 1; // the last byte of the signature's s
@@ -749,16 +791,9 @@ mod tests {
             flip in 1u8..=255,
         ) {
             let ids: Vec<NodeIdentity> = (1..=authors).map(ident).collect();
-            let mut msgs = Vec::new();
-            let mut sigs = Vec::new();
-            let mut keys = Vec::new();
-            for i in 0..n {
-                let id = &ids[(i * 7 + i / 3) % ids.len()];
-                let f = SignedFact::decode_verified(&agent_fact(id, i)).unwrap();
-                msgs.push(signing_bytes(&f.fact));
-                sigs.push(Signature::from_bytes(&f.signature));
-                keys.push(VerifyingKey::from_bytes(&f.fact.author().0).unwrap());
-            }
+            let facts: Vec<Vec<u8>> =
+                (0..n).map(|i| agent_fact(&ids[(i * 7 + i / 3) % ids.len()], i)).collect();
+            let (mut msgs, mut sigs, mut keys) = equation_terms(&facts);
             let i = which.index(n);
             match what {
                 0 => {}
@@ -789,64 +824,5 @@ mod tests {
             prop_assert!(each.iter().all(Result::is_err));
             prop_assert_eq!(verify_all(&batch).is_ok(), batch.is_empty());
         }
-    }
-}
-
-#[cfg(test)]
-/// `cargo test --release -p amos-protocol --lib bench_grouped -- --ignored --nocapture`:
-/// the batch equation of one author's 1,850 facts (half of a full sync batch,
-/// on one of two threads), ed25519-dalek's and the grouped one, medians of 15.
-mod grouped_bench {
-    use super::*;
-    use crate::{AgentFact, AgentId, Fact, FactBody, Hlc, NodeIdentity};
-
-    #[test]
-    #[ignore]
-    fn bench_grouped_against_dalek() {
-        let id = NodeIdentity::from_secret([1; 32]);
-        let n = 1850;
-        let facts: Vec<_> = (0..n)
-            .map(|i| {
-                id.sign(Fact {
-                    clock: Hlc {
-                        wall_ms: 1_000 + i as u64,
-                        logical: 0,
-                        node: id.node_id(),
-                    },
-                    body: FactBody::Agent(AgentFact {
-                        id: AgentId::parse(&format!("agent{i}")).unwrap(),
-                        kind: "test".into(),
-                        display_name: format!("agent{i}"),
-                        present: true,
-                    }),
-                })
-                .unwrap()
-            })
-            .collect();
-        let msgs: Vec<Vec<u8>> = facts.iter().map(|f| signing_bytes(&f.fact)).collect();
-        let batch: Vec<&[u8]> = msgs.iter().map(Vec::as_slice).collect();
-        let sigs: Vec<Signature> = facts
-            .iter()
-            .map(|f| Signature::from_bytes(&f.signature))
-            .collect();
-        let keys: Vec<VerifyingKey> = facts
-            .iter()
-            .map(|f| VerifyingKey::from_bytes(&f.fact.author().0).unwrap())
-            .collect();
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        for _ in 0..15 {
-            let t = std::time::Instant::now();
-            assert!(ed25519_dalek::verify_batch(&batch, &sigs, &keys).is_ok());
-            a.push(t.elapsed().as_secs_f64() * 1e3);
-            let t = std::time::Instant::now();
-            assert!(batch_equation_holds(&batch, &sigs, &keys));
-            b.push(t.elapsed().as_secs_f64() * 1e3);
-        }
-        a.sort_by(f64::total_cmp);
-        b.sort_by(f64::total_cmp);
-        println!(
-            "{{\"n\": {n}, \"dalek_ms\": {:.2}, \"grouped_ms\": {:.2}}}",
-            a[7], b[7]
-        );
     }
 }
