@@ -434,9 +434,8 @@ fn batch_equation_holds(msgs: &[&[u8]], sigs: &[Signature], keys: &[VerifyingKey
     let mut b_coefficient = Scalar::ZERO;
     let mut zs = Vec::with_capacity(sigs.len());
     let mut rs = Vec::with_capacity(sigs.len());
-    // One (A, Σ zᵢ·kᵢ) per key, in first-seen order.
-    let mut by_key: HashMap<[u8; 32], usize> = HashMap::new();
-    let mut key_terms: Vec<(EdwardsPoint, Scalar)> = Vec::new();
+    // One (A, Σ zᵢ·kᵢ) per key (their order does not change the sum).
+    let mut key_terms: HashMap<[u8; 32], (EdwardsPoint, Scalar)> = HashMap::new();
     for ((sig, key), hram) in sigs.iter().zip(keys).zip(&hrams) {
         let Some(s) = Option::<Scalar>::from(Scalar::from_canonical_bytes(*sig.s_bytes())) else {
             return false;
@@ -449,22 +448,19 @@ fn batch_equation_holds(msgs: &[&[u8]], sigs: &[Signature], keys: &[VerifyingKey
         let z = Scalar::from(u128::from_le_bytes(z));
         b_coefficient += z * s;
         let zk = z * Scalar::from_bytes_mod_order_wide(hram);
-        match by_key.get(key.as_bytes()) {
-            Some(&at) => key_terms[at].1 += zk,
-            None => {
-                by_key.insert(*key.as_bytes(), key_terms.len());
-                key_terms.push((key.to_edwards(), zk));
-            }
-        }
+        key_terms
+            .entry(*key.as_bytes())
+            .or_insert_with(|| (key.to_edwards(), Scalar::ZERO))
+            .1 += zk;
         zs.push(z);
         rs.push(r);
     }
     let scalars = std::iter::once(-b_coefficient)
         .chain(zs)
-        .chain(key_terms.iter().map(|(_, c)| *c));
+        .chain(key_terms.values().map(|(_, c)| *c));
     let points = std::iter::once(ED25519_BASEPOINT_POINT)
         .chain(rs)
-        .chain(key_terms.iter().map(|(a, _)| *a));
+        .chain(key_terms.values().map(|(a, _)| *a));
     EdwardsPoint::vartime_multiscalar_mul(scalars, points).is_identity()
 }
 

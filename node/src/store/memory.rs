@@ -234,13 +234,13 @@ fn valid_start_sql(
     let access = access_clause(who, &mut args);
     let arm = |start: &str, which: &str| {
         format!(
-            "SELECT {COLUMNS}, {start}, id FROM memories m
+            "SELECT {COLUMNS}, {start} AS valid_start FROM memories m
              WHERE {which} AND {LIVE} AND archived = 0 AND (expires_ms IS NULL OR expires_ms > ?1)
                AND {start} >= ?2 AND ({start} > ?2 OR id > ?3) AND {access}"
         )
     };
     let sql = format!(
-        "{} UNION ALL {} ORDER BY 24, 25 LIMIT ?4",
+        "{} UNION ALL {} ORDER BY valid_start, id LIMIT ?4",
         arm("created_ms", "valid_from_ms IS NULL"),
         arm("valid_from_ms", "valid_from_ms IS NOT NULL"),
     );
@@ -619,8 +619,8 @@ impl Store {
             let mut rows = stmt.query(rusqlite::params_from_iter(args))?;
             while let Some(row) = rows.next()? {
                 read += 1;
-                let start: i64 = row.get(23)?;
-                if let Some(id) = MemoryId::from_slice(&row.get::<_, Vec<u8>>(24)?) {
+                let start: i64 = row.get("valid_start")?;
+                if let Some(id) = MemoryId::from_slice(&row.get::<_, Vec<u8>>("id")?) {
                     page.last = Some((start.max(0) as u64, id));
                 }
                 if let Some(m) = from_row(row)? {
